@@ -1,0 +1,13 @@
+# For container users (docker-compose.yml); the platform itself never needs Docker.
+FROM python:3.11-slim
+ENV PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /app
+# Java for the accuracy report's Spark job (PySpark 4 runs on Java 17)
+RUN apt-get update && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+    && rm -rf /var/lib/apt/lists/*
+COPY requirements.txt .
+RUN pip install --no-cache-dir -r requirements.txt
+COPY . .
+RUN SECRET_KEY=build-only python manage.py collectstatic --noinput -v0
+EXPOSE 8000
+CMD ["gunicorn", "delayplatform.wsgi", "--bind", "0.0.0.0:8000", "--workers", "2"]

@@ -1,0 +1,61 @@
+# The two commands of the README: `make run` and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: venv run test test-fast test-reliability bench bench-migration bench-admin bench-report
+
+$(BIN)/.installed: requirements.txt
+	scripts/services.sh python-venv
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements.txt
+	touch $@
+
+venv: $(BIN)/.installed
+
+.env:
+	scripts/make-env.sh
+
+## run: install, start RabbitMQ, migrate SQLite, provision the cascades, serve web + worker
+run: venv .env
+	scripts/services.sh rabbitmq
+	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py collectstatic --noinput -v0
+	$(BIN)/python manage.py provision_delays --version all
+	scripts/run.sh
+
+## test: the whole suite against real RabbitMQ, PostgreSQL, Celery workers and headless Chromium
+test: venv
+	scripts/services.sh rabbitmq postgres chromium
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## test-reliability: fault injection and fuzzing at full size (make test runs them reduced); prints the counts
+test-reliability: venv
+	scripts/services.sh rabbitmq postgres
+	RELIABILITY_FULL=1 $(BIN)/python -m pytest tests/reliability -s -p no:randomly $(PYTEST_ARGS)
+
+## test-fast: pure unit tests only (no services)
+test-fast: venv
+	$(BIN)/python -m pytest -m "not broker and not e2e and not browser and not reliability and not django_db" $(PYTEST_ARGS)
+
+## bench: the six performance cases against their comparisons (< 15 min); one table, artifacts/bench.json
+bench: venv
+	scripts/services.sh rabbitmq postgres
+	$(BIN)/python bench/suite.py
+
+## bench-migration: migrate_delays rate for 10,000 in-flight messages
+bench-migration: venv
+	scripts/services.sh rabbitmq postgres
+	$(BIN)/python bench/migration.py
+
+## bench-admin: the admin with 100,000 messages: page render times (own database, vhost, web server)
+bench-admin: venv
+	scripts/services.sh rabbitmq postgres
+	$(BIN)/python bench/admin_changelist.py
+
+## bench-report: 10 M synthetic deliveries in a throwaway database, then export + Spark job + load
+bench-report: venv
+	scripts/services.sh postgres
+	$(BIN)/python bench/report_pipeline.py

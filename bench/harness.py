@@ -1,0 +1,166 @@
+"""A throwaway copy of the platform for benchmarks: its own RabbitMQ vhost and PostgreSQL
+database, the cascade provisioned, gunicorn serving the API, real Celery worker(s), and an API
+token. Everything is removed on exit."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.support import ARTIFACTS, Worker, wait_until  # noqa: E402
+from topology.management import Management  # noqa: E402
+
+PG = os.environ.get("BENCH_PG", "postgres://postgres:postgres@127.0.0.1:5432")
+AMQP = os.environ.get("BENCH_AMQP", "amqp://guest:guest@127.0.0.1:5672")
+MANAGEMENT = os.environ.get("BENCH_MANAGEMENT", "http://guest:guest@127.0.0.1:15672")
+
+
+class Platform:
+    def __init__(self, run_id: str, env: dict, web_url: str, token: str):
+        self.run_id, self.env, self.url, self.token = run_id, env, web_url, token
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Token {token}"
+        self.workers: list[Worker] = []
+
+    def api(self, method: str, path: str, **kwargs):
+        response = self.session.request(method, self.url + path, timeout=120, **kwargs)
+        response.raise_for_status()
+        return response.json()
+
+    def start_worker(self, name: str = "bench", concurrency: int = 2, beat: bool = True, extra_args: tuple = (),
+                     **env) -> Worker:
+        worker = Worker(f"{name}-{self.run_id}-{len(self.workers)}", {**self.env, **env},
+                        ARTIFACTS / f"bench-{name}-{self.run_id}-{len(self.workers)}.log",
+                        concurrency=concurrency, beat=beat, extra_args=extra_args)
+        self.workers.append(worker.start())
+        return worker
+
+    def manage(self, *args: str) -> str:
+        return manage(self.env, *args)
+
+    def sql(self, query: str, *params):
+        with psycopg.connect(self.env["DATABASE_URL"], autocommit=True) as conn:
+            return conn.execute(query, params).fetchall()
+
+
+def manage(env: dict, *args: str) -> str:
+    result = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=300)
+    if result.returncode:
+        raise RuntimeError(f"manage.py {' '.join(args)} failed: {result.stderr[-2000:]}")
+    return result.stdout
+
+
+@contextmanager
+def throwaway_database(run_id: str):
+    """A PostgreSQL database of this run's own, migrated; dropped on exit. Yields its URL."""
+    db = f"dp_bench_{run_id}"
+    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{db}"')
+    try:
+        yield f"{PG}/{db}"
+    finally:
+        with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+
+
+def django_env(run_id: str, database_url: str, settings: str = "delayplatform.settings", **overrides) -> dict:
+    """The environment of manage.py, gunicorn and workers pointed at the run's database."""
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": settings,
+        "SECRET_KEY": "bench-only-" + run_id,
+        "DATABASE_URL": database_url,
+        "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "LOG_LEVEL": "WARNING",
+        **overrides,
+    }
+
+
+@contextmanager
+def platform(web_workers: int = 4, broker_url: str | None = None, settings: str = "delayplatform.settings",
+             **env_overrides):
+    """``broker_url`` uses that broker as is (e.g. a private node) instead of a fresh vhost on the
+    shared one; ``web_workers=0`` starts no web server (the API is then unavailable)."""
+    run_id = uuid.uuid4().hex[:8]
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    vhost = f"dp-bench-{run_id}"
+    management = Management(MANAGEMENT)
+    if broker_url is None:
+        management.create_vhost(vhost)
+    web = None
+    p = None
+    with throwaway_database(run_id) as database_url:
+        env = django_env(run_id, database_url, settings, BROKER_URL=broker_url or f"{AMQP}/{vhost}",
+                         **env_overrides)
+        try:
+            manage(env, "migrate", "--noinput")
+            manage(env, "provision_delays")
+            manage(env, "shell", "-c", "from django.contrib.auth.models import User; "
+                   "User.objects.create_superuser('bench', '', 'x')")
+            token = manage(env, "drf_create_token", "bench").split()[2]
+            if not web_workers:
+                p = Platform(run_id, env, "", token)
+                yield p
+                return
+            port = 18000 + int(run_id[:4], 16) % 1000
+            web = subprocess.Popen(
+                [sys.executable, "-m", "gunicorn", "delayplatform.wsgi", "--bind", f"127.0.0.1:{port}",
+                 "--workers", str(web_workers), "--timeout", "120", "--log-level", "warning"],
+                cwd=ROOT, env=env, start_new_session=True,
+                stdout=open(ARTIFACTS / f"bench-web-{run_id}.log", "ab"), stderr=subprocess.STDOUT,
+            )
+            url = f"http://127.0.0.1:{port}"
+
+            def up():
+                try:
+                    return requests.get(url + "/api/", timeout=1).status_code == 401
+                except requests.RequestException:
+                    return False
+
+            wait_until(up, 60, 0.2, "gunicorn")
+            p = Platform(run_id, env, url, token)
+            yield p
+        finally:
+            for worker in (p.workers if p else []):
+                worker.stop()
+            if web and web.poll() is None:
+                os.killpg(web.pid, signal.SIGTERM)
+                web.wait(30)
+            time.sleep(0.5)
+            if broker_url is None:
+                management.delete_vhost(vhost)
+
+
+def percentiles(values: list[float], points=(50, 95, 99)) -> dict:
+    """Nearest-rank percentiles plus max (empty input gives Nones)."""
+    if not values:
+        return {**{f"p{p}": None for p in points}, "max": None}
+    ordered = sorted(values)
+    out = {f"p{p}": ordered[min(len(ordered) - 1, max(0, -(-p * len(ordered) // 100) - 1))] for p in points}
+    out["max"] = ordered[-1]
+    return out
+
+
+def idle_share(seconds: float = 1.0) -> float:
+    """Share of CPU time idle over a short sample (from /proc/stat), to judge noise."""
+    def sample():
+        fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+        return fields[3] + fields[4], sum(fields)
+
+    idle1, total1 = sample()
+    time.sleep(seconds)
+    idle2, total2 = sample()
+    return (idle2 - idle1) / max(1, total2 - total1)

@@ -1,0 +1,262 @@
+"""Settings, all from the environment (a ``.env`` file beside manage.py, or the file ENV_FILE
+names, is read too; real environment variables win). Secure by default: DEBUG is off unless asked for, and without
+DEBUG a missing SECRET_KEY stops start-up."""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from celery.schedules import crontab
+from django.core.exceptions import ImproperlyConfigured
+from dotenv import load_dotenv
+from kombu import Exchange, Queue
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+load_dotenv(os.environ.get("ENV_FILE", BASE_DIR / ".env"), override=False)
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def env_list(name: str, default: str) -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+DEBUG = env_bool("DEBUG")
+SECRET_KEY = os.environ.get("SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "SECRET_KEY is not set. Set it in the environment or in .env "
+            "(make run writes one), or set DEBUG=1 for local development."
+        )
+    SECRET_KEY = "insecure-development-only-key"
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "scheduling",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "delayplatform.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = "delayplatform.wsgi.application"
+
+DATABASES = {
+    "default": dj_database_url.config(
+        default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
+        conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "60")),
+        conn_health_checks=True,
+    )
+}
+
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # make run's default: web, worker and beat write at once. Wait for locks instead of failing,
+    # and take the write lock at BEGIN so two writers cannot deadlock upgrading a read lock.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {"timeout": 20, "transaction_mode": "IMMEDIATE", "init_command": "PRAGMA journal_mode=WAL;"}
+    )
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+if not DEBUG:
+    SESSION_COOKIE_HTTPONLY = True
+    SECURE_CONTENT_TYPE_NOSNIFF = True
+    X_FRAME_OPTIONS = "DENY"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+}
+
+# --- the broker -------------------------------------------------------------------------------
+
+BROKER_URL = os.environ.get("BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//")
+RABBITMQ_MANAGEMENT_URL = os.environ.get("RABBITMQ_MANAGEMENT_URL", "")  # derived when empty
+
+# Which cascade new endpoints use unless they say otherwise.
+DELAY_DEFAULT_VERSION = os.environ.get("DELAY_DEFAULT_VERSION", "v2")
+
+# --- Celery -----------------------------------------------------------------------------------
+
+CELERY_BROKER_URL = BROKER_URL
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TIMEZONE = "UTC"
+CELERY_ENABLE_UTC = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+# --- the delay platform -----------------------------------------------------------------------
+
+# The cascade carries whole seconds minus this margin; the worker's timer holds the rest, so a
+# message is never delivered early and hop latency (~1.5 ms per set bit, more under load) is
+# absorbed instead of showing up as lateness.
+DELAY_ARRIVAL_MARGIN_MS = int(os.environ.get("DELAY_ARRIVAL_MARGIN_MS", "250"))
+DELAY_MAX_PAYLOAD_BYTES = 256 * 1024
+DELAY_BULK_MAX = 1000
+DELAY_PUBLISH_WINDOW = int(os.environ.get("DELAY_PUBLISH_WINDOW", "128"))
+DELAY_PUBLISH_BATCH = int(os.environ.get("DELAY_PUBLISH_BATCH", "500"))
+DELAY_SWEEP_SECONDS = float(os.environ.get("DELAY_SWEEP_SECONDS", "2"))
+DELAY_SWEEP_GRACE_SECONDS = float(os.environ.get("DELAY_SWEEP_GRACE_SECONDS", "1"))
+DELAY_HANDLER_MAX_RETRIES = int(os.environ.get("DELAY_HANDLER_MAX_RETRIES", "5"))
+DELAY_HANDLER_BACKOFF_SECONDS = float(os.environ.get("DELAY_HANDLER_BACKOFF_SECONDS", "2"))
+DELAY_WEBHOOK_TIMEOUT_SECONDS = float(os.environ.get("DELAY_WEBHOOK_TIMEOUT_SECONDS", "10"))
+DELAY_CONSUMER_SYNC_SECONDS = float(os.environ.get("DELAY_CONSUMER_SYNC_SECONDS", "5"))
+# The delivery loop (scheduling/delivery_loop.py): unacked messages it may hold, due messages it
+# records per transaction, and webhook calls it runs at once.
+DELAY_DELIVERY_LOOP = env_bool("DELAY_DELIVERY_LOOP", True)
+DELAY_DELIVERY_PREFETCH = int(os.environ.get("DELAY_DELIVERY_PREFETCH", "20000"))
+DELAY_DELIVERY_BATCH = int(os.environ.get("DELAY_DELIVERY_BATCH", "500"))
+DELAY_WEBHOOK_CONCURRENCY = int(os.environ.get("DELAY_WEBHOOK_CONCURRENCY", "8"))
+DELAY_RELAY_QUEUE = "dp.relay"
+# The timeout manager publishes rows due within this window (beat runs it every second).
+DELAY_TIMEOUTS_LOOKAHEAD_MS = int(os.environ.get("DELAY_TIMEOUTS_LOOKAHEAD_MS", "1500"))
+
+CELERY_TASK_QUEUES = [
+    Queue("celery", Exchange("celery", type="direct"), routing_key="celery"),
+    Queue(DELAY_RELAY_QUEUE, Exchange(DELAY_RELAY_QUEUE, type="direct"), routing_key=DELAY_RELAY_QUEUE),
+]
+CELERY_TASK_ROUTES = {"scheduling.relay.*": {"queue": DELAY_RELAY_QUEUE}}
+CELERY_BEAT_SCHEDULE = {
+    "sweep-pending-messages": {
+        "task": "scheduling.relay.sweep",
+        "schedule": DELAY_SWEEP_SECONDS,
+        "options": {"expires": 10 * DELAY_SWEEP_SECONDS},
+    },
+    "publish-due-timeouts": {
+        "task": "scheduling.relay.timeouts",
+        "schedule": 1.0,
+        "options": {"expires": 5},
+    },
+    "drain-unroutable": {
+        "task": "scheduling.relay.drain_unroutable",
+        "schedule": 5.0,
+        "options": {"expires": 30},
+    },
+}
+
+# --- the accuracy report (export + Spark job + load, nightly) ---------------------------------
+
+# Facts (Parquet per due date), Spark's results and its logs live here. On a cluster this must be
+# storage the driver and executors share (an NFS mount, or a path the cluster sees the same way).
+ACCURACY_REPORT_DIR = Path(os.environ.get("ACCURACY_REPORT_DIR", BASE_DIR / "var" / "accuracy"))
+# Where the Spark job runs: local[*] on this machine, or spark://host:7077, yarn, k8s://...
+SPARK_MASTER = os.environ.get("SPARK_MASTER", "local[*]")
+# Empty: run the job file with this Python (PySpark starts the driver here). Set it to launch with
+# spark-submit instead, e.g. "spark-submit --master yarn --deploy-mode client --driver-memory 4g".
+ACCURACY_SPARK_SUBMIT = os.environ.get("ACCURACY_SPARK_SUBMIT", "")
+# An undelivered, uncancelled, unfailed message counts as lost this long after it was due.
+ACCURACY_LOST_AFTER_SECONDS = float(os.environ.get("ACCURACY_LOST_AFTER_SECONDS", "600"))
+# When beat runs the nightly report of the previous day (UTC, HH:MM); "off" disables it.
+ACCURACY_REPORT_AT = os.environ.get("ACCURACY_REPORT_AT", "02:30").strip()
+if ACCURACY_REPORT_AT.lower() != "off":
+    try:
+        _hour, _minute = (int(part) for part in ACCURACY_REPORT_AT.split(":"))
+        _nightly = crontab(hour=_hour, minute=_minute)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"ACCURACY_REPORT_AT must be HH:MM (UTC) or off, not {ACCURACY_REPORT_AT!r}"
+        ) from None
+    CELERY_BEAT_SCHEDULE["accuracy-report-nightly"] = {
+        "task": "scheduling.reports.accuracy_nightly",
+        "schedule": _nightly,
+        "options": {"expires": 6 * 3600},  # a beat that was down all night does not pile up runs
+    }
+
+# --- the API ----------------------------------------------------------------------------------
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",  # first: 401 + WWW-Authenticate
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": 50,
+    "EXCEPTION_HANDLER": "scheduling.api.exceptions.exception_handler",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Delay platform API",
+    "DESCRIPTION": "Schedule messages for delivery after any delay, with RabbitMQ as the timer.",
+    "VERSION": "1.0.0",
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+# A bulk request of 1,000 messages with modest payloads fits; single payloads are capped at
+# 256 KiB by the scheduling service.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 16 * 1024 * 1024
+# Fail fast when the broker is away: a request that schedules a message must not hang; the
+# row is the outbox and the sweeper publishes it once the broker is back.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
+# Celery's Django fixup closes the database connection before and after every task unless this
+# is set; reconnecting cost ~7 ms of every delivery's lateness. Reuse it for this many tasks
+# (Django's CONN_MAX_AGE and health checks still apply).
+CELERY_DB_REUSE_MAX = int(os.environ.get("CELERY_DB_REUSE_MAX", "1000"))
+
+# Celery tasks with base DelayedTask: a countdown/eta closer than this keeps Celery's own path.
+DELAY_CELERY_THRESHOLD_SECONDS = float(os.environ.get("DELAY_CELERY_THRESHOLD_SECONDS", "0"))

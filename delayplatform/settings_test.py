@@ -1,0 +1,24 @@
+"""Test settings: the normal settings, pointed at a database and a RabbitMQ vhost of this
+test run's own, so runs never share state (two at once, or one after another)."""
+
+import os
+import uuid
+
+RUN_ID = os.environ.setdefault("DP_TEST_RUN_ID", uuid.uuid4().hex[:10])
+os.environ.setdefault("SECRET_KEY", "insecure-test-only-key")
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+os.environ.setdefault("BROKER_URL", f"amqp://guest:guest@127.0.0.1:5672/dp-test-{RUN_ID}")
+
+from .settings import *  # noqa: E402,F401,F403
+from .settings import DATABASES  # noqa: E402
+
+DATABASES["default"]["CONN_MAX_AGE"] = 0
+DATABASES["default"]["TEST"] = {"NAME": f"test_dp_{RUN_ID}"}
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+from .settings import INSTALLED_APPS  # noqa: E402
+
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp"]
+from .settings import MIDDLEWARE  # noqa: E402
+
+# Tests never run collectstatic; the live server serves static files itself.
+MIDDLEWARE = [m for m in MIDDLEWARE if m != "whitenoise.middleware.WhiteNoiseMiddleware"]

@@ -1,0 +1,85 @@
+"""Endpoints: counts by status, create/edit through the services, activate/deactivate."""
+
+from django.contrib import admin
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.urls import reverse
+from django.utils.html import format_html
+
+from .. import selectors, services
+from ..models import Endpoint, ScheduledMessage
+from .base import ControlRoomAdmin
+from .forms import EndpointChangeForm, EndpointCreateForm
+
+
+def _count_column(status: str):
+    def column(self, endpoint):
+        count = getattr(endpoint, f"n_{status}")
+        if not count:
+            return 0
+        url = reverse("admin:scheduling_scheduledmessage_changelist")
+        return format_html('<a href="{}?endpoint__id__exact={}&status__exact={}">{}</a>', url, endpoint.pk, status,
+                           f"{count:,}")
+
+    column.short_description = str(status)
+    column.admin_order_field = f"n_{status}"
+    return column
+
+
+@admin.register(Endpoint)
+class EndpointAdmin(ControlRoomAdmin):
+    list_display = ("name", "topology", "handler_summary", "is_active", *(f"n_{s}" for s in ScheduledMessage.Status.values))
+    list_filter = ("is_active", "handler", "topology")
+    search_fields = ("name",)
+    list_per_page = 50
+    show_full_result_count = False  # a second COUNT(*) over the whole table per page
+    actions = ("activate", "deactivate")
+    object_actions = {"activate": "Activate", "deactivate": "Deactivate"}
+    fields = ("name", "topology", "delivery_mode", "handler", "handler_target", "is_active", "created_at", "updated_at")
+    readonly_fields = fields
+
+    n_pending = _count_column(ScheduledMessage.Status.PENDING)
+    n_published = _count_column(ScheduledMessage.Status.PUBLISHED)
+    n_delivered = _count_column(ScheduledMessage.Status.DELIVERED)
+    n_cancelled = _count_column(ScheduledMessage.Status.CANCELLED)
+    n_failed = _count_column(ScheduledMessage.Status.FAILED)
+
+    @admin.display(description="handler", ordering="handler")
+    def handler_summary(self, endpoint):
+        if not endpoint.handler_target:
+            return endpoint.handler
+        return format_html("{} <small>{}</small>", endpoint.handler, endpoint.handler_target)
+
+    def get_queryset(self, request):
+        return selectors.endpoints_with_message_counts()
+
+    def object_action_applies(self, obj, name):
+        return obj.is_active == (name == "deactivate")
+
+    @admin.action(description="Activate selected endpoints (binds their queues)", permissions=["change"])
+    def activate(self, request, queryset):
+        self.run_each(request, queryset, lambda e: services.endpoint_set_active(endpoint=e, active=True), "Activated")
+
+    @admin.action(description="Deactivate selected endpoints (pauses delivery)", permissions=["change"])
+    def deactivate(self, request, queryset):
+        self.run_each(request, queryset, lambda e: services.endpoint_set_active(endpoint=e, active=False),
+                      "Deactivated")
+
+    def add_view(self, request, form_url="", extra_context=None):
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        return self.service_form_view(
+            request, EndpointCreateForm, lambda data: services.endpoint_create(**data),
+            title="Add endpoint", done="Created and bound",
+        )
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None or not self.has_change_permission(request, obj):
+            return super().change_view(request, object_id, form_url, extra_context)
+        initial = {"topology": obj.topology.name, "delivery_mode": obj.delivery_mode, "handler": obj.handler,
+                   "handler_target": obj.handler_target}
+        return self.service_form_view(
+            request, EndpointChangeForm, lambda data: services.endpoint_update(endpoint=obj, **data),
+            title="Change endpoint", obj=obj, initial=initial, done="Saved",
+        )

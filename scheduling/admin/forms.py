@@ -1,0 +1,71 @@
+"""Plain forms for the admin's create/edit pages: they parse input; every rule about what is
+allowed lives in the services, shared with the API (see base.service_form_view)."""
+
+from django import forms
+
+from .. import selectors
+from ..models import DeliveryMode, Endpoint, TopologyVersion
+
+ISO_HELP = "UTC unless it names an offset, e.g. 2026-11-21T12:00:00.250Z"
+
+
+class VersionChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj):
+        return f"{obj.name} ({obj.prefix}, {obj.get_queue_kind_display()})"
+
+
+def _version_field() -> VersionChoiceField:
+    return VersionChoiceField(
+        queryset=TopologyVersion.objects.all(), to_field_name="name", empty_label=None,
+        help_text="cascade the endpoint's messages go through",
+    )
+
+
+class EndpointChangeForm(forms.Form):
+    topology = _version_field()
+    delivery_mode = forms.TypedChoiceField(
+        choices=DeliveryMode.choices, initial=DeliveryMode.NATIVE, required=False, empty_value=None,
+        help_text="where new messages wait: the cascade, or rows in the database (the timeout manager)",
+    )
+    handler = forms.ChoiceField(choices=Endpoint.Handler.choices)
+    handler_target = forms.CharField(required=False, max_length=500, help_text="Celery task name, or the webhook's URL")
+
+
+class EndpointCreateForm(EndpointChangeForm):
+    name = forms.CharField(
+        max_length=100, help_text="letters, digits, '-' and '_': it becomes the queue and its binding #.<name>"
+    )
+    webhook_secret = forms.CharField(
+        required=False, min_length=16, max_length=128, widget=forms.PasswordInput(render_value=True),
+        help_text="HMAC signing secret for webhooks; generated when left empty",
+    )
+    is_active = forms.BooleanField(required=False, initial=True)
+    field_order = ["name", "topology", "delivery_mode", "handler", "handler_target", "webhook_secret", "is_active"]
+
+    def clean_delivery_mode(self):
+        return self.cleaned_data["delivery_mode"] or DeliveryMode.NATIVE
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        default = selectors.topology_version_default()
+        if default is not None:
+            self.fields["topology"].initial = default.name
+
+
+class EndpointChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj):
+        return f"{obj.name} ({obj.topology.name}{'' if obj.is_active else ', inactive'})"
+
+
+class ScheduleMessageForm(forms.Form):
+    endpoint = EndpointChoiceField(queryset=selectors.endpoints(), to_field_name="name")
+    # Not required here: {} and [] are payloads too; the service says what is missing.
+    payload = forms.JSONField(required=False, widget=forms.Textarea(attrs={"rows": 6, "cols": 60}),
+                              help_text="any JSON value")
+    delay_seconds = forms.DecimalField(
+        required=False, help_text="seconds from now (fractions allowed); or give a deliver-at time"
+    )
+    deliver_at = forms.DateTimeField(required=False, help_text=ISO_HELP)
+    idempotency_key = forms.CharField(
+        required=False, max_length=255, help_text="the same key on the same endpoint returns the existing message"
+    )

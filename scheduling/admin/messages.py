@@ -1,0 +1,184 @@
+"""Scheduled messages: the list operators watch, a detail page that shows how a message
+travels, cancel/republish, and the form staff use to schedule one."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.db.models import Q
+from django.urls import path
+from django.utils import timezone
+from django.utils.html import format_html
+
+from topology import explain
+
+from .. import selectors, services
+from ..models import ScheduledMessage
+from . import dashboard, html
+from .base import ControlRoomAdmin, has_model_perm
+from .forms import ScheduleMessageForm
+
+Status = ScheduledMessage.Status
+
+
+class DueWindowFilter(admin.SimpleListFilter):
+    """Due time relative to now (the date hierarchy covers calendar dates)."""
+
+    title = "due"
+    parameter_name = "due"
+    WINDOWS = {
+        "past-day": ("in the past day", timedelta(days=-1), timedelta(0)),
+        "next-minute": ("in the next minute", timedelta(0), timedelta(minutes=1)),
+        "next-hour": ("in the next hour", timedelta(0), timedelta(hours=1)),
+        "next-day": ("in the next day", timedelta(0), timedelta(days=1)),
+        "later": ("later than a day", timedelta(days=1), None),
+    }
+
+    def lookups(self, request, model_admin):
+        return [(key, label) for key, (label, _, _) in self.WINDOWS.items()]
+
+    def queryset(self, request, queryset):
+        if self.value() not in self.WINDOWS:
+            return queryset
+        _, start, end = self.WINDOWS[self.value()]
+        now = timezone.now()
+        queryset = queryset.filter(due_at__gte=now + start)
+        return queryset if end is None else queryset.filter(due_at__lt=now + end)
+
+
+@admin.register(ScheduledMessage)
+class ScheduledMessageAdmin(ControlRoomAdmin):
+    list_display = ("short_id", "endpoint", "topology", "status_badge", "due", "delivered", "lateness",
+                    "delivery_count")
+    list_filter = ("status", DueWindowFilter, "endpoint", "topology")
+    list_select_related = ("endpoint", "topology")
+    date_hierarchy = "due_at"
+    search_fields = ("=id", "=idempotency_key")
+    search_help_text = "A message id or an idempotency key (exact)."
+    list_per_page = 50
+    show_full_result_count = False  # a second COUNT(*) over the whole table per page
+    actions = ("cancel", "republish")
+    object_actions = {"cancel": "Cancel message", "republish": "Republish"}
+    fieldsets = (
+        (None, {"fields": ("id", "endpoint", "topology", "status_badge", "idempotency_key", "last_error")}),
+        ("Timing (UTC)", {"fields": ("requested_delay", "created", "due", "published", "delivered", "cancelled",
+                                     "lateness", "delivery_count", "attempts")}),
+        ("Payload", {"fields": ("payload_json",)}),
+        ("On the wire", {"fields": ("routing_key_used", "first_exchange_used", "headers_table", "path_table")}),
+    )
+
+    def get_readonly_fields(self, request, obj=None):
+        return [field for _, options in self.fieldsets for field in options["fields"]]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).defer("payload")  # up to 256 KiB a row; lists never show it
+
+    def has_change_permission(self, request, obj=None):
+        return False  # messages change only through services: cancel, republish
+
+    def has_cancel_permission(self, request):
+        return has_model_perm(request, self, "cancel_scheduledmessage")
+
+    def has_republish_permission(self, request):
+        return has_model_perm(request, self, "republish_scheduledmessage")
+
+    def object_action_applies(self, obj, name):
+        return obj.status in ((Status.PENDING, Status.PUBLISHED) if name == "cancel" else (Status.FAILED,))
+
+    def get_search_results(self, request, queryset, search_term):
+        """Exact id or idempotency key; a term that is not a UUID only matches keys."""
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        try:
+            by_id = Q(id=uuid.UUID(term))
+        except ValueError:
+            by_id = Q(pk__in=[])
+        return queryset.filter(by_id | Q(idempotency_key=term)), False
+
+    # --- actions --------------------------------------------------------------------------
+
+    @admin.action(description="Cancel selected messages (pending or published)", permissions=["cancel"])
+    def cancel(self, request, queryset):
+        self.run_each(request, queryset.values_list("pk", flat=True),
+                      lambda pk: services.message_cancel(message_id=pk), "Cancelled")
+
+    @admin.action(description="Republish selected failed messages", permissions=["republish"])
+    def republish(self, request, queryset):
+        self.run_each(request, queryset.values_list("pk", flat=True),
+                      lambda pk: services.message_republish(message_id=pk), "Republished")
+
+    # --- the schedule form and the dashboard ---------------------------------------------
+
+    def add_view(self, request, form_url="", extra_context=None):
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        return self.service_form_view(
+            request, ScheduleMessageForm, lambda data: services.message_schedule(
+                endpoint=data["endpoint"], payload=data["payload"], delay=data["delay_seconds"],
+                deliver_at=data["deliver_at"], idempotency_key=data["idempotency_key"] or None,
+            ),
+            title="Schedule a message", initial={"endpoint": request.GET.get("endpoint")},
+            field_map={"delay": "delay_seconds"}, done="Scheduled",
+        )
+
+    def get_urls(self):
+        view = self.admin_site.admin_view(lambda request: dashboard.dashboard_view(self, request))
+        return [path("dashboard/", view, name="scheduling_dashboard"), *super().get_urls()]
+
+    # --- columns and read-only fields ----------------------------------------------------
+
+    @admin.display(description="id", ordering="id")
+    def short_id(self, message):
+        return str(message.id)[:8]
+
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, message):
+        return html.status_badge(message.status)
+
+    created = html.moment_column("created_at", "created at")
+    due = html.moment_column("due_at", "due at")
+    published = html.moment_column("published_at", "published at")
+    delivered = html.moment_column("delivered_at", "delivered at")
+    cancelled = html.moment_column("cancelled_at", "cancelled at")
+
+    @admin.display(description="lateness", ordering="lateness_ms")
+    def lateness(self, message):
+        return self.get_empty_value_display() if message.lateness_ms is None else f"{message.lateness_ms:,} ms"
+
+    @admin.display(description="requested delay")
+    def requested_delay(self, message):
+        return explain.format_duration(message.requested_delay_ms)
+
+    @admin.display(description="payload")
+    def payload_json(self, message):
+        return html.pretty_json(message.payload)
+
+    @admin.display(description="routing key")
+    def routing_key_used(self, message):
+        return message.routing_key or self._preview(message, selectors.message_wire(message).routing_key)
+
+    @admin.display(description="first exchange")
+    def first_exchange_used(self, message):
+        return message.first_exchange or self._preview(message, selectors.message_wire(message).exchange)
+
+    @staticmethod
+    def _preview(message, value):
+        return format_html("not published ({}); if published now: <code>{}</code>", message.status, value)
+
+    @admin.display(description="headers")
+    def headers_table(self, message):
+        headers = selectors.message_wire(message).headers
+        return html.table(("header", "value"), sorted((k, repr(v)) for k, v in headers.items()))
+
+    @admin.display(description="path through the cascade")
+    def path_table(self, message):
+        wire = selectors.message_wire(message)
+        note = format_html(
+            "<p>{} whole seconds in the cascade; the worker's timer holds the rest until the due time.</p>",
+            f"{wire.cascade_seconds:,}",
+        )
+        return note + html.table(explain.HEADERS, wire.path_rows, cell=html.markdown_cell)

@@ -1,0 +1,126 @@
+"""Topology versions: provision and verify cascades, and look inside one (messages in flight
+per level, the unroutable queue, the delivery exchange's endpoint bindings)."""
+
+import threading
+
+from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.utils.html import format_html, format_html_join
+
+from topology import explain
+from topology.management import ManagementUnavailable
+
+from .. import selectors, services
+from ..models import TopologyVersion
+from . import html
+from .base import ControlRoomAdmin, has_model_perm
+
+
+_request = threading.local()
+
+
+@admin.register(TopologyVersion)
+class TopologyVersionAdmin(ControlRoomAdmin):
+    list_display = ("name", "prefix", "levels", "queue_kind", "is_default", "in_flight", "provisioned", "verified",
+                    "verify_state")
+    actions = ("provision", "verify", "preview_migration")
+    object_actions = {"provision": "Provision", "verify": "Verify"}
+    fields = ("name", "prefix", "levels", "queue_kind", "is_default", "max_delay", "provisioned", "verified",
+              "verify_state", "problems")
+    readonly_fields = fields
+
+    def has_add_permission(self, request):
+        return False  # versions are data seeded by migrations
+
+    def has_change_permission(self, request, obj=None):
+        return False  # a prefix or level count changed here would no longer match the broker
+
+    def has_provision_permission(self, request):
+        return has_model_perm(request, self, "provision_topologyversion")
+
+    has_verify_permission = has_provision_permission
+    has_preview_migration_permission = has_provision_permission
+
+    def changelist_view(self, request, extra_context=None):
+        _request.in_flight = self._read_in_flight()  # one management call per page, per thread
+        return super().changelist_view(request, extra_context)
+
+    @staticmethod
+    def _read_in_flight() -> dict:
+        try:
+            return selectors.versions_in_flight()
+        except ManagementUnavailable:
+            return {}
+
+    @admin.display(description="in flight")
+    def in_flight(self, version):
+        count = getattr(_request, "in_flight", {}).get(version.name)
+        return "—" if count is None else count
+
+    @admin.action(description="Preview migrating selected versions' delayed messages to the other version (dry run)",
+                  permissions=["preview_migration"])
+    def preview_migration(self, request, queryset):
+        def call(version):
+            target = selectors.topology_versions().exclude(pk=version.pk).first()
+            preview = services.delays_preview(source=version, target=target)
+            levels = ", ".join(f"L{level:02d}: {n}" for level, n in sorted(preview.per_level.items(), reverse=True))
+            self.message_user(
+                request,
+                f"{version} -> {target}: {preview.found} delayed message(s) ({levels or 'all levels empty'}); "
+                f"{preview.moved} would move ({preview.immediate} straight to delivery), {preview.poisoned} to the "
+                f"poison queue, {preview.dropped} stale copies dropped. Nothing was moved; run "
+                f"manage.py migrate_delays --from {version} --to {target}",
+            )
+
+        self.run_each(request, queryset, call, "Previewed")
+
+    @admin.action(description="Provision selected versions (declare their cascades)", permissions=["provision"])
+    def provision(self, request, queryset):
+        def call(version):
+            result = services.topology_provision(version=version.cascade)
+            plan = result.plan
+            self.message_user(request, f"{version}: declared {len(plan.exchanges)} exchanges, {len(plan.queues)} "
+                                       f"queues and {len(plan.bindings)} bindings in {result.seconds:.2f} s")
+
+        self.run_each(request, queryset, call, "Provisioned")
+
+    @admin.action(description="Verify selected versions against the broker", permissions=["verify"])
+    def verify(self, request, queryset):
+        def call(version):
+            problems = services.topology_verify(version=version.cascade)
+            if problems:
+                items = format_html_join("", "<li>{}</li>", ((p,) for p in problems))
+                self.message_user(request, format_html("{}: {} problem(s)<ul>{}</ul>", version, len(problems), items),
+                                  messages.WARNING)
+            else:
+                self.message_user(request, f"{version}: the broker matches the plan", messages.SUCCESS)
+
+        self.run_each(request, queryset, call, "Verified")
+
+    provisioned = html.moment_column("provisioned_at", "last provisioned (UTC)")
+    verified = html.moment_column("verified_at", "last verified (UTC)")
+
+    @admin.display(description="max delay")
+    def max_delay(self, version):
+        return explain.format_duration(version.max_delay_seconds * version.cascade.unit_ms)
+
+    @admin.display(description="verify")
+    def verify_state(self, version):
+        if version.verified_at is None:
+            return "never"
+        return "healthy" if not version.verify_problems else f"{len(version.verify_problems)} problem(s)"
+
+    @admin.display(description="problems at last verify")
+    def problems(self, version):
+        return format_html_join("", "<li>{}</li>", ((p,) for p in version.verify_problems)) or "none"
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        version = self.get_object(request, unquote(object_id))
+        context = {"detail_template": "admin/scheduling/topology_in_flight.html", **(extra_context or {})}
+        if version is not None:
+            try:
+                context["in_flight"] = selectors.topology_in_flight(version)
+                context["versions_in_flight"] = selectors.versions_in_flight()
+            except ManagementUnavailable as exc:
+                context["in_flight_error"] = str(exc)
+        return super().change_view(request, object_id, form_url, context)

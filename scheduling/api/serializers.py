@@ -1,0 +1,125 @@
+"""Request and response shapes. Input is checked for type here; every rule about what may be
+scheduled lives in the services, shared with the admin and Python callers."""
+
+from rest_framework import serializers
+
+from ..models import DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
+
+
+class VersionField(serializers.SlugRelatedField):
+    """A topology version by name; input the database cannot even compare (NUL) is invalid."""
+
+    def __init__(self, **kwargs):
+        super().__init__(slug_field="name", queryset=TopologyVersion.objects.all(), **kwargs)
+
+    def to_internal_value(self, data):
+        if isinstance(data, str) and "\x00" in data:
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class EndpointSerializer(serializers.ModelSerializer):
+    topology = VersionField(
+        required=False,
+        help_text="cascade version for new messages (default: the platform's default, v2)",
+    )
+    webhook_secret = serializers.CharField(
+        write_only=True, required=False, min_length=16, max_length=128,
+        help_text="HMAC-SHA256 signing secret for webhooks (generated when omitted; never returned)",
+    )
+    message_counts = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Endpoint
+        fields = ["name", "topology", "delivery_mode", "handler", "handler_target", "webhook_secret",
+                  "is_active", "created_at", "message_counts"]
+        read_only_fields = ["is_active", "created_at"]
+
+    def get_message_counts(self, endpoint) -> dict[str, int]:
+        """Per status; filled from the list/detail query's annotations (n_<status>)."""
+        return {status: getattr(endpoint, f"n_{status}", 0) for status in ScheduledMessage.Status.values}
+
+
+class EndpointUpdateSerializer(serializers.Serializer):
+    """What may change on an existing endpoint: where its *new* messages go."""
+
+    topology = VersionField(required=False)
+    delivery_mode = serializers.ChoiceField(choices=DeliveryMode.choices, required=False)
+
+
+class MessageCreateSerializer(serializers.Serializer):
+    endpoint = serializers.CharField(max_length=100)
+    payload = serializers.JSONField(help_text="any JSON value, at most 256 KiB")
+    delay_seconds = serializers.DecimalField(
+        max_digits=None, decimal_places=None, required=False, allow_null=True,
+        help_text="seconds from now, fractions allowed (ms precision); or give deliver_at",
+    )
+    deliver_at = serializers.DateTimeField(
+        required=False, allow_null=True, help_text="absolute UTC time, e.g. 2026-11-21T12:00:00.250Z"
+    )
+    idempotency_key = serializers.CharField(
+        max_length=255, required=False, allow_null=True,
+        help_text="the same key on the same endpoint returns the existing message",
+    )
+
+    def to_item(self) -> dict:
+        return message_item(self.validated_data)
+
+
+def message_item(data: dict) -> dict:
+    """Validated API input -> the keyword arguments of the scheduling service."""
+    return {
+            "endpoint": data["endpoint"],
+            "payload": data["payload"],
+            "delay": data.get("delay_seconds"),
+            "deliver_at": data.get("deliver_at"),
+            "idempotency_key": data.get("idempotency_key"),
+        }
+
+
+class BulkCreateSerializer(serializers.Serializer):
+    messages = MessageCreateSerializer(many=True, allow_empty=False, max_length=1000)
+
+
+class MessageSerializer(serializers.ModelSerializer):
+    endpoint = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    topology = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = ScheduledMessage
+        fields = ["id", "endpoint", "topology", "status", "due_at", "requested_delay_ms", "routing_key",
+                  "first_exchange", "created_at", "published_at", "delivered_at", "cancelled_at",
+                  "lateness_ms", "delivery_count", "idempotency_key", "last_error", "payload"]
+        read_only_fields = fields
+
+
+class MessageCreatedSerializer(serializers.Serializer):
+    """What a bulk call answers per message: lean, because it answers 1,000 of them."""
+
+    id = serializers.UUIDField()
+    endpoint = serializers.CharField()
+    topology = serializers.CharField()
+    status = serializers.CharField()
+    due_at = serializers.DateTimeField()
+    requested_delay_ms = serializers.IntegerField()
+    routing_key = serializers.CharField()
+    idempotency_key = serializers.CharField(allow_null=True)
+
+    @staticmethod
+    def represent(message) -> dict:
+        """The same fields, built directly (DRF's field machinery cost ~0.1 ms per message)."""
+        return {
+            "id": str(message.id),
+            "endpoint": message.endpoint.name,
+            "topology": message.topology.name,
+            "status": message.status,
+            "due_at": message.due_at.isoformat().replace("+00:00", "Z"),
+            "requested_delay_ms": message.requested_delay_ms,
+            "routing_key": message.routing_key,
+            "idempotency_key": message.idempotency_key,
+        }
+
+
+class StatusSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    status = serializers.CharField()

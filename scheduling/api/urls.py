@@ -1,0 +1,14 @@
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView
+from rest_framework.routers import DefaultRouter
+
+from .views import EndpointViewSet, MessageViewSet
+
+router = DefaultRouter()
+router.register("endpoints", EndpointViewSet, basename="endpoint")
+router.register("messages", MessageViewSet, basename="message")
+
+urlpatterns = [
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("", include(router.urls)),
+]

@@ -1,0 +1,128 @@
+"""Thin API views: parse, call one service, format."""
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from .. import selectors, services
+from ..errors import BulkValidationError
+from ..models import ScheduledMessage
+from .permissions import ModelPermissions
+from .serializers import (
+    BulkCreateSerializer,
+    EndpointSerializer,
+    EndpointUpdateSerializer,
+    MessageCreatedSerializer,
+    MessageCreateSerializer,
+    MessageSerializer,
+    StatusSerializer,
+    message_item,
+)
+
+
+class EndpointViewSet(
+    mixins.CreateModelMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+):
+    http_method_names = ["get", "post", "patch", "head", "options"]
+    """Destinations of delayed messages. Creating one binds its queue on the broker."""
+
+    serializer_class = EndpointSerializer
+    permission_classes = [ModelPermissions]
+    action_permissions = {
+        "activate": ["scheduling.change_endpoint"],
+        "deactivate": ["scheduling.change_endpoint"],
+    }
+    lookup_field = "name"
+    lookup_value_regex = r"[A-Za-z0-9_-]+"
+
+    def get_queryset(self):
+        return selectors.endpoints_with_message_counts()
+
+    def perform_create(self, serializer):
+        serializer.instance = services.endpoint_create(**serializer.validated_data)
+
+    @extend_schema(request=EndpointUpdateSerializer, responses={200: EndpointSerializer})
+    def partial_update(self, request, name=None):
+        """Change the version or delivery mode of new messages; scheduled ones keep theirs."""
+        changes = EndpointUpdateSerializer(data=request.data, partial=True)
+        changes.is_valid(raise_exception=True)
+        endpoint = services.endpoint_update(endpoint=self.get_object(), **changes.validated_data)
+        return Response(self.get_serializer(self.get_queryset().get(pk=endpoint.pk)).data)
+
+    @extend_schema(request=None, responses={200: EndpointSerializer})
+    @action(detail=True, methods=["post"])
+    def activate(self, request, name=None):
+        """Re-bind the queue and resume delivery."""
+        endpoint = services.endpoint_set_active(endpoint=self.get_object(), active=True)
+        return Response(self.get_serializer(endpoint).data)
+
+    @extend_schema(request=None, responses={200: EndpointSerializer})
+    @action(detail=True, methods=["post"])
+    def deactivate(self, request, name=None):
+        """Pause delivery (messages wait in the queue) and refuse new messages."""
+        endpoint = services.endpoint_set_active(endpoint=self.get_object(), active=False)
+        return Response(self.get_serializer(endpoint).data)
+
+
+class MessageViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Scheduled messages: schedule (one or up to 1,000), watch, cancel, republish."""
+
+    serializer_class = MessageSerializer
+    permission_classes = [ModelPermissions]
+    action_permissions = {
+        "cancel": ["scheduling.cancel_scheduledmessage"],
+        "republish": ["scheduling.republish_scheduledmessage"],
+    }
+
+    def get_queryset(self):
+        return selectors.messages(
+            endpoint=self.request.query_params.get("endpoint"),
+            status=self.request.query_params.get("status"),
+        )
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("endpoint", str, description="endpoint name"),
+            OpenApiParameter("status", str, enum=ScheduledMessage.Status.values),
+        ]
+    )
+    def list(self, request, *args, **kwargs):
+        return super().list(request, *args, **kwargs)
+
+    @extend_schema(request=MessageCreateSerializer, responses={201: MessageSerializer, 200: MessageSerializer})
+    def create(self, request):
+        serializer = MessageCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        try:
+            (result,) = services.message_schedule_many(items=[serializer.to_item()])
+        except BulkValidationError as exc:
+            raise DjangoValidationError(exc.errors[0]) from None
+        code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
+        return Response(MessageSerializer(result.message).data, status=code)
+
+    @extend_schema(request=BulkCreateSerializer, responses={201: inline_serializer(
+        "BulkCreated", {"messages": MessageCreatedSerializer(many=True)})})
+    @action(detail=False, methods=["post"])
+    def bulk(self, request):
+        serializer = BulkCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        items = [message_item(data) for data in serializer.validated_data["messages"]]
+        results = services.message_schedule_many(items=items)
+        return Response(
+            {"messages": [MessageCreatedSerializer.represent(r.message) for r in results]},
+            status=status.HTTP_201_CREATED,
+        )
+
+    @extend_schema(request=None, responses={200: StatusSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        message = services.message_cancel(message_id=pk)
+        return Response({"id": message.id, "status": message.status})
+
+    @extend_schema(request=None, responses={200: StatusSerializer})
+    @action(detail=True, methods=["post"])
+    def republish(self, request, pk=None):
+        message = services.message_republish(message_id=pk)
+        return Response({"id": message.id, "status": message.status})

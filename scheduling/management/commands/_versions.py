@@ -1,0 +1,50 @@
+"""Shared --version/--prefix/--levels handling: which cascade(s) a command works on."""
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db.utils import DatabaseError
+
+from topology import cascade
+
+from ...selectors import topology_version_default, topology_version_get
+
+
+class VersionedCommand(BaseCommand):
+    """A command whose --version means the topology version, not Django's version."""
+
+    def create_parser(self, prog_name, subcommand, **kwargs):
+        return super().create_parser(prog_name, subcommand, conflict_handler="resolve", **kwargs)
+
+
+def add_version_arguments(parser, *, allow_all: bool) -> None:
+    choices = [*cascade.VERSIONS, "all"] if allow_all else list(cascade.VERSIONS)
+    parser.add_argument(
+        "--version", choices=choices, help="topology version (default: the platform's default, v2)"
+    )
+    parser.add_argument("--prefix", help="name prefix of exchanges and queues (default: the version's, e.g. dp.v2.)")
+    parser.add_argument("--levels", type=int, help="number of delay levels (default 28)")
+
+
+def _known(name: str) -> cascade.Version:
+    """The version as the platform records it, or the built-in default without a database."""
+    try:
+        row = topology_version_get(name)
+    except DatabaseError:
+        row = None
+    return row.cascade if row else cascade.get_version(name)
+
+
+def resolve_versions(options) -> list[cascade.Version]:
+    name = options.get("version")
+    if not name:
+        try:
+            default = topology_version_default()
+        except DatabaseError:
+            default = None
+        name = default.name if default else "v2"
+    names = list(cascade.VERSIONS) if name == "all" else [name]
+    if name == "all" and (options.get("prefix") or options.get("levels")):
+        raise CommandError("--prefix and --levels apply to one version: name it with --version")
+    try:
+        return [_known(n).with_(prefix=options.get("prefix"), levels=options.get("levels")) for n in names]
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None

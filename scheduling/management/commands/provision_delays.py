@@ -1,0 +1,114 @@
+"""Declare (or plan, export, verify) the delay cascade of a topology version."""
+
+import json
+import sys
+
+from django.core.management.base import CommandError
+
+from topology import cascade
+from topology.broker import TopologyConflict, TopologyMissing
+from topology.definitions import plan_definitions
+from topology.management import ManagementUnavailable
+
+from ... import broker
+from ...services import topology_provision, topology_verify
+from ._versions import VersionedCommand, add_version_arguments, resolve_versions
+
+
+def _args(arguments) -> str:
+    return " ".join(f"{k}={v}" for k, v in arguments)
+
+
+def describe_plan(plan: cascade.Plan) -> list[str]:
+    v = plan.version
+    lines = [
+        f"{v.name}: prefix {v.prefix}, {v.levels} levels, {v.queue_kind} queues, max delay "
+        f"{v.max_delay} s — {len(plan.exchanges)} exchanges, {len(plan.queues)} queues, "
+        f"{len(plan.bindings)} bindings"
+    ]
+    lines += [f"  exchange {e.name} ({e.type}) {_args(e.arguments)}".rstrip() for e in plan.exchanges]
+    lines += [f"  queue    {q.name} {_args(q.arguments)}".rstrip() for q in plan.queues]
+    lines += [
+        f"  binding  {b.source} -> {b.destination_type} {b.destination} key {b.routing_key!r}"
+        for b in plan.bindings
+    ]
+    return lines
+
+
+class Command(VersionedCommand):
+    help = (
+        "Declare the delay cascade (TTL queue + dead-letter exchange per bit) on RabbitMQ. "
+        "Idempotent; --dry-run prints the plan, --export-definitions writes definitions JSON, "
+        "--verify checks what the broker has."
+    )
+
+    def add_arguments(self, parser):
+        add_version_arguments(parser, allow_all=True)
+        parser.add_argument("--dry-run", action="store_true", help="print the plan, declare nothing")
+        parser.add_argument(
+            "--export-definitions",
+            metavar="FILE",
+            help="write RabbitMQ definitions JSON ('-' for stdout) instead of declaring",
+        )
+        parser.add_argument("--verify", action="store_true", help="check the broker, declare nothing")
+        parser.add_argument("--broker", metavar="URL", help="AMQP URL (default: BROKER_URL)")
+
+    def handle(self, *args, **options):
+        versions = resolve_versions(options)
+        plans = [cascade.cascade_plan(v) for v in versions]
+        url = options["broker"]
+        if options["export_definitions"]:
+            return self._export(plans, options["export_definitions"], broker.vhost(url))
+        if options["dry_run"]:
+            for plan in plans:
+                self.stdout.write("\n".join(describe_plan(plan)))
+            self.stdout.write("Dry run: nothing was declared.")
+            return
+        try:
+            if options["verify"]:
+                return self._verify(versions, url)
+            for plan in plans:
+                result = topology_provision(version=plan.version, url=url)
+                self.stdout.write(
+                    f"Provisioned {plan.version.name} ({plan.version.prefix}, {plan.version.levels} levels) on "
+                    f"{broker.describe(url)}: {len(plan.exchanges)} exchanges, {len(plan.queues)} queues, "
+                    f"{len(plan.bindings)} bindings in {result.seconds:.2f} s"
+                    + ("" if result.recorded else " (not recorded: not the platform's version)")
+                )
+        except (broker.BrokerUnavailable, TopologyConflict, TopologyMissing, ManagementUnavailable) as exc:
+            raise CommandError(str(exc)) from None
+
+    def _export(self, plans, target, vhost):
+        definitions = plan_definitions(plans[0], vhost)
+        for plan in plans[1:]:
+            more = plan_definitions(plan, vhost)
+            for key in ("exchanges", "queues", "bindings"):
+                definitions[key] += more[key]
+        text = json.dumps(definitions, indent=2) + "\n"
+        if target == "-":
+            sys.stdout.write(text)
+            return
+        try:
+            with open(target, "w") as fh:
+                fh.write(text)
+        except OSError as exc:
+            raise CommandError(f"cannot write {target}: {exc.strerror}") from None
+        counts = {k: len(definitions[k]) for k in ("exchanges", "queues", "bindings")}
+        self.stdout.write(
+            f"Wrote {target} ({counts['exchanges']} exchanges, {counts['queues']} queues, "
+            f"{counts['bindings']} bindings for vhost {vhost}); "
+            f"import with: rabbitmqctl import_definitions {target}"
+        )
+
+    def _verify(self, versions, url):
+        failed = 0
+        for version in versions:
+            problems = topology_verify(version=version, url=url)
+            if problems:
+                failed += len(problems)
+                for problem in problems:
+                    self.stderr.write(f"{version.name}: {problem}")
+            else:
+                self.stdout.write(f"{version.name} ({version.prefix}): cascade complete and as planned")
+        if failed:
+            raise CommandError(f"{failed} missing or mismatched piece(s); run provision_delays to fix")

@@ -1,0 +1,41 @@
+"""Schedule one message from the command line (stored even when the broker is down)."""
+
+import json
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError
+from django.utils.dateparse import parse_datetime
+
+from ...services import message_schedule
+
+
+class Command(BaseCommand):
+    help = "Schedule a message: schedule_message ENDPOINT --delay 10.5 --payload '{\"order\": 42}'"
+
+    def add_arguments(self, parser):
+        parser.add_argument("endpoint")
+        when = parser.add_mutually_exclusive_group(required=True)
+        when.add_argument("--delay", help="seconds from now, fractions allowed")
+        when.add_argument("--deliver-at", help="ISO time with timezone, e.g. 2026-11-21T12:00:00.250Z")
+        parser.add_argument("--payload", default="{}", help="JSON (default {})")
+        parser.add_argument("--idempotency-key")
+
+    def handle(self, *args, endpoint, delay, deliver_at, payload, idempotency_key, **options):
+        try:
+            data = json.loads(payload)
+        except json.JSONDecodeError as exc:
+            raise CommandError(f"--payload is not JSON: {exc}") from None
+        at = None
+        if deliver_at:
+            at = parse_datetime(deliver_at)
+            if at is None:
+                raise CommandError(f"--deliver-at is not an ISO date-time: {deliver_at!r}")
+        try:
+            message = message_schedule(
+                endpoint=endpoint, payload=data, delay=delay, deliver_at=at, idempotency_key=idempotency_key
+            )
+        except ValidationError as exc:
+            raise CommandError(
+                "; ".join(f"{field}: {' '.join(msgs)}" for field, msgs in exc.message_dict.items())
+            ) from None
+        self.stdout.write(f"{message.id} {message.status} due {message.due_at.isoformat()}")

@@ -1,0 +1,222 @@
+"""The Spark job of the delay-accuracy report: delivery facts (Parquet, one partition per due
+date) in, one row per day x endpoint x version x delivery mode x delay bucket out, plus rollup
+rows per endpoint, per version, per delay bucket and per day (``*`` marks "all").
+
+Runs as a plain file, locally or on a cluster, so it imports nothing from Django:
+
+    python scheduling/reports/accuracy.py --facts DIR --out DIR --since 2026-11-20 [--until ...]
+    spark-submit --master spark://host:7077 scheduling/reports/accuracy.py --facts ... --out ...
+
+Percentiles come from a per-group lateness histogram (exact below 10 s, 3 significant digits
+above) and Spark's ``percentile`` with the bin counts as frequencies: one cheap pass over the
+facts serves every rollup, and the numbers are exact where operators look. Calling
+``percentile_approx`` once per rollup over the raw rows measured 3x slower here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from datetime import date, datetime, timedelta, timezone
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+ALL = "*"  # the value of a dimension in a rollup row; endpoint names cannot contain it
+DIMENSIONS = ("endpoint", "version", "delivery_mode", "delay_bucket")
+ROLLUPS = (DIMENSIONS, ("endpoint",), ("version",), ("delay_bucket",), ())  # each also by day
+PERCENTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
+EXACT_BELOW_MS = 10_000
+OPEN_STATUSES = ("pending", "published")
+
+# (label, upper bound in ms, exclusive); each bucket includes its lower bound.
+DELAY_BUCKETS = (
+    ("<1s", 1_000),
+    ("1-10s", 10_000),
+    ("10-60s", 60_000),
+    ("1-10min", 600_000),
+    ("10-60min", 3_600_000),
+    ("1-24h", 86_400_000),
+    (">=1d", None),
+)
+
+FACTS_SCHEMA = T.StructType(
+    [
+        T.StructField("id", T.StringType(), False),
+        T.StructField("endpoint", T.StringType(), False),
+        T.StructField("version", T.StringType(), False),
+        T.StructField("delivery_mode", T.StringType(), False),
+        T.StructField("requested_delay_ms", T.LongType(), False),
+        T.StructField("due_at", T.TimestampType(), False),
+        T.StructField("published_at", T.TimestampType(), True),
+        T.StructField("delivered_at", T.TimestampType(), True),
+        T.StructField("status", T.StringType(), False),
+        T.StructField("lateness_ms", T.LongType(), True),
+        T.StructField("delivery_count", T.IntegerType(), False),
+        T.StructField("cancelled_at", T.TimestampType(), True),
+        T.StructField("due_date", T.DateType(), False),  # the partition column
+    ]
+)
+
+OUTCOMES = ("delivered", "cancelled", "failed", "lost", "in_flight", "duplicates", "early")
+COUNTS = ("scheduled", *OUTCOMES)
+REPORT_COLUMNS = (
+    "day",
+    *DIMENSIONS,
+    *COUNTS,
+    "lateness_min_ms",
+    *(f"lateness_{name}_ms" for name, _ in PERCENTILES),
+    "lateness_max_ms",
+)
+
+
+def with_delay_bucket(facts: DataFrame) -> DataFrame:
+    delay = F.col("requested_delay_ms")
+    bucket = None
+    for label, upper in DELAY_BUCKETS:
+        if upper is None:
+            bucket = bucket.otherwise(F.lit(label))
+        else:
+            bucket = (F if bucket is None else bucket).when(delay < upper, F.lit(label))
+    return facts.withColumn("delay_bucket", bucket)
+
+
+def with_outcomes(facts: DataFrame, *, as_of: datetime, lost_after: timedelta) -> DataFrame:
+    """0/1 flags per message. Lost = still pending/published although due + lost_after has
+    passed (cancelled and failed messages are accounted for, so never lost); a message handed
+    over twice is one delivery and one duplicate."""
+    status, delivered = F.col("status"), F.col("delivered_at").isNotNull()
+    still_open = status.isin(*OPEN_STATUSES)
+    overdue = F.col("due_at") < F.lit(as_of - lost_after)
+    flags = {
+        "delivered": delivered,
+        "cancelled": status == "cancelled",
+        "failed": status == "failed",
+        "lost": still_open & overdue,
+        "in_flight": still_open & ~overdue,
+        "duplicates": F.col("delivery_count") > 1,
+        "early": delivered & (F.col("lateness_ms") < 0),
+    }
+    return facts.select(
+        "*",
+        *(F.when(condition, 1).otherwise(0).alias(name) for name, condition in flags.items()),
+        F.when(delivered, F.col("lateness_ms")).alias("arrival_lateness_ms"),
+    )
+
+
+def lateness_bin(lateness: Column) -> Column:
+    """Exact milliseconds below EXACT_BELOW_MS, 3 significant digits above (<= 0.5% off), so a
+    group's histogram stays small however spread its lateness is."""
+    step = F.pow(F.lit(10.0), F.floor(F.log10(F.abs(lateness))) - 2)
+    return F.when(F.abs(lateness) < EXACT_BELOW_MS, lateness).otherwise(
+        (F.round(lateness / step) * step).cast("long")
+    )
+
+
+def lateness_histogram(outcomes: DataFrame) -> DataFrame:
+    """One row per day, group and lateness bin with the outcome counts: small enough that every
+    rollup (and exact percentiles) can be computed from it."""
+    lateness = F.col("arrival_lateness_ms")
+    return outcomes.groupBy(
+        F.col("due_date").alias("day"), *DIMENSIONS, lateness_bin(lateness).alias("lateness_bin")
+    ).agg(
+        F.count(F.lit(1)).alias("scheduled"),
+        *(F.sum(name).alias(name) for name in OUTCOMES),
+        F.count(lateness).alias("lateness_n"),
+        F.min(lateness).alias("lateness_min_ms"),
+        F.max(lateness).alias("lateness_max_ms"),
+    )
+
+
+def accuracy_rows(histogram: DataFrame) -> DataFrame:
+    """The report: one row per day and grouping set of ROLLUPS."""
+    grouping_sets = [["day", *rollup] for rollup in ROLLUPS]
+    rows = histogram.groupingSets(grouping_sets, "day", *DIMENSIONS).agg(
+        *(F.sum(name).cast("long").alias(name) for name in COUNTS),
+        F.min("lateness_min_ms").alias("lateness_min_ms"),
+        F.percentile("lateness_bin", [p for _, p in PERCENTILES], F.col("lateness_n")).alias("percentiles"),
+        F.max("lateness_max_ms").alias("lateness_max_ms"),
+        *(F.grouping(name).alias(f"all_{name}") for name in DIMENSIONS),
+    )
+    return rows.select(
+        "day",
+        *(
+            F.when(F.col(f"all_{name}") == 1, F.lit(ALL)).otherwise(F.col(name)).alias(name)
+            for name in DIMENSIONS
+        ),
+        *COUNTS,
+        "lateness_min_ms",
+        *(
+            F.round(F.col("percentiles")[i], 3).alias(f"lateness_{name}_ms")
+            for i, (name, _) in enumerate(PERCENTILES)
+        ),
+        "lateness_max_ms",
+    )
+
+
+def accuracy_report(facts: DataFrame, *, as_of: datetime, lost_after: timedelta) -> DataFrame:
+    return accuracy_rows(
+        lateness_histogram(with_outcomes(with_delay_bucket(facts), as_of=as_of, lost_after=lost_after))
+    )
+
+
+def read_facts(spark: SparkSession, path: str, first_day: date, last_day: date) -> DataFrame:
+    return (
+        spark.read.schema(FACTS_SCHEMA)
+        .parquet(path)
+        .where(F.col("due_date").between(F.lit(first_day), F.lit(last_day)))
+    )
+
+
+def spark_session(app_name: str = "delay-accuracy-report", master: str | None = None, **conf) -> SparkSession:
+    """SPARK_MASTER picks the cluster (default local[*]); under spark-submit its --master wins."""
+    builder = SparkSession.builder.appName(app_name).config("spark.sql.session.timeZone", "UTC")
+    if master or "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
+        builder = builder.master(master or os.environ.get("SPARK_MASTER") or "local[*]")
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def _arguments(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--facts", required=True, help="directory of the exported facts (due_date=... partitions)"
+    )
+    parser.add_argument("--out", required=True, help="directory for the report rows (Parquet, replaced)")
+    parser.add_argument("--since", required=True, type=date.fromisoformat, help="first due date, YYYY-MM-DD")
+    parser.add_argument(
+        "--until", type=date.fromisoformat, help="last due date, inclusive (default: --since)"
+    )
+    parser.add_argument(
+        "--as-of", type=datetime.fromisoformat, help="when the facts were taken (default: now)"
+    )
+    parser.add_argument(
+        "--lost-after-seconds",
+        type=float,
+        default=600.0,
+        help="grace after due before an undelivered message counts as lost",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = _arguments(argv)
+    as_of = args.as_of or datetime.now(timezone.utc)
+    if as_of.tzinfo is None:
+        as_of = as_of.replace(tzinfo=timezone.utc)
+    spark = spark_session(**{"spark.ui.showConsoleProgress": "false"})
+    spark.sparkContext.setLogLevel("WARN")
+    try:
+        facts = read_facts(spark, args.facts, args.since, args.until or args.since)
+        report = accuracy_report(facts, as_of=as_of, lost_after=timedelta(seconds=args.lost_after_seconds))
+        report.coalesce(1).write.mode("overwrite").parquet(args.out)
+    finally:
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

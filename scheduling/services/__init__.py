@@ -1,0 +1,29 @@
+"""Writes: every change to the platform's state goes through a function here."""
+
+from .delays import delays_preview
+from .endpoints import (
+    endpoint_bind,
+    endpoint_create,
+    endpoint_set_active,
+    endpoint_update,
+    endpoints_bind_all,
+)
+from .messages import Scheduled, message_cancel, message_republish, message_schedule, message_schedule_many
+from .topology import ProvisionResult, topology_provision, topology_verify
+
+__all__ = [
+    "ProvisionResult",
+    "delays_preview",
+    "Scheduled",
+    "endpoint_bind",
+    "endpoint_create",
+    "endpoint_set_active",
+    "endpoint_update",
+    "endpoints_bind_all",
+    "message_cancel",
+    "message_republish",
+    "message_schedule",
+    "message_schedule_many",
+    "topology_provision",
+    "topology_verify",
+]

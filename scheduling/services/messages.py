@@ -1,0 +1,270 @@
+"""Scheduling, cancelling and republishing messages. The row is the outbox: it is saved
+``pending`` in one transaction and published by the relay after commit."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal, InvalidOperation
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from topology import cascade
+
+from ..errors import BulkValidationError, Conflict, NotFound
+from ..models import DeliveryMode, Endpoint, ScheduledMessage
+
+log = logging.getLogger(__name__)
+MS = timedelta(milliseconds=1)
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    message: ScheduledMessage
+    created: bool  # False: an existing message returned for the same idempotency key
+
+
+def _delay_ms(delay) -> int:
+    """Milliseconds, rounded up: a requested delay is never shortened."""
+    if isinstance(delay, timedelta):
+        return math.ceil(delay / MS)
+    if isinstance(delay, bool):
+        raise ValidationError({"delay": "must be a number of seconds"})
+    try:
+        seconds = Decimal(str(delay))
+    except (InvalidOperation, ValueError):
+        raise ValidationError({"delay": "must be a number of seconds"}) from None
+    if not seconds.is_finite():
+        raise ValidationError({"delay": "must be a finite number of seconds"})
+    return math.ceil(seconds * 1000)
+
+
+def _ceil_ms(moment: datetime) -> datetime:
+    extra = moment.microsecond % 1000
+    return moment + timedelta(microseconds=1000 - extra) if extra else moment
+
+
+def _has_nul(value) -> bool:
+    """PostgreSQL can store no NUL character in text or jsonb: refuse it as input."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
+def _payload_size(payload) -> int:
+    try:
+        return len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode())
+    except (TypeError, ValueError) as exc:
+        raise ValidationError({"payload": f"must be JSON: {exc}"}) from None
+
+
+def _build(item: dict, endpoints: dict[str, Endpoint], now: datetime) -> ScheduledMessage:
+    """Validate one request and return an unsaved row; every problem is a field error."""
+    errors: dict[str, str] = {}
+    name = _endpoint_name(item.get("endpoint"))
+    endpoint = endpoints.get(name)
+    if endpoint is None:
+        errors["endpoint"] = f"unknown endpoint {name!r}"
+    elif not endpoint.is_active:
+        errors["endpoint"] = f"endpoint {endpoint.name!r} is inactive"
+    delay, deliver_at = item.get("delay"), item.get("deliver_at")
+    due_at = None
+    if (delay is None) == (deliver_at is None):
+        errors["delay"] = "give exactly one of a delay or a deliver-at time"
+    elif delay is not None:
+        try:
+            delay_ms = _delay_ms(delay)
+        except ValidationError as exc:
+            errors.update({k: v[0] for k, v in exc.message_dict.items()})
+        else:
+            limit_s = endpoint.topology.max_delay_seconds if endpoint else cascade.max_delay()
+            if delay_ms < 0:
+                errors["delay"] = "must not be negative"
+            elif delay_ms > limit_s * 1000:  # checked before any date arithmetic (it would overflow)
+                version = endpoint.topology.name if endpoint else "the default version"
+                errors["delay"] = f"is over the maximum delay of {limit_s:,} s for topology {version}"
+            else:
+                due_at = now + delay_ms * MS
+    else:
+        if not isinstance(deliver_at, datetime) or timezone.is_naive(deliver_at):
+            errors["deliver_at"] = "must be a date-time with a timezone, e.g. 2026-11-21T12:00:00.250Z"
+        else:
+            due_at = _ceil_ms(deliver_at)
+    if due_at is not None and endpoint is not None:
+        limit = endpoint.topology.max_delay_seconds
+        if due_at - now > timedelta(seconds=limit):
+            field = "delay" if delay is not None else "deliver_at"
+            errors[field] = f"is over the maximum delay of {limit:,} s for topology {endpoint.topology.name}"
+    payload = item.get("payload")
+    if payload is None:
+        errors["payload"] = "required (any JSON value except null)"
+    else:
+        try:
+            size = _payload_size(payload)
+        except ValidationError as exc:
+            errors["payload"] = exc.message_dict["payload"][0]
+        else:
+            if _has_nul(payload):
+                errors["payload"] = "must not contain NUL characters (\\u0000)"
+            elif size > settings.DELAY_MAX_PAYLOAD_BYTES:
+                errors["payload"] = (
+                    f"is {size:,} bytes of JSON; the limit is {settings.DELAY_MAX_PAYLOAD_BYTES:,}"
+                )
+    key = item.get("idempotency_key")
+    if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= 255 or _has_nul(key)):
+        errors["idempotency_key"] = "must be a string of 1 to 255 characters, without NUL"
+    if errors:
+        raise ValidationError(errors)
+    fixed_id = {"id": item["id"]} if item.get("id") else {}  # a Celery task keeps its task id
+    return ScheduledMessage(
+        **fixed_id,
+        endpoint=endpoint,
+        topology=endpoint.topology,
+        delivery_mode=endpoint.delivery_mode,
+        payload=payload,
+        due_at=due_at,
+        requested_delay_ms=max(0, (due_at - now) // MS),
+        idempotency_key=key,
+        created_at=now,
+    )
+
+
+def _endpoint_name(value) -> str | None:
+    return value.name if isinstance(value, Endpoint) else value if isinstance(value, str) else None
+
+
+def _kick_relay(ids: list[str]) -> None:
+    """Ask a worker to publish these rows now; if the broker is down, the sweeper will."""
+    from ..tasks import publish_messages
+
+    try:
+        publish_messages.apply_async(args=[ids], retry=False)
+    except Exception as exc:
+        log.warning("relay not reached (%s); %d message(s) stay pending for the sweeper", exc, len(ids))
+
+
+def message_schedule_many(*, items: list[dict]) -> list[Scheduled]:
+    """All-or-nothing: validate every item, then save the new rows in one transaction. An
+    idempotency key already used on the endpoint returns that message instead of a new one."""
+    now = _ceil_ms(timezone.now())
+    names = {n for n in (_endpoint_name(item.get("endpoint")) for item in items) if n and not _has_nul(n)}
+    endpoints = {e.name: e for e in Endpoint.objects.select_related("topology").filter(name__in=names)}
+    rows, errors = [], {}
+    for index, item in enumerate(items):
+        try:
+            rows.append(_build(item, endpoints, now))
+        except ValidationError as exc:
+            errors[index] = exc.message_dict
+    if errors:
+        raise BulkValidationError(errors, total=len(items))
+    for attempt in range(2):
+        try:
+            return _save(rows)
+        except IntegrityError:  # the same idempotency key was used concurrently: look again
+            if attempt:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _save(rows: list[ScheduledMessage]) -> list[Scheduled]:
+    with transaction.atomic():
+        keyed = {(r.endpoint_id, r.idempotency_key) for r in rows if r.idempotency_key}
+        existing = {}
+        if keyed:
+            for m in ScheduledMessage.objects.select_related("endpoint", "topology").filter(
+                endpoint_id__in={e for e, _ in keyed}, idempotency_key__in={k for _, k in keyed}
+            ):
+                existing[(m.endpoint_id, m.idempotency_key)] = m
+        results, new, seen = [], [], {}
+        for row in rows:
+            key = (row.endpoint_id, row.idempotency_key)
+            if row.idempotency_key and key in existing:
+                results.append(Scheduled(existing[key], created=False))
+            elif row.idempotency_key and key in seen:  # repeated within this request
+                results.append(Scheduled(seen[key], created=False))
+            else:
+                new.append(row)
+                if row.idempotency_key:
+                    seen[key] = row
+                results.append(Scheduled(row, created=True))
+        with transaction.atomic():
+            ScheduledMessage.objects.insert_many(new)
+        ids = [str(row.id) for row in new if row.delivery_mode == DeliveryMode.NATIVE]
+        if ids:
+            transaction.on_commit(lambda: _kick_relay(ids))
+    return results
+
+
+def message_schedule(
+    *,
+    endpoint: str | Endpoint,
+    payload,
+    delay: timedelta | float | int | Decimal | str | None = None,
+    deliver_at: datetime | None = None,
+    idempotency_key: str | None = None,
+) -> ScheduledMessage:
+    """Schedule one message for ``endpoint`` after ``delay`` (seconds or timedelta) or at
+    ``deliver_at``. Raises ValidationError naming the field for bad input; stores nothing then."""
+    try:
+        (result,) = message_schedule_many(
+            items=[
+                {
+                    "endpoint": endpoint,
+                    "payload": payload,
+                    "delay": delay,
+                    "deliver_at": deliver_at,
+                    "idempotency_key": idempotency_key,
+                }
+            ]
+        )
+    except BulkValidationError as exc:
+        raise ValidationError(exc.errors[0]) from None
+    return result.message
+
+
+def _locked(message_id) -> ScheduledMessage:
+    try:
+        return ScheduledMessage.objects.select_for_update().get(id=message_id)
+    except (ScheduledMessage.DoesNotExist, ValidationError, ValueError):
+        raise NotFound(f"no message {message_id}") from None
+
+
+def message_cancel(*, message_id) -> ScheduledMessage:
+    """Cancel a pending or published message: the relay will not publish it, and if it is
+    already in the cascade the consumer drops it on arrival. Cancelling twice is fine."""
+    with transaction.atomic():
+        message = _locked(message_id)
+        if message.status == ScheduledMessage.Status.CANCELLED:
+            return message
+        if message.status not in (ScheduledMessage.Status.PENDING, ScheduledMessage.Status.PUBLISHED):
+            raise Conflict(f"message {message.id} is already {message.status} and cannot be cancelled")
+        message.status = ScheduledMessage.Status.CANCELLED
+        message.cancelled_at = timezone.now()
+        message.save(update_fields=["status", "cancelled_at"])
+    return message
+
+
+def message_republish(*, message_id) -> ScheduledMessage:
+    """Send a failed message again, due at its original time (so overdue means now)."""
+    with transaction.atomic():
+        message = _locked(message_id)
+        if message.status != ScheduledMessage.Status.FAILED:
+            raise Conflict(f"message {message.id} is {message.status}; only failed messages can be republished")
+        message.status = ScheduledMessage.Status.PENDING
+        message.attempts = 0
+        message.delivered_at = None
+        message.lateness_ms = None
+        message.save(update_fields=["status", "attempts", "delivered_at", "lateness_ms"])
+        ids = [str(message.id)]
+        transaction.on_commit(lambda: _kick_relay(ids))
+    return message

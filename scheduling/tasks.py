@@ -1,0 +1,61 @@
+"""Celery tasks: thin wrappers that take ids and call one service."""
+
+from datetime import timedelta
+
+from celery import shared_task
+from django.db import DatabaseError, close_old_connections
+from django.utils import timezone
+
+from .services.delivery import Result, delivery_receive
+from .services.relay import relay_publish, relay_sweep, timeouts_publish_due
+from .services.reports import accuracy_report_run
+from .services.unroutable import unroutable_drain
+
+
+@shared_task(name="scheduling.relay.publish")
+def publish_messages(ids: list[str]) -> int:
+    return relay_publish(ids=ids).published
+
+
+@shared_task(name="scheduling.relay.sweep")
+def sweep_pending() -> int:
+    return relay_sweep().published
+
+
+@shared_task(name="scheduling.relay.timeouts")
+def publish_due_timeouts() -> int:
+    return timeouts_publish_due().published
+
+
+@shared_task(name="scheduling.relay.drain_unroutable")
+def drain_unroutable() -> int:
+    return unroutable_drain()
+
+
+@shared_task(
+    bind=True,
+    name="scheduling.deliver",
+    acks_late=True,  # ack only after the row is committed: a crash redelivers the message
+    reject_on_worker_lost=True,  # a killed pool process puts the message back, not acks it
+    max_retries=None,
+)
+def deliver(self, message_id: str, attempt: int = 0) -> str:
+    try:
+        outcome = delivery_receive(message_id=message_id, attempt=attempt)
+    except DatabaseError as exc:  # the database is away: keep the message and try again
+        close_old_connections()
+        raise self.retry(exc=exc, countdown=min(2 ** self.request.retries, 30)) from None
+    if outcome.result is Result.EARLY:
+        raise self.retry(eta=outcome.eta)
+    if outcome.result is Result.RETRY:
+        raise self.retry(
+            kwargs={"message_id": message_id, "attempt": outcome.attempt}, countdown=outcome.retry_in
+        )
+    return outcome.result.value
+
+
+@shared_task(name="scheduling.reports.accuracy_nightly")
+def accuracy_report_nightly() -> int:
+    """Beat runs this at ACCURACY_REPORT_AT: yesterday's (UTC) report."""
+    yesterday = timezone.now().date() - timedelta(days=1)
+    return accuracy_report_run(first_day=yesterday).report_rows

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Make sure the local services the platform needs are installed and running.
+# Usage: scripts/services.sh rabbitmq [postgres] [chromium]
+# On a fresh Debian machine (as root) it installs what is missing from Debian's packages.
+set -euo pipefail
+
+say() { echo "services: $*"; }
+
+apt_install() {
+  if [ "$(id -u)" != 0 ]; then
+    echo "services: $* missing and not root: install it with apt-get install -y $*" >&2
+    exit 1
+  fi
+  say "installing $* from Debian packages"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "$@" >/dev/null
+}
+
+wait_for() {  # wait_for SECONDS COMMAND...
+  local seconds=$1; shift
+  for _ in $(seq 1 "$seconds"); do "$@" >/dev/null 2>&1 && return 0; sleep 1; done
+  "$@"
+}
+
+rabbitmq() {
+  command -v rabbitmq-server >/dev/null || apt_install rabbitmq-server
+  if ! rabbitmqctl -q status >/dev/null 2>&1; then
+    say "starting RabbitMQ"
+    rabbitmq-server -detached
+  fi
+  wait_for 90 rabbitmqctl -q await_startup
+  # The management API lists bindings and queue arguments (verify, admin) and hosts test vhosts.
+  if ! rabbitmq-plugins -q is_enabled rabbitmq_management >/dev/null 2>&1; then
+    say "enabling the RabbitMQ management plugin"
+    rabbitmq-plugins -q enable rabbitmq_management >/dev/null
+  fi
+  wait_for 60 curl -sf -u guest:guest http://127.0.0.1:15672/api/overview
+  say "RabbitMQ ready (amqp 127.0.0.1:5672, management 127.0.0.1:15672)"
+}
+
+postgres() {
+  command -v pg_ctlcluster >/dev/null || apt_install postgresql
+  local version
+  version=$(ls /etc/postgresql | sort -V | tail -n 1)
+  if ! pg_isready -q -h 127.0.0.1; then
+    say "starting PostgreSQL $version"
+    pg_ctlcluster --skip-systemctl-redirect "$version" main start
+  fi
+  wait_for 60 pg_isready -q -h 127.0.0.1
+  # Tests connect over TCP as postgres/postgres; give the role that password where auth needs one.
+  if ! PGPASSWORD=postgres psql -h 127.0.0.1 -U postgres -Atqc 'select 1' >/dev/null 2>&1; then
+    say "setting the postgres role's password for local test connections"
+    su postgres -c "psql -qc \"ALTER USER postgres PASSWORD 'postgres'\""
+  fi
+  say "PostgreSQL ready (127.0.0.1:5432)"
+}
+
+chromium() {
+  command -v chromium >/dev/null && command -v chromedriver >/dev/null || apt_install chromium chromium-driver
+  say "Chromium ready ($(command -v chromium))"
+}
+
+python_venv() {
+  python3 -m venv --help >/dev/null 2>&1 && python3 -c 'import ensurepip' 2>/dev/null || apt_install python3-venv
+}
+
+command -v curl >/dev/null || apt_install curl
+for service in "$@"; do
+  case "$service" in
+    rabbitmq|postgres|chromium) "$service" ;;
+    python-venv) python_venv ;;
+    *) echo "services: unknown service $service" >&2; exit 2 ;;
+  esac
+done

@@ -1,0 +1,120 @@
+"""The control room as an operator uses it: real headless Chromium, the live server, a real
+Celery worker and the run's RabbitMQ vhost. Each page visited is saved under
+artifacts/screenshots/ (git-ignored)."""
+
+import pytest
+
+from scheduling import broker, services
+from scheduling.models import ScheduledMessage
+from tests.support import wait_until
+from topology import cascade
+
+pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]
+V2_DELIVERY = cascade.delivery_exchange(cascade.V2.prefix)
+
+
+def status_shown(browser) -> str:
+    return browser.find(".field-status_badge .readonly").text
+
+
+def endpoint_keys_on_broker() -> set[str]:
+    return {b["routing_key"] for b in broker.management().bindings_from(broker.vhost(), V2_DELIVERY)}
+
+
+def test_operator_creates_an_endpoint_schedules_a_message_and_watches_it_delivered(
+    browser, admin_user, platform, worker, endpoint_name
+):
+    browser.open("/admin/login/").screenshot("01-login")
+    browser.login("admin", "pw")
+    assert "Control room" in browser.text()
+    browser.screenshot("02-index")
+
+    browser.open("/admin/scheduling/endpoint/add/")
+    browser.fill(name=endpoint_name, topology="v2", handler="none")
+    browser.screenshot("03-endpoint-add")
+    browser.submit('input[name="_save"]')
+    assert f"Created and bound: {endpoint_name}" in browser.messages()
+    assert f"#.{endpoint_name}" in endpoint_keys_on_broker()
+    browser.open("/admin/scheduling/endpoint/").screenshot("04-endpoints")
+
+    browser.open("/admin/scheduling/scheduledmessage/add/")
+    browser.fill(endpoint=endpoint_name, payload='{"order": 42}', delay_seconds="8")
+    browser.screenshot("05-schedule-form")
+    browser.submit('input[name="_save"]')
+    assert any(m.startswith("Scheduled: ") for m in browser.messages()), browser.messages()
+    browser.reload_until(lambda: status_shown(browser) == "published", 7, "the page to show published")
+    message = ScheduledMessage.objects.select_related("endpoint").get(endpoint__name=endpoint_name)
+    page = browser.text()
+    assert message.routing_key in page and message.first_exchange in page
+    assert '"order": 42' in page and "x-dp-due-at-ms" in page and "Delivery Exchange" in page
+    browser.screenshot("06-message-published")
+
+    browser.reload_until(lambda: status_shown(browser) == "delivered", 30, "the page to show delivered")
+    message.refresh_from_db()
+    assert message.delivered_at >= message.due_at
+    assert f"{message.lateness_ms:,} ms" in browser.find(".field-lateness .readonly").text
+    browser.screenshot("07-message-delivered")
+    browser.open("/admin/scheduling/scheduledmessage/").screenshot("08-messages")
+
+    browser.open("/admin/scheduling/scheduledmessage/dashboard/")
+    delivered = browser.find('#dp-by-status [data-status="delivered"] .dp-value').text
+    assert int(delivered) == ScheduledMessage.objects.filter(status="delivered").count() >= 1
+    assert browser.find('#dp-last-hour [data-figure="p50"] .dp-value').text.endswith(" ms")
+    assert len(browser.find_all("#dp-charts svg.dp-chart")) == 2
+    browser.screenshot("09-dashboard")
+
+
+def test_operator_cancels_a_message_and_sees_it_in_flight_on_its_level(
+    browser, admin_user, platform, worker, endpoint_name
+):
+    services.endpoint_create(name=endpoint_name)
+    message = services.message_schedule(endpoint=endpoint_name, payload={"cancel": "me"}, delay=1_000_000)
+    wait_until(lambda: ScheduledMessage.objects.get(pk=message.pk).status == "published", 10, message="published")
+    level = cascade.start_level(999_999)  # the whole seconds the relay routes: 19, TTL 524,288 s
+
+    browser.login("admin", "pw")
+    browser.open(f"/admin/scheduling/scheduledmessage/{message.pk}/change/")
+    browser.screenshot("10-message-before-cancel")
+    browser.submit('button.dp-action-button[value="cancel"]')
+    assert "Cancelled: 1" in browser.messages()
+    assert status_shown(browser) == "cancelled"
+    assert not browser.find_all('button.dp-action-button[value="cancel"]')
+    browser.screenshot("11-message-cancelled")
+
+    browser.open("/admin/scheduling/topologyversion/").screenshot("12-topology-versions")
+    browser.click_link("v2")
+    cell = f'#dp-levels tr[data-level="{level}"] .dp-messages'
+    browser.reload_until(lambda: browser.find(cell).text not in ("0", "—"), 30, "the level's depth to show")
+    depth = broker.management().queue_depths(broker.vhost())[cascade.level_name(cascade.V2.prefix, level)]
+    assert int(browser.find(cell).text) >= 1 and depth["messages"] >= 1
+    assert "524288 seconds" in browser.find(f'#dp-levels tr[data-level="{level}"]').text
+    assert f"#.{endpoint_name}" in browser.find("#dp-bindings").text
+    browser.screenshot("13-topology-v2-in-flight")
+
+    browser.submit('button.dp-action-button[value="verify"]')
+    assert "v2: the broker matches the plan" in [m.lower() for m in browser.messages()]
+    browser.screenshot("14-topology-v2-verified")
+
+
+def test_read_only_staff_sees_everything_and_no_action_buttons(
+    browser, platform, django_user_model, endpoint_name
+):
+    from django.contrib.auth.models import Permission
+
+    services.endpoint_create(name=endpoint_name)
+    message = services.message_schedule(endpoint=endpoint_name, payload={"look": "only"}, delay=3600)
+    viewer = django_user_model.objects.create_user("viewer", password="pw", is_staff=True)
+    viewer.user_permissions.set(Permission.objects.filter(content_type__app_label="scheduling", codename__startswith="view_"))
+
+    browser.login("viewer", "pw")
+    browser.open("/admin/scheduling/scheduledmessage/")
+    assert str(message.pk)[:8] in browser.text()
+    assert not browser.find_all('select[name="action"]') and not browser.find_all("a.addlink")
+    browser.screenshot("15-read-only-messages")
+    browser.open(f"/admin/scheduling/scheduledmessage/{message.pk}/change/")
+    assert '"look": "only"' in browser.text() and not browser.find_all("button.dp-action-button")
+    browser.screenshot("16-read-only-message")
+    browser.open(f"/admin/scheduling/topologyversion/{platform['v2'].pk}/change/")
+    assert browser.find_all("#dp-levels") and not browser.find_all("button.dp-action-button")
+    browser.open("/admin/scheduling/endpoint/")
+    assert not browser.find_all('select[name="action"]')

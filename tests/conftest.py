@@ -1,0 +1,154 @@
+"""Shared fixtures: this run's own RabbitMQ vhost (named by settings_test, removed at the end)
+and cascades declared under a unique prefix per test, torn down afterwards."""
+
+import importlib
+import os
+import uuid
+
+import pytest
+
+from scheduling import broker
+from topology import broker as topology_broker
+from topology import cascade
+
+
+@pytest.fixture(scope="session")
+def rabbit_vhost():
+    management = broker.management()
+    vhost = broker.vhost()
+    assert vhost.startswith("dp-test-"), f"refusing to run broker tests in shared vhost {vhost!r}"
+    management.create_vhost(vhost)
+    yield vhost
+    management.delete_vhost(vhost)
+
+
+@pytest.fixture
+def amqp(rabbit_vhost):
+    with broker.connected() as conn:
+        yield conn
+
+
+@pytest.fixture
+def unique_prefix():
+    return f"t{uuid.uuid4().hex[:8]}."
+
+
+@pytest.fixture
+def declared(amqp, unique_prefix):
+    """declared(version, **overrides) declares a cascade under this test's prefix."""
+    plans = []
+
+    def declare(version=cascade.V2, **overrides):
+        plan = cascade.cascade_plan(version.with_(prefix=overrides.pop("prefix", unique_prefix), **overrides))
+        topology_broker.declare_plan(amqp, plan)
+        plans.append(plan)
+        return plan
+
+    yield declare
+    for plan in plans:
+        topology_broker.teardown_plan(amqp, plan)
+
+
+# --- the platform's data and broker state for tests that use the database ----------------------
+
+SEED = importlib.import_module("scheduling.migrations.0002_seed_topology_versions").SEED
+
+
+@pytest.fixture(scope="session")
+def provisioned(rabbit_vhost):
+    """The platform's own v1 and v2 cascades, declared once in this run's vhost."""
+    with broker.connected() as conn:
+        for name in ("v1", "v2"):
+            topology_broker.declare_plan(conn, cascade.cascade_plan(cascade.get_version(name)))
+    return rabbit_vhost
+
+
+@pytest.fixture
+def versions():
+    """The seeded TopologyVersion rows (a transactional test's flush removes them)."""
+    from scheduling.models import TopologyVersion
+
+    return {
+        seed["name"]: TopologyVersion.objects.get_or_create(name=seed["name"], defaults=seed)[0] for seed in SEED
+    }
+
+
+@pytest.fixture
+def platform(versions, provisioned):
+    """Versions recorded as provisioned, as after `provision_delays --version all`."""
+    from django.utils import timezone
+
+    for version in versions.values():
+        version.provisioned_at = timezone.now()
+        version.save(update_fields=["provisioned_at"])
+    return versions
+
+
+@pytest.fixture
+def admin_user(django_user_model):
+    return django_user_model.objects.create_superuser("admin", "admin@example.com", "pw")
+
+
+def _token_client(user):
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    return client
+
+
+@pytest.fixture
+def api(admin_user):
+    """An API client authenticated with a superuser's token."""
+    return _token_client(admin_user)
+
+
+@pytest.fixture
+def api_as(django_user_model):
+    """api_as(*perms) -> a token client for a fresh user holding exactly these permissions."""
+    from django.contrib.auth.models import Permission
+
+    def make(*perms):
+        user = django_user_model.objects.create_user(f"u{uuid.uuid4().hex[:8]}", password="pw")
+        for perm in perms:
+            app_label, codename = perm.split(".")
+            user.user_permissions.add(Permission.objects.get(content_type__app_label=app_label, codename=codename))
+        return _token_client(user)
+
+    return make
+
+
+@pytest.fixture
+def endpoint_name():
+    return f"ep-{uuid.uuid4().hex[:10]}"
+
+
+# --- a real Celery worker process (end-to-end and browser tests) ------------------------------
+
+
+@pytest.fixture(scope="session")
+def worker_env(django_db_setup, provisioned):
+    from django.conf import settings
+    from django.db import connection
+
+    from tests.support import database_url
+
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "delayplatform.settings_test",
+        "DATABASE_URL": database_url(connection.settings_dict),
+        "BROKER_URL": settings.BROKER_URL,
+        "DELAY_SWEEP_SECONDS": "1",
+    }
+
+
+@pytest.fixture(scope="session")
+def worker(worker_env):
+    """One worker (with beat) on this run's vhost and test database, shared by the session."""
+    from tests.support import ARTIFACTS, Worker
+
+    run_id = os.environ["DP_TEST_RUN_ID"]
+    w = Worker(f"e2e-{run_id}", worker_env, ARTIFACTS / f"worker-{run_id}.log").start()
+    yield w
+    w.stop()

@@ -1,0 +1,119 @@
+"""The accuracy report for real: messages delivered through the cascade by a real worker, then
+accuracy_report (export + Spark job in its own process + load), then every number of the
+endpoint's rows checked against the messages table."""
+
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from scheduling.models import AccuracyReport, ScheduledMessage
+from tests.support import wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]
+Status = ScheduledMessage.Status
+ALL = AccuracyReport.ALL
+
+
+def bucket(delay_ms: int) -> str:
+    bounds = (1_000, 10_000, 60_000, 600_000, 3_600_000, 86_400_000)
+    return next(
+        (label for label, upper in zip(AccuracyReport.DELAY_BUCKETS, bounds) if delay_ms < upper), ">=1d"
+    )
+
+
+def percentile(values: list[int], fraction: float) -> float | None:
+    """Linear interpolation between closest ranks (what Spark's percentile does)."""
+    if not values:
+        return None
+    ordered, position = sorted(values), (len(values) - 1) * fraction
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def expected(messages: list[ScheduledMessage], as_of, lost_after: timedelta) -> dict:
+    open_ = [m for m in messages if m.status in (Status.PENDING, Status.PUBLISHED)]
+    lateness = [m.lateness_ms for m in messages if m.delivered_at is not None]
+    return {
+        "scheduled": len(messages),
+        "delivered": len(lateness),
+        "cancelled": sum(m.status == Status.CANCELLED for m in messages),
+        "failed": sum(m.status == Status.FAILED for m in messages),
+        "lost": sum(m.due_at < as_of - lost_after for m in open_),
+        "in_flight": sum(m.due_at >= as_of - lost_after for m in open_),
+        "duplicates": sum(m.delivery_count > 1 for m in messages),
+        "early": sum(x < 0 for x in lateness),
+        "lateness_min_ms": min(lateness, default=None),
+        "lateness_p50_ms": percentile(lateness, 0.5),
+        "lateness_p95_ms": percentile(lateness, 0.95),
+        "lateness_p99_ms": percentile(lateness, 0.99),
+        "lateness_max_ms": max(lateness, default=None),
+    }
+
+
+def actual(row: AccuracyReport) -> dict:
+    values = {name: getattr(row, name) for name in expected([], timezone.now(), timedelta())}
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in values.items()}
+
+
+def test_accuracy_report_matches_the_messages_table(api, platform, worker, endpoint_name, settings, tmp_path):
+    settings.ACCURACY_REPORT_DIR = tmp_path
+    assert api.post("/api/endpoints/", {"name": endpoint_name}, format="json").status_code == 201
+    delays = [0, 0.1, 0.4, 0.75, 1, 1.2, 1.5, 2, 2.5, 3]
+    response = api.post(
+        "/api/messages/bulk/",
+        {
+            "messages": [
+                {"endpoint": endpoint_name, "payload": {"n": n}, "delay_seconds": d}
+                for n, d in enumerate(delays)
+            ]
+        },
+        format="json",
+    )
+    assert response.status_code == 201
+    ids = [m["id"] for m in response.json()["messages"]]
+    later = api.post(
+        "/api/messages/", {"endpoint": endpoint_name, "payload": {}, "delay_seconds": 20}, format="json"
+    ).json()["id"]
+    assert api.post(f"/api/messages/{later}/cancel/").json()["status"] == "cancelled"
+    wait_until(
+        lambda: ScheduledMessage.objects.filter(id__in=ids, status=Status.DELIVERED).count() == len(ids),
+        timeout=30,
+        message="every message delivered by the worker",
+    )
+
+    days = sorted({m.due_at.date() for m in ScheduledMessage.objects.filter(endpoint__name=endpoint_name)})
+    call_command("accuracy_report", "--since", str(days[0]), "--until", str(days[-1]), "--no-progress")
+
+    rows = list(AccuracyReport.objects.filter(day__in=days))
+    assert rows, "the report has rows"
+    as_of = rows[0].computed_at
+    lost_after = timedelta(seconds=settings.ACCURACY_LOST_AFTER_SECONDS)
+    messages = list(
+        ScheduledMessage.objects.filter(due_at__date__in=days).select_related("endpoint", "topology")
+    )
+    mine = [m for m in messages if m.endpoint.name == endpoint_name]
+    assert sum(m.status == Status.DELIVERED for m in mine) == len(ids)
+    assert sum(m.status == Status.CANCELLED for m in mine) == 1
+
+    checked = 0
+    for row in rows:
+        group = [
+            m
+            for m in messages
+            if m.due_at.date() == row.day
+            and row.endpoint in (ALL, m.endpoint.name)
+            and row.version in (ALL, m.topology.name)
+            and row.delivery_mode in (ALL, "native")
+            and row.delay_bucket in (ALL, bucket(m.requested_delay_ms))
+        ]
+        if row.endpoint == endpoint_name or row.endpoint == ALL:
+            assert actual(row) == pytest.approx(expected(group, as_of, lost_after)), str(row)
+            checked += 1
+    # this endpoint's groups: its <1s and 1-10s buckets plus the endpoint rollup, and the day's rollups
+    assert {r.delay_bucket for r in rows if r.endpoint == endpoint_name} >= {"<1s", "1-10s", ALL}
+    overall = [r for r in rows if (r.endpoint, r.version, r.delay_bucket) == (ALL, ALL, ALL)]
+    assert sum(r.scheduled for r in overall) == len(messages) and checked >= len(overall) + 3
+    assert len(rows) == len({(r.day, r.endpoint, r.version, r.delivery_mode, r.delay_bucket) for r in rows})

@@ -1,0 +1,157 @@
+"""The whole path for real: API -> outbox -> relay -> RabbitMQ cascade -> Celery worker ->
+handler, with the worker as a separate process on this run's vhost and database."""
+
+import hashlib
+import hmac
+import os
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.services import endpoint_bind
+from tests.support import ROOT, RecordingServer, wait_until
+from tests.testapp.models import Receipt
+from topology import broker as topology_broker
+
+pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]
+Status = ScheduledMessage.Status
+
+
+@pytest.fixture
+def make_endpoint(api, platform, worker):
+    """Endpoints get unique names; their queues go with the run's vhost (deleting a queue a
+    worker consumes makes it reconnect, which other tests would feel)."""
+
+    def make(name, **body):
+        response = api.post("/api/endpoints/", {"name": name, **body}, format="json")
+        assert response.status_code == 201, response.content
+        return name
+
+    return make
+
+
+def schedule(api, endpoint, **body):
+    response = api.post("/api/messages/", {"endpoint": endpoint, "payload": body.pop("payload", {}), **body},
+                        format="json")
+    assert response.status_code in (200, 201), response.content
+    return response.json()["id"]
+
+
+def settled(ids, statuses=(Status.DELIVERED,)):
+    def check():
+        rows = list(ScheduledMessage.objects.filter(id__in=ids))
+        return rows if len(rows) == len(ids) and all(r.status in statuses for r in rows) else None
+
+    return check
+
+
+def test_delays_from_zero_to_five_seconds_arrive_on_time_never_early(api, make_endpoint, endpoint_name):
+    name = make_endpoint(endpoint_name)
+    delays = [0, 0.001, 0.1, 0.5, 0.999, 1, 1.25, 1.5, 2, 2.5, 3, 3.333, 3.75, 4, 4.5, 5]
+    response = api.post("/api/messages/bulk/", {"messages": [
+        {"endpoint": name, "payload": {"delay": d}, "delay_seconds": d} for d in delays]}, format="json")
+    assert response.status_code == 201
+    ids = [m["id"] for m in response.json()["messages"]]
+    past = schedule(api, name, deliver_at=(timezone.now() - timedelta(minutes=5)).isoformat())
+    rows = wait_until(settled([*ids, past]), timeout=30, message="every message delivered")
+    overdue = next(r for r in rows if str(r.id) == past)
+    for row in rows:
+        assert row.delivered_at >= row.due_at, f"{row.payload} delivered early"
+        assert row.delivery_count == 1 and row.published_at is not None
+        if row is not overdue:
+            assert 0 <= row.lateness_ms < 1500, f"{row.payload}: {row.lateness_ms} ms late"
+    assert overdue.delivered_at - overdue.created_at < timedelta(seconds=5)  # overdue: at once
+
+
+def test_cancelled_message_never_reaches_its_handler(api, make_endpoint, endpoint_name):
+    name = make_endpoint(endpoint_name, handler="celery_task", handler_target="testapp.record_receipt")
+    keep = schedule(api, name, payload={"keep": True}, delay_seconds=3)
+    drop = schedule(api, name, payload={"keep": False}, delay_seconds=3)
+    wait_until(settled([drop], (Status.PUBLISHED,)), 5, message="the message to be in the cascade")
+    assert api.post(f"/api/messages/{drop}/cancel/").json()["status"] == "cancelled"
+    wait_until(settled([keep]), timeout=15, message="the kept message")
+    # the cancelled one comes out of the cascade too, and is dropped there
+    wait_until(lambda: ScheduledMessage.objects.get(id=drop).delivery_count == 1, 10, message="drop seen")
+    wait_until(lambda: Receipt.objects.filter(message_id=keep).exists(), 10, message="kept receipt")
+    assert not Receipt.objects.filter(message_id=drop).exists()
+    dropped = ScheduledMessage.objects.get(id=drop)
+    assert dropped.status == Status.CANCELLED and dropped.delivered_at is None
+
+
+def test_idempotency_key_schedules_once(api, make_endpoint, endpoint_name):
+    name = make_endpoint(endpoint_name, handler="celery_task", handler_target="testapp.record_receipt")
+    ids = {schedule(api, name, payload={"n": 1}, delay_seconds=1, idempotency_key="once") for _ in range(3)}
+    assert len(ids) == 1
+    wait_until(settled(list(ids)), timeout=10)
+    wait_until(lambda: Receipt.objects.count() == 1, 10, message="one receipt")
+
+
+def test_celery_task_handler_runs_exactly_once_per_message(api, make_endpoint, endpoint_name):
+    name = make_endpoint(endpoint_name, handler="celery_task", handler_target="testapp.record_receipt")
+    ids = [schedule(api, name, payload={"n": n}, delay_seconds=n / 4) for n in range(8)]
+    wait_until(settled(ids), timeout=15)
+    wait_until(lambda: Receipt.objects.count() == 8, 10, message="8 receipts")
+    receipts = {r.message_id: r.payload for r in Receipt.objects.all()}
+    assert receipts == {i: {"n": n} for n, i in enumerate(ids)}
+
+
+def test_webhook_handler_posts_signed_json_once_per_message(api, make_endpoint, endpoint_name):
+    with RecordingServer() as server:
+        name = make_endpoint(endpoint_name, handler="webhook", handler_target=server.url,
+                             webhook_secret="a-secret-of-sixteen-or-more")
+        ids = [schedule(api, name, payload={"n": n}, delay_seconds=0.5 + n / 2) for n in range(4)]
+        wait_until(settled(ids), timeout=15)
+    assert sorted(r["headers"]["X-Delay-Message-Id"] for r in server.requests) == sorted(ids)
+    for request in server.requests:
+        digest = hmac.new(b"a-secret-of-sixteen-or-more", request["body"], hashlib.sha256).hexdigest()
+        assert request["headers"]["X-Delay-Signature"] == f"sha256={digest}"
+    assert sorted(b["n"] for b in server.bodies()) == [0, 1, 2, 3]
+
+
+def test_failing_webhook_is_retried_through_the_delivery_exchange(api, make_endpoint, endpoint_name, settings):
+    with RecordingServer(fail_first=1) as server:
+        name = make_endpoint(endpoint_name, handler="webhook", handler_target=server.url)
+        message_id = schedule(api, name, payload={"retry": 1}, delay_seconds=0.5)
+        (row,) = wait_until(settled([message_id]), timeout=20, message="delivered after one retry")
+    assert len(server.requests) == 2 and row.attempts == 1 and row.delivery_count == 1
+    assert "webhook answered 500" in row.last_error
+
+
+def test_scheduled_while_broker_refuses_is_published_by_the_sweeper(make_endpoint, endpoint_name, worker_env):
+    name = make_endpoint(endpoint_name)
+    env = {**worker_env, "BROKER_URL": "amqp://guest:guest@127.0.0.1:1//"}
+    result = subprocess.run(
+        [sys.executable, "manage.py", "schedule_message", name, "--delay", "1.5", "--payload", '{"outbox": 1}'],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "stay pending for the sweeper" in result.stderr
+    message_id = result.stdout.split()[0]
+    assert result.stdout.split()[1] == "pending"
+    (row,) = wait_until(settled([message_id]), timeout=20, message="the sweeper to publish it")
+    assert row.delivered_at >= row.due_at and row.delivery_count == 1
+
+
+def test_unroutable_message_fails_with_a_reason_and_republish_delivers_it(api, make_endpoint, endpoint_name, amqp):
+    name = make_endpoint(endpoint_name)
+    for prefix in ("dp.", "dp.v2."):
+        topology_broker.unbind_endpoint(amqp, prefix, name)
+    message_id = schedule(api, name, delay_seconds=1)
+    (row,) = wait_until(settled([message_id], (Status.FAILED,)), timeout=20, message="marked failed")
+    assert "unroutable: no queue is bound" in row.last_error
+    endpoint_bind(endpoint=Endpoint.objects.get(name=name))
+    assert api.post(f"/api/messages/{message_id}/republish/").json()["status"] == "pending"
+    (row,) = wait_until(settled([message_id]), timeout=15, message="delivered after republish")
+    assert row.delivery_count == 1
+
+
+@pytest.fixture(autouse=True)
+def _show_worker_log_on_failure(request, worker):
+    yield
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed and os.environ.get("CI_SHOW_WORKER_LOG"):
+        print(worker.log_text()[-5000:])

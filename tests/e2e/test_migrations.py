@@ -1,0 +1,147 @@
+"""Moving delayed messages for real, with real workers delivering them: v1 -> v2 (whole and
+interrupted), blue-green transfer between two brokers (two vhosts stand in), and the timeout
+manager with two periodic publishers plus its migration into the cascade."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+from scheduling import broker
+from scheduling.models import ScheduledMessage
+from scheduling.services.delays import level_depths
+from tests.support import ARTIFACTS, ROOT, Worker, wait_until
+from tests.testapp.models import Receipt
+from topology import cascade
+
+pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]
+Status = ScheduledMessage.Status
+MAX_LATE_MS = 1500
+
+
+def create_endpoint(api, name, **body):
+    body = {"name": name, "handler": "celery_task", "handler_target": "testapp.record_receipt", **body}
+    response = api.post("/api/endpoints/", body, format="json")
+    assert response.status_code == 201, response.content
+
+
+def schedule_many(api, name, delays):
+    ids = []
+    for start in range(0, len(delays), 1000):
+        chunk = [{"endpoint": name, "payload": {"d": d}, "delay_seconds": d} for d in delays[start:start + 1000]]
+        response = api.post("/api/messages/bulk/", {"messages": chunk}, format="json")
+        assert response.status_code == 201, response.content
+        ids += [m["id"] for m in response.json()["messages"]]
+    return ids
+
+
+def count(ids, *statuses):
+    return ScheduledMessage.objects.filter(id__in=ids, status__in=statuses).count()
+
+
+def assert_each_delivered_once_on_time(ids, timeout, max_late_ms=MAX_LATE_MS):
+    wait_until(lambda: count(ids, Status.DELIVERED) == len(ids), timeout, 0.5, f"{len(ids)} deliveries")
+    rows = list(ScheduledMessage.objects.filter(id__in=ids))
+    early = [r.id for r in rows if r.delivered_at < r.due_at]
+    late = sorted(r.lateness_ms for r in rows)
+    assert not early, f"{len(early)} delivered early"
+    assert late[-1] <= max_late_ms, f"worst lateness {late[-1]} ms"
+    wait_until(lambda: Receipt.objects.filter(message_id__in=[str(i) for i in ids]).count() == len(ids), 30, 0.5,
+               "one handler receipt per message")
+    duplicates = sum(r.delivery_count - 1 for r in rows)
+    print(f"{len(ids)} delivered once each; worst lateness {late[-1]} ms, p50 {late[len(late) // 2]} ms; "
+          f"{duplicates} duplicate hand-over(s) suppressed")
+    return rows
+
+
+def v1_in_flight(amqp):
+    return sum(level_depths(amqp, cascade.V1).values())
+
+
+def test_migrate_delays_v1_to_v2_delivers_each_message_once_and_on_time(api, platform, worker, endpoint_name, amqp):
+    create_endpoint(api, endpoint_name, topology="v1")
+    rng = random.Random(5)
+    ids = schedule_many(api, endpoint_name, [round(rng.uniform(5, 60), 3) for _ in range(2000)])
+    hours = schedule_many(api, endpoint_name, [3600, 7200, 36_000])
+    wait_until(lambda: count(ids + hours, Status.PUBLISHED) == len(ids) + len(hours), 30, 0.2, "all published")
+    assert v1_in_flight(amqp) >= 2000
+
+    out = StringIO()
+    call_command("migrate_delays", "--from", "v1", "--to", "v2", stdout=out)
+    assert "v1 level queues now hold 0 message(s)" in out.getvalue(), out.getvalue()
+    assert v1_in_flight(amqp) == 0
+    assert ScheduledMessage.objects.filter(id__in=ids + hours, topology__name="v1").count() == 0
+
+    rows = assert_each_delivered_once_on_time(ids, timeout=120)
+    assert all(r.delivery_count == 1 for r in rows)
+    for row in ScheduledMessage.objects.filter(id__in=hours):  # still waiting, now in v2
+        assert row.status == Status.PUBLISHED and row.first_exchange.startswith("dp.v2.delay-level-")
+
+
+def test_killed_migration_run_again_loses_nothing_and_runs_each_handler_once(api, platform, worker, worker_env,
+                                                                            endpoint_name, amqp):
+    create_endpoint(api, endpoint_name, topology="v1")
+    rng = random.Random(9)
+    ids = schedule_many(api, endpoint_name, [round(rng.uniform(8, 30), 3) for _ in range(1500)])
+    wait_until(lambda: count(ids, Status.PUBLISHED) == len(ids), 30, 0.2, "all published")
+    command = [sys.executable, "manage.py", "migrate_delays", "--from", "v1", "--to", "v2", "--batch", "5"]
+    first = subprocess.Popen(command, cwd=ROOT, env=worker_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wait_until(lambda: ScheduledMessage.objects.filter(id__in=ids, topology__name="v2").count() >= 150
+               or first.poll() is not None, 60, 0.02, "the first run to move some")
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    assert first.returncode == -signal.SIGKILL, "the run finished before it could be interrupted"
+    assert v1_in_flight(amqp) > 0, "nothing left to resume"
+    second = subprocess.run(command, cwd=ROOT, env=worker_env, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr
+    assert v1_in_flight(amqp) == 0
+    assert_each_delivered_once_on_time(ids, timeout=90)
+
+
+def test_transfer_delays_to_another_broker(api, platform, worker, worker_env, endpoint_name, amqp):
+    management, green_vhost = broker.management(), f"{broker.vhost()}-green"
+    green_url = f"{worker_env['BROKER_URL']}-green"
+    management.create_vhost(green_vhost)
+    green = Worker(f"green-{os.environ['DP_TEST_RUN_ID']}", {**worker_env, "BROKER_URL": green_url},
+                   ARTIFACTS / f"worker-green-{os.environ['DP_TEST_RUN_ID']}.log", beat=False)
+    try:
+        create_endpoint(api, endpoint_name)
+        rng = random.Random(11)
+        ids = schedule_many(api, endpoint_name, [round(rng.uniform(8, 30), 3) for _ in range(800)])
+        wait_until(lambda: count(ids, Status.PUBLISHED) == len(ids), 30, 0.2, "all published")
+        out = StringIO()
+        call_command("transfer_delays", "--to-broker", green_url, "--version", "v2", stdout=out)
+        assert "v2 level queues now hold 0 message(s)" in out.getvalue(), out.getvalue()
+        assert sum(level_depths(amqp, cascade.V2).values()) == 0
+        green.start()  # the workers of the new broker deliver what was moved
+        assert_each_delivered_once_on_time(ids, timeout=90)
+    finally:
+        green.stop()
+        management.delete_vhost(green_vhost)
+
+
+def test_timeout_manager_with_two_publishers_then_migrated_to_the_cascade(api, platform, worker, worker_env,
+                                                                          endpoint_name):
+    second = Worker(f"second-{os.environ['DP_TEST_RUN_ID']}", worker_env,
+                    ARTIFACTS / f"worker-second-{os.environ['DP_TEST_RUN_ID']}.log", beat=True).start()
+    try:  # two workers, each with beat: two periodic timeout publishers at once
+        create_endpoint(api, endpoint_name, delivery_mode="timeout_manager")
+        rng = random.Random(3)
+        ids = schedule_many(api, endpoint_name, [round(rng.uniform(2, 10), 3) for _ in range(1000)])
+        # the timeout manager polls every second: a generous bound, never early, once each
+        rows = assert_each_delivered_once_on_time(ids, timeout=60, max_late_ms=5000)
+        assert all(r.first_exchange == "" and r.delivery_count == 1 for r in rows)  # straight to the queue
+
+        waiting = schedule_many(api, endpoint_name, [round(rng.uniform(15, 25), 3) for _ in range(300)])
+        out = StringIO()
+        call_command("migrate_timeouts", "--to", "v2", stdout=out)
+        assert "moved 300 timeout(s)" in out.getvalue(), out.getvalue()
+        rows = assert_each_delivered_once_on_time(waiting, timeout=60)
+        assert all(r.first_exchange.startswith("dp.v2.") and r.delivery_count == 1 for r in rows)
+    finally:
+        second.stop()

@@ -1,0 +1,80 @@
+"""Counting what a fault did, from the database of a throwaway platform (bench.harness)."""
+
+from __future__ import annotations
+
+
+
+from tests.support import wait_until
+
+from .conftest import Counts
+
+OUTCOME_SQL = """
+    SELECT m.id::text, m.status, m.delivery_count, m.lateness_ms,
+           (m.delivered_at < m.due_at) AS early,
+           (SELECT count(*) FROM testapp_receipt r WHERE r.message_id = m.id::text) AS receipts,
+           (SELECT count(*) FROM testapp_handlercall c WHERE c.message_id = m.id::text) AS calls
+    FROM scheduling_scheduledmessage m JOIN scheduling_endpoint e ON e.id = m.endpoint_id
+    WHERE e.name = %s
+"""
+
+
+def schedule(p, endpoint: str, delays: list[float], chunk: int = 500) -> list[str]:
+    ids = []
+    for start in range(0, len(delays), chunk):
+        body = {"messages": [{"endpoint": endpoint, "payload": {"n": start + i}, "delay_seconds": d}
+                             for i, d in enumerate(delays[start:start + chunk])]}
+        ids += [m["id"] for m in p.api("POST", "/api/messages/bulk/", json=body)["messages"]]
+    return ids
+
+
+def count_status(p, endpoint: str, *statuses: str) -> int:
+    return p.sql("SELECT count(*) FROM scheduling_scheduledmessage m JOIN scheduling_endpoint e "
+                 "ON e.id = m.endpoint_id WHERE e.name = %s AND m.status = ANY(%s)", endpoint, list(statuses))[0][0]
+
+
+def settle(p, endpoint: str, total: int, timeout: float) -> None:
+    """Wait until every message is delivered, or until nothing changes any more."""
+    try:
+        wait_until(lambda: count_status(p, endpoint, "delivered") >= total, timeout, 1, "deliveries")
+    except AssertionError:
+        pass  # whatever is missing is counted as lost
+
+
+HANDLER = {"handler": "celery_task", "handler_target": "testapp.record_receipt"}
+
+
+def endpoint(p, name: str, **body) -> str:
+    """An endpoint whose handler records a unique receipt (and every call) per message."""
+    p.api("POST", "/api/endpoints/", json={"name": name, **HANDLER, **body})
+    return name
+
+
+def wait_receipts(p, endpoint: str, timeout: float = 30) -> None:
+    """Handler tasks run just after delivery is recorded: give them a moment to finish."""
+    sql = ("SELECT count(*) FROM scheduling_scheduledmessage m JOIN scheduling_endpoint e ON e.id = m.endpoint_id "
+           "WHERE e.name = %s AND m.status = 'delivered' AND NOT EXISTS "
+           "(SELECT 1 FROM testapp_receipt r WHERE r.message_id = m.id::text)")
+    try:
+        wait_until(lambda: p.sql(sql, endpoint)[0][0] == 0, timeout, 0.5, "handler receipts")
+    except AssertionError:
+        pass
+
+
+def outcome(p, endpoint: str, scenario: str, note: str = "") -> Counts:
+    """lost: not delivered, or delivered without the handler's effect (no receipt)."""
+    wait_receipts(p, endpoint)
+    rows = p.sql(OUTCOME_SQL, endpoint)
+    delivered = [r for r in rows if r[1] == "delivered"]
+    lateness = [r[3] for r in delivered if r[3] is not None]
+    return Counts(
+        scenario=scenario,
+        messages=len(rows),
+        lost=sum(1 for r in rows if r[1] != "delivered" or r[5] != 1),
+        duplicates_to_handler=sum(max(0, r[6] - 1) for r in rows),
+        duplicates_suppressed=sum(max(0, r[2] - 1) for r in delivered),
+        early=sum(1 for r in delivered if r[4]),
+        worst_lateness_ms=max(lateness) if lateness else None,
+        note=note,
+    )
+
+

@@ -1,0 +1,43 @@
+"""An endpoint's queue is deleted while its messages are in the cascade: they land in the
+unroutable queue, are marked failed with the reason, nothing stays in a level queue; re-binding
+and republishing delivers them."""
+
+import pytest
+
+from bench.harness import platform
+from scheduling import broker
+from tests.support import wait_until
+from topology import broker as topology_broker
+from topology import cascade
+
+from .conftest import size
+from .faults import count_status, endpoint, outcome, schedule, settle
+
+pytestmark = [pytest.mark.reliability, pytest.mark.broker, pytest.mark.e2e]
+
+
+def test_destination_queue_deleted_then_rebound_and_republished(report, rng):
+    with platform(web_workers=2, settings="delayplatform.settings_test") as p:
+        p.start_worker(concurrency=2)
+        name = endpoint(p, "gone")
+        n = size(500, 200)
+        ids = schedule(p, name, [round(rng.uniform(4, 12), 3) for _ in range(n)])
+        wait_until(lambda: count_status(p, name, "published") == n, 30, 0.2, "all published")
+        with broker.connected(p.env["BROKER_URL"]) as conn:
+            conn.default_channel.queue_delete(name)
+            wait_until(lambda: count_status(p, name, "failed") == n, 60, 0.5, "every message marked failed")
+            with_reason = p.sql("SELECT count(*) FROM scheduling_scheduledmessage WHERE last_error LIKE %s",
+                                "unroutable: no queue is bound for 'gone' on dp.v2.delay-delivery%")[0][0]
+            stuck = sum(topology_broker.queue_depth(conn, cascade.level_name("dp.v2.", level)) or 0
+                        for level in range(28))
+            unroutable = topology_broker.queue_depth(conn, cascade.unroutable_name("dp.v2."))
+        assert with_reason == n
+        assert stuck == 0 and unroutable == 0  # drained, and nothing left in a level
+
+        p.api("POST", f"/api/endpoints/{name}/activate/")  # re-binds the queue
+        for message_id in ids:
+            assert p.api("POST", f"/api/messages/{message_id}/republish/")["status"] == "pending"
+        settle(p, name, n, timeout=60)
+        counts = report(outcome(p, name, "destination queue deleted, then republished",
+                                note="lateness counts from the original due time"))
+    assert counts.lost == 0 and counts.early == 0

@@ -1,0 +1,32 @@
+"""SIGKILL the whole Celery worker three times while deliveries are due: every message is
+delivered, the handler's effect happens once per message (unique receipts), and the duplicate
+hand-overs the kills cause are counted in delivery_count."""
+
+import time
+
+import pytest
+
+from bench.harness import platform
+from tests.support import wait_until
+
+from .conftest import size
+from .faults import count_status, endpoint, outcome, schedule, settle
+
+pytestmark = [pytest.mark.reliability, pytest.mark.broker, pytest.mark.e2e]
+
+
+def test_worker_killed_three_times(report, rng):
+    with platform(web_workers=2, settings="delayplatform.settings_test") as p:
+        worker = p.start_worker(concurrency=2)
+        name = endpoint(p, "killed")
+        n = size(2000, 600)
+        schedule(p, name, [round(rng.uniform(3, 25), 3) for _ in range(n)])
+        wait_until(lambda: count_status(p, name, "published") + count_status(p, name, "delivered") == n, 60, 0.2)
+        for _ in range(3):
+            time.sleep(5)
+            worker.kill()  # SIGKILL the main process and its pool: nothing is cleaned up
+            time.sleep(1)
+            worker.start()
+        settle(p, name, n, timeout=90)
+        counts = report(outcome(p, name, "worker SIGKILLed 3 times"))
+    assert counts.lost == 0 and counts.early == 0  # lost includes "delivered without its receipt"

@@ -1,0 +1,147 @@
+"""The messages list, detail page, schedule form and actions, through the admin's HTTP views."""
+
+import json
+import re
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from scheduling.models import ScheduledMessage, to_epoch_ms
+from scheduling.services.relay import relay_publish
+
+pytestmark = pytest.mark.django_db
+Status = ScheduledMessage.Status
+LIST = reverse("admin:scheduling_scheduledmessage_changelist")
+ADD = reverse("admin:scheduling_scheduledmessage_add")
+
+
+def detail(message) -> str:
+    return reverse("admin:scheduling_scheduledmessage_change", args=[message.pk])
+
+
+def listed_ids(response) -> set[str]:
+    return set(re.findall(r'/scheduledmessage/([0-9a-f-]{36})/change/', response.content.decode()))
+
+
+def test_list_shows_the_columns_and_pages_without_a_query_per_row(admin_client, make_rows,
+                                                                  django_assert_max_num_queries):
+    make_rows(3)
+    with django_assert_max_num_queries(12) as few:
+        admin_client.get(LIST)
+    make_rows(60, status=Status.DELIVERED, delivered_at=timezone.now(), lateness_ms=1234, delivery_count=1)
+    with django_assert_max_num_queries(len(few.captured_queries)):
+        response = admin_client.get(LIST)
+    page = response.content.decode()
+    assert len(listed_ids(response)) == 50 and "63 scheduled messages" in page
+    assert "1,234 ms" in page and "delivered" in page and "?p=2" in page
+
+
+def test_filters_by_status_endpoint_version_and_due_window(admin_client, make_rows, versions, endpoint_name):
+    from scheduling.models import Endpoint
+
+    now = timezone.now()
+    soon = make_rows(1, due_at=now + timedelta(seconds=30))[0]
+    later = make_rows(1, due_at=now + timedelta(days=3), status=Status.PUBLISHED)[0]
+    other = Endpoint.objects.create(name=endpoint_name + "-v1", topology=versions["v1"])
+    on_v1 = make_rows(1, endpoint=other, due_at=now - timedelta(hours=2), status=Status.FAILED)[0]
+    expectations = {
+        "status__exact=published": {later},
+        "due=next-minute": {soon},
+        "due=later": {later},
+        "due=past-day": {on_v1},
+        f"endpoint__id__exact={other.pk}": {on_v1},
+        f"topology__id__exact={versions['v1'].pk}": {on_v1},
+    }
+    day = soon.due_at  # the date hierarchy: every row due on that calendar day (UTC)
+    expectations[f"due_at__year={day.year}&due_at__month={day.month}&due_at__day={day.day}"] = {
+        m for m in (soon, later, on_v1) if m.due_at.date() == day.date()
+    }
+    for query, expected in expectations.items():
+        assert listed_ids(admin_client.get(f"{LIST}?{query}")) == {str(m.pk) for m in expected}, query
+
+
+def test_search_by_id_or_idempotency_key(admin_client, make_rows):
+    first, second = make_rows(2)
+    ScheduledMessage.objects.filter(pk=second.pk).update(idempotency_key="invoice-42")
+    assert listed_ids(admin_client.get(LIST, {"q": str(first.pk)})) == {str(first.pk)}
+    assert listed_ids(admin_client.get(LIST, {"q": " invoice-42 "})) == {str(second.pk)}
+    assert listed_ids(admin_client.get(LIST, {"q": "no-such-key"})) == set()
+
+
+@pytest.mark.broker
+def test_detail_shows_payload_headers_and_path_as_published(admin_client, platform, make_rows, amqp):
+    from scheduling.services import endpoint_bind
+
+    (message,) = make_rows(1, payload={"invoice": 42, "lines": ["a", "b"]}, due_at=timezone.now() + timedelta(seconds=10))
+    endpoint_bind(endpoint=message.endpoint)
+    assert relay_publish(ids=[str(message.pk)]).published == 1
+    message.refresh_from_db()
+    page = admin_client.get(detail(message)).content.decode()
+    assert json.dumps({"invoice": 42, "lines": ["a", "b"]}, indent=2) in page.replace("&quot;", '"')
+    assert message.routing_key in page and message.first_exchange in page
+    assert f"<td>x-dp-published-at-ms</td><td>{to_epoch_ms(message.published_at)}</td>" in page
+    assert f"<td>x-dp-due-at-ms</td><td>{message.due_at_ms}</td>" in page
+    assert "<th>Routing Key Segment</th>" in page and "<td>Delivery Exchange</td>" in page
+    assert f"<code>{message.endpoint.name}</code>" in page and 'value="cancel"' in page
+
+
+def test_detail_of_an_unpublished_message_previews_its_route(admin_client, make_rows):
+    (message,) = make_rows(1, status=Status.CANCELLED, due_at=timezone.now() + timedelta(seconds=100))
+    page = admin_client.get(detail(message)).content.decode()
+    assert "not published (cancelled); if published now" in page
+    assert 'value="cancel"' not in page and 'value="republish"' not in page
+    assert '<div class="readonly">None</div>' not in page  # empty values show as the admin's "-"
+
+
+def test_schedule_form_schedules_through_the_service(admin_client, platform, endpoint_row):
+    response = admin_client.post(ADD, {"endpoint": endpoint_row.name, "payload": '{"a": 1}', "delay_seconds": "2.5",
+                                       "idempotency_key": "k-1"})
+    message = ScheduledMessage.objects.get()
+    assert response.status_code == 302 and response.url == detail(message)
+    assert message.payload == {"a": 1} and message.requested_delay_ms == 2500 and message.idempotency_key == "k-1"
+    deliver_at = (timezone.now() + timedelta(minutes=5)).replace(microsecond=0)
+    admin_client.post(ADD, {"endpoint": endpoint_row.name, "payload": "[1]", "deliver_at": deliver_at.isoformat()})
+    assert ScheduledMessage.objects.filter(payload=[1], due_at=deliver_at).exists()
+
+
+@pytest.mark.parametrize("data,field,text", [
+    ({"payload": "{}", }, "delay_seconds", "give exactly one of a delay or a deliver-at time"),
+    ({"payload": "{}", "delay_seconds": "-1"}, "delay_seconds", "must not be negative"),
+    ({"payload": "{}", "delay_seconds": "300000000"}, "delay_seconds", "maximum delay of 268,435,455 s"),
+    ({"payload": "null", "delay_seconds": "1"}, "payload", "required"),
+    ({"payload": "{oops", "delay_seconds": "1"}, "payload", "Enter a valid JSON"),
+])
+def test_schedule_form_shows_the_services_errors_on_the_field(admin_client, endpoint_row, data, field, text):
+    response = admin_client.post(ADD, {"endpoint": endpoint_row.name, **data})
+    assert response.status_code == 200 and not ScheduledMessage.objects.exists()
+    errors = response.context["adminform"].form.errors
+    assert any(text in error for error in errors.get(field, [])), errors
+
+
+def test_schedule_form_refuses_an_inactive_endpoint(admin_client, endpoint_row):
+    endpoint_row.is_active = False
+    endpoint_row.save()
+    response = admin_client.post(ADD, {"endpoint": endpoint_row.name, "payload": "1", "delay_seconds": "1"})
+    assert "is inactive" in response.context["adminform"].form.errors["endpoint"][0]
+
+
+def test_cancel_action_cancels_pending_and_published_and_reports_the_rest(admin_client, make_rows):
+    pending = make_rows(1)[0]
+    published = make_rows(1, status=Status.PUBLISHED)[0]
+    delivered = make_rows(1, status=Status.DELIVERED)[0]
+    response = admin_client.post(LIST, {"action": "cancel", "_selected_action": [pending.pk, published.pk,
+                                                                                  delivered.pk]}, follow=True)
+    statuses = dict(ScheduledMessage.objects.values_list("pk", "status"))
+    assert statuses == {pending.pk: "cancelled", published.pk: "cancelled", delivered.pk: "delivered"}
+    shown = [str(m) for m in response.context["messages"]]
+    assert "Cancelled: 2" in shown and any("already delivered and cannot be cancelled" in m for m in shown)
+
+
+def test_republish_button_puts_a_failed_message_back_to_pending(admin_client, make_rows):
+    (failed,) = make_rows(1, status=Status.FAILED, attempts=5, last_error="boom")
+    response = admin_client.post(reverse("admin:scheduling_scheduledmessage_action", args=[failed.pk, "republish"]))
+    assert response.status_code == 302 and response.url == detail(failed)
+    failed.refresh_from_db()
+    assert failed.status == Status.PENDING and failed.attempts == 0

@@ -1,0 +1,173 @@
+"""export_deliveries: facts to Parquet per due date, read back by pyarrow and by the Spark job."""
+
+import subprocess
+import sys
+from datetime import date, datetime, timedelta, timezone
+
+import pyarrow.parquet as pq
+import pytest
+from django.core.management import CommandError, call_command
+
+from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.reports import export
+from scheduling.reports.accuracy import FACTS_SCHEMA, read_facts
+from tests.support import ROOT
+
+pytestmark = pytest.mark.django_db
+DAY1, DAY2, DAY3 = date(2026, 11, 18), date(2026, 11, 19), date(2026, 11, 20)
+
+
+def at(day: date, hour: int, ms: int = 0) -> datetime:
+    return datetime(day.year, day.month, day.day, hour, tzinfo=timezone.utc) + timedelta(milliseconds=ms)
+
+
+@pytest.fixture
+def message(versions):
+    endpoints = {}
+
+    def make(due_at: datetime, endpoint="billing", version="v2", **fields) -> ScheduledMessage:
+        if endpoint not in endpoints:
+            endpoints[endpoint] = Endpoint.objects.create(name=endpoint, topology=versions[version])
+        fields.setdefault("requested_delay_ms", 5_000)
+        return ScheduledMessage.objects.create(
+            endpoint=endpoints[endpoint], topology=versions[version], payload={}, due_at=due_at, **fields
+        )
+
+    return make
+
+
+def read_day(out, day: date) -> list[dict]:
+    return pq.read_table(export.partition_dir(out, day) / "part-0.parquet").to_pylist()
+
+
+def test_each_due_date_gets_a_partition_with_the_facts(message, tmp_path):
+    delivered = message(
+        at(DAY1, 23, 999),
+        status="delivered",
+        published_at=at(DAY1, 22),
+        delivered_at=at(DAY1, 23, 1_003),
+        lateness_ms=4,
+        delivery_count=2,
+    )
+    cancelled = message(
+        at(DAY1, 0), endpoint="audit", version="v1", status="cancelled", cancelled_at=at(DAY1, 0),
+        delivery_mode="timeout_manager",
+    )
+    message(at(DAY2, 0), status="published")
+    message(at(DAY3 + timedelta(days=1), 0), status="pending")  # after the range
+
+    result = export.deliveries_export(first_day=DAY1, last_day=DAY3, out_dir=tmp_path)
+
+    assert result.rows_by_day == {DAY1: 2, DAY2: 1, DAY3: 0}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"due_date={d}" for d in (DAY1, DAY2, DAY3)]
+    rows = {row["id"]: row for row in read_day(tmp_path, DAY1)}
+    assert rows[str(delivered.id)] == {
+        "id": str(delivered.id),
+        "endpoint": "billing",
+        "version": "v2",
+        "delivery_mode": "native",
+        "requested_delay_ms": 5_000,
+        "due_at": at(DAY1, 23, 999),
+        "published_at": at(DAY1, 22),
+        "delivered_at": at(DAY1, 23, 1_003),
+        "status": "delivered",
+        "lateness_ms": 4,
+        "delivery_count": 2,
+        "cancelled_at": None,
+    }
+    assert rows[str(cancelled.id)]["status"] == "cancelled" and rows[str(cancelled.id)]["endpoint"] == "audit"
+    assert rows[str(cancelled.id)]["delivery_mode"] == "timeout_manager"  # as recorded on the row
+    assert read_day(tmp_path, DAY3) == []  # an empty day is an empty file, not a missing one
+
+
+def test_re_exporting_a_day_replaces_only_that_day(message, tmp_path):
+    first = message(at(DAY1, 1), status="published")
+    message(at(DAY2, 1), status="published")
+    export.deliveries_export(first_day=DAY1, last_day=DAY2, out_dir=tmp_path)
+    day2_file = export.partition_dir(tmp_path, DAY2) / "part-0.parquet"
+    day2_written = day2_file.stat().st_mtime_ns
+
+    ScheduledMessage.objects.filter(id=first.id).update(
+        status="delivered", delivered_at=at(DAY1, 1), lateness_ms=2
+    )
+    second = message(at(DAY1, 2), status="pending")
+    export.deliveries_export(first_day=DAY1, last_day=DAY1, out_dir=tmp_path)
+
+    assert {(r["id"], r["status"]) for r in read_day(tmp_path, DAY1)} == {
+        (str(first.id), "delivered"),
+        (str(second.id), "pending"),
+    }
+    assert day2_file.stat().st_mtime_ns == day2_written
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left behind
+
+
+def test_the_spark_job_reads_the_export_with_its_schema(message, tmp_path, spark):
+    message(at(DAY1, 3), status="delivered", delivered_at=at(DAY1, 3, 5), lateness_ms=5, delivery_count=1)
+    message(at(DAY1, 4), status="pending")
+    export.deliveries_export(first_day=DAY1, last_day=DAY1, out_dir=tmp_path)
+
+    inferred = spark.read.parquet(str(tmp_path)).schema
+    assert [(f.name, f.dataType) for f in inferred] == [(f.name, f.dataType) for f in FACTS_SCHEMA]
+    facts = read_facts(spark, str(tmp_path), DAY1, DAY1)
+    assert sorted((r.status, r.lateness_ms, r.due_date) for r in facts.collect()) == [
+        ("delivered", 5, DAY1),
+        ("pending", None, DAY1),
+    ]
+
+
+def test_copy_and_cursor_paths_give_the_same_batches(message):
+    message(
+        at(DAY1, 5), status="delivered", delivered_at=at(DAY1, 5, 7), lateness_ms=7, published_at=at(DAY1, 4)
+    )
+    message(at(DAY1, 6), endpoint="audit", version="v1", status="cancelled", cancelled_at=at(DAY1, 1))
+    facts = export.selectors.delivery_facts(since=at(DAY1, 0), until=at(DAY2, 0))
+
+    def by_id(batches):
+        return sorted((row for batch in batches for row in batch.to_pylist()), key=lambda row: row["id"])
+
+    assert by_id(export._copy_batches(facts)) == by_id(export._cursor_batches(facts))
+    assert len(by_id(export._copy_batches(facts))) == 2
+
+
+def test_progress_bar_counts_rows(message, tmp_path, capsys):
+    message(at(DAY1, 7), status="pending")
+    call_command("export_deliveries", "--since", str(DAY1), "--until", str(DAY1), "--out", str(tmp_path))
+    captured = capsys.readouterr()
+    assert "exporting deliveries" in captured.err and "1/1" in captured.err
+    assert "exported 1 rows for 1 day(s)" in captured.out
+
+
+@pytest.mark.parametrize(
+    "args, error",
+    [
+        (["--since", "2026-13-01"], "--since: not a date (YYYY-MM-DD): '2026-13-01'"),
+        (["--since", "2026-11-20", "--until", "yesterday"], "--until: not a date (YYYY-MM-DD): 'yesterday'"),
+        (
+            ["--since", "2026-11-20", "--until", "2026-11-19"],
+            "--until 2026-11-19 is before --since 2026-11-20",
+        ),
+    ],
+)
+def test_bad_dates_are_one_line_errors(args, error, tmp_path):
+    with pytest.raises(CommandError) as raised:
+        call_command("export_deliveries", *args, "--out", str(tmp_path))
+    assert str(raised.value) == error
+
+
+def test_an_unwritable_directory_is_a_one_line_error(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(CommandError, match=r"^cannot write to .*a-file/out: Not a directory$"):
+        call_command("export_deliveries", "--since", "2026-11-20", "--out", str(blocker / "out"))
+
+
+def test_the_command_line_exits_1_without_a_traceback(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "manage.py", "export_deliveries", "--since", "20-11-2026", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip() == "CommandError: --since: not a date (YYYY-MM-DD): '20-11-2026'"

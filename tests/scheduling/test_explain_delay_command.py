@@ -1,0 +1,54 @@
+"""explain_delay prints the seeds' example table and refuses bad input in one line."""
+
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from tests.topology.test_explain import SEED_TABLE
+
+pytestmark = pytest.mark.django_db
+
+
+def run(*args) -> str:
+    out = StringIO()
+    call_command("explain_delay", *args, stdout=out)
+    return out.getvalue()
+
+
+def table_rows(text: str) -> list[tuple[str, ...]]:
+    lines = [line for line in text.splitlines() if line.startswith("|")][2:]
+    return [tuple(cell.strip() for cell in line.strip("|").split("|")) for line in lines]
+
+
+def test_four_levels_reproduce_the_seed_example():
+    text = run("10", "destination", "--levels", "4")
+    assert table_rows(text) == SEED_TABLE
+    assert "published to dp.v2.delay-level-03 with routing key 1.0.1.0.destination" in text
+
+
+def test_28_levels_and_v1_names():
+    text = run("10", "destination", "--version", "v1")
+    assert "published to dp.delay-level-03 with routing key " + "0." * 24 + "1.0.1.0.destination" in text
+    assert [row[0] for row in table_rows(text)] == ["Level 03", "Level 02", "Level 01", "Level 00", "Delivery Exchange"]
+
+
+def test_fraction_is_explained_as_held_by_the_consumer():
+    text = run("2.5", "billing")
+    assert [row[0] for row in table_rows(text)] == ["Level 01", "Level 00", "Delivery Exchange"]
+    assert "remaining 0.5s is held by the consumer" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("268435456", "x"), "over the maximum of 268435455"),
+        (("-1", "x"), "must not be negative"),
+        (("ten", "x"), "SECONDS must be a number"),
+        (("5", "a.b"), "letters, digits"),
+        (("5", "x", "--levels", "0"), "levels must be"),
+    ],
+)
+def test_bad_input_is_one_clear_error(args, message):
+    with pytest.raises(CommandError, match=message):
+        run(*args)

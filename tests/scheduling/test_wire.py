@@ -1,0 +1,114 @@
+"""How a row is put on the wire: whole seconds through the cascade (minus the arrival margin),
+an ordinary Celery task message with eta = due time, and the x-dp headers."""
+
+import json
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from scheduling import wire
+from scheduling.models import Endpoint, ScheduledMessage, TopologyVersion, to_epoch_ms
+from topology import cascade
+
+V2 = cascade.V2
+NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=timezone.utc)
+NOW_MS = to_epoch_ms(NOW)
+
+
+@pytest.mark.parametrize(
+    ("remaining_ms", "seconds"),
+    [(0, 0), (-5000, 0), (250, 0), (1249, 0), (1250, 1), (10_000, 9), (10_250, 10), (10_251, 10)],
+)
+def test_cascade_carries_whole_seconds_minus_the_margin(settings, remaining_ms, seconds):
+    settings.DELAY_ARRIVAL_MARGIN_MS = 250
+    assert wire.cascade_seconds(NOW_MS + remaining_ms, NOW_MS, V2) == seconds
+
+
+def test_cascade_seconds_never_exceed_the_maximum(settings):
+    settings.DELAY_ARRIVAL_MARGIN_MS = 0
+    assert wire.cascade_seconds(NOW_MS + 10**15, NOW_MS, V2) == V2.max_delay
+
+
+def test_outgoing_is_a_celery_task_message_through_the_cascade(settings):
+    settings.DELAY_ARRIVAL_MARGIN_MS = 250
+    endpoint = Endpoint(name="billing", topology=TopologyVersion(name="v2", prefix="dp.v2.", levels=28))
+    message = ScheduledMessage(id=uuid.uuid4(), endpoint=endpoint, payload={"a": 1},
+                               due_at=NOW + timedelta(seconds=10, milliseconds=500), requested_delay_ms=10_500)
+    out, route = wire.outgoing(message, V2, NOW)
+    assert route.delay_seconds == 10
+    assert out.exchange == "dp.v2.delay-level-03"
+    assert out.routing_key == "0." * 24 + "1.0.1.0.billing"
+    assert out.headers["task"] == "scheduling.deliver" and out.headers["id"] == str(message.id)
+    assert out.headers["eta"] == "2026-11-21T12:00:10.500000+00:00"
+    assert out.headers[wire.H_DUE_AT_MS] == NOW_MS + 10_500
+    assert out.headers[wire.H_VERSION] == "v2" and out.routing_key.endswith(".billing")
+    assert out.headers[wire.H_DELAY_MS] == 10_000 and out.headers[wire.H_PUBLISHED_AT_MS] == NOW_MS
+    args, kwargs, _embed = json.loads(out.body)
+    assert args == [str(message.id)] and kwargs == {}
+    assert out.properties["correlation_id"] == str(message.id)
+    assert out.properties["content_type"] == "application/json"
+
+
+# --- reading messages found in a level queue -----------------------------------------------
+
+KEY_10S = cascade.routing_key(10, "billing")
+
+
+@pytest.mark.parametrize(
+    ("headers", "properties", "key", "due"),
+    [
+        ({wire.H_DUE_AT_MS: 5_000, wire.H_PUBLISHED_AT_MS: 1_000, wire.H_DELAY_MS: 3_000}, {}, KEY_10S, 5_000),
+        ({wire.H_PUBLISHED_AT_MS: 1_000, wire.H_DELAY_MS: 3_000}, {}, KEY_10S, 4_000),  # arrival + delay
+        ({wire.H_PUBLISHED_AT_MS: 1_000}, {}, KEY_10S, 11_000),  # arrival + the key's delay
+        ({}, {"timestamp": datetime(1970, 1, 1, 0, 0, 2, tzinfo=timezone.utc)}, KEY_10S, 12_000),
+        ({}, {"timestamp": 2}, KEY_10S, 12_000),  # AMQP timestamps are seconds
+        ({}, {}, KEY_10S, None),  # no arrival time: poison
+        ({wire.H_DELAY_MS: 3_000}, {}, KEY_10S, None),
+        ({wire.H_PUBLISHED_AT_MS: 1_000}, {}, "not.a.key", None),  # no delay, no destination
+        ({wire.H_DUE_AT_MS: 5_000}, {}, "garbage", None),  # nowhere to send it
+        ({wire.H_DUE_AT_MS: "5000"}, {}, KEY_10S, None),  # wrong type is not trusted
+    ],
+)
+def test_read_found_falls_back_from_due_to_arrival_plus_delay(headers, properties, key, due):
+    assert wire.read_found(headers, properties, key, V2).due_at_ms == due
+
+
+def test_read_found_takes_destination_and_id():
+    found = wire.read_found({wire.H_DUE_AT_MS: 1, wire.H_MESSAGE_ID: "abc"}, {}, KEY_10S, V2)
+    assert (found.destination, found.message_id) == ("billing", "abc")
+
+
+def test_moved_strips_x_death_and_restamps_headers(settings):
+    settings.DELAY_ARRIVAL_MARGIN_MS = 250
+    found = wire.Found(due_at_ms=NOW_MS + 60_000, destination="billing", message_id="m1", published_at_ms=1)
+    headers = {"x-death": [{"queue": "dp.delay-level-05"}], "x-first-death-queue": "q", "task": "scheduling.deliver",
+               "eta": "2026-11-21T12:01:00+00:00", wire.H_VERSION: "v1", wire.H_DUE_AT_MS: NOW_MS + 60_000}
+    out, route = wire.moved(headers, {"correlation_id": "m1", "delivery_mode": 2}, b"body", found, V2, NOW_MS)
+    assert "x-death" not in out.headers and "x-first-death-queue" not in out.headers
+    assert out.headers["task"] == "scheduling.deliver" and out.headers[wire.H_VERSION] == "v2"
+    assert out.headers[wire.H_PUBLISHED_AT_MS] == NOW_MS and out.headers[wire.H_DELAY_MS] == 59_000
+    assert route.delay_seconds == 59 and out.exchange == "dp.v2.delay-level-05"
+    assert out.body == b"body" and out.properties == {"correlation_id": "m1"}
+
+
+def test_overdue_message_moves_straight_to_delivery():
+    found = wire.Found(due_at_ms=NOW_MS - 5, destination="billing", message_id=None, published_at_ms=None)
+    out, route = wire.moved({}, {}, b"", found, V2, NOW_MS)
+    assert route.delay_seconds == 0 and out.exchange == "dp.v2.delay-delivery"
+
+
+def test_a_message_without_eta_is_never_moved_to_arrive_early(settings):
+    """A user's Celery task or a foreign message is not held by its consumer: round up."""
+    settings.DELAY_ARRIVAL_MARGIN_MS = 250
+    found = wire.Found(due_at_ms=NOW_MS + 59_001, destination="celery", message_id=None, published_at_ms=None)
+    _, route = wire.moved({"task": "billing.charge", "eta": None}, {}, b"", found, V2, NOW_MS)
+    assert route.delay_seconds == 60
+
+
+@pytest.mark.parametrize(("remaining_ms", "held", "seconds"),
+                         [(10_001, False, 11), (10_000, False, 10), (1, False, 1), (0, False, 0), (-5, False, 0),
+                          (10_001, True, 9)])
+def test_held_messages_leave_early_others_round_up(settings, remaining_ms, held, seconds):
+    settings.DELAY_ARRIVAL_MARGIN_MS = 250
+    assert wire.cascade_seconds(NOW_MS + remaining_ms, NOW_MS, V2, held) == seconds

@@ -1,0 +1,152 @@
+"""The cascade's pure functions, pinned against the seeds (table-driven)."""
+
+import pytest
+
+from topology import cascade
+from topology.cascade import V1, V2
+
+MAX = 268_435_455
+
+
+@pytest.mark.parametrize(
+    ("delay", "levels", "key", "start"),
+    [
+        (0, 28, "0." * 28 + "dest", None),
+        (1, 28, "0." * 27 + "1.dest", 0),
+        (2, 28, "0." * 26 + "1.0.dest", 1),
+        (10, 4, "1.0.1.0.destination", 3),  # the seeds' example, 4 levels
+        (10, 28, "0." * 24 + "1.0.1.0.destination", 3),  # the seeds' example, 28 levels
+        (MAX - 1, 28, "1." * 27 + "0.dest", 27),
+        (MAX, 28, "1." * 28 + "dest", 27),
+        (15, 4, "1.1.1.1.dest", 3),
+    ],
+)
+def test_routing_key_and_start_level(delay, levels, key, start):
+    destination = key.rsplit(".", 1)[1]
+    assert cascade.routing_key(delay, destination, levels) == key
+    assert cascade.start_level(delay, levels) == start
+    assert cascade.parse_routing_key(key, levels) == (delay, destination)
+
+
+def test_seed_example_full_key_is_the_documented_one():
+    assert (
+        cascade.routing_key(10, "destination")
+        == "0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.1.0.1.0.destination"
+    )
+
+
+@pytest.mark.parametrize(
+    ("delay", "levels", "message"),
+    [
+        (MAX + 1, 28, "over the maximum of 268435455"),
+        (-1, 28, "must not be negative"),
+        (16, 4, "over the maximum of 15"),
+        (1.5, 28, "whole number"),
+        (True, 28, "whole number"),
+    ],
+)
+def test_out_of_range_delays_are_clear_errors(delay, levels, message):
+    with pytest.raises(ValueError, match=message):
+        cascade.routing_key(delay, "dest", levels)
+    with pytest.raises(ValueError, match=message):
+        cascade.start_level(delay, levels)
+
+
+def test_max_delay_is_about_eight_and_a_half_years():
+    assert cascade.max_delay() == MAX == V2.max_delay
+    assert 8.5 == pytest.approx(MAX / (365.25 * 86400), abs=0.01)
+
+
+@pytest.mark.parametrize("bad", ["a.b", "a*", "#", "a b", "", "é", "a/b", "x" * 200])
+def test_destinations_that_would_break_topic_matching_are_refused(bad):
+    with pytest.raises(ValueError, match="destination"):
+        cascade.routing_key(1, bad)
+
+
+@pytest.mark.parametrize("good", ["billing", "Billing-2", "a_b", "x" * 199])
+def test_routing_safe_destinations(good):
+    assert cascade.routing_key(1, good).endswith("." + good)
+    assert len(cascade.routing_key(1, good).encode()) <= 255
+
+
+@pytest.mark.parametrize(
+    ("version", "level", "name"),
+    [(V2, 3, "dp.v2.delay-level-03"), (V1, 27, "dp.delay-level-27"), (V2.with_(prefix="nsb.v2."), 0, "nsb.v2.delay-level-00")],
+)
+def test_level_names_have_two_digits(version, level, name):
+    assert cascade.level_name(version.prefix, level) == name
+
+
+def test_first_exchange_is_highest_set_bit_or_delivery():
+    assert cascade.first_exchange(V2, 10) == "dp.v2.delay-level-03"
+    assert cascade.first_exchange(V2, 1) == "dp.v2.delay-level-00"
+    assert cascade.first_exchange(V2, 0) == "dp.v2.delay-delivery"
+    assert cascade.first_exchange(V1, MAX) == "dp.delay-level-27"
+
+
+@pytest.mark.parametrize("version", [V1, V2, V2.with_(levels=4), V1.with_(prefix="x.", levels=7)])
+def test_plan_invariants_for_every_level(version):
+    plan = cascade.cascade_plan(version)
+    n, p = version.levels, version.prefix
+    queues = {q.name: q for q in plan.queues}
+    exchanges = {e.name: e for e in plan.exchanges}
+    bindings = set(plan.bindings)
+    assert len(plan.queues) == n + 1  # one per level + unroutable
+    assert len(plan.exchanges) == n + 3  # one per level + delivery, ingest, unroutable
+    for level in range(n):
+        name = f"{p}delay-level-{level:02d}"
+        lower = f"{p}delay-level-{level - 1:02d}" if level else f"{p}delay-delivery"
+        assert exchanges[name].type == "topic" and exchanges[name].durable
+        args = queues[name].args
+        assert queues[name].durable
+        assert args["x-message-ttl"] == 2**level * 1000
+        assert args["x-dead-letter-exchange"] == lower
+        wildcards = "*." * (n - 1 - level)
+        assert cascade.Binding(name, name, "queue", wildcards + "1.#") in bindings
+        assert cascade.Binding(name, lower, "exchange", wildcards + "0.#") in bindings
+        assert cascade.Binding(f"{p}delay-ingest", name, "exchange", "0." * (n - 1 - level) + "1.#") in bindings
+    assert cascade.Binding(f"{p}delay-ingest", f"{p}delay-delivery", "exchange", "0." * n + "#") in bindings
+    assert exchanges[f"{p}delay-delivery"].arguments == (("alternate-exchange", f"{p}delay-unroutable"),)
+    assert exchanges[f"{p}delay-unroutable"].type == "fanout"
+    assert cascade.Binding(f"{p}delay-unroutable", f"{p}delay-unroutable", "queue", "") in bindings
+    assert len(bindings) == len(plan.bindings) == 2 * n + (n + 1) + 1
+
+
+def test_versions_differ_only_in_queue_kind_and_dead_lettering():
+    v1 = cascade.cascade_plan(V1).queues[0].args
+    v2 = cascade.cascade_plan(V2).queues[0].args
+    assert v1 == {"x-queue-mode": "lazy", "x-message-ttl": 2**27 * 1000, "x-dead-letter-exchange": "dp.delay-level-26"}
+    assert v2 == {
+        "x-queue-type": "quorum",
+        "x-dead-letter-strategy": "at-least-once",
+        "x-overflow": "reject-publish",
+        "x-message-ttl": 2**27 * 1000,
+        "x-dead-letter-exchange": "dp.v2.delay-level-26",
+    }
+    assert (V1.prefix, V2.prefix) == ("dp.", "dp.v2.")
+
+
+def test_nsb_prefix_reproduces_the_documented_names():
+    plan = cascade.cascade_plan(V2.with_(prefix="nsb.v2."))
+    names = {e.name for e in plan.exchanges}
+    assert {"nsb.v2.delay-level-27", "nsb.v2.delay-level-00", "nsb.v2.delay-delivery"} <= names
+    # the seeds' diagram: level 1 binds with 26 wildcards, level 0 with 27
+    assert cascade.Binding("nsb.v2.delay-level-01", "nsb.v2.delay-level-01", "queue", "*." * 26 + "1.#") in plan.bindings
+    assert cascade.Binding("nsb.v2.delay-level-00", "nsb.v2.delay-delivery", "exchange", "*." * 27 + "0.#") in plan.bindings
+
+
+@pytest.mark.parametrize("delay", [0, 1, 2, 10, 1000, 86_400, MAX - 1, MAX])
+def test_path_spends_exactly_the_delay_in_queues_and_only_goes_down(delay):
+    hops = cascade.path(V2, delay, "dest")
+    assert cascade.path_ttl_ms(hops) == delay * 1000
+    levels = [h.level for h in hops[:-1]]
+    assert levels == sorted(levels, reverse=True) and len(set(levels)) == len(levels)
+    assert hops[-1].exchange == "dp.v2.delay-delivery" and hops[-1].routed_to == "dest"
+
+
+def test_levels_must_be_sane():
+    for bad in (0, 65, "4"):
+        with pytest.raises(ValueError, match="levels"):
+            V2.with_(levels=bad)
+    with pytest.raises(ValueError, match="unknown topology version 'v3'"):
+        cascade.get_version("v3")

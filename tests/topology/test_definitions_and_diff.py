@@ -1,0 +1,40 @@
+"""Definitions export and the verify diff, both pure."""
+
+import json
+
+from topology.cascade import V1, V2, cascade_plan
+from topology.definitions import plan_definitions
+from topology.verify import diff_plan
+
+
+def _listings(plan):
+    d = plan_definitions(plan, "v")
+    return d["exchanges"], d["queues"], d["bindings"]
+
+
+def test_definitions_hold_every_piece_and_are_json():
+    plan = cascade_plan(V2)
+    d = json.loads(json.dumps(plan_definitions(plan, "prod")))
+    assert len(d["exchanges"]) == 31 and len(d["queues"]) == 29 and len(d["bindings"]) == 86
+    q27 = next(q for q in d["queues"] if q["name"] == "dp.v2.delay-level-27")
+    assert q27["arguments"]["x-message-ttl"] == 134217728000 and q27["vhost"] == "prod"
+
+
+def test_complete_listing_has_no_problems():
+    plan = cascade_plan(V1)
+    assert diff_plan(plan, *_listings(plan)) == []
+
+
+def test_each_missing_or_mismatched_piece_is_named():
+    plan = cascade_plan(V2.with_(levels=4))
+    exchanges, queues, bindings = _listings(plan)
+    queues = [q for q in queues if q["name"] != "dp.v2.delay-level-02"]
+    queues[0] = {**queues[0], "arguments": {**queues[0]["arguments"], "x-message-ttl": 1}}
+    bindings = bindings[1:]
+    exchanges = [e for e in exchanges if e["name"] != "dp.v2.delay-ingest"]
+    problems = diff_plan(plan, exchanges, queues, bindings)
+    assert "missing queue dp.v2.delay-level-02" in problems
+    assert "queue dp.v2.delay-level-03: argument x-message-ttl is 1, expected 8000" in problems
+    assert "missing exchange dp.v2.delay-ingest" in problems
+    assert "missing binding dp.v2.delay-level-03 -> queue dp.v2.delay-level-03 with key '1.#'" in problems
+    assert len(problems) == 4

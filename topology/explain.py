@@ -1,0 +1,64 @@
+"""The path of a delay as the seeds' example table (pure; used by explain_delay and the admin)."""
+
+from __future__ import annotations
+
+from .cascade import Hop, Version, delivery_exchange, path, routing_key
+
+HEADERS = ("Exchange", "Routing Key Segment", "Routing Value", "Routed To", "Delay in Queue", "Dead-letter To")
+
+_UNITS = (("years", 365.25 * 86400), ("days", 86400), ("hours", 3600), ("minutes", 60))
+
+
+def format_duration(ms: int) -> str:
+    """``8 seconds``, ``1 second``, ``134217728 seconds (≈ 4.25 years)``."""
+    seconds = ms / 1000
+    number = f"{seconds:.0f}" if seconds == int(seconds) else f"{seconds:.3f}".rstrip("0")
+    whole = f"{number} second{'' if seconds == 1 else 's'}"
+    for unit, size in _UNITS:
+        if seconds >= size:
+            return f"{whole} (≈ {seconds / size:.2f} {unit})"
+    return whole
+
+
+def _label(version: Version, name: str, kind: str) -> str:
+    if name == delivery_exchange(version.prefix):
+        return "Delivery Exchange"
+    level = name.rsplit("-", 1)[-1]
+    return f"Level {level}" + (f" {kind}" if kind else "")
+
+
+def _segment(key: str, index: int) -> str:
+    words = key.split(".")
+    head, word, tail = words[:index], words[index], words[index + 1 :]
+    if index >= len(words) - 1:  # the destination is everything after the bits
+        word = ".".join(words[index:])
+        tail = []
+    return ".".join([*head, f"**{word}**", *tail])
+
+
+def _row(version: Version, key: str, hop: Hop) -> tuple[str, ...]:
+    if hop.level is None:
+        return ("Delivery Exchange", _segment(key, hop.segment_index), f"`{hop.value}`", f"`{hop.routed_to}`", "-", "-")
+    queued = hop.ttl_ms is not None
+    return (
+        _label(version, hop.exchange, ""),
+        _segment(key, hop.segment_index),
+        f"`{hop.value}`",
+        _label(version, hop.routed_to, "Queue" if queued else "Exchange"),
+        format_duration(hop.ttl_ms) if queued else "-",
+        _label(version, hop.dead_letter_to, "Exchange") if queued else "-",
+    )
+
+
+def explain_rows(version: Version, delay: int, destination: str) -> list[tuple[str, ...]]:
+    key = routing_key(delay, destination, version.levels)
+    return [_row(version, key, hop) for hop in path(version, delay, destination)]
+
+
+def markdown_table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows)]
+
+    def line(cells):
+        return "|" + "|".join(f" {str(c).ljust(w)} " for c, w in zip(cells, widths)) + "|"
+
+    return "\n".join([line(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
