@@ -63,17 +63,29 @@ def _legend(series: list[Series], x: int, y: int) -> list[str]:
     return parts
 
 
+PAD = (56, 12, 24, 22)  # left, right, top, bottom
+
+
+def _no_data(series: list[Series], width: int, height: int, title: str) -> str | None:
+    """The whole chart when there is nothing to draw, else None."""
+    if series and series[0].points and any(y is not None for s in series for _, y in s.points):
+        return None
+    return _frame(width, height, title, [f'<text x="{width / 2}" y="{height / 2}" text-anchor="middle">no data</text>'])
+
+
+def _y_max(series: list[Series]) -> float:
+    return _nice_max(max(y for s in series for _, y in s.points if y is not None))
+
+
 def line_chart(series: list[Series], *, title: str, unit: str = "", width: int = 640, height: int = 240) -> str:
     """One line per series over shared x labels (the first series' labels)."""
-    labels = [label for label, _ in series[0].points] if series else []
-    values = [y for s in series for _, y in s.points if y is not None]
-    if not labels or not values:
-        return _frame(width, height, title, [f'<text x="{width / 2}" y="{height / 2}" text-anchor="middle">no data</text>'])
-    pad = (56, 12, 24, 22)
-    left, right, top, bottom = pad
-    y_max = _nice_max(max(values))
+    if empty := _no_data(series, width, height, title):
+        return empty
+    labels = [label for label, _ in series[0].points]
+    left, right, top, bottom = PAD
+    y_max = _y_max(series)
     plot_w, plot_h = width - left - right, height - top - bottom
-    body = _axes(width, height, pad, y_max, unit, labels) + _legend(series, left, 14)
+    body = _axes(width, height, PAD, y_max, unit, labels) + _legend(series, left, 14)
     for i, s in enumerate(series):
         color = PALETTE[i % len(PALETTE)]
         segments, current = [], []
@@ -97,17 +109,15 @@ def line_chart(series: list[Series], *, title: str, unit: str = "", width: int =
 
 def bar_chart(series: list[Series], *, title: str, unit: str = "", width: int = 640, height: int = 240) -> str:
     """Grouped bars: one group per x label, one bar per series."""
-    labels = [label for label, _ in series[0].points] if series else []
-    values = [y for s in series for _, y in s.points if y is not None]
-    if not labels or not values:
-        return _frame(width, height, title, [f'<text x="{width / 2}" y="{height / 2}" text-anchor="middle">no data</text>'])
-    pad = (56, 12, 24, 22)
-    left, right, top, bottom = pad
-    y_max = _nice_max(max(values))
+    if empty := _no_data(series, width, height, title):
+        return empty
+    labels = [label for label, _ in series[0].points]
+    left, right, top, bottom = PAD
+    y_max = _y_max(series)
     plot_w, plot_h = width - left - right, height - top - bottom
     group_w = plot_w / len(labels)
     bar_w = group_w * 0.8 / len(series)
-    body = _axes(width, height, pad, y_max, unit, labels) + _legend(series, left, 14)
+    body = _axes(width, height, PAD, y_max, unit, labels) + _legend(series, left, 14)
     for i, s in enumerate(series):
         color = PALETTE[i % len(PALETTE)]
         for j, (label, y) in enumerate(s.points):
