@@ -40,7 +40,6 @@ def now_ms() -> int:
 class Bench:
     def __init__(self, p, quick: bool):
         self.p, self.quick = p, quick
-        self.celery_worker = None
         self.rng = random.Random(11)
         os.environ.update({k: v for k, v in p.env.items()
                            if k in ("DATABASE_URL", "BROKER_URL", "SECRET_KEY", "DJANGO_SETTINGS_MODULE")})
@@ -126,18 +125,15 @@ class Bench:
         endpoint = self.endpoint("idle")
         celery_ids = []
         with self.plain_celery():
-            return self._lateness_idle(n, ticks, endpoint, celery_ids)
-
-    def _lateness_idle(self, n: int, ticks: int, endpoint: str, celery_ids: list[str]) -> dict:
-        for tick in range(ticks):
-            delays = [round(self.rng.uniform(1, 30), 3) for _ in range(n // ticks)]
-            self.schedule(endpoint, delays, clients=1)
-            for d in delays:
-                celery_ids.append(self.started_at.apply_async(
-                    kwargs={"due_ms": now_ms() + int(d * 1000)}, countdown=d, queue=CELERY_QUEUE).id)
-            time.sleep(0.25)
-        wait_until(lambda: self.count(endpoint, "delivered") >= n, 120, 0.5, "platform deliveries")
-        wait_until(lambda: len(self.celery_lateness(celery_ids)) >= n, 180, 0.5, "Celery countdown tasks")
+            for _ in range(ticks):
+                delays = [round(self.rng.uniform(1, 30), 3) for _ in range(n // ticks)]
+                self.schedule(endpoint, delays, clients=1)
+                for d in delays:
+                    celery_ids.append(self.started_at.apply_async(
+                        kwargs={"due_ms": now_ms() + int(d * 1000)}, countdown=d, queue=CELERY_QUEUE).id)
+                time.sleep(0.25)
+            wait_until(lambda: self.count(endpoint, "delivered") >= n, 120, 0.5, "platform deliveries")
+            wait_until(lambda: len(self.celery_lateness(celery_ids)) >= n, 180, 0.5, "Celery countdown tasks")
         platform_ms, celery_ms = self.lateness(endpoint), self.celery_lateness(celery_ids)
         return {"platform": {**percentiles(platform_ms), "early": sum(x < 0 for x in platform_ms)},
                 "celery": {**percentiles(celery_ms), "early": sum(x < 0 for x in celery_ms)}}
@@ -228,8 +224,8 @@ class Bench:
     def holding_cost(self, platform_worker) -> dict:
         """RSS of the platform worker's process tree before and after n delayed messages of hours
         are in the cascade, against a stock Celery worker holding countdown tasks. A stock worker
-        takes ETA tasks in at only ~10/s once a backlog exists (each intake step waits on a
-        basic.qos increment, see docs/performance.md), so it gets a fixed time and its cost per
+        takes ETA tasks in at only ~10-16/s once a backlog exists (its global prefetch grows by
+        one per held task, once per loop turn: docs/performance.md), so it gets a fixed time and its cost per
         held task is scaled to n."""
         n = 20000 if self.quick else 100000
         before = self.tree_rss_mb(platform_worker)
