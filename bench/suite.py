@@ -225,8 +225,8 @@ class Bench:
         """RSS of the platform worker's process tree before and after n delayed messages of hours
         are in the cascade, against a stock Celery worker holding countdown tasks. A stock worker
         takes ETA tasks in at only ~10-16/s once a backlog exists (its global prefetch grows by
-        one per held task, once per loop turn: docs/performance.md), so it gets a fixed time and its cost per
-        held task is scaled to n."""
+        one per held task, once per loop turn: docs/performance.md), so it gets a fixed time
+        and its cost per held task is scaled to n."""
         n = 20000 if self.quick else 100000
         before = self.tree_rss_mb(platform_worker)
         endpoint = self.endpoint("hold")
