@@ -18,9 +18,9 @@ venv: $(BIN)/.installed
 .env:
 	scripts/make-env.sh
 
-## run: install, start RabbitMQ, migrate SQLite, provision the cascades, serve web + worker
+## run: install, start RabbitMQ and PostgreSQL, migrate, provision the cascades, serve web + worker
 run: venv .env
-	scripts/services.sh rabbitmq
+	scripts/services.sh rabbitmq postgres platform-db
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py collectstatic --noinput -v0
 	$(BIN)/python manage.py provision_delays --version all

@@ -6,9 +6,13 @@ import sys
 
 def main():
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "delayplatform.settings")
+    from django.core.exceptions import ImproperlyConfigured
     from django.core.management import execute_from_command_line
 
-    execute_from_command_line(sys.argv)
+    try:
+        execute_from_command_line(sys.argv)
+    except ImproperlyConfigured as exc:  # a bad setting: one line, not a traceback
+        sys.exit(f"configuration error: {exc}")
 
 
 if __name__ == "__main__":

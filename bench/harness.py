@@ -19,8 +19,9 @@ import requests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from rabbit import Management  # noqa: E402
+
 from tests.support import ARTIFACTS, Worker, wait_until  # noqa: E402
-from topology.management import Management  # noqa: E402
 
 PG = os.environ.get("BENCH_PG", "postgres://postgres:postgres@127.0.0.1:5432")
 AMQP = os.environ.get("BENCH_AMQP", "amqp://guest:guest@127.0.0.1:5672")

@@ -62,10 +62,10 @@ class Bench:
             yield worker
         finally:
             worker.stop(timeout=120)
-            from scheduling import broker
+            from scheduling.conf import broker
 
-            with broker.connected() as conn:
-                conn.default_channel.queue_purge(CELERY_QUEUE)
+            with broker().session() as session:
+                session.purge_queue(CELERY_QUEUE)
 
     def endpoint(self, kind: str) -> str:
         name = f"{kind}-{uuid.uuid4().hex[:6]}"
@@ -151,19 +151,20 @@ class Bench:
     def raw_burst(self, n: int) -> list[float]:
         """A hand-written kombu publisher (128 unconfirmed at most) into the same cascade, and a
         consumer that notes arrival minus due: the broker's own floor for this burst."""
-        from scheduling import broker
-        from topology import broker as topology_broker
+        from rabbit import Outgoing
+        from scheduling.conf import broker
+        from tests.support import bind_endpoint
         from topology import cascade
-        from topology.publisher import Outgoing, publish_confirmed
 
         name, v2 = f"raw-{uuid.uuid4().hex[:6]}", cascade.V2
         seen: list[float] = []
-        with broker.connected() as setup:
-            topology_broker.bind_endpoint(setup, v2.prefix, name)
+        with broker().session() as setup:
+            bind_endpoint(setup, v2.prefix, name)
         done = threading.Event()
 
         def consume():
-            with broker.connected() as conn:
+            with broker().session() as session:
+                conn = session.conn  # kombu itself: the broker's floor, no platform code
                 channel = conn.channel()
                 channel.basic_qos(0, 2000, False)
 
@@ -180,13 +181,13 @@ class Bench:
 
         thread = threading.Thread(target=consume, daemon=True)
         thread.start()
-        with broker.connected() as conn:
+        with broker().session() as session:
             out = []
             for _ in range(n):
                 delay = self.rng.randint(1, 4)
                 out.append(Outgoing(cascade.first_exchange(v2, delay), cascade.routing_key(delay, name, v2.levels),
                                     b"x", {"due": now_ms() + delay * 1000}, {"message_id": uuid.uuid4().hex}))
-            publish_confirmed(conn, out, window=128)
+            session.publish(out, window=128)
         thread.join(120)
         done.set()
         return seen
@@ -201,17 +202,17 @@ class Bench:
         wait_until(lambda: self.count(endpoint, "published") >= n, 300, 0.05, "rows published")
         platform_rate = n / (time.perf_counter() - started)
 
-        from scheduling import broker
+        from rabbit import Outgoing
+        from scheduling.conf import broker
         from topology import cascade
-        from topology.publisher import Outgoing, publish_confirmed
 
         v2 = cascade.V2
-        with broker.connected() as conn:
+        with broker().session() as session:
             out = [Outgoing(cascade.first_exchange(v2, 3600), cascade.routing_key(3600, "nobody-raw", v2.levels),
                             b"x" * 200, {"x-dp-due-at-ms": now_ms()}, {"message_id": uuid.uuid4().hex})
                    for _ in range(n)]
             started = time.perf_counter()
-            publish_confirmed(conn, out, window=1000)
+            session.publish(out, window=1000)
             raw_rate = n / (time.perf_counter() - started)
         started = time.perf_counter()
         for _ in range(n):
@@ -235,9 +236,9 @@ class Bench:
         time.sleep(5)
         platform_delta = self.tree_rss_mb(platform_worker) - before
 
-        from scheduling import broker
+        from scheduling.conf import broker
 
-        management = broker.management()
+        management = broker().management
         with self.plain_celery() as celery_worker:
             time.sleep(2)
             celery_before = self.tree_rss_mb(celery_worker)
@@ -247,7 +248,7 @@ class Bench:
             budget = 60 if self.quick else 90
 
             def held() -> int:
-                return (management.queue(broker.vhost(), CELERY_QUEUE) or {}).get("messages_unacknowledged", 0)
+                return (management.queue(broker().vhost, CELERY_QUEUE) or {}).get("messages_unacknowledged", 0)
 
             while held() < n and time.monotonic() - sent < budget:
                 time.sleep(5)

@@ -11,6 +11,8 @@ from django.core.exceptions import ImproperlyConfigured
 from dotenv import load_dotenv
 from kombu import Exchange, Queue
 
+from scheduling import task_names
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 load_dotenv(os.environ.get("ENV_FILE", BASE_DIR / ".env"), override=False)
 
@@ -24,6 +26,15 @@ def env_bool(name: str, default: bool = False) -> bool:
 
 def env_list(name: str, default: str) -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def env_number(name: str, default: str, kind: type = int):
+    """An int or float from the environment; a value that is not one stops start-up with one line."""
+    value = os.environ.get(name) or default
+    try:
+        return kind(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a {'whole ' if kind is int else ''}number, not {value!r}") from None
 
 
 DEBUG = env_bool("DEBUG")
@@ -82,19 +93,18 @@ TEMPLATES = [
 
 WSGI_APPLICATION = "delayplatform.wsgi.application"
 
+# PostgreSQL only: the relay and the timeout manager rely on SELECT ... FOR UPDATE SKIP LOCKED,
+# bulk writes on COPY and UPDATE ... FROM (VALUES ...), the dashboard on percentile_disc.
 DATABASES = {
     "default": dj_database_url.config(
-        default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
-        conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "60")),
+        default="postgres://postgres:postgres@127.0.0.1:5432/delayplatform",
+        conn_max_age=env_number("DB_CONN_MAX_AGE", "60"),
         conn_health_checks=True,
     )
 }
-
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # make run's default: web, worker and beat write at once. Wait for locks instead of failing,
-    # and take the write lock at BEGIN so two writers cannot deadlock upgrading a read lock.
-    DATABASES["default"].setdefault("OPTIONS", {}).update(
-        {"timeout": 20, "transaction_mode": "IMMEDIATE", "init_command": "PRAGMA journal_mode=WAL;"}
+if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+    raise ImproperlyConfigured(
+        f"DATABASE_URL must name a PostgreSQL database (postgres://...), not {DATABASES['default']['ENGINE']}"
     )
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -135,8 +145,8 @@ LOGGING = {
 BROKER_URL = os.environ.get("BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//")
 RABBITMQ_MANAGEMENT_URL = os.environ.get("RABBITMQ_MANAGEMENT_URL", "")  # derived when empty
 
-# Which cascade new endpoints use unless they say otherwise.
-DELAY_DEFAULT_VERSION = os.environ.get("DELAY_DEFAULT_VERSION", "v2")
+# Which cascade new endpoints use unless they say otherwise (and commands without --version).
+DELAY_DEFAULT_VERSION = os.environ.get("DELAY_DEFAULT_VERSION") or "v2"
 
 # --- Celery -----------------------------------------------------------------------------------
 
@@ -149,32 +159,35 @@ CELERY_TIMEZONE = "UTC"
 CELERY_ENABLE_UTC = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# Every task that comes out of the cascade goes through the message lifecycle in the worker:
+# recorded delivered; skipped if cancelled or a duplicate (scheduling/worker.py).
+CELERY_TASK_ANNOTATIONS = ["scheduling.worker.ClaimBeforeStart"]
 
 # --- the delay platform -----------------------------------------------------------------------
 
 # The cascade carries whole seconds minus this margin; the worker's timer holds the rest, so a
 # message is never delivered early and hop latency (~1.5 ms per set bit, more under load) is
 # absorbed instead of showing up as lateness.
-DELAY_ARRIVAL_MARGIN_MS = int(os.environ.get("DELAY_ARRIVAL_MARGIN_MS", "250"))
-DELAY_MAX_PAYLOAD_BYTES = 256 * 1024
-DELAY_BULK_MAX = 1000
-DELAY_PUBLISH_WINDOW = int(os.environ.get("DELAY_PUBLISH_WINDOW", "128"))
-DELAY_PUBLISH_BATCH = int(os.environ.get("DELAY_PUBLISH_BATCH", "500"))
-DELAY_SWEEP_SECONDS = float(os.environ.get("DELAY_SWEEP_SECONDS", "2"))
-DELAY_SWEEP_GRACE_SECONDS = float(os.environ.get("DELAY_SWEEP_GRACE_SECONDS", "1"))
-DELAY_HANDLER_MAX_RETRIES = int(os.environ.get("DELAY_HANDLER_MAX_RETRIES", "5"))
-DELAY_HANDLER_BACKOFF_SECONDS = float(os.environ.get("DELAY_HANDLER_BACKOFF_SECONDS", "2"))
-DELAY_WEBHOOK_TIMEOUT_SECONDS = float(os.environ.get("DELAY_WEBHOOK_TIMEOUT_SECONDS", "10"))
-DELAY_CONSUMER_SYNC_SECONDS = float(os.environ.get("DELAY_CONSUMER_SYNC_SECONDS", "5"))
+DELAY_ARRIVAL_MARGIN_MS = env_number("DELAY_ARRIVAL_MARGIN_MS", "250")
+DELAY_MAX_PAYLOAD_BYTES = env_number("DELAY_MAX_PAYLOAD_BYTES", str(256 * 1024))
+DELAY_BULK_MAX = env_number("DELAY_BULK_MAX", "1000")
+DELAY_PUBLISH_WINDOW = env_number("DELAY_PUBLISH_WINDOW", "128")
+DELAY_PUBLISH_BATCH = env_number("DELAY_PUBLISH_BATCH", "500")
+DELAY_SWEEP_SECONDS = env_number("DELAY_SWEEP_SECONDS", "2", float)
+DELAY_SWEEP_GRACE_SECONDS = env_number("DELAY_SWEEP_GRACE_SECONDS", "1", float)
+DELAY_HANDLER_MAX_RETRIES = env_number("DELAY_HANDLER_MAX_RETRIES", "5")
+DELAY_HANDLER_BACKOFF_SECONDS = env_number("DELAY_HANDLER_BACKOFF_SECONDS", "2", float)
+DELAY_WEBHOOK_TIMEOUT_SECONDS = env_number("DELAY_WEBHOOK_TIMEOUT_SECONDS", "10", float)
+DELAY_CONSUMER_SYNC_SECONDS = env_number("DELAY_CONSUMER_SYNC_SECONDS", "5", float)
 # The delivery loop (scheduling/delivery_loop.py): unacked messages it may hold, due messages it
 # records per transaction, and webhook calls it runs at once.
 DELAY_DELIVERY_LOOP = env_bool("DELAY_DELIVERY_LOOP", True)
-DELAY_DELIVERY_PREFETCH = int(os.environ.get("DELAY_DELIVERY_PREFETCH", "20000"))
-DELAY_DELIVERY_BATCH = int(os.environ.get("DELAY_DELIVERY_BATCH", "500"))
-DELAY_WEBHOOK_CONCURRENCY = int(os.environ.get("DELAY_WEBHOOK_CONCURRENCY", "8"))
-DELAY_RELAY_QUEUE = "dp.relay"
+DELAY_DELIVERY_PREFETCH = env_number("DELAY_DELIVERY_PREFETCH", "20000")
+DELAY_DELIVERY_BATCH = env_number("DELAY_DELIVERY_BATCH", "500")
+DELAY_WEBHOOK_CONCURRENCY = env_number("DELAY_WEBHOOK_CONCURRENCY", "8")
+DELAY_RELAY_QUEUE = os.environ.get("DELAY_RELAY_QUEUE") or "dp.relay"
 # The timeout manager publishes rows due within this window (beat runs it every second).
-DELAY_TIMEOUTS_LOOKAHEAD_MS = int(os.environ.get("DELAY_TIMEOUTS_LOOKAHEAD_MS", "1500"))
+DELAY_TIMEOUTS_LOOKAHEAD_MS = env_number("DELAY_TIMEOUTS_LOOKAHEAD_MS", "1500")
 
 CELERY_TASK_QUEUES = [
     Queue("celery", Exchange("celery", type="direct"), routing_key="celery"),
@@ -183,17 +196,17 @@ CELERY_TASK_QUEUES = [
 CELERY_TASK_ROUTES = {"scheduling.relay.*": {"queue": DELAY_RELAY_QUEUE}}
 CELERY_BEAT_SCHEDULE = {
     "sweep-pending-messages": {
-        "task": "scheduling.relay.sweep",
+        "task": task_names.RELAY_SWEEP,
         "schedule": DELAY_SWEEP_SECONDS,
         "options": {"expires": 10 * DELAY_SWEEP_SECONDS},
     },
     "publish-due-timeouts": {
-        "task": "scheduling.relay.timeouts",
+        "task": task_names.RELAY_TIMEOUTS,
         "schedule": 1.0,
         "options": {"expires": 5},
     },
     "drain-unroutable": {
-        "task": "scheduling.relay.drain_unroutable",
+        "task": task_names.DRAIN_UNROUTABLE,
         "schedule": 5.0,
         "options": {"expires": 30},
     },
@@ -210,7 +223,7 @@ SPARK_MASTER = os.environ.get("SPARK_MASTER", "local[*]")
 # spark-submit instead, e.g. "spark-submit --master yarn --deploy-mode client --driver-memory 4g".
 ACCURACY_SPARK_SUBMIT = os.environ.get("ACCURACY_SPARK_SUBMIT", "")
 # An undelivered, uncancelled, unfailed message counts as lost this long after it was due.
-ACCURACY_LOST_AFTER_SECONDS = float(os.environ.get("ACCURACY_LOST_AFTER_SECONDS", "600"))
+ACCURACY_LOST_AFTER_SECONDS = env_number("ACCURACY_LOST_AFTER_SECONDS", "600", float)
 # When beat runs the nightly report of the previous day (UTC, HH:MM); "off" disables it.
 ACCURACY_REPORT_AT = os.environ.get("ACCURACY_REPORT_AT", "02:30").strip()
 if ACCURACY_REPORT_AT.lower() != "off":
@@ -222,7 +235,7 @@ if ACCURACY_REPORT_AT.lower() != "off":
             f"ACCURACY_REPORT_AT must be HH:MM (UTC) or off, not {ACCURACY_REPORT_AT!r}"
         ) from None
     CELERY_BEAT_SCHEDULE["accuracy-report-nightly"] = {
-        "task": "scheduling.reports.accuracy_nightly",
+        "task": task_names.ACCURACY_NIGHTLY,
         "schedule": _nightly,
         "options": {"expires": 6 * 3600},  # a beat that was down all night does not pile up runs
     }
@@ -256,7 +269,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"max_retries": 2, "interval_start": 0, "inter
 # Celery's Django fixup closes the database connection before and after every task unless this
 # is set; reconnecting cost ~7 ms of every delivery's lateness. Reuse it for this many tasks
 # (Django's CONN_MAX_AGE and health checks still apply).
-CELERY_DB_REUSE_MAX = int(os.environ.get("CELERY_DB_REUSE_MAX", "1000"))
+CELERY_DB_REUSE_MAX = env_number("CELERY_DB_REUSE_MAX", "1000")
 
 # Celery tasks with base DelayedTask: a countdown/eta closer than this keeps Celery's own path.
-DELAY_CELERY_THRESHOLD_SECONDS = float(os.environ.get("DELAY_CELERY_THRESHOLD_SECONDS", "0"))
+DELAY_CELERY_THRESHOLD_SECONDS = env_number("DELAY_CELERY_THRESHOLD_SECONDS", "0", float)

@@ -18,21 +18,18 @@ up to ~1 s after it is due, never before.
 
 from __future__ import annotations
 
-import logging
 from datetime import datetime, timedelta
 
 from celery import Task
 from celery.utils import uuid as celery_uuid
-from django.conf import settings
 from django.utils import timezone
 from kombu import Connection
 from kombu.serialization import dumps as kombu_dumps
 from kombu.utils.json import dumps as json_dumps
 from kombu.utils.json import loads as json_loads
 
-from . import wire
+from .conf import conf
 
-log = logging.getLogger(__name__)
 _PROPERTIES = ("correlation_id", "reply_to", "priority")
 
 
@@ -40,7 +37,7 @@ class _CapturingProducer:
     """Stands in for kombu's Producer: Celery hands it the finished message instead of sending."""
 
     def __init__(self):
-        self.connection = Connection(settings.BROKER_URL)  # never connected: used for error mapping
+        self.connection = Connection(conf().broker_url)  # never connected: used for error mapping
         self.sent = None
 
     def publish(self, body, **kwargs):
@@ -106,13 +103,13 @@ def cancel_task(task_id: str) -> int:
 
 class DelayedTask(Task):
     """A Task whose ``apply_async(countdown=...)``/``eta=...`` goes through the cascade (delays
-    below ``DELAY_CELERY_THRESHOLD_SECONDS`` keep Celery's own path), and which, when it comes
-    out of the cascade, records its delivery and skips itself if cancelled or already run."""
+    up to ``DELAY_CELERY_THRESHOLD_SECONDS`` keep Celery's own path). When it comes out of the
+    cascade it is recorded and skipped if cancelled, like any task (scheduling.worker)."""
 
     def apply_async(self, args=None, kwargs=None, task_id=None, producer=None, link=None, link_error=None,
                     shadow=None, **options):
         due = _due_at(options.get("countdown"), options.get("eta"))
-        threshold = timedelta(seconds=settings.DELAY_CELERY_THRESHOLD_SECONDS)
+        threshold = timedelta(seconds=conf().celery_threshold_seconds)
         if (
             due is not None
             and producer is None
@@ -125,14 +122,3 @@ class DelayedTask(Task):
                                  shadow=shadow, eta=due, **options)
         return super().apply_async(args, kwargs, task_id=task_id, producer=producer, link=link,
                                    link_error=link_error, shadow=shadow, **options)
-
-    def __call__(self, *args, **kwargs):
-        message_id = self.request.get(wire.H_MESSAGE_ID)
-        if message_id and not self.request.is_eager:
-            from .services.celery_tasks import celery_task_claim
-
-            redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
-            if not celery_task_claim(message_id=message_id, redelivered=redelivered):
-                log.info("task %s[%s] skipped: cancelled or already run", self.name, self.request.id)
-                return None
-        return super().__call__(*args, **kwargs)

@@ -77,15 +77,35 @@ def _y_max(series: list[Series]) -> float:
     return _nice_max(max(y for s in series for _, y in s.points if y is not None))
 
 
+@dataclass(frozen=True)
+class _Plot:
+    """Where a chart's data goes: the x labels, the plot area inside the padding, the y scale."""
+
+    labels: list[str]
+    left: float
+    top: float
+    width: float
+    height: float
+    y_max: float
+
+    def y(self, value: float) -> float:
+        """The height of a value in the plot area (capped at the top)."""
+        return self.height * min(value, self.y_max) / self.y_max
+
+
+def _plot(series: list[Series], width: int, height: int, unit: str) -> tuple[_Plot, list[str]]:
+    """The plot area and the chart's body so far: axes and legend."""
+    labels = [label for label, _ in series[0].points]
+    left, right, top, bottom = PAD
+    plot = _Plot(labels, left, top, width - left - right, height - top - bottom, _y_max(series))
+    return plot, _axes(width, height, PAD, plot.y_max, unit, labels) + _legend(series, left, 14)
+
+
 def line_chart(series: list[Series], *, title: str, unit: str = "", width: int = 640, height: int = 240) -> str:
     """One line per series over shared x labels (the first series' labels)."""
     if empty := _no_data(series, width, height, title):
         return empty
-    labels = [label for label, _ in series[0].points]
-    left, right, top, bottom = PAD
-    y_max = _y_max(series)
-    plot_w, plot_h = width - left - right, height - top - bottom
-    body = _axes(width, height, PAD, y_max, unit, labels) + _legend(series, left, 14)
+    plot, body = _plot(series, width, height, unit)
     for i, s in enumerate(series):
         color = PALETTE[i % len(PALETTE)]
         segments, current = [], []
@@ -95,8 +115,8 @@ def line_chart(series: list[Series], *, title: str, unit: str = "", width: int =
                     segments.append(current)
                 current = []
                 continue
-            x = left + plot_w * (j + 0.5) / len(labels)
-            current.append(f"{x:.1f},{top + plot_h - plot_h * min(y, y_max) / y_max:.1f}")
+            x = plot.left + plot.width * (j + 0.5) / len(plot.labels)
+            current.append(f"{x:.1f},{plot.top + plot.height - plot.y(y):.1f}")
         if current:
             segments.append(current)
         for segment in segments:
@@ -111,22 +131,18 @@ def bar_chart(series: list[Series], *, title: str, unit: str = "", width: int = 
     """Grouped bars: one group per x label, one bar per series."""
     if empty := _no_data(series, width, height, title):
         return empty
-    labels = [label for label, _ in series[0].points]
-    left, right, top, bottom = PAD
-    y_max = _y_max(series)
-    plot_w, plot_h = width - left - right, height - top - bottom
-    group_w = plot_w / len(labels)
+    plot, body = _plot(series, width, height, unit)
+    group_w = plot.width / len(plot.labels)
     bar_w = group_w * 0.8 / len(series)
-    body = _axes(width, height, PAD, y_max, unit, labels) + _legend(series, left, 14)
     for i, s in enumerate(series):
         color = PALETTE[i % len(PALETTE)]
         for j, (label, y) in enumerate(s.points):
             if y is None:
                 continue
-            h = plot_h * min(y, y_max) / y_max
-            x = left + group_w * j + group_w * 0.1 + bar_w * i
+            h = plot.y(y)
+            x = plot.left + group_w * j + group_w * 0.1 + bar_w * i
             body.append(
-                f'<rect x="{x:.1f}" y="{top + plot_h - h:.1f}" width="{bar_w:.1f}" height="{h:.1f}" fill="{color}">'
-                f"<title>{escape(s.name)} {escape(str(label))}: {y:g}{escape(unit)}</title></rect>"
+                f'<rect x="{x:.1f}" y="{plot.top + plot.height - h:.1f}" width="{bar_w:.1f}" height="{h:.1f}" '
+                f'fill="{color}"><title>{escape(s.name)} {escape(str(label))}: {y:g}{escape(unit)}</title></rect>'
             )
     return _frame(width, height, title, body)

@@ -8,8 +8,8 @@ import json
 
 import requests
 from celery import current_app
-from django.conf import settings
 
+from .conf import conf
 from .models import Endpoint, ScheduledMessage
 
 SIGNATURE_HEADER = "X-Delay-Signature"
@@ -37,7 +37,7 @@ def post_webhook(message: ScheduledMessage) -> None:
             "X-Delay-Due-At": message.due_at.isoformat(),
             "X-Delay-Attempt": str(message.attempts + 1),
         },
-        timeout=settings.DELAY_WEBHOOK_TIMEOUT_SECONDS,
+        timeout=conf().webhook_timeout_seconds,
         allow_redirects=False,
     )
     if not 200 <= response.status_code < 300:

@@ -1,8 +1,6 @@
 """The platform's data. Models hold data and their invariants; writes live in services."""
 
 import uuid
-from datetime import datetime, timedelta
-from datetime import timezone as dt_timezone
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator, URLValidator
@@ -11,9 +9,13 @@ from django.utils import timezone
 
 from topology import cascade
 
+from .clock import to_epoch_ms
+from .lifecycle import Status
+
 
 class TopologyVersion(models.Model):
-    """One generation of the cascade as this platform provisions it (v1, v2)."""
+    """One generation of the cascade as this platform provisions it (v1, v2). Which one new
+    endpoints use is the setting DELAY_DEFAULT_VERSION."""
 
     class QueueKind(models.TextChoices):
         CLASSIC_LAZY = "classic-lazy", "classic, lazy"
@@ -25,18 +27,12 @@ class TopologyVersion(models.Model):
         default=cascade.DEFAULT_LEVELS, validators=[MinValueValidator(1), MaxValueValidator(64)]
     )
     queue_kind = models.CharField(max_length=16, choices=QueueKind.choices)
-    is_default = models.BooleanField(default=False)
     provisioned_at = models.DateTimeField(null=True, blank=True)
     verified_at = models.DateTimeField(null=True, blank=True)
     verify_problems = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["name"]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["is_default"], condition=models.Q(is_default=True), name="one_default_version"
-            )
-        ]
         permissions = [("provision_topologyversion", "Can provision and verify cascades")]
 
     def __str__(self) -> str:
@@ -47,8 +43,8 @@ class TopologyVersion(models.Model):
         return cascade.get_version(self.name).with_(prefix=self.prefix, levels=self.levels)
 
     @property
-    def max_delay_seconds(self) -> int:
-        return cascade.max_delay(self.levels)
+    def max_delay_ms(self) -> int:
+        return self.cascade.max_delay_ms
 
 
 endpoint_name_validator = RegexValidator(
@@ -110,14 +106,15 @@ class Endpoint(models.Model):
 
 
 class ScheduledMessageQuerySet(models.QuerySet):
+    """Bulk writes in one PostgreSQL statement each. They write what they are given: which
+    statuses and fields a change means is the lifecycle's (scheduling/lifecycle.py) and the
+    services' business."""
+
     def insert_many(self, rows: list["ScheduledMessage"]) -> None:
-        """Insert new, fully built rows (every value set, as the scheduling service does). On
-        PostgreSQL through COPY: bulk_create adapts ~19 parameters per row in Python and cost
-        ~0.17 ms a row, most of a bulk API call. Errors become Django's (IntegrityError)."""
+        """Insert new, fully built rows (every value set, as the scheduling service does) through
+        COPY: bulk_create adapts ~19 parameters per row in Python and cost ~0.17 ms a row, most of
+        a bulk API call. Errors become Django's (IntegrityError)."""
         if not rows:
-            return
-        if connection.vendor != "postgresql":
-            self.bulk_create(rows)
             return
         fields = self.model._meta.concrete_fields
         columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
@@ -136,13 +133,9 @@ class ScheduledMessageQuerySet(models.QuerySet):
     DELIVERY_FIELDS = ("status", "delivered_at", "lateness_ms", "delivery_count", "attempts", "last_error")
 
     def save_delivery_state(self, rows: list["ScheduledMessage"]) -> None:
-        """Write what the delivery path changed on a batch of locked rows, in one statement on
-        PostgreSQL (UPDATE ... FROM (VALUES ...)); one UPDATE a row elsewhere."""
+        """Write what the delivery path changed on a batch of locked rows, in one statement
+        (UPDATE ... FROM (VALUES ...))."""
         if not rows:
-            return
-        if connection.vendor != "postgresql":
-            for row in rows:
-                row.save(update_fields=list(self.DELIVERY_FIELDS))
             return
         table = self.model._meta.db_table
         values = ", ".join(["(%s::uuid, %s, %s::timestamptz, %s::bigint, %s::integer, %s::integer, %s)"] * len(rows))
@@ -156,23 +149,14 @@ class ScheduledMessageQuerySet(models.QuerySet):
                 params,
             )
 
-    def mark_published(self, rows: list["ScheduledMessage"], published_at, topology=None) -> int:
-        """Record a confirmed batch (routing key and first exchange per row) in one statement;
-        rows no longer pending or published (delivered meanwhile) are left alone. Django's
-        bulk_update builds a CASE per row and field and cost ~1.7 ms per row here; on
-        PostgreSQL one UPDATE ... FROM (VALUES ...) does the batch."""
+    def set_published(self, rows: list["ScheduledMessage"], *, status: str, published_at, from_statuses,
+                      topology=None) -> int:
+        """Record a confirmed batch (routing key and first exchange per row) as ``status``, on
+        the rows still in one of ``from_statuses`` (compare-and-set: a row delivered meanwhile is
+        left alone). Django's bulk_update builds a CASE per row and field and cost ~1.7 ms per
+        row here; one UPDATE ... FROM (VALUES ...) does the batch."""
         if not rows:
             return 0
-        live = [ScheduledMessage.Status.PENDING, ScheduledMessage.Status.PUBLISHED]
-        extra = {"topology": topology} if topology is not None else {}
-        if connection.vendor != "postgresql":
-            count = 0
-            for row in rows:
-                count += self.filter(id=row.id, status__in=live).update(
-                    status=ScheduledMessage.Status.PUBLISHED, published_at=published_at, last_error="",
-                    routing_key=row.routing_key, first_exchange=row.first_exchange, **extra,
-                )
-            return count
         table = self.model._meta.db_table
         values = ", ".join(["(%s::uuid, %s, %s)"] * len(rows))
         params = [value for row in rows for value in (row.id, row.routing_key, row.first_exchange)]
@@ -182,9 +166,9 @@ class ScheduledMessageQuerySet(models.QuerySet):
                 f"UPDATE {table} AS m SET status = %s, published_at = %s, last_error = ''{set_topology}, "
                 f"routing_key = v.routing_key, first_exchange = v.first_exchange "
                 f"FROM (VALUES {values}) AS v(id, routing_key, first_exchange) "
-                f"WHERE m.id = v.id AND m.status IN (%s, %s)",
-                [ScheduledMessage.Status.PUBLISHED, published_at,
-                 *([topology.pk] if topology is not None else []), *params, *live],
+                f"WHERE m.id = v.id AND m.status = ANY(%s)",
+                [status, published_at, *([topology.pk] if topology is not None else []), *params,
+                 sorted(from_statuses)],
             )
             return cursor.rowcount
 
@@ -193,12 +177,7 @@ class ScheduledMessage(models.Model):
     """One message to deliver at ``due_at``. The row is the outbox: saved ``pending`` first,
     published by the relay, and marked on arrival by the delivery consumer."""
 
-    class Status(models.TextChoices):
-        PENDING = "pending"
-        PUBLISHED = "published"
-        DELIVERED = "delivered"
-        CANCELLED = "cancelled"
-        FAILED = "failed"
+    Status = Status  # the lifecycle's statuses (scheduling/lifecycle.py)
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     endpoint = models.ForeignKey(Endpoint, on_delete=models.PROTECT, related_name="messages")
@@ -209,7 +188,8 @@ class ScheduledMessage(models.Model):
     payload = models.JSONField()
     due_at = models.DateTimeField(db_index=True)
     requested_delay_ms = models.BigIntegerField()
-    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    status = models.CharField(max_length=16, choices=[(s.value, s.name.title()) for s in Status],
+                              default=Status.PENDING.value)
     routing_key = models.CharField(max_length=255, blank=True)
     first_exchange = models.CharField(max_length=255, blank=True)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
@@ -252,13 +232,6 @@ class ScheduledMessage(models.Model):
     @property
     def due_at_ms(self) -> int:
         return to_epoch_ms(self.due_at)
-
-
-EPOCH = datetime(1970, 1, 1, tzinfo=dt_timezone.utc)
-
-
-def to_epoch_ms(moment: datetime) -> int:
-    return (moment - EPOCH) // timedelta(milliseconds=1)
 
 
 class AccuracyReport(models.Model):

@@ -1,18 +1,15 @@
-"""Reads. Views, admin and commands ask here instead of building querysets themselves."""
+"""Reads of the database. Views, admin and commands ask here instead of building querysets
+themselves. Nothing here talks to the broker (see services/topology.py for its figures)."""
 
-import math
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
-from django.conf import settings
-from django.db import connection
 from django.db.models import Aggregate, Count, F, Max, Q
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
-from topology import cascade, explain
-
-from . import broker, wire
+from .conf import conf
+from .lifecycle import IN_FLIGHT, Status
 from .models import AccuracyReport, Endpoint, ScheduledMessage, TopologyVersion
 
 
@@ -25,18 +22,12 @@ def topology_version_get(name: str) -> TopologyVersion | None:
 
 
 def topology_version_default() -> TopologyVersion | None:
-    return (
-        TopologyVersion.objects.filter(is_default=True).first()
-        or topology_version_get(settings.DELAY_DEFAULT_VERSION)
-    )
+    """The version DELAY_DEFAULT_VERSION names."""
+    return topology_version_get(conf().default_version)
 
 
 def topology_versions_provisioned():
     return TopologyVersion.objects.filter(provisioned_at__isnull=False)
-
-
-def endpoint_get(name: str) -> Endpoint | None:
-    return Endpoint.objects.select_related("topology").filter(name=name).first()
 
 
 def endpoints():
@@ -60,49 +51,17 @@ def messages(*, endpoint: str | None = None, status: str | None = None):
     return qs
 
 
-def message_get(message_id) -> ScheduledMessage | None:
-    return ScheduledMessage.objects.select_related("endpoint", "topology").filter(id=message_id).first()
-
-
 # --- the admin's control room -----------------------------------------------------------------
 
 
 def endpoints_with_message_counts():
     """Endpoints with ``n_<status>`` message counts, in one grouped query."""
-    counts = {
-        f"n_{status}": Count("messages", filter=Q(messages__status=status))
-        for status in ScheduledMessage.Status.values
-    }
+    counts = {f"n_{status}": Count("messages", filter=Q(messages__status=status)) for status in Status}
     return endpoints().annotate(**counts).order_by("name")  # aggregation drops Meta.ordering
-
-
-@dataclass(frozen=True)
-class MessageWire:
-    """How a message travels: what it was (or would now be) published with, and its path."""
-
-    published: bool  # False: a preview of a publish made now
-    exchange: str
-    routing_key: str
-    cascade_seconds: int
-    headers: dict
-    path_rows: list[tuple[str, ...]]
-
-
-def message_wire(message: ScheduledMessage, now: datetime | None = None) -> MessageWire:
-    """Rebuild the publish from the row (``wire.outgoing`` at ``published_at`` gives the same
-    headers and key the relay used). The ``origin`` header names the publishing process, which
-    a rebuild cannot know, so it is left out."""
-    version = message.topology.cascade
-    published = message.published_at is not None and bool(message.routing_key)
-    outgoing, route = wire.outgoing(message, version, message.published_at if published else now or timezone.now())
-    headers = {k: v for k, v in outgoing.headers.items() if k != "origin"}
-    rows = explain.explain_rows(version, route.delay_seconds, message.endpoint.name)
-    return MessageWire(published, route.exchange, route.routing_key, route.delay_seconds, headers, rows)
 
 
 # --- the dashboard ----------------------------------------------------------------------------
 
-IN_FLIGHT = (ScheduledMessage.Status.PENDING, ScheduledMessage.Status.PUBLISHED)
 DUE_WINDOWS = (("next minute", timedelta(minutes=1)), ("next hour", timedelta(hours=1)),
                ("next day", timedelta(days=1)))
 
@@ -117,13 +76,6 @@ class PercentileDisc(Aggregate):
         super().__init__(expression, fraction=repr(float(fraction)), **extra)
 
 
-def nearest_rank(sorted_values: list[int], fraction: float) -> int | None:
-    """The value at rank ceil(p * n) (1-based), as percentile_disc computes it."""
-    if not sorted_values:
-        return None
-    return sorted_values[max(0, math.ceil(fraction * len(sorted_values)) - 1)]
-
-
 @dataclass(frozen=True)
 class Lateness:
     count: int
@@ -132,14 +84,9 @@ class Lateness:
     max_ms: int | None
 
 
-def _lateness_in_python(values: list[int]) -> Lateness:
-    values = sorted(values)
-    return Lateness(len(values), nearest_rank(values, 0.5), nearest_rank(values, 0.99), values[-1] if values else None)
-
-
 def _delivered_since(since: datetime):
     return ScheduledMessage.objects.filter(
-        status=ScheduledMessage.Status.DELIVERED, delivered_at__gte=since, lateness_ms__isnull=False
+        status=Status.DELIVERED, delivered_at__gte=since, lateness_ms__isnull=False
     )
 
 
@@ -152,11 +99,8 @@ _LATENESS = {
 
 
 def lateness_since(since: datetime) -> Lateness:
-    """Lateness of the deliveries since ``since``; computed in the database on PostgreSQL."""
-    qs = _delivered_since(since)
-    if connection.vendor == "postgresql":
-        return Lateness(**qs.aggregate(**_LATENESS))
-    return _lateness_in_python(list(qs.values_list("lateness_ms", flat=True)))
+    """Lateness of the deliveries since ``since``, computed in the database."""
+    return Lateness(**_delivered_since(since).aggregate(**_LATENESS))
 
 
 def lateness_by_hour(now: datetime, hours: int = 24) -> list[tuple[datetime, Lateness]]:
@@ -164,15 +108,8 @@ def lateness_by_hour(now: datetime, hours: int = 24) -> list[tuple[datetime, Lat
     empty, not missing, so a chart's x axis is continuous."""
     end = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
     start = end - timedelta(hours=hours)
-    qs = _delivered_since(start)
-    if connection.vendor == "postgresql":
-        grouped = qs.annotate(hour=TruncHour("delivered_at")).values("hour").annotate(**_LATENESS)
-        by_hour = {row.pop("hour"): Lateness(**row) for row in grouped}
-    else:
-        values: dict[datetime, list[int]] = {}
-        for delivered_at, lateness_ms in qs.values_list("delivered_at", "lateness_ms"):
-            values.setdefault(delivered_at.replace(minute=0, second=0, microsecond=0), []).append(lateness_ms)
-        by_hour = {hour: _lateness_in_python(v) for hour, v in values.items()}
+    grouped = _delivered_since(start).annotate(hour=TruncHour("delivered_at")).values("hour").annotate(**_LATENESS)
+    by_hour = {row.pop("hour"): Lateness(**row) for row in grouped}
     empty = Lateness(0, None, None, None)
     return [(h, by_hour.get(h, empty)) for h in (start + timedelta(hours=i) for i in range(hours))]
 
@@ -197,96 +134,17 @@ def dashboard(now: datetime | None = None) -> Dashboard:
         overdue=Count("id", filter=Q(due_at__lt=now)), **windows
     )
     failures = list(
-        messages(status=ScheduledMessage.Status.FAILED).defer("payload").order_by("-created_at")[:5]
+        messages(status=Status.FAILED).defer("payload").order_by("-created_at")[:5]
     )
     return Dashboard(
         now=now,
-        by_status={status: grouped.get(status, 0) for status in ScheduledMessage.Status.values},
+        by_status={status.value: grouped.get(status, 0) for status in Status},
         overdue=due.pop("overdue"),
         due=[(label, due[f"w{i}"]) for i, (label, _) in enumerate(DUE_WINDOWS)],
         last_hour=lateness_since(now - timedelta(hours=1)),
         recent_failures=failures,
         hourly=lateness_by_hour(now),
     )
-
-
-# --- a cascade's state on the broker ----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LevelDepth:
-    level: int
-    queue: str
-    ttl_ms: int
-    messages: int | None  # None: the queue is missing, or the broker has no statistics yet
-    ready: int | None
-    unacked: int | None
-
-
-@dataclass(frozen=True)
-class EndpointBinding:
-    endpoint: str
-    binding_key: str
-    is_active: bool
-    on_broker: bool
-
-
-@dataclass(frozen=True)
-class InFlight:
-    vhost: str
-    levels: list[LevelDepth]  # highest level first, like the cascade
-    unroutable_queue: str
-    unroutable: int | None
-    delivery_exchange: str
-    bindings: list[EndpointBinding]
-    unknown_bindings: list[str]  # keys on the delivery exchange that no endpoint explains
-
-    @property
-    def in_cascade(self) -> int:
-        return sum(level.messages or 0 for level in self.levels)
-
-
-def topology_in_flight(version: TopologyVersion) -> InFlight:
-    """Queue depths of a version's levels and unroutable queue, and the delivery exchange's
-    endpoint bindings, read from the management API (ManagementUnavailable when it is away).
-    The broker refreshes these statistics every few seconds, so they lag a little."""
-    plan_version, management, vhost = version.cascade, broker.management(), broker.vhost()
-    depths = management.queue_depths(vhost)
-    delivery = cascade.delivery_exchange(version.prefix)
-    bound = {b["routing_key"] for b in management.bindings_from(vhost, delivery) if b["destination_type"] == "queue"}
-
-    def level(number: int) -> LevelDepth:
-        name = cascade.level_name(version.prefix, number)
-        queue = depths.get(name, {})
-        return LevelDepth(number, name, cascade.level_ttl_ms(plan_version, number), queue.get("messages"),
-                          queue.get("messages_ready"), queue.get("messages_unacknowledged"))
-
-    unroutable = cascade.unroutable_name(version.prefix)
-    bindings = [
-        EndpointBinding(name, key, active, key in bound)
-        for name, active in Endpoint.objects.order_by("name").values_list("name", "is_active")
-        for key in [cascade.endpoint_binding_key(name)]
-    ]
-    return InFlight(
-        vhost=vhost,
-        levels=[level(n) for n in range(version.levels - 1, -1, -1)],
-        unroutable_queue=unroutable,
-        unroutable=depths.get(unroutable, {}).get("messages"),
-        delivery_exchange=delivery,
-        bindings=bindings,
-        unknown_bindings=sorted(bound - {b.binding_key for b in bindings}),
-    )
-
-
-def versions_in_flight() -> dict[str, int | None]:
-    """Version name -> messages in its level queues (one management call; None if unknown)."""
-    depths = broker.management().queue_depths(broker.vhost())
-    totals = {}
-    for version in TopologyVersion.objects.all():
-        counts = [depths.get(cascade.level_name(version.prefix, level), {}).get("messages") for level in range(version.levels)]
-        known = [c for c in counts if c is not None]
-        totals[version.name] = sum(known) if known else None
-    return totals
 
 
 # --- the accuracy report's facts -------------------------------------------------------------
@@ -310,10 +168,6 @@ def delivery_facts(*, since: datetime, until: datetime):
 
 REPORT_DIMENSIONS = ("endpoint", "version", "delivery_mode", "delay_bucket")
 ALL = AccuracyReport.ALL
-
-
-def accuracy_reports():
-    return AccuracyReport.objects.all()
 
 
 def accuracy_report_latest_day() -> date | None:

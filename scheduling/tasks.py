@@ -6,45 +6,47 @@ from celery import shared_task
 from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
 
+from . import backoff, task_names
 from .services.delivery import Result, delivery_receive
 from .services.relay import relay_publish, relay_sweep, timeouts_publish_due
 from .services.reports import accuracy_report_run
 from .services.unroutable import unroutable_drain
 
 
-@shared_task(name="scheduling.relay.publish")
+@shared_task(name=task_names.RELAY_PUBLISH)
 def publish_messages(ids: list[str]) -> int:
     return relay_publish(ids=ids).published
 
 
-@shared_task(name="scheduling.relay.sweep")
+@shared_task(name=task_names.RELAY_SWEEP)
 def sweep_pending() -> int:
     return relay_sweep().published
 
 
-@shared_task(name="scheduling.relay.timeouts")
+@shared_task(name=task_names.RELAY_TIMEOUTS)
 def publish_due_timeouts() -> int:
     return timeouts_publish_due().published
 
 
-@shared_task(name="scheduling.relay.drain_unroutable")
+@shared_task(name=task_names.DRAIN_UNROUTABLE)
 def drain_unroutable() -> int:
     return unroutable_drain()
 
 
 @shared_task(
     bind=True,
-    name="scheduling.deliver",
+    name=task_names.DELIVER,
     acks_late=True,  # ack only after the row is committed: a crash redelivers the message
     reject_on_worker_lost=True,  # a killed pool process puts the message back, not acks it
     max_retries=None,
 )
 def deliver(self, message_id: str, attempt: int = 0) -> str:
+    """The fallback for a worker without the delivery loop: one delivery per task."""
     try:
         outcome = delivery_receive(message_id=message_id, attempt=attempt)
     except DatabaseError as exc:  # the database is away: keep the message and try again
         close_old_connections()
-        raise self.retry(exc=exc, countdown=min(2 ** self.request.retries, 30)) from None
+        raise self.retry(exc=exc, countdown=backoff.database(self.request.retries + 1)) from None
     if outcome.result is Result.EARLY:
         raise self.retry(eta=outcome.eta)
     if outcome.result is Result.RETRY:
@@ -54,7 +56,7 @@ def deliver(self, message_id: str, attempt: int = 0) -> str:
     return outcome.result.value
 
 
-@shared_task(name="scheduling.reports.accuracy_nightly")
+@shared_task(name=task_names.ACCURACY_NIGHTLY)
 def accuracy_report_nightly() -> int:
     """Beat runs this at ACCURACY_REPORT_AT: yesterday's (UTC) report."""
     yesterday = timezone.now().date() - timedelta(days=1)

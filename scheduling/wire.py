@@ -1,10 +1,10 @@
-"""What a scheduled message looks like on the wire.
+"""What a scheduled message looks like on the wire: building it, and reading it back. Pure.
 
 Each row travels as an ordinary Celery task message (protocol 2) for ``scheduling.deliver``
-whose ``eta`` is the exact due time. The cascade carries the whole seconds of the remaining
-delay minus a safety margin, so the message reaches its endpoint queue a little *before* it is
-due and the worker's timer holds the rest (< 1 s + margin): never early, and precise to the
-millisecond without a 1 ms cascade (see README, "Precision").
+whose ``eta`` is the exact due time. The cascade carries the whole units (seconds) of the
+remaining delay minus a safety margin, so the message reaches its endpoint queue a little
+*before* it is due and the worker's timer holds the rest (< 1 s + margin): never early, and
+precise to the millisecond without a 1 ms cascade (see README, "Precision").
 
 The ``x-dp-*`` headers let tools (migrate_delays, transfer_delays) recompute the remaining
 delay of a message found in any level queue.
@@ -16,12 +16,11 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from django.conf import settings
+from rabbit import Outgoing, Received
+from topology import cascade, explain
 
-from topology import cascade
-from topology.publisher import Outgoing
-
-from .models import Endpoint, ScheduledMessage, to_epoch_ms
+from .clock import to_epoch_ms
+from .models import Endpoint, ScheduledMessage
 
 DELIVER_TASK = "scheduling.deliver"
 H_MESSAGE_ID = "x-dp-message-id"
@@ -34,36 +33,38 @@ H_PUBLISHED_AT_MS = "x-dp-published-at-ms"
 
 @dataclass(frozen=True)
 class Route:
-    delay_seconds: int  # whole seconds through the cascade
+    delay_units: int  # whole cascade units (seconds) through the cascade
     exchange: str
     routing_key: str
 
 
-def cascade_seconds(due_at_ms: int, now_ms: int, version: cascade.Version, held: bool = True) -> int:
-    """Whole seconds to spend in the cascade. A message whose consumer holds it until its eta
-    (``held``) leaves a little *before* it is due; any other message (a user's Celery task, a
-    foreign message) must not arrive early, so its delay is rounded up."""
-    remaining = due_at_ms - now_ms
+def cascade_units(due_at_ms: int, now_ms: int, version: cascade.Version, *, margin_ms: int,
+                  held: bool = True) -> int:
+    """Whole units to spend in the cascade. A message whose consumer holds it until its eta
+    (``held``) leaves ``margin_ms`` or more *before* it is due; any other message (a user's
+    Celery task, a foreign message) must not arrive early, so its delay is rounded up."""
+    remaining_ms = due_at_ms - now_ms
     if held:
-        seconds = (remaining - settings.DELAY_ARRIVAL_MARGIN_MS) // version.unit_ms
+        units = (remaining_ms - margin_ms) // version.unit_ms
     else:
-        seconds = -(-remaining // version.unit_ms)
-    return min(max(0, seconds), version.max_delay)
+        units = -(-remaining_ms // version.unit_ms)
+    return min(max(0, units), version.max_delay_units)
 
 
-def route(due_at_ms: int, now_ms: int, version: cascade.Version, destination: str, held: bool = True) -> Route:
-    seconds = cascade_seconds(due_at_ms, now_ms, version, held)
+def route(due_at_ms: int, now_ms: int, version: cascade.Version, destination: str, *, margin_ms: int,
+          held: bool = True) -> Route:
+    units = cascade_units(due_at_ms, now_ms, version, margin_ms=margin_ms, held=held)
     return Route(
-        delay_seconds=seconds,
-        exchange=cascade.first_exchange(version, seconds),
-        routing_key=cascade.routing_key(seconds, destination, version.levels),
+        delay_units=units,
+        exchange=cascade.first_exchange(version, units),
+        routing_key=cascade.routing_key(units, destination, version.levels),
     )
 
 
 def direct_route(destination: str) -> Route:
     """Straight into the endpoint's queue through the default exchange: what the timeout
     manager uses, so it works even where no cascade could be provisioned."""
-    return Route(delay_seconds=0, exchange="", routing_key=cascade.check_destination(destination))
+    return Route(delay_units=0, exchange="", routing_key=cascade.check_destination(destination))
 
 
 _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
@@ -83,13 +84,12 @@ def deliver_message(message_id: str, eta: datetime, attempt: int = 0) -> tuple[b
     return body, headers, properties
 
 
-def retry(message, message_id: str, attempt: int, eta: datetime) -> Outgoing:
+def retry(message: Received, message_id: str, attempt: int, eta: datetime) -> Outgoing:
     """The next handler attempt of a delivered message: the same message with ``attempt`` and a
     new eta, back where it came from (the delivery exchange with its key, or the queue)."""
     body, headers, properties = deliver_message(message_id, eta, attempt)
-    kept = {k: v for k, v in (message.headers or {}).items() if k.startswith("x-dp-")}
-    info = message.delivery_info
-    return Outgoing(info.get("exchange", ""), info["routing_key"], body, {**kept, **headers}, properties)
+    kept = {k: v for k, v in message.headers.items() if k.startswith("x-dp-")}
+    return Outgoing(message.exchange, message.routing_key, body, {**kept, **headers}, properties)
 
 
 def _x_dp_headers(message: ScheduledMessage, version: cascade.Version, r: Route, now_ms: int) -> dict:
@@ -97,28 +97,27 @@ def _x_dp_headers(message: ScheduledMessage, version: cascade.Version, r: Route,
         H_MESSAGE_ID: str(message.id),
         H_DUE_AT_MS: message.due_at_ms,
         H_VERSION: version.name,
-        H_DELAY_MS: r.delay_seconds * version.unit_ms,
+        H_DELAY_MS: r.delay_units * version.unit_ms,
         H_PUBLISHED_AT_MS: now_ms,
     }
 
 
-def outgoing(
-    message: ScheduledMessage, version: cascade.Version, now: datetime, direct: bool = False
-) -> tuple[Outgoing, Route]:
+def outgoing(message: ScheduledMessage, version: cascade.Version, now: datetime, *, margin_ms: int,
+             direct: bool = False) -> tuple[Outgoing, Route]:
     """The publish of one row: through the cascade of ``version`` to its endpoint's queue (or,
     ``direct``, straight to the queue)."""
     if message.endpoint.handler == Endpoint.Handler.CELERY_QUEUE:
-        return outgoing_task(message, version, now, direct)
+        return outgoing_task(message, version, now, margin_ms=margin_ms, direct=direct)
     now_ms, due_ms = to_epoch_ms(now), message.due_at_ms
-    r = direct_route(message.endpoint.name) if direct else route(due_ms, now_ms, version, message.endpoint.name)
+    r = (direct_route(message.endpoint.name) if direct
+         else route(due_ms, now_ms, version, message.endpoint.name, margin_ms=margin_ms))
     body, headers, properties = deliver_message(str(message.id), message.due_at)
     headers.update(_x_dp_headers(message, version, r, now_ms))
     return Outgoing(r.exchange, r.routing_key, body, headers, properties), r
 
 
-def outgoing_task(
-    message: ScheduledMessage, version: cascade.Version, now: datetime, direct: bool = False
-) -> tuple[Outgoing, Route]:
+def outgoing_task(message: ScheduledMessage, version: cascade.Version, now: datetime, *, margin_ms: int,
+                  direct: bool = False) -> tuple[Outgoing, Route]:
     """A user's Celery task message, exactly as apply_async built it (scheduling.celery), into
     the task's queue; no eta, so an unmodified worker runs it the moment it arrives."""
     captured = message.payload["celery"]
@@ -126,12 +125,81 @@ def outgoing_task(
     if direct:
         r = direct_route(message.endpoint.name)
     else:
-        r = route(message.due_at_ms, now_ms, version, message.endpoint.name, held=False)
+        r = route(message.due_at_ms, now_ms, version, message.endpoint.name, margin_ms=margin_ms, held=False)
     headers = {**captured["headers"], "eta": None, **_x_dp_headers(message, version, r, now_ms)}
     properties = {**captured["properties"], "content_type": captured["content_type"],
                   "content_encoding": captured["content_encoding"], "message_id": str(message.id)}
     return Outgoing(r.exchange, r.routing_key, captured["body"].encode(captured["content_encoding"]), headers,
                     properties), r
+
+
+# --- how a message travels, for people (the admin's message page) --------------------------------
+
+
+@dataclass(frozen=True)
+class Preview:
+    """What a message was (or would now be) published with, and its path through the cascade."""
+
+    published: bool  # False: a preview of a publish made now
+    exchange: str
+    routing_key: str
+    delay_units: int
+    headers: dict
+    path_rows: list[tuple[str, ...]]
+
+
+def preview(message: ScheduledMessage, now: datetime, *, margin_ms: int) -> Preview:
+    """Rebuild the publish from the row (``outgoing`` at ``published_at`` gives the same headers
+    and key the relay used). The ``origin`` header names the publishing process, which a rebuild
+    cannot know, so it is left out."""
+    version = message.topology.cascade
+    published = message.published_at is not None and bool(message.routing_key)
+    out, r = outgoing(message, version, message.published_at if published else now, margin_ms=margin_ms)
+    headers = {k: v for k, v in out.headers.items() if k != "origin"}
+    rows = explain.explain_rows(version, r.delay_units, message.endpoint.name)
+    return Preview(published, r.exchange, r.routing_key, r.delay_units, headers, rows)
+
+
+# --- reading a message at the end of the cascade (the delivery loop) ----------------------------
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A ``scheduling.deliver`` message as the delivery loop needs it."""
+
+    message_id: str
+    attempt: int  # 0: the copy that came through the cascade; n: the n-th handler retry
+    due_ms: int  # hold it until then
+
+
+def _iso_ms(value) -> int | None:
+    try:
+        return to_epoch_ms(datetime.fromisoformat(value)) if isinstance(value, str) else None
+    except (ValueError, TypeError):  # not ISO, or naive (cannot be compared with UTC)
+        return None
+
+
+def read_delivery(headers: dict, body: bytes, now_ms: int) -> Delivery | None:
+    """The message id, attempt and due time of a delivery message; None if it is not one.
+
+    The due time is ``x-dp-due-at-ms`` (the platform's own); failing that the Celery ``eta``
+    (a message built by another producer); failing both, now. A retry is never due before its
+    own eta (the backoff), even when ``x-dp-due-at-ms`` says the message was due long ago."""
+    if headers.get("task") != DELIVER_TASK:
+        return None
+    try:
+        args, kwargs, _ = json.loads(body)
+        message_id, attempt = str(args[0]), int(kwargs.get("attempt", 0))
+    except (ValueError, TypeError, IndexError, KeyError, AttributeError):
+        return None
+    due = headers.get(H_DUE_AT_MS)
+    if not isinstance(due, int) or isinstance(due, bool):
+        due = _iso_ms(headers.get("eta"))
+        due = now_ms if due is None else due
+    eta = _iso_ms(headers.get("eta"))
+    if attempt and eta is not None:
+        due = max(due, eta)
+    return Delivery(message_id, attempt, due)
 
 
 # --- reading a message found in a level queue (migrate_delays, transfer_delays) ---------------
@@ -168,18 +236,18 @@ def read_found(headers: dict, properties: dict, routing_key: str, version: casca
     key encodes). Neither: ``due_at_ms`` is None and the message goes to the poison queue."""
     headers = headers or {}
     try:
-        key_delay, key_destination = cascade.parse_routing_key(routing_key, version.levels)
+        key_delay_units, key_destination = cascade.parse_routing_key(routing_key, version.levels)
     except ValueError:
-        key_delay, key_destination = None, None
+        key_delay_units, key_destination = None, None
     destination = headers.get(H_DESTINATION) or key_destination
     published = _int_header(headers, H_PUBLISHED_AT_MS)
     due = _int_header(headers, H_DUE_AT_MS)
     if due is None:
         arrival = published if published is not None else _epoch_ms(properties.get("timestamp"))
-        delay = _int_header(headers, H_DELAY_MS)
-        if delay is None and key_delay is not None:
-            delay = key_delay * version.unit_ms
-        due = arrival + delay if arrival is not None and delay is not None else None
+        delay_ms = _int_header(headers, H_DELAY_MS)
+        if delay_ms is None and key_delay_units is not None:
+            delay_ms = key_delay_units * version.unit_ms
+        due = arrival + delay_ms if arrival is not None and delay_ms is not None else None
     if not isinstance(destination, str) or not cascade.DESTINATION_RE.match(destination):
         due, destination = None, None
     message_id = headers.get(H_MESSAGE_ID)
@@ -187,20 +255,29 @@ def read_found(headers: dict, properties: dict, routing_key: str, version: casca
 
 
 def moved(out_headers: dict, properties: dict, body: bytes, found: Found, version: cascade.Version,
-          now_ms: int) -> tuple[Outgoing, Route]:
+          now_ms: int, *, margin_ms: int) -> tuple[Outgoing, Route]:
     """The same message republished into ``version`` with its remaining delay: ``x-death``
     stripped, headers updated so the next tool (or the consumer) sees where it is now. Only a
     message with an ``eta`` (held by its consumer) may leave the cascade before it is due."""
-    r = route(found.due_at_ms, now_ms, version, found.destination, held=bool((out_headers or {}).get("eta")))
+    r = route(found.due_at_ms, now_ms, version, found.destination, margin_ms=margin_ms,
+              held=bool((out_headers or {}).get("eta")))
     headers = {k: v for k, v in (out_headers or {}).items() if k not in STRIPPED_ON_MOVE}
     headers.update({
         H_DUE_AT_MS: found.due_at_ms,
         H_DESTINATION: found.destination,
         H_VERSION: version.name,
-        H_DELAY_MS: r.delay_seconds * version.unit_ms,
+        H_DELAY_MS: r.delay_units * version.unit_ms,
         H_PUBLISHED_AT_MS: now_ms,
     })
     keep = ("content_type", "content_encoding", "correlation_id", "message_id", "reply_to", "priority",
             "timestamp", "type", "app_id")
     props = {k: properties[k] for k in keep if properties.get(k) is not None}
     return Outgoing(r.exchange, r.routing_key, body, headers, props), r
+
+
+def poisoned(message: Received, reason: str, poison_queue: str) -> Outgoing:
+    """A message that cannot be moved, parked whole in the poison queue with the reason."""
+    keep = ("content_type", "content_encoding", "correlation_id", "message_id")
+    return Outgoing("", poison_queue, message.body, {**message.headers, "x-dp-poison-reason": reason},
+                    {k: v for k, v in message.properties.items() if k in keep})
+

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Make sure the local services the platform needs are installed and running.
-# Usage: scripts/services.sh rabbitmq [postgres] [chromium]
+# Usage: scripts/services.sh rabbitmq [postgres] [platform-db] [chromium]
 # On a fresh Debian machine (as root) it installs what is missing from Debian's packages.
 set -euo pipefail
 
@@ -56,6 +56,21 @@ postgres() {
   say "PostgreSQL ready (127.0.0.1:5432)"
 }
 
+platform_db() {
+  # make run's database: `delayplatform` on the local server, unless DATABASE_URL (environment
+  # or .env) names another one, which is then yours to create.
+  if [ -n "${DATABASE_URL:-}" ] || grep -qs '^DATABASE_URL=' .env; then
+    say "DATABASE_URL is set: using that database as is"
+    return
+  fi
+  if ! PGPASSWORD=postgres psql -h 127.0.0.1 -U postgres -Atqc \
+      "SELECT 1 FROM pg_database WHERE datname = 'delayplatform'" | grep -q 1; then
+    say "creating the database delayplatform"
+    PGPASSWORD=postgres createdb -h 127.0.0.1 -U postgres delayplatform
+  fi
+  say "database delayplatform ready (postgres://postgres@127.0.0.1:5432/delayplatform)"
+}
+
 chromium() {
   command -v chromium >/dev/null && command -v chromedriver >/dev/null || apt_install chromium chromium-driver
   say "Chromium ready ($(command -v chromium))"
@@ -69,6 +84,7 @@ command -v curl >/dev/null || apt_install curl
 for service in "$@"; do
   case "$service" in
     rabbitmq|postgres|chromium) "$service" ;;
+    platform-db) platform_db ;;
     python-venv) python_venv ;;
     *) echo "services: unknown service $service" >&2; exit 2 ;;
   esac

@@ -7,15 +7,13 @@ import uuid
 
 import pytest
 
-from scheduling import broker
-from topology import broker as topology_broker
+from scheduling.conf import broker
 from topology import cascade
 
 
 @pytest.fixture(scope="session")
 def rabbit_vhost():
-    management = broker.management()
-    vhost = broker.vhost()
+    management, vhost = broker().management, broker().vhost
     assert vhost.startswith("dp-test-"), f"refusing to run broker tests in shared vhost {vhost!r}"
     management.create_vhost(vhost)
     yield vhost
@@ -24,8 +22,10 @@ def rabbit_vhost():
 
 @pytest.fixture
 def amqp(rabbit_vhost):
-    with broker.connected() as conn:
-        yield conn
+    """A rabbit.Session on this run's vhost."""
+    with broker().session() as session:
+        yield session
+
 
 
 @pytest.fixture
@@ -40,13 +40,13 @@ def declared(amqp, unique_prefix):
 
     def declare(version=cascade.V2, **overrides):
         plan = cascade.cascade_plan(version.with_(prefix=overrides.pop("prefix", unique_prefix), **overrides))
-        topology_broker.declare_plan(amqp, plan)
+        amqp.declare(plan)
         plans.append(plan)
         return plan
 
     yield declare
     for plan in plans:
-        topology_broker.teardown_plan(amqp, plan)
+        amqp.teardown(plan)
 
 
 # --- the platform's data and broker state for tests that use the database ----------------------
@@ -57,9 +57,9 @@ SEED = importlib.import_module("scheduling.migrations.0002_seed_topology_version
 @pytest.fixture(scope="session")
 def provisioned(rabbit_vhost):
     """The platform's own v1 and v2 cascades, declared once in this run's vhost."""
-    with broker.connected() as conn:
+    with broker().session() as session:
         for name in ("v1", "v2"):
-            topology_broker.declare_plan(conn, cascade.cascade_plan(cascade.get_version(name)))
+            session.declare(cascade.cascade_plan(cascade.get_version(name)))
     return rabbit_vhost
 
 
@@ -68,8 +68,12 @@ def versions():
     """The seeded TopologyVersion rows (a transactional test's flush removes them)."""
     from scheduling.models import TopologyVersion
 
+    def defaults(seed):
+        return {k: v for k, v in seed.items() if k != "is_default"}  # a setting since migration 0007
+
     return {
-        seed["name"]: TopologyVersion.objects.get_or_create(name=seed["name"], defaults=seed)[0] for seed in SEED
+        seed["name"]: TopologyVersion.objects.get_or_create(name=seed["name"], defaults=defaults(seed))[0]
+        for seed in SEED
     }
 
 
@@ -143,12 +147,14 @@ def worker_env(django_db_setup, provisioned):
     }
 
 
-@pytest.fixture(scope="session")
-def worker(worker_env):
-    """One worker (with beat) on this run's vhost and test database, shared by the session."""
+@pytest.fixture(scope="module")
+def worker(request, worker_env):
+    """A worker (with beat) on this run's vhost and test database for one test module: stopped
+    with the module, so its sweeper, timeout manager and unroutable drain never race the tests
+    of another module."""
     from tests.support import ARTIFACTS, Worker
 
-    run_id = os.environ["DP_TEST_RUN_ID"]
-    w = Worker(f"e2e-{run_id}", worker_env, ARTIFACTS / f"worker-{run_id}.log").start()
+    run_id, module = os.environ["DP_TEST_RUN_ID"], request.module.__name__.rsplit(".", 1)[-1]
+    w = Worker(f"{module}-{run_id}", worker_env, ARTIFACTS / f"worker-{run_id}-{module}.log").start()
     yield w
     w.stop()

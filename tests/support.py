@@ -184,3 +184,33 @@ class PrivateRabbit:
         wait_until(lambda: subprocess.run(["rabbitmqctl", "-q", "-n", self.node, "status"], capture_output=True)
                    .returncode == 0, 90, 0.5, f"private RabbitMQ node {self.node} to restart")
         self.ctl("await_startup")
+
+
+def bind_endpoint(session, prefix: str, name: str) -> str:
+    """Declare an endpoint's queue and bind it on a cascade's delivery exchange (session: a
+    rabbit.Session)."""
+    from topology import cascade
+
+    session.declare_queue(cascade.endpoint_queue(name))
+    session.bind(cascade.endpoint_binding(prefix, name))
+    return name
+
+
+def celery_drained(queue: str = "celery", timeout: float = 30) -> None:
+    """Wait until no task of ``queue`` is waiting or running anywhere: the queue is empty (AMQP,
+    not the management API's lagging figures) and every worker answers that it holds no active
+    or reserved task. After that, counting a handler's runs gives a final answer."""
+    from delayplatform.celery import app
+    from scheduling.conf import broker
+
+    def idle() -> bool:
+        with broker().session() as session:
+            if session.queue_depth(queue):
+                return False
+        inspect = app.control.inspect(timeout=1)
+        active, reserved = inspect.active(), inspect.reserved()
+        if active is None or reserved is None:  # no worker answered: cannot tell
+            return False
+        return not any(active.values()) and not any(reserved.values())
+
+    wait_until(idle, timeout, 0.2, f"the {queue} queue to drain")

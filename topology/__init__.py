@@ -1,2 +1,3 @@
-"""The delay cascade: pure data (``cascade``), definitions export, and one kombu adapter
-(``broker``). Free of Django so it stays small and testable without a broker."""
+"""The delay cascade as pure data: names, keys, plans (``cascade``), the path table
+(``explain``), definitions JSON (``definitions``) and a plan compared with the broker's listings
+(``diff``). No I/O and no Django: the broker package (``rabbit``) declares and reads it."""

@@ -47,8 +47,12 @@ class Version:
         return dict(self.kind_arguments).get("x-queue-type", "classic")
 
     @property
-    def max_delay(self) -> int:
-        return max_delay(self.levels)
+    def max_delay_units(self) -> int:
+        return max_delay_units(self.levels)
+
+    @property
+    def max_delay_ms(self) -> int:
+        return self.max_delay_units * self.unit_ms
 
 
 V1 = Version(name="v1", prefix="dp.", kind_arguments=_frozen({"x-queue-mode": "lazy"}))
@@ -98,6 +102,22 @@ def endpoint_binding_key(destination: str) -> str:
     return f"#.{destination}"
 
 
+def endpoint_queue(destination: str) -> Queue:
+    """An endpoint's queue is named after it, as in the seeds ("destination" queue)."""
+    return Queue(check_destination(destination))
+
+
+def endpoint_binding(prefix: str, destination: str) -> Binding:
+    """The delivery exchange of a cascade routes ``#.<destination>`` to the endpoint's queue."""
+    return Binding(delivery_exchange(prefix), check_destination(destination), "queue",
+                   endpoint_binding_key(destination))
+
+
+def poison_queue(version: Version) -> Queue:
+    """Where migration tools park messages whose remaining delay cannot be worked out."""
+    return Queue(f"{version.prefix}delay-migrate-poison", arguments=version.kind_arguments)
+
+
 # --- delays and keys -------------------------------------------------------------------------
 
 
@@ -106,23 +126,21 @@ def check_levels(levels: int) -> None:
         raise ValueError(f"levels must be a whole number from 1 to 64, got {levels!r}")
 
 
-def max_delay(levels: int = DEFAULT_LEVELS) -> int:
+def max_delay_units(levels: int = DEFAULT_LEVELS) -> int:
     """Largest delay in units: every bit set (268,435,455 s, about 8.5 years, for 28 levels)."""
     check_levels(levels)
     return (1 << levels) - 1
 
 
-def check_delay(delay: int, levels: int = DEFAULT_LEVELS) -> int:
-    if not isinstance(delay, int) or isinstance(delay, bool):
-        raise ValueError(f"delay must be a whole number of units, got {delay!r}")
-    limit = max_delay(levels)
-    if delay < 0:
-        raise ValueError(f"delay must not be negative (got {delay}); the range is 0..{limit}")
-    if delay > limit:
-        raise ValueError(
-            f"delay {delay} is over the maximum of {limit} for {levels} levels"
-        )
-    return delay
+def check_delay(delay_units: int, levels: int = DEFAULT_LEVELS) -> int:
+    if not isinstance(delay_units, int) or isinstance(delay_units, bool):
+        raise ValueError(f"delay must be a whole number of units, got {delay_units!r}")
+    limit = max_delay_units(levels)
+    if delay_units < 0:
+        raise ValueError(f"delay must not be negative (got {delay_units}); the range is 0..{limit}")
+    if delay_units > limit:
+        raise ValueError(f"delay {delay_units} is over the maximum of {limit} for {levels} levels")
+    return delay_units
 
 
 def check_destination(destination: str, levels: int = DEFAULT_LEVELS) -> str:
@@ -140,20 +158,20 @@ def check_destination(destination: str, levels: int = DEFAULT_LEVELS) -> str:
     return destination
 
 
-def delay_bits(delay: int, levels: int = DEFAULT_LEVELS) -> list[int]:
+def delay_bits(delay_units: int, levels: int = DEFAULT_LEVELS) -> list[int]:
     """The delay in binary, most significant bit (level N-1) first."""
-    check_delay(delay, levels)
-    return [(delay >> level) & 1 for level in range(levels - 1, -1, -1)]
+    check_delay(delay_units, levels)
+    return [(delay_units >> level) & 1 for level in range(levels - 1, -1, -1)]
 
 
-def routing_key(delay: int, destination: str, levels: int = DEFAULT_LEVELS) -> str:
+def routing_key(delay_units: int, destination: str, levels: int = DEFAULT_LEVELS) -> str:
     """``0.….1.0.1.0.destination``: N bits, most significant first, then the destination."""
     check_destination(destination, levels)
-    return ".".join(str(bit) for bit in delay_bits(delay, levels)) + f".{destination}"
+    return ".".join(str(bit) for bit in delay_bits(delay_units, levels)) + f".{destination}"
 
 
 def parse_routing_key(key: str, levels: int = DEFAULT_LEVELS) -> tuple[int, str]:
-    """Inverse of :func:`routing_key`: (delay, destination)."""
+    """Inverse of :func:`routing_key`: (delay in units, destination)."""
     words = key.split(".")
     bits, destination = words[:levels], ".".join(words[levels:])
     if len(bits) != levels or any(bit not in ("0", "1") for bit in bits) or not destination:
@@ -161,14 +179,14 @@ def parse_routing_key(key: str, levels: int = DEFAULT_LEVELS) -> tuple[int, str]
     return int("".join(bits), 2), check_destination(destination, levels)
 
 
-def start_level(delay: int, levels: int = DEFAULT_LEVELS) -> int | None:
+def start_level(delay_units: int, levels: int = DEFAULT_LEVELS) -> int | None:
     """Level of the highest set bit, where publishing starts; None means deliver now."""
-    check_delay(delay, levels)
-    return delay.bit_length() - 1 if delay else None
+    check_delay(delay_units, levels)
+    return delay_units.bit_length() - 1 if delay_units else None
 
 
-def first_exchange(version: Version, delay: int) -> str:
-    level = start_level(delay, version.levels)
+def first_exchange(version: Version, delay_units: int) -> str:
+    level = start_level(delay_units, version.levels)
     if level is None:
         return delivery_exchange(version.prefix)
     return level_name(version.prefix, level)
@@ -289,12 +307,12 @@ class Hop:
     dead_letter_to: str | None
 
 
-def path(version: Version, delay: int, destination: str) -> list[Hop]:
+def path(version: Version, delay_units: int, destination: str) -> list[Hop]:
     """The hops from the first exchange to the destination queue, as in the seeds' table."""
-    key = routing_key(delay, destination, version.levels)
+    key = routing_key(delay_units, destination, version.levels)
     words, prefix, n = key.split("."), version.prefix, version.levels
     hops = []
-    first = start_level(delay, n)
+    first = start_level(delay_units, n)
     for level in range(first if first is not None else -1, -1, -1):
         index = n - 1 - level
         lower = level_name(prefix, level - 1) if level else delivery_exchange(prefix)

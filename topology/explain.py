@@ -50,9 +50,9 @@ def _row(version: Version, key: str, hop: Hop) -> tuple[str, ...]:
     )
 
 
-def explain_rows(version: Version, delay: int, destination: str) -> list[tuple[str, ...]]:
-    key = routing_key(delay, destination, version.levels)
-    return [_row(version, key, hop) for hop in path(version, delay, destination)]
+def explain_rows(version: Version, delay_units: int, destination: str) -> list[tuple[str, ...]]:
+    key = routing_key(delay_units, destination, version.levels)
+    return [_row(version, key, hop) for hop in path(version, delay_units, destination)]
 
 
 def markdown_table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:

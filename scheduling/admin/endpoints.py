@@ -7,7 +7,8 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from .. import selectors, services
-from ..models import Endpoint, ScheduledMessage
+from ..lifecycle import Status
+from ..models import Endpoint
 from .base import ControlRoomAdmin
 from .forms import EndpointChangeForm, EndpointCreateForm
 
@@ -28,7 +29,7 @@ def _count_column(status: str):
 
 @admin.register(Endpoint)
 class EndpointAdmin(ControlRoomAdmin):
-    list_display = ("name", "topology", "handler_summary", "is_active", *(f"n_{s}" for s in ScheduledMessage.Status.values))
+    list_display = ("name", "topology", "handler_summary", "is_active", *(f"n_{s}" for s in Status))
     list_filter = ("is_active", "handler", "topology")
     search_fields = ("name",)
     list_per_page = 50
@@ -38,11 +39,11 @@ class EndpointAdmin(ControlRoomAdmin):
     fields = ("name", "topology", "delivery_mode", "handler", "handler_target", "is_active", "created_at", "updated_at")
     readonly_fields = fields
 
-    n_pending = _count_column(ScheduledMessage.Status.PENDING)
-    n_published = _count_column(ScheduledMessage.Status.PUBLISHED)
-    n_delivered = _count_column(ScheduledMessage.Status.DELIVERED)
-    n_cancelled = _count_column(ScheduledMessage.Status.CANCELLED)
-    n_failed = _count_column(ScheduledMessage.Status.FAILED)
+    n_pending = _count_column(Status.PENDING)
+    n_published = _count_column(Status.PUBLISHED)
+    n_delivered = _count_column(Status.DELIVERED)
+    n_cancelled = _count_column(Status.CANCELLED)
+    n_failed = _count_column(Status.FAILED)
 
     @admin.display(description="handler", ordering="handler")
     def handler_summary(self, endpoint):

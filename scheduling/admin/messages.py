@@ -15,13 +15,13 @@ from django.utils.html import format_html
 
 from topology import explain
 
-from .. import selectors, services
+from .. import services, wire
+from ..conf import conf
+from ..lifecycle import IN_FLIGHT, Status
 from ..models import ScheduledMessage
 from . import dashboard, html
 from .base import ControlRoomAdmin, has_model_perm
 from .forms import ScheduleMessageForm
-
-Status = ScheduledMessage.Status
 
 
 class DueWindowFilter(admin.SimpleListFilter):
@@ -86,7 +86,7 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
         return has_model_perm(request, self, "republish_scheduledmessage")
 
     def object_action_applies(self, obj, name):
-        return obj.status in ((Status.PENDING, Status.PUBLISHED) if name == "cancel" else (Status.FAILED,))
+        return obj.status in (IN_FLIGHT if name == "cancel" else {Status.FAILED})
 
     def get_search_results(self, request, queryset, search_term):
         """Exact id or idempotency key; a term that is not a UUID only matches keys."""
@@ -157,28 +157,32 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
     def payload_json(self, message):
         return html.pretty_json(message.payload)
 
+    @staticmethod
+    def _wire(message) -> wire.Preview:
+        return wire.preview(message, timezone.now(), margin_ms=conf().arrival_margin_ms)
+
     @admin.display(description="routing key")
     def routing_key_used(self, message):
-        return message.routing_key or self._preview(message, selectors.message_wire(message).routing_key)
+        return message.routing_key or self._not_published(message, self._wire(message).routing_key)
 
     @admin.display(description="first exchange")
     def first_exchange_used(self, message):
-        return message.first_exchange or self._preview(message, selectors.message_wire(message).exchange)
+        return message.first_exchange or self._not_published(message, self._wire(message).exchange)
 
     @staticmethod
-    def _preview(message, value):
+    def _not_published(message, value):
         return format_html("not published ({}); if published now: <code>{}</code>", message.status, value)
 
     @admin.display(description="headers")
     def headers_table(self, message):
-        headers = selectors.message_wire(message).headers
+        headers = self._wire(message).headers
         return html.table(("header", "value"), sorted((k, repr(v)) for k, v in headers.items()))
 
     @admin.display(description="path through the cascade")
     def path_table(self, message):
-        wire = selectors.message_wire(message)
+        preview = self._wire(message)
         note = format_html(
             "<p>{} whole seconds in the cascade; the worker's timer holds the rest until the due time.</p>",
-            f"{wire.cascade_seconds:,}",
+            f"{preview.delay_units:,}",
         )
-        return note + html.table(explain.HEADERS, wire.path_rows, cell=html.markdown_cell)
+        return note + html.table(explain.HEADERS, preview.path_rows, cell=html.markdown_cell)

@@ -1,22 +1,18 @@
 """Topology versions: provision and verify cascades, and look inside one (messages in flight
 per level, the unroutable queue, the delivery exchange's endpoint bindings)."""
 
-import threading
-
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.utils.html import format_html, format_html_join
 
+from rabbit import ManagementUnavailable
 from topology import explain
-from topology.management import ManagementUnavailable
 
 from .. import selectors, services
+from ..conf import conf
 from ..models import TopologyVersion
 from . import html
 from .base import ControlRoomAdmin, has_model_perm
-
-
-_request = threading.local()
 
 
 @admin.register(TopologyVersion)
@@ -41,21 +37,29 @@ class TopologyVersionAdmin(ControlRoomAdmin):
     has_verify_permission = has_provision_permission
     has_preview_migration_permission = has_provision_permission
 
-    def changelist_view(self, request, extra_context=None):
-        _request.in_flight = self._read_in_flight()  # one management call per page, per thread
-        return super().changelist_view(request, extra_context)
-
-    @staticmethod
-    def _read_in_flight() -> dict:
+    def get_list_display(self, request):
+        """The "in flight" column reads the broker once per page: a callable column made for
+        this request, holding that one management API answer."""
         try:
-            return selectors.versions_in_flight()
+            counts = services.versions_in_flight()
         except ManagementUnavailable:
-            return {}
+            counts = {}
+
+        @admin.display(description="in flight")
+        def in_flight(version):
+            count = counts.get(version.name)
+            return "—" if count is None else count
+
+        return [in_flight if column == "in_flight" else column for column in self.list_display]
 
     @admin.display(description="in flight")
     def in_flight(self, version):
-        count = getattr(_request, "in_flight", {}).get(version.name)
-        return "—" if count is None else count
+        """Stands in for the column get_list_display makes per request (admin checks need it)."""
+        return "—"
+
+    @admin.display(description="default", boolean=True)
+    def is_default(self, version):
+        return version.name == conf().default_version
 
     @admin.action(description="Preview migrating selected versions' delayed messages to the other version (dry run)",
                   permissions=["preview_migration"])
@@ -102,7 +106,7 @@ class TopologyVersionAdmin(ControlRoomAdmin):
 
     @admin.display(description="max delay")
     def max_delay(self, version):
-        return explain.format_duration(version.max_delay_seconds * version.cascade.unit_ms)
+        return explain.format_duration(version.max_delay_ms)
 
     @admin.display(description="verify")
     def verify_state(self, version):
@@ -119,8 +123,8 @@ class TopologyVersionAdmin(ControlRoomAdmin):
         context = {"detail_template": "admin/scheduling/topology_in_flight.html", **(extra_context or {})}
         if version is not None:
             try:
-                context["in_flight"] = selectors.topology_in_flight(version)
-                context["versions_in_flight"] = selectors.versions_in_flight()
+                context["in_flight"] = services.topology_in_flight(version)
+                context["versions_in_flight"] = services.versions_in_flight()
             except ManagementUnavailable as exc:
                 context["in_flight_error"] = str(exc)
         return super().change_view(request, object_id, form_url, context)

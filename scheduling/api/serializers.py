@@ -3,6 +3,8 @@ scheduled lives in the services, shared with the admin and Python callers."""
 
 from rest_framework import serializers
 
+from ..conf import conf
+from ..lifecycle import Status
 from ..models import DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
 
 
@@ -21,7 +23,7 @@ class VersionField(serializers.SlugRelatedField):
 class EndpointSerializer(serializers.ModelSerializer):
     topology = VersionField(
         required=False,
-        help_text="cascade version for new messages (default: the platform's default, v2)",
+        help_text="cascade version for new messages (default: the setting DELAY_DEFAULT_VERSION, v2)",
     )
     webhook_secret = serializers.CharField(
         write_only=True, required=False, min_length=16, max_length=128,
@@ -37,7 +39,7 @@ class EndpointSerializer(serializers.ModelSerializer):
 
     def get_message_counts(self, endpoint) -> dict[str, int]:
         """Per status; filled from the list/detail query's annotations (n_<status>)."""
-        return {status: getattr(endpoint, f"n_{status}", 0) for status in ScheduledMessage.Status.values}
+        return {status.value: getattr(endpoint, f"n_{status}", 0) for status in Status}
 
 
 class EndpointUpdateSerializer(serializers.Serializer):
@@ -69,16 +71,21 @@ class MessageCreateSerializer(serializers.Serializer):
 def message_item(data: dict) -> dict:
     """Validated API input -> the keyword arguments of the scheduling service."""
     return {
-            "endpoint": data["endpoint"],
-            "payload": data["payload"],
-            "delay": data.get("delay_seconds"),
-            "deliver_at": data.get("deliver_at"),
-            "idempotency_key": data.get("idempotency_key"),
-        }
+        "endpoint": data["endpoint"],
+        "payload": data["payload"],
+        "delay": data.get("delay_seconds"),
+        "deliver_at": data.get("deliver_at"),
+        "idempotency_key": data.get("idempotency_key"),
+    }
 
 
 class BulkCreateSerializer(serializers.Serializer):
-    messages = MessageCreateSerializer(many=True, allow_empty=False, max_length=1000)
+    messages = MessageCreateSerializer(many=True, allow_empty=False, help_text="at most DELAY_BULK_MAX (1,000)")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # checked before any item is validated: an oversized request costs nothing
+        self.fields["messages"].max_length = conf().bulk_max
 
 
 class MessageSerializer(serializers.ModelSerializer):

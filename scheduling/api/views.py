@@ -8,7 +8,7 @@ from rest_framework.response import Response
 
 from .. import selectors, services
 from ..errors import BulkValidationError
-from ..models import ScheduledMessage
+from ..lifecycle import Status
 from .permissions import ModelPermissions
 from .serializers import (
     BulkCreateSerializer,
@@ -85,7 +85,7 @@ class MessageViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
     @extend_schema(
         parameters=[
             OpenApiParameter("endpoint", str, description="endpoint name"),
-            OpenApiParameter("status", str, enum=ScheduledMessage.Status.values),
+            OpenApiParameter("status", str, enum=[s.value for s in Status]),
         ]
     )
     def list(self, request, *args, **kwargs):

@@ -44,14 +44,10 @@ DELAY_BUCKETS = (
 
 FACTS_SCHEMA = T.StructType(
     [
-        T.StructField("id", T.StringType(), False),
-        T.StructField("endpoint", T.StringType(), False),
-        T.StructField("version", T.StringType(), False),
-        T.StructField("delivery_mode", T.StringType(), False),
+        *(T.StructField(name, T.StringType(), False) for name in ("id", "endpoint", "version", "delivery_mode")),
         T.StructField("requested_delay_ms", T.LongType(), False),
         T.StructField("due_at", T.TimestampType(), False),
-        T.StructField("published_at", T.TimestampType(), True),
-        T.StructField("delivered_at", T.TimestampType(), True),
+        *(T.StructField(name, T.TimestampType(), True) for name in ("published_at", "delivered_at")),
         T.StructField("status", T.StringType(), False),
         T.StructField("lateness_ms", T.LongType(), True),
         T.StructField("delivery_count", T.IntegerType(), False),

@@ -1,9 +1,8 @@
 """Stream ScheduledMessage facts to Parquet, one partition per due date (UTC):
 ``OUT/due_date=YYYY-MM-DD/part-0.parquet``, the layout Spark reads as a partitioned table.
 
-Memory stays flat however many rows a day has: on PostgreSQL the rows arrive through
-``COPY ... TO STDOUT`` and pyarrow parses that CSV stream block by block; elsewhere (SQLite in
-``make run``) a chunked cursor feeds batches. A day is written beside its partition and then
+Memory stays flat however many rows a day has: the rows arrive through ``COPY ... TO STDOUT``
+and pyarrow parses that CSV stream block by block. A day is written beside its partition and then
 swapped in, so re-running a day replaces it whole, and an empty day leaves an empty file.
 """
 
@@ -19,7 +18,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
-from itertools import islice
 from pathlib import Path
 
 import pyarrow as pa
@@ -47,7 +45,6 @@ FACT_COLUMNS: dict[str, tuple[str, pa.DataType]] = {
 }
 ARROW_SCHEMA = pa.schema([pa.field(name, kind) for name, (_, kind) in FACT_COLUMNS.items()])
 CSV_BLOCK_BYTES = 4 << 20
-ORM_BATCH_ROWS = 20_000
 # Batches are gathered into row groups this big: Spark read a day of 6k-row groups 30% slower.
 ROW_GROUP_ROWS = 256 * 1024
 
@@ -136,13 +133,6 @@ def _swap_in(staging: Path, target: Path) -> None:
 
 def _fact_batches(since: datetime, until: datetime) -> Iterator[pa.RecordBatch]:
     facts = selectors.delivery_facts(since=since, until=until)
-    if connection.vendor == "postgresql":
-        yield from _copy_batches(facts)
-    else:
-        yield from _cursor_batches(facts)
-
-
-def _copy_batches(facts) -> Iterator[pa.RecordBatch]:
     sql, params = facts.query.sql_with_params()
     convert = pa_csv.ConvertOptions(
         column_types={key: kind for key, kind in FACT_COLUMNS.values()},
@@ -216,18 +206,6 @@ class _CopyStream(io.RawIOBase):
             except queue.Empty:
                 pass
         self._thread.join()
-
-
-def _cursor_batches(facts) -> Iterator[pa.RecordBatch]:
-    keys = [key for key, _ in FACT_COLUMNS.values()]
-    rows = facts.values_list(*keys).iterator(chunk_size=ORM_BATCH_ROWS)
-    while chunk := list(islice(rows, ORM_BATCH_ROWS)):
-        columns = list(zip(*chunk))
-        columns[0] = [str(value) for value in columns[0]]  # UUID objects
-        yield pa.RecordBatch.from_arrays(
-            [pa.array(values, type=kind) for values, kind in zip(columns, ARROW_SCHEMA.types)],
-            schema=ARROW_SCHEMA,
-        )
 
 
 @contextmanager

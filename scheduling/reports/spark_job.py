@@ -10,7 +10,7 @@ import sys
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
-from django.conf import settings
+from ..conf import conf
 
 JOB_FILE = Path(__file__).resolve().with_name("accuracy.py")  # not imported: workers need no pyspark loaded
 
@@ -22,7 +22,7 @@ class SparkJobFailed(Exception):
 def job_command(
     *, facts_dir: Path, out_dir: Path, first_day: date, last_day: date, as_of: datetime, lost_after: timedelta
 ) -> list[str]:
-    launcher = shlex.split(settings.ACCURACY_SPARK_SUBMIT) or [sys.executable]
+    launcher = shlex.split(conf().accuracy_spark_submit) or [sys.executable]
     return [
         *launcher,
         str(JOB_FILE),
@@ -42,7 +42,7 @@ def job_command(
 
 
 def job_run(*, log_path: Path, **arguments) -> None:
-    env = {**os.environ, "SPARK_MASTER": settings.SPARK_MASTER}
+    env = {**os.environ, "SPARK_MASTER": conf().spark_master}
     env.setdefault("PYSPARK_PYTHON", sys.executable)  # executors of local[*] need pyspark too
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:

@@ -9,7 +9,13 @@ from .endpoints import (
     endpoints_bind_all,
 )
 from .messages import Scheduled, message_cancel, message_republish, message_schedule, message_schedule_many
-from .topology import ProvisionResult, topology_provision, topology_verify
+from .topology import (
+    ProvisionResult,
+    topology_in_flight,
+    topology_provision,
+    topology_verify,
+    versions_in_flight,
+)
 
 __all__ = [
     "ProvisionResult",
@@ -24,6 +30,8 @@ __all__ = [
     "message_republish",
     "message_schedule",
     "message_schedule_many",
+    "topology_in_flight",
     "topology_provision",
     "topology_verify",
+    "versions_in_flight",
 ]

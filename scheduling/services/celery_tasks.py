@@ -6,20 +6,21 @@ from __future__ import annotations
 
 import logging
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from .. import lifecycle
 from ..errors import BulkValidationError
+from ..lifecycle import IN_FLIGHT, Arrival, Status
 from ..models import Endpoint, ScheduledMessage
 from .endpoints import endpoint_create
 from .messages import message_cancel, message_schedule_many
 
 log = logging.getLogger(__name__)
-Status = ScheduledMessage.Status
 
 
 def celery_queue_endpoint(queue: str) -> Endpoint:
@@ -68,27 +69,22 @@ def celery_task_cancel(*, task_id: str) -> int:
     rows = ScheduledMessage.objects.filter(
         Q(idempotency_key=task_id) | Q(idempotency_key__startswith=f"{task_id}#retry"),
         endpoint__handler=Endpoint.Handler.CELERY_QUEUE,
-        status__in=[Status.PENDING, Status.PUBLISHED],
+        status__in=IN_FLIGHT,
     ).values_list("id", flat=True)
     return sum(1 for row_id in list(rows) if message_cancel(message_id=row_id).status == Status.CANCELLED)
 
 
 def celery_task_claim(*, message_id: str, redelivered: bool) -> bool:
-    """Called by the task itself in the worker, before its body runs: record the delivery and
-    say whether to run. A cancelled task, or a duplicate hand-over of one that already ran, is
-    skipped; a redelivery after a worker crash (acks_late) runs again, as Celery would."""
+    """Called in the worker before a task that came out of the cascade starts (any task class:
+    scheduling.worker hooks every task's before_start): record the delivery and say whether to
+    run. A cancelled task, or a duplicate hand-over of one that already ran, is skipped; a
+    redelivery after a worker crash (acks_late) runs again, as Celery would."""
     with transaction.atomic():
         message = ScheduledMessage.objects.select_for_update().filter(id=message_id).first()
         if message is None:
             log.warning("task message %s has no row; running it", message_id)
             return True
-        message.delivery_count += 1
-        now = timezone.now()
-        if message.status in (Status.PENDING, Status.PUBLISHED):
-            message.status = Status.DELIVERED
-            message.delivered_at = now
-            message.lateness_ms = (now - message.due_at) // timedelta(milliseconds=1)
-            message.save(update_fields=["status", "delivered_at", "lateness_ms", "delivery_count"])
-            return True
-        message.save(update_fields=["delivery_count"])
-        return message.status == Status.DELIVERED and redelivered
+        arrival, change = lifecycle.arrive(message, attempt=0, now=timezone.now(), redelivered=redelivered,
+                                           rerun_redelivered=True)
+        message.save(update_fields=lifecycle.apply(message, change))
+        return arrival is Arrival.DELIVER

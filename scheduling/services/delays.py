@@ -11,26 +11,24 @@ stale and is dropped, so running again never moves a message twice.
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 
 from django.db import transaction
-from kombu import Connection
 
-from topology import broker as topology_broker
+import rabbit
 from topology import cascade
-from topology.publisher import Outgoing, publish_confirmed
 
 from .. import wire
-from ..models import DeliveryMode, ScheduledMessage, TopologyVersion, to_epoch_ms
+from ..clock import from_epoch_ms, now_ms, to_epoch_ms
+from ..conf import broker, conf
+from ..lifecycle import IN_FLIGHT
+from ..models import ScheduledMessage, TopologyVersion
+from .relay import mark_published
 
-log = logging.getLogger(__name__)
-Status = ScheduledMessage.Status
-POISON_REASON = "x-dp-poison-reason"
+POISON_REASON = "no x-dp-due-at-ms, arrival time or requested delay"
 
 
 @dataclass
@@ -46,14 +44,10 @@ class MoveSummary:
     per_level: dict[int, int] = field(default_factory=dict)
 
 
-def _now_ms() -> int:
-    return to_epoch_ms(datetime.now(timezone.utc))
-
-
 def _stale(row: ScheduledMessage | None, found: wire.Found) -> bool:
     if row is None:
         return False
-    if row.status not in (Status.PENDING, Status.PUBLISHED):
+    if row.status not in IN_FLIGHT:
         return True
     return (
         row.published_at is not None
@@ -70,37 +64,27 @@ def _is_uuid(value: str | None) -> bool:
     return True
 
 
-def _get_batch(channel, queue: str, size: int) -> list:
-    messages = []
-    for _ in range(size):
-        message = channel.basic_get(queue, no_ack=False)
-        if message is None:
-            break
-        messages.append(message)
-    return messages
-
-
-def level_depths(conn: Connection, version: cascade.Version) -> dict[int, int]:
+def level_depths(session: rabbit.Session, version: cascade.Version) -> dict[int, int]:
+    """Level -> messages ready in its queue, highest level first."""
     return {
-        level: topology_broker.queue_depth(conn, cascade.level_name(version.prefix, level)) or 0
+        level: session.queue_depth(cascade.level_name(version.prefix, level)) or 0
         for level in range(version.levels - 1, -1, -1)
     }
 
 
 class _Mover:
-    def __init__(self, source, target, source_version, target_version, target_row, summary, progress):
+    def __init__(self, source: rabbit.Session, target: rabbit.Session, source_version, target_version,
+                 target_row, summary):
         self.source, self.target = source, target
         self.source_version, self.target_version = source_version, target_version
         self.target_row = target_row  # TopologyVersion to record on rows (migration), or None
-        self.summary, self.progress = summary, progress
-        self.poison = topology_broker.poison_queue(source_version)
+        self.summary = summary
+        self.poison = cascade.poison_queue(source_version)
+        self.margin_ms = conf().arrival_margin_ms
 
-    def classify(self, messages):
+    def classify(self, messages: list[rabbit.Received]):
         """(message, found, action) with action 'move', 'poison' or 'drop'."""
-        founds = [
-            wire.read_found(m.headers, m.properties, m.delivery_info["routing_key"], self.source_version)
-            for m in messages
-        ]
+        founds = [wire.read_found(m.headers, m.properties, m.routing_key, self.source_version) for m in messages]
         ids = [f.message_id for f in founds if _is_uuid(f.message_id)]  # foreign ids have no row
         rows = {str(r.id): r for r in ScheduledMessage.objects.filter(id__in=ids)} if ids else {}
         for message, found in zip(messages, founds):
@@ -111,51 +95,36 @@ class _Mover:
             else:
                 yield message, found, "move"
 
-    def move_batch(self, channel, messages, level: int) -> None:
-        now_ms = _now_ms()
+    def _route(self, message: rabbit.Received, found: wire.Found, at_ms: int):
+        return wire.moved(message.headers, message.properties, message.body, found, self.target_version, at_ms,
+                          margin_ms=self.margin_ms)
+
+    def move_batch(self, reader, messages: list[rabbit.Received], level: int) -> None:
+        at_ms = now_ms()
         moves, poisons, drops = [], [], []
         for message, found, action in self.classify(messages):
             if action == "move":
-                out, route = wire.moved(message.headers, message.properties, message.body, found,
-                                        self.target_version, now_ms)
-                moves.append((message, found, out, route))
+                moves.append((message, found, *self._route(message, found, at_ms)))
             elif action == "poison":
-                reason = "no x-dp-due-at-ms, arrival time or requested delay"
-                headers = {**(message.headers or {}), POISON_REASON: reason}
-                poisons.append((message, Outgoing("", self.poison.name, message.body, headers,
-                                                  {k: v for k, v in message.properties.items()
-                                                   if k in ("content_type", "content_encoding", "correlation_id",
-                                                            "message_id")})))
+                poisons.append((message, wire.poisoned(message, POISON_REASON, self.poison.name)))
             else:
                 drops.append(message)
-        moved_outcome = publish_confirmed(self.target, [out for _, _, out, _ in moves])
-        poison_outcome = publish_confirmed(self.source, [out for _, out in poisons])
+        moved_outcome = self.target.publish([out for _, _, out, _ in moves])
+        poison_outcome = self.source.publish([out for _, out in poisons])
         confirmed = [moves[i] for i in sorted(moved_outcome.confirmed)]
-        published_at = datetime.fromtimestamp(now_ms / 1000, tz=timezone.utc)
         with transaction.atomic():
-            rows = []
-            for _, found, _, route in confirmed:
-                if _is_uuid(found.message_id):
-                    row = ScheduledMessage(id=found.message_id, routing_key=route.routing_key,
-                                           first_exchange=route.exchange)
-                    rows.append(row)
-            if rows:
-                self.summary.rows_updated += ScheduledMessage.objects.mark_published(
-                    rows, published_at, topology=self.target_row
-                )
-        for message, *_ in confirmed:
-            channel.basic_ack(message.delivery_tag)
-        for index in poison_outcome.confirmed:
-            channel.basic_ack(poisons[index][0].delivery_tag)
-        for message in drops:
-            channel.basic_ack(message.delivery_tag)
+            rows = [ScheduledMessage(id=found.message_id, routing_key=r.routing_key, first_exchange=r.exchange)
+                    for _, found, _, r in confirmed if _is_uuid(found.message_id)]
+            self.summary.rows_updated += mark_published(rows, from_epoch_ms(at_ms), topology=self.target_row)
+        for message in [m for m, *_ in confirmed] + [poisons[i][0] for i in poison_outcome.confirmed] + drops:
+            reader.ack(message)
         unconfirmed = [moves[i][0] for i in moved_outcome.failed] + [poisons[i][0] for i in poison_outcome.failed]
         for message in unconfirmed:
-            channel.basic_reject(message.delivery_tag, requeue=True)
+            reader.reject(message, requeue=True)
         s = self.summary
         s.found += len(messages)
         s.moved += len(confirmed)
-        s.immediate += sum(1 for *_, route in confirmed if route.delay_seconds == 0)
+        s.immediate += sum(1 for *_, r in confirmed if r.delay_units == 0)
         s.poisoned += len(poison_outcome.confirmed)
         s.dropped += len(drops)
         s.failed += len(unconfirmed)
@@ -165,11 +134,8 @@ class _Mover:
 
     def preview_level(self, level: int) -> None:
         """Dry run: read every message of the level unacked, classify, then give all back."""
-        queue = cascade.level_name(self.source_version.prefix, level)
-        channel = self.source.channel()
-        try:
-            now_ms = _now_ms()
-            messages = _get_batch(channel, queue, 10**7)
+        with self.source.reader(cascade.level_name(self.source_version.prefix, level)) as reader:
+            at_ms, messages = now_ms(), reader.get(10**7)
             for message, found, action in self.classify(messages):
                 if action == "drop":
                     self.summary.dropped += 1
@@ -177,20 +143,17 @@ class _Mover:
                     self.summary.poisoned += 1
                 else:
                     self.summary.moved += 1
-                    route = wire.route(found.due_at_ms, now_ms, self.target_version, found.destination,
-                                       held=bool((message.headers or {}).get("eta")))
-                    self.summary.immediate += route.delay_seconds == 0
+                    self.summary.immediate += self._route(message, found, at_ms)[1].delay_units == 0
             self.summary.found += len(messages)
             if messages:
                 self.summary.per_level[level] = len(messages)
-        finally:
-            channel.close()  # everything unacked goes back where it was
+        # closing the reader gives every message back where it was
 
 
 def delays_move(
     *,
-    source: Connection,
-    target: Connection,
+    source: rabbit.Broker,
+    target: rabbit.Broker,
     source_version: cascade.Version,
     target_version: cascade.Version,
     target_row: TopologyVersion | None = None,
@@ -200,46 +163,48 @@ def delays_move(
     max_passes: int = 3,
 ) -> MoveSummary:
     """Drain every level queue of ``source_version`` on ``source`` into ``target_version`` on
-    ``target``. Both cascades must exist (callers provision the target first)."""
+    ``target`` (the same broker or another). Both cascades must exist (callers provision the
+    target first)."""
     summary = MoveSummary()
-    mover = _Mover(source, target, source_version, target_version, target_row, summary, progress)
-    if dry_run:
-        for level in range(source_version.levels - 1, -1, -1):
-            mover.preview_level(level)
-        summary.left_in_source = summary.found
-        return summary
-    topology_broker.declare_queue(source, mover.poison)
-    for _ in range(max_passes):
-        for level, depth in level_depths(source, source_version).items():
-            if not depth:
-                continue
-            queue = cascade.level_name(source_version.prefix, level)
-            # One channel per level, and stop only at an empty basic_get *after* the last acks:
-            # on quorum queues acks are settled asynchronously, and closing the channel right
-            # after them let the queue hand some "unsettled" messages back (measured: 66 of 300
-            # moved twice). A dequeue on the same channel is ordered behind the settles.
-            channel = source.channel()
-            try:
-                while True:
-                    messages = _get_batch(channel, queue, batch)
-                    if not messages:
-                        break
-                    mover.move_batch(channel, messages, level)
-                    if progress:
-                        progress(summary)
-            finally:
-                channel.close()
-        summary.left_in_source = sum(level_depths(source, source_version).values())
-        if not summary.left_in_source:
-            break
-        time.sleep(0.2)  # stragglers still flowing down from higher levels
+    with source.session() as source_session, target.session() as target_session:
+        mover = _Mover(source_session, target_session, source_version, target_version, target_row, summary)
+        if dry_run:
+            for level in range(source_version.levels - 1, -1, -1):
+                mover.preview_level(level)
+            summary.left_in_source = summary.found
+            return summary
+        source_session.declare_queue(mover.poison)
+        for _ in range(max_passes):
+            for level, depth in level_depths(source_session, source_version).items():
+                if depth:
+                    _drain_level(mover, source_session, source_version, level, batch, progress)
+            summary.left_in_source = sum(level_depths(source_session, source_version).values())
+            if not summary.left_in_source:
+                break
+            time.sleep(0.2)  # stragglers still flowing down from higher levels
     return summary
+
+
+def _drain_level(mover: _Mover, session: rabbit.Session, version: cascade.Version, level: int, batch: int,
+                 progress) -> None:
+    # One channel per level, and stop only at an empty basic_get *after* the last acks: on
+    # quorum queues acks are settled asynchronously, and closing the channel right after them
+    # let the queue hand some "unsettled" messages back (measured: 66 of 300 moved twice). A
+    # dequeue on the same channel is ordered behind the settles.
+    with session.reader(cascade.level_name(version.prefix, level)) as reader:
+        while messages := reader.get(batch):
+            mover.move_batch(reader, messages, level)
+            if progress:
+                progress(mover.summary)
 
 
 def delays_preview(*, source: TopologyVersion, target: TopologyVersion) -> MoveSummary:
     """What migrate_delays would do from ``source`` to ``target`` on this broker (dry run)."""
-    from .. import broker
+    return delays_move(source=broker(), target=broker(), source_version=source.cascade,
+                       target_version=target.cascade, target_row=target, dry_run=True)
 
-    with broker.connected() as conn:
-        return delays_move(source=conn, target=conn, source_version=source.cascade,
-                           target_version=target.cascade, target_row=target, dry_run=True)
+
+def in_cascade(version: cascade.Version, on: rabbit.Broker | None = None) -> int:
+    """Messages ready in the version's level queues (what a move would start with)."""
+    with (on or broker()).session() as session:
+        return sum(level_depths(session, version).values())

@@ -1,9 +1,10 @@
 """The far end of the cascade: record a delivery once, suppress duplicates, run the handler.
 
-Everything happens in one transaction with the row locked, so a duplicate arriving at the
-same moment waits and then sees the first one's outcome. ``attempt`` is which handler attempt
-a task message carries (0 for the one that came through the cascade); a message whose attempt
-is not the row's next one is a duplicate.
+Everything happens in one transaction with the rows locked, so a duplicate arriving at the
+same moment waits and then sees the first one's outcome. The rules are the lifecycle's
+(scheduling/lifecycle.py): ``deliver`` is recorded on the row *before* its handler runs, so
+a second copy of the same message — in another batch or in this one — is a duplicate and the
+handler runs once per message id and attempt.
 """
 
 from __future__ import annotations
@@ -11,17 +12,18 @@ from __future__ import annotations
 import enum
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from .. import backoff, lifecycle
+from ..conf import conf
 from ..handlers import run_handler
+from ..lifecycle import Arrival, Event
 from ..models import Endpoint, ScheduledMessage
 
 log = logging.getLogger(__name__)
-Status = ScheduledMessage.Status
 
 
 class Result(enum.Enum):
@@ -43,72 +45,62 @@ class Outcome:
     eta: datetime | None = None
 
 
-def _backoff(attempt: int) -> float:
-    return settings.DELAY_HANDLER_BACKOFF_SECONDS * 2 ** (attempt - 1)
-
-
-def _decide(message: ScheduledMessage | None, message_id: str, attempt: int, now) -> Outcome | None:
-    """The rules, before any handler runs: None means "deliver it now"."""
-    if message is None:
-        log.warning("delivery of unknown message %s dropped", message_id)
-        return Outcome(Result.UNKNOWN)
-    if now < message.due_at:  # never early: hold it until due
-        return Outcome(Result.EARLY, attempt=attempt, eta=message.due_at)
-    if attempt == 0:
-        message.delivery_count += 1
-    if message.status not in (Status.PENDING, Status.PUBLISHED) or attempt != message.attempts:
-        return Outcome(Result.CANCELLED if message.status == Status.CANCELLED else Result.DUPLICATE)
-    if attempt == 0:
-        message.delivered_at = now
-        message.lateness_ms = (now - message.due_at) // timedelta(milliseconds=1)
-    return None
+_DROPPED = {Arrival.DUPLICATE: Result.DUPLICATE, Arrival.CANCELLED: Result.CANCELLED}
 
 
 def _handle(message: ScheduledMessage) -> Outcome:
-    """Run the handler and record the result on the (locked) row."""
+    """Run the handler of a message the lifecycle just delivered; record a failure on the row."""
     try:
         run_handler(message)
     except Exception as exc:
-        message.attempts += 1
-        message.last_error = f"handler attempt {message.attempts}: {type(exc).__name__}: {exc}"[:2000]
-        if message.attempts > settings.DELAY_HANDLER_MAX_RETRIES:
-            message.status = Status.FAILED
+        settings = conf()
+        event, change = lifecycle.handler_failed(message, error=f"{type(exc).__name__}: {exc}",
+                                                 max_retries=settings.handler_max_retries)
+        lifecycle.apply(message, change)
+        if event is Event.GIVE_UP:
             log.error("message %s failed after %d attempts: %s", message.id, message.attempts, exc)
             return Outcome(Result.FAILED)
-        return Outcome(Result.RETRY, attempt=message.attempts, retry_in=_backoff(message.attempts))
-    message.status = Status.DELIVERED
+        wait_s = backoff.exponential(message.attempts, first=settings.handler_backoff_seconds)
+        return Outcome(Result.RETRY, attempt=message.attempts, retry_in=wait_s)
     return Outcome(Result.DELIVERED)
 
 
 def delivery_receive_many(items: list[tuple[str, int]], *, defer_webhooks: bool = True) -> list[Outcome]:
     """Record a batch of hand-overs in one transaction (one lock query, one write, one commit):
     the delivery loop's path, thousands a second where a transaction per message managed a few
-    hundred. ``items`` are (message id, attempt); outcomes come back in the same order. Webhook
-    messages come back DEFERRED (untouched): an HTTP call must not hold the batch's locks, so
-    the caller hands them to delivery_receive one by one."""
+    hundred. ``items`` are (message id, attempt), in arrival order; outcomes come back in the
+    same order. Webhook messages come back DEFERRED (untouched): an HTTP call must not hold the
+    batch's locks, so the caller hands them to delivery_receive one by one."""
     with transaction.atomic():
-        ids = {message_id for message_id, _ in items}
         rows = {
             str(m.id): m
             for m in ScheduledMessage.objects.select_for_update(of=("self",)).select_related("endpoint")
-            .defer("payload").filter(id__in=ids)
+            .defer("payload").filter(id__in={message_id for message_id, _ in items})
         }
         now = timezone.now()
         outcomes: list[Outcome | None] = []
         changed, to_handle = {}, []
         for index, (message_id, attempt) in enumerate(items):
             message = rows.get(message_id)
-            if defer_webhooks and message is not None and message.endpoint.handler == Endpoint.Handler.WEBHOOK:
+            if message is None:
+                log.warning("delivery of unknown message %s dropped", message_id)
+                outcomes.append(Outcome(Result.UNKNOWN))
+                continue
+            if defer_webhooks and message.endpoint.handler == Endpoint.Handler.WEBHOOK:
                 outcomes.append(Outcome(Result.DEFERRED, attempt=attempt))
                 continue
-            outcome = _decide(message, message_id, attempt, now)
-            if message is not None and (outcome is None or outcome.result is not Result.EARLY):
-                changed[message.id] = message
-            if outcome is None:
+            if now < message.due_at:  # never early: hold it until due
+                outcomes.append(Outcome(Result.EARLY, attempt=attempt, eta=message.due_at))
+                continue
+            arrival, change = lifecycle.arrive(message, attempt=attempt, now=now)
+            lifecycle.apply(message, change)
+            changed[message.id] = message
+            outcomes.append(Outcome(_DROPPED[arrival]) if arrival in _DROPPED else None)
+            if arrival is Arrival.DELIVER:
                 to_handle.append((index, message))
-            outcomes.append(outcome)
         with_handlers = [m.id for _, m in to_handle if m.endpoint.handler != Endpoint.Handler.NONE]
-        payloads = dict(ScheduledMessage.objects.filter(id__in=with_handlers).values_list("id", "payload")) if with_handlers else {}
+        payloads = dict(ScheduledMessage.objects.filter(id__in=with_handlers).values_list("id", "payload")) \
+            if with_handlers else {}
         for index, message in to_handle:
             if message.id in payloads:
                 message.payload = payloads[message.id]

@@ -9,9 +9,11 @@ from celery import current_app
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
-from topology import broker as topology_broker
+from rabbit import BrokerUnavailable, TopologyMissing
+from topology import cascade
 
-from .. import broker, selectors
+from .. import selectors
+from ..conf import broker
 from ..errors import Conflict, Unavailable
 from ..models import DeliveryMode, Endpoint, TopologyVersion
 
@@ -35,13 +37,13 @@ def endpoint_bind(*, endpoint: Endpoint) -> list[str]:
     if endpoint.delivery_mode == DeliveryMode.NATIVE:
         prefixes.add(endpoint.topology.prefix)
     try:
-        with broker.connected() as conn:
-            topology_broker.declare_queue(conn, topology_broker.endpoint_queue(endpoint.name))
+        with broker().session() as session:
+            session.declare_queue(cascade.endpoint_queue(endpoint.name))
             for prefix in sorted(prefixes):
-                topology_broker.bind_endpoint(conn, prefix, endpoint.name)
-    except broker.BrokerUnavailable as exc:
+                session.bind(cascade.endpoint_binding(prefix, endpoint.name))
+    except BrokerUnavailable as exc:
         raise Unavailable(f"cannot bind endpoint {endpoint.name!r}: {exc}") from None
-    except topology_broker.TopologyMissing as exc:
+    except TopologyMissing as exc:
         raise Conflict(
             f"cannot bind endpoint {endpoint.name!r}: {exc}; provision the cascade first "
             f"(manage.py provision_delays --version {endpoint.topology.name})"
@@ -49,7 +51,7 @@ def endpoint_bind(*, endpoint: Endpoint) -> list[str]:
     return sorted(prefixes)
 
 
-def _refresh_consumers(name: str, consume: bool = True) -> None:
+def _refresh_consumers(name: str) -> None:
     """Ask running workers' delivery loops to follow the endpoint table now (they also re-read
     it every few seconds, so a lost broadcast only delays this)."""
     try:
@@ -97,7 +99,7 @@ def endpoint_set_active(*, endpoint: Endpoint, active: bool) -> Endpoint:
         endpoint_bind(endpoint=endpoint)
     endpoint.is_active = active
     endpoint.save(update_fields=["is_active", "updated_at"])
-    transaction.on_commit(lambda: _refresh_consumers(endpoint.name, consume=active))
+    transaction.on_commit(lambda: _refresh_consumers(endpoint.name))
     return endpoint
 
 
@@ -135,8 +137,15 @@ def endpoint_update(
 
 def endpoints_bind_all(*, topology: TopologyVersion) -> int:
     """After provisioning a version, bind every existing endpoint to it (side by side)."""
+    return endpoints_bind_on(broker(), topology.prefix)
+
+
+def endpoints_bind_on(target, prefix: str) -> int:
+    """Declare every endpoint's queue on ``target`` (a rabbit.Broker) and bind it on the cascade
+    with this prefix (transfer_delays prepares another broker with it)."""
     names = list(Endpoint.objects.values_list("name", flat=True))
-    with broker.connected() as conn:
+    with target.session() as session:
         for name in names:
-            topology_broker.bind_endpoint(conn, topology.prefix, name)
+            session.declare_queue(cascade.endpoint_queue(name))
+            session.bind(cascade.endpoint_binding(prefix, name))
     return len(names)

@@ -10,15 +10,18 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 
-from django.conf import settings
+from celery import current_app
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from topology import cascade
 
+from .. import lifecycle
+from ..conf import conf
 from ..errors import BulkValidationError, Conflict, NotFound
 from ..models import DeliveryMode, Endpoint, ScheduledMessage
+from ..task_names import RELAY_PUBLISH
 
 log = logging.getLogger(__name__)
 MS = timedelta(milliseconds=1)
@@ -87,12 +90,12 @@ def _build(item: dict, endpoints: dict[str, Endpoint], now: datetime) -> Schedul
         except ValidationError as exc:
             errors.update({k: v[0] for k, v in exc.message_dict.items()})
         else:
-            limit_s = endpoint.topology.max_delay_seconds if endpoint else cascade.max_delay()
+            limit_ms = endpoint.topology.max_delay_ms if endpoint else cascade.V2.max_delay_ms
             if delay_ms < 0:
                 errors["delay"] = "must not be negative"
-            elif delay_ms > limit_s * 1000:  # checked before any date arithmetic (it would overflow)
+            elif delay_ms > limit_ms:  # checked before any date arithmetic (it would overflow)
                 version = endpoint.topology.name if endpoint else "the default version"
-                errors["delay"] = f"is over the maximum delay of {limit_s:,} s for topology {version}"
+                errors["delay"] = f"is over the maximum delay of {limit_ms // 1000:,} s for topology {version}"
             else:
                 due_at = now + delay_ms * MS
     else:
@@ -101,10 +104,11 @@ def _build(item: dict, endpoints: dict[str, Endpoint], now: datetime) -> Schedul
         else:
             due_at = _ceil_ms(deliver_at)
     if due_at is not None and endpoint is not None:
-        limit = endpoint.topology.max_delay_seconds
-        if due_at - now > timedelta(seconds=limit):
+        limit_ms = endpoint.topology.max_delay_ms
+        if due_at - now > limit_ms * MS:
             field = "delay" if delay is not None else "deliver_at"
-            errors[field] = f"is over the maximum delay of {limit:,} s for topology {endpoint.topology.name}"
+            errors[field] = (f"is over the maximum delay of {limit_ms // 1000:,} s for topology "
+                             f"{endpoint.topology.name}")
     payload = item.get("payload")
     if payload is None:
         errors["payload"] = "required (any JSON value except null)"
@@ -116,10 +120,8 @@ def _build(item: dict, endpoints: dict[str, Endpoint], now: datetime) -> Schedul
         else:
             if _has_nul(payload):
                 errors["payload"] = "must not contain NUL characters (\\u0000)"
-            elif size > settings.DELAY_MAX_PAYLOAD_BYTES:
-                errors["payload"] = (
-                    f"is {size:,} bytes of JSON; the limit is {settings.DELAY_MAX_PAYLOAD_BYTES:,}"
-                )
+            elif size > conf().max_payload_bytes:
+                errors["payload"] = f"is {size:,} bytes of JSON; the limit is {conf().max_payload_bytes:,}"
     key = item.get("idempotency_key")
     if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= 255 or _has_nul(key)):
         errors["idempotency_key"] = "must be a string of 1 to 255 characters, without NUL"
@@ -128,6 +130,7 @@ def _build(item: dict, endpoints: dict[str, Endpoint], now: datetime) -> Schedul
     fixed_id = {"id": item["id"]} if item.get("id") else {}  # a Celery task keeps its task id
     return ScheduledMessage(
         **fixed_id,
+        status=lifecycle.transition(lifecycle.NEW, lifecycle.Event.SCHEDULE),
         endpoint=endpoint,
         topology=endpoint.topology,
         delivery_mode=endpoint.delivery_mode,
@@ -145,10 +148,8 @@ def _endpoint_name(value) -> str | None:
 
 def _kick_relay(ids: list[str]) -> None:
     """Ask a worker to publish these rows now; if the broker is down, the sweeper will."""
-    from ..tasks import publish_messages
-
     try:
-        publish_messages.apply_async(args=[ids], retry=False)
+        current_app.send_task(RELAY_PUBLISH, args=[ids], retry=False)
     except Exception as exc:
         log.warning("relay not reached (%s); %d message(s) stay pending for the sweeper", exc, len(ids))
 
@@ -244,13 +245,12 @@ def message_cancel(*, message_id) -> ScheduledMessage:
     already in the cascade the consumer drops it on arrival. Cancelling twice is fine."""
     with transaction.atomic():
         message = _locked(message_id)
-        if message.status == ScheduledMessage.Status.CANCELLED:
-            return message
-        if message.status not in (ScheduledMessage.Status.PENDING, ScheduledMessage.Status.PUBLISHED):
-            raise Conflict(f"message {message.id} is already {message.status} and cannot be cancelled")
-        message.status = ScheduledMessage.Status.CANCELLED
-        message.cancelled_at = timezone.now()
-        message.save(update_fields=["status", "cancelled_at"])
+        try:
+            change = lifecycle.cancel(message, now=timezone.now())
+        except lifecycle.IllegalTransition:
+            raise Conflict(f"message {message.id} is already {message.status} and cannot be cancelled") from None
+        if change:
+            message.save(update_fields=lifecycle.apply(message, change))
     return message
 
 
@@ -258,13 +258,13 @@ def message_republish(*, message_id) -> ScheduledMessage:
     """Send a failed message again, due at its original time (so overdue means now)."""
     with transaction.atomic():
         message = _locked(message_id)
-        if message.status != ScheduledMessage.Status.FAILED:
-            raise Conflict(f"message {message.id} is {message.status}; only failed messages can be republished")
-        message.status = ScheduledMessage.Status.PENDING
-        message.attempts = 0
-        message.delivered_at = None
-        message.lateness_ms = None
-        message.save(update_fields=["status", "attempts", "delivered_at", "lateness_ms"])
+        try:
+            change = lifecycle.republish(message)
+        except lifecycle.IllegalTransition:
+            raise Conflict(
+                f"message {message.id} is {message.status}; only failed messages can be republished"
+            ) from None
+        message.save(update_fields=lifecycle.apply(message, change))
         ids = [str(message.id)]
         transaction.on_commit(lambda: _kick_relay(ids))
     return message

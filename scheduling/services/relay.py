@@ -9,22 +9,20 @@ commit did not happen — yields a duplicate in the broker, which the consumer s
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
-from kombu import Connection
 
-from topology.publisher import publish_confirmed
+from rabbit import BrokerUnavailable
 
-from .. import broker, wire
+from .. import lifecycle, wire
+from ..conf import broker, conf
+from ..lifecycle import Event, Status
 from ..models import DeliveryMode, Endpoint, ScheduledMessage
 
 log = logging.getLogger(__name__)
-_local = threading.local()
 
 
 @dataclass
@@ -34,53 +32,39 @@ class RelayResult:
     errors: list[str] = field(default_factory=list)
 
 
-def _connection() -> Connection:
-    """One long-lived publishing connection per process (and thread)."""
-    conn = getattr(_local, "connection", None)
-    if conn is None or not conn.connected:
-        _reset_connection()
-        conn = broker.open_connection()
-        _local.connection = conn
-    return conn
-
-
-def _reset_connection() -> None:
-    conn = getattr(_local, "connection", None)
-    _local.connection = None
-    if conn is not None:
-        try:
-            conn.release()
-        except Exception:
-            pass
+def mark_published(rows: list[ScheduledMessage], published_at, topology=None) -> int:
+    """Record confirmed publishes (each row's routing_key and first_exchange set): the
+    lifecycle's ``publish``, on the rows still waiting (one delivered meanwhile stays so)."""
+    return ScheduledMessage.objects.set_published(
+        rows, status=lifecycle.transition(Status.PENDING, Event.PUBLISH), published_at=published_at,
+        from_statuses=lifecycle.sources(Event.PUBLISH), topology=topology,
+    )
 
 
 def _publish_batch(rows: list[ScheduledMessage], result: RelayResult, direct: bool) -> None:
-    now = timezone.now()
+    now, settings = timezone.now(), conf()
     versions = {row.topology_id: row.topology.cascade for row in rows}  # built once per batch
-    prepared = [wire.outgoing(row, versions[row.topology_id], now, direct=direct) for row in rows]
+    prepared = [wire.outgoing(row, versions[row.topology_id], now, margin_ms=settings.arrival_margin_ms,
+                              direct=direct) for row in rows]
     try:
-        outcome = publish_confirmed(
-            _connection(), [out for out, _ in prepared], window=settings.DELAY_PUBLISH_WINDOW
-        )
-    except broker.BrokerUnavailable as exc:
-        _reset_connection()
+        outcome = broker().publish([out for out, _ in prepared], window=settings.publish_window)
+    except BrokerUnavailable as exc:
         reason = str(exc)
         ScheduledMessage.objects.filter(id__in=[r.id for r in rows]).update(last_error=reason)
         result.failed += len(rows)
         result.errors.append(reason)
         return
     if outcome.error:
-        _reset_connection()
         result.errors.append(outcome.error)
     published, failed = [], []
-    for index, (row, (out, route)) in enumerate(zip(rows, prepared)):
+    for index, (row, (_, route)) in enumerate(zip(rows, prepared, strict=True)):
         if index in outcome.confirmed:
             row.routing_key, row.first_exchange = route.routing_key, route.exchange
             published.append(row)
         else:
             row.last_error = f"publish failed: {outcome.failed.get(index, 'unknown')}"
             failed.append(row)
-    ScheduledMessage.objects.mark_published(published, now)
+    mark_published(published, now)
     if failed:
         ScheduledMessage.objects.bulk_update(failed, ["last_error"])
     result.published += len(published)
@@ -106,9 +90,9 @@ def _relay(select, *, direct: bool, limit_ids: int | None = None) -> RelayResult
                 .select_related("endpoint", "topology")
                 # only what a publish needs: decoding payloads cost ~0.1 ms a row
                 .only("id", "due_at", "topology", "endpoint__name", "endpoint__handler")
-                .filter(status=ScheduledMessage.Status.PENDING)
+                .filter(status=Status.PENDING)
             )
-            rows = list(select(qs).order_by("due_at")[: settings.DELAY_PUBLISH_BATCH])
+            rows = list(select(qs).order_by("due_at")[: conf().publish_batch])
             if not rows:
                 return result
             _load_task_messages(rows)
@@ -136,7 +120,7 @@ def relay_publish(*, ids: list[str] | None = None, older_than: timedelta | None 
 
 def relay_sweep() -> RelayResult:
     """Publish what the on-commit kick missed (broker down, worker died)."""
-    result = relay_publish(older_than=timedelta(seconds=settings.DELAY_SWEEP_GRACE_SECONDS))
+    result = relay_publish(older_than=timedelta(seconds=conf().sweep_grace_seconds))
     if result.published or result.failed:
         log.info("sweeper: published %d, failed %d %s", result.published, result.failed, result.errors[:1])
     return result
@@ -147,7 +131,7 @@ def timeouts_publish_due() -> RelayResult:
     published straight to their endpoint's queue shortly before they are due (the worker's
     timer holds the rest). SKIP LOCKED lets any number of these run at once without two ever
     publishing the same row."""
-    horizon = timezone.now() + timedelta(milliseconds=settings.DELAY_TIMEOUTS_LOOKAHEAD_MS)
+    horizon = timezone.now() + timedelta(milliseconds=conf().timeouts_lookahead_ms)
     return _relay(
         lambda qs: qs.filter(delivery_mode=DeliveryMode.TIMEOUT_MANAGER, due_at__lte=horizon), direct=True
     )

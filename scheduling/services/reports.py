@@ -11,10 +11,10 @@ from pathlib import Path
 from time import perf_counter
 
 import pyarrow.dataset as pa_dataset
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from ..conf import conf
 from ..models import AccuracyReport
 from ..reports.export import deliveries_export
 from ..reports.spark_job import job_run
@@ -41,7 +41,7 @@ def accuracy_report_run(
     """Raises ExportError or SparkJobFailed (one-line messages) when a stage cannot run."""
     last_day = last_day or first_day
     as_of = timezone.now()
-    work = Path(settings.ACCURACY_REPORT_DIR)
+    work = conf().accuracy_report_dir
     run_id = f"{as_of:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
     started = perf_counter()
     exported = deliveries_export(
@@ -56,7 +56,7 @@ def accuracy_report_run(
             first_day=first_day,
             last_day=last_day,
             as_of=as_of,
-            lost_after=timedelta(seconds=settings.ACCURACY_LOST_AFTER_SECONDS),
+            lost_after=timedelta(seconds=conf().accuracy_lost_after_seconds),
             log_path=work / "logs" / f"spark-{run_id}.log",
         )
         spark_done_at = perf_counter()

@@ -15,6 +15,7 @@ from datetime import datetime
 
 from django.db import transaction
 
+from ..lifecycle import Status
 from ..models import DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
 from .endpoints import endpoint_update
 from .relay import relay_publish
@@ -31,7 +32,7 @@ class TimeoutMigration:
 
 def _pending_timeouts():
     return ScheduledMessage.objects.filter(
-        status=ScheduledMessage.Status.PENDING, delivery_mode=DeliveryMode.TIMEOUT_MANAGER
+        status=Status.PENDING, delivery_mode=DeliveryMode.TIMEOUT_MANAGER
     )
 
 

@@ -1,4 +1,5 @@
-"""Provision and verify cascades on the broker, recording the outcome on TopologyVersion."""
+"""Cascades on the broker: provision and verify them (recording the outcome on TopologyVersion),
+and read what is in flight in them (the admin's figures, from the management API)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,11 @@ from dataclasses import dataclass
 
 from django.utils import timezone
 
-from topology import broker as topology_broker
 from topology import cascade
-from topology.verify import verify_plan
+from topology.diff import diff_plan
 
-from .. import broker
-from ..models import TopologyVersion
+from ..conf import broker
+from ..models import Endpoint, TopologyVersion
 from .endpoints import endpoints_bind_all
 
 
@@ -34,11 +34,11 @@ def _record(version: cascade.Version, **fields) -> bool:
 
 def topology_provision(*, version: cascade.Version, url: str | None = None) -> ProvisionResult:
     """Declare the version's whole cascade (idempotent). Raises BrokerUnavailable or
-    TopologyConflict with a one-line reason."""
+    TopologyConflict with a one-line reason. ``url``: another broker (nothing is recorded)."""
     plan = cascade.cascade_plan(version)
     started = time.monotonic()
-    with broker.connected(url) as conn:
-        topology_broker.declare_plan(conn, plan)
+    with broker(url).session() as session:
+        session.declare(plan)
     recorded = url is None and _record(version, provisioned_at=timezone.now())
     if recorded:  # side by side: every endpoint also receives from this version
         endpoints_bind_all(topology=TopologyVersion.objects.get(name=version.name))
@@ -47,8 +47,87 @@ def topology_provision(*, version: cascade.Version, url: str | None = None) -> P
 
 def topology_verify(*, version: cascade.Version, url: str | None = None) -> list[str]:
     """Each missing or mismatched piece of the cascade on the broker, as one line; [] is healthy."""
-    plan = cascade.cascade_plan(version)
-    problems = verify_plan(broker.management(url), broker.vhost(url), plan)
+    target = broker(url)
+    problems = diff_plan(cascade.cascade_plan(version), *target.management.listings(target.vhost))
     if url is None:
         _record(version, verified_at=timezone.now(), verify_problems=problems)
     return problems
+
+
+
+@dataclass(frozen=True)
+class LevelDepth:
+    level: int
+    queue: str
+    ttl_ms: int
+    messages: int | None  # None: the queue is missing, or the broker has no statistics yet
+    ready: int | None
+    unacked: int | None
+
+
+@dataclass(frozen=True)
+class EndpointBinding:
+    endpoint: str
+    binding_key: str
+    is_active: bool
+    on_broker: bool
+
+
+@dataclass(frozen=True)
+class InFlight:
+    vhost: str
+    levels: list[LevelDepth]  # highest level first, like the cascade
+    unroutable_queue: str
+    unroutable: int | None
+    delivery_exchange: str
+    bindings: list[EndpointBinding]
+    unknown_bindings: list[str]  # keys on the delivery exchange that no endpoint explains
+
+    @property
+    def in_cascade(self) -> int:
+        return sum(level.messages or 0 for level in self.levels)
+
+
+def topology_in_flight(version: TopologyVersion) -> InFlight:
+    """Queue depths of a version's levels and unroutable queue, and the delivery exchange's
+    endpoint bindings, read from the management API (ManagementUnavailable when it is away).
+    The broker refreshes these statistics every few seconds, so they lag a little."""
+    plan_version, on = version.cascade, broker()
+    management, vhost = on.management, on.vhost
+    depths = management.queue_depths(vhost)
+    delivery = cascade.delivery_exchange(version.prefix)
+    bound = {b["routing_key"] for b in management.bindings_from(vhost, delivery) if b["destination_type"] == "queue"}
+
+    def level(number: int) -> LevelDepth:
+        name = cascade.level_name(version.prefix, number)
+        queue = depths.get(name, {})
+        return LevelDepth(number, name, cascade.level_ttl_ms(plan_version, number), queue.get("messages"),
+                          queue.get("messages_ready"), queue.get("messages_unacknowledged"))
+
+    unroutable = cascade.unroutable_name(version.prefix)
+    bindings = [
+        EndpointBinding(name, key, active, key in bound)
+        for name, active in Endpoint.objects.order_by("name").values_list("name", "is_active")
+        for key in [cascade.endpoint_binding_key(name)]
+    ]
+    return InFlight(
+        vhost=vhost,
+        levels=[level(n) for n in range(version.levels - 1, -1, -1)],
+        unroutable_queue=unroutable,
+        unroutable=depths.get(unroutable, {}).get("messages"),
+        delivery_exchange=delivery,
+        bindings=bindings,
+        unknown_bindings=sorted(bound - {b.binding_key for b in bindings}),
+    )
+
+
+def versions_in_flight() -> dict[str, int | None]:
+    """Version name -> messages in its level queues (one management call; None if unknown)."""
+    on = broker()
+    depths = on.management.queue_depths(on.vhost)
+    totals = {}
+    for version in TopologyVersion.objects.all():
+        counts = [depths.get(cascade.level_name(version.prefix, level), {}).get("messages") for level in range(version.levels)]
+        known = [c for c in counts if c is not None]
+        totals[version.name] = sum(known) if known else None
+    return totals

@@ -8,50 +8,41 @@ import logging
 
 from topology import cascade
 
-from .. import broker, selectors, wire
+from .. import lifecycle, selectors, wire
+from ..conf import broker
+from ..lifecycle import Event, Status
 from ..models import ScheduledMessage
 
 log = logging.getLogger(__name__)
 
 
+def _mark_failed(message_id: str, destination: str, prefix: str) -> int:
+    return ScheduledMessage.objects.filter(id=message_id, status__in=lifecycle.sources(Event.UNROUTABLE)).update(
+        status=lifecycle.transition(Status.PUBLISHED, Event.UNROUTABLE),
+        last_error=(
+            f"unroutable: no queue is bound for {destination!r} on {cascade.delivery_exchange(prefix)} "
+            "(queue deleted or unbound); re-bind the endpoint and republish"
+        ),
+    )
+
+
 def unroutable_drain(*, limit: int = 1000) -> int:
+    """Read each provisioned version's unroutable queue; returns how many rows were marked."""
     marked = 0
-    with broker.connected() as conn:
+    with broker().session() as session:
         for version in selectors.topology_versions_provisioned():
-            queue = cascade.unroutable_name(version.prefix)
-            channel = conn.channel()
-            try:
-                unknown = []
-                for _ in range(limit):
-                    message = channel.basic_get(queue)
-                    if message is None:
-                        break
-                    headers = message.headers or {}
-                    message_id = headers.get(wire.H_MESSAGE_ID)
-                    if not message_id:  # not one of ours: leave it for an operator
-                        unknown.append(message.delivery_tag)
+            with session.reader(cascade.unroutable_name(version.prefix)) as reader:
+                for message in reader.get(limit):
+                    message_id = message.headers.get(wire.H_MESSAGE_ID)
+                    if not message_id:  # not one of ours: leave it (unacked) for an operator
                         continue
-                    destination = message.delivery_info["routing_key"].rsplit(".", 1)[-1]
-                    updated = ScheduledMessage.objects.filter(
-                        id=message_id,
-                        status__in=[ScheduledMessage.Status.PENDING, ScheduledMessage.Status.PUBLISHED],
-                    ).update(
-                        status=ScheduledMessage.Status.FAILED,
-                        last_error=(
-                            f"unroutable: no queue is bound for {destination!r} on "
-                            f"{cascade.delivery_exchange(version.prefix)} (queue deleted or unbound); "
-                            "re-bind the endpoint and republish"
-                        ),
-                    )
+                    destination = message.routing_key.rsplit(".", 1)[-1]
+                    updated = _mark_failed(message_id, destination, version.prefix)
                     if not updated and not ScheduledMessage.objects.filter(id=message_id).exists():
-                        unknown.append(message.delivery_tag)  # no row (yet): keep the message
-                        continue
+                        continue  # no row (yet): keep the message
                     marked += updated
-                    channel.basic_ack(message.delivery_tag)
-                for tag in unknown:
-                    channel.basic_reject(tag, requeue=True)
-            finally:
-                channel.close()
+                    reader.ack(message)
+            # closing the reader's channel hands back everything left unacked
     if marked:
         log.warning("marked %d unroutable message(s) failed", marked)
     return marked

@@ -4,7 +4,8 @@ artifacts/screenshots/ (git-ignored)."""
 
 import pytest
 
-from scheduling import broker, services
+from scheduling import services
+from scheduling.conf import broker
 from scheduling.models import ScheduledMessage
 from tests.support import wait_until
 from topology import cascade
@@ -18,7 +19,7 @@ def status_shown(browser) -> str:
 
 
 def endpoint_keys_on_broker() -> set[str]:
-    return {b["routing_key"] for b in broker.management().bindings_from(broker.vhost(), V2_DELIVERY)}
+    return {b["routing_key"] for b in broker().management.bindings_from(broker().vhost, V2_DELIVERY)}
 
 
 def test_operator_creates_an_endpoint_schedules_a_message_and_watches_it_delivered(
@@ -85,7 +86,7 @@ def test_operator_cancels_a_message_and_sees_it_in_flight_on_its_level(
     browser.click_link("v2")
     cell = f'#dp-levels tr[data-level="{level}"] .dp-messages'
     browser.reload_until(lambda: browser.find(cell).text not in ("0", "—"), 30, "the level's depth to show")
-    depth = broker.management().queue_depths(broker.vhost())[cascade.level_name(cascade.V2.prefix, level)]
+    depth = broker().management.queue_depths(broker().vhost)[cascade.level_name(cascade.V2.prefix, level)]
     assert int(browser.find(cell).text) >= 1 and depth["messages"] >= 1
     assert "524288 seconds" in browser.find(f'#dp-levels tr[data-level="{level}"]').text
     assert f"#.{endpoint_name}" in browser.find("#dp-bindings").text

@@ -11,11 +11,13 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from scheduling import wire
+from scheduling.conf import conf
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.services import endpoint_bind
-from tests.support import ROOT, RecordingServer, wait_until
+from tests.support import ROOT, RecordingServer, celery_drained, wait_until
 from tests.testapp.models import Receipt
-from topology import broker as topology_broker
+from topology import cascade
 
 pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 Status = ScheduledMessage.Status
@@ -68,16 +70,18 @@ def test_delays_from_zero_to_five_seconds_arrive_on_time_never_early(api, make_e
 
 
 def test_cancelled_message_never_reaches_its_handler(api, make_endpoint, endpoint_name):
-    name = make_endpoint(endpoint_name, handler="celery_task", handler_target="testapp.record_receipt")
-    keep = schedule(api, name, payload={"keep": True}, delay_seconds=3)
-    drop = schedule(api, name, payload={"keep": False}, delay_seconds=3)
-    wait_until(settled([drop], (Status.PUBLISHED,)), 5, message="the message to be in the cascade")
-    assert api.post(f"/api/messages/{drop}/cancel/").json()["status"] == "cancelled"
-    wait_until(settled([keep]), timeout=15, message="the kept message")
-    # the cancelled one comes out of the cascade too, and is dropped there
-    wait_until(lambda: ScheduledMessage.objects.get(id=drop).delivery_count == 1, 10, message="drop seen")
-    wait_until(lambda: Receipt.objects.filter(message_id=keep).exists(), 10, message="kept receipt")
-    assert not Receipt.objects.filter(message_id=drop).exists()
+    """A webhook runs inside the delivery, before its commit: once the cancelled message's
+    hand-over is recorded (delivery_count 1), any call it could have made has been made."""
+    with RecordingServer() as server:
+        name = make_endpoint(endpoint_name, handler="webhook", handler_target=server.url)
+        keep = schedule(api, name, payload={"keep": True}, delay_seconds=3)
+        drop = schedule(api, name, payload={"keep": False}, delay_seconds=3)
+        wait_until(settled([drop], (Status.PUBLISHED,)), 5, message="the message to be in the cascade")
+        assert api.post(f"/api/messages/{drop}/cancel/").json()["status"] == "cancelled"
+        wait_until(settled([keep]), timeout=15, message="the kept message")
+        # the cancelled one comes out of the cascade too, and is dropped there
+        wait_until(lambda: ScheduledMessage.objects.get(id=drop).delivery_count == 1, 10, message="drop seen")
+    assert [r["headers"]["X-Delay-Message-Id"] for r in server.requests] == [keep]
     dropped = ScheduledMessage.objects.get(id=drop)
     assert dropped.status == Status.CANCELLED and dropped.delivered_at is None
 
@@ -87,16 +91,34 @@ def test_idempotency_key_schedules_once(api, make_endpoint, endpoint_name):
     ids = {schedule(api, name, payload={"n": 1}, delay_seconds=1, idempotency_key="once") for _ in range(3)}
     assert len(ids) == 1
     wait_until(settled(list(ids)), timeout=10)
-    wait_until(lambda: Receipt.objects.count() == 1, 10, message="one receipt")
+    celery_drained()
+    assert list(Receipt.objects.values_list("message_id", flat=True)) == list(ids)
 
 
 def test_celery_task_handler_runs_exactly_once_per_message(api, make_endpoint, endpoint_name):
     name = make_endpoint(endpoint_name, handler="celery_task", handler_target="testapp.record_receipt")
     ids = [schedule(api, name, payload={"n": n}, delay_seconds=n / 4) for n in range(8)]
     wait_until(settled(ids), timeout=15)
-    wait_until(lambda: Receipt.objects.count() == 8, 10, message="8 receipts")
-    receipts = {r.message_id: r.payload for r in Receipt.objects.all()}
-    assert receipts == {i: {"n": n} for n, i in enumerate(ids)}
+    celery_drained()
+    receipts = sorted((r.message_id, r.payload["n"]) for r in Receipt.objects.all())
+    assert receipts == sorted((i, n) for n, i in enumerate(ids))  # each message's handler ran exactly once
+
+
+def test_two_copies_in_the_endpoint_queue_run_the_handler_once(api, make_endpoint, endpoint_name, amqp):
+    """An at-least-once hand-over repeated: a second copy of the same message lands in the
+    endpoint's queue beside the one coming out of the cascade; both are held until due."""
+    with RecordingServer() as server:
+        name = make_endpoint(endpoint_name, handler="webhook", handler_target=server.url)
+        message_id = schedule(api, name, payload={"copies": 2}, delay_seconds=2.5)
+        (row,) = wait_until(settled([message_id], (Status.PUBLISHED,)), 5, message="published")
+        copy, _ = wire.outgoing(row, row.topology.cascade, timezone.now(), direct=True,
+                                margin_ms=conf().arrival_margin_ms)
+        assert amqp.publish([copy]).confirmed == {0}
+        wait_until(lambda: ScheduledMessage.objects.get(id=message_id).delivery_count == 2, 15,
+                   message="both copies handed over")
+    row = ScheduledMessage.objects.get(id=message_id)
+    assert row.status == Status.DELIVERED and row.delivered_at >= row.due_at
+    assert [r["headers"]["X-Delay-Message-Id"] for r in server.requests] == [message_id]
 
 
 def test_webhook_handler_posts_signed_json_once_per_message(api, make_endpoint, endpoint_name):
@@ -139,7 +161,7 @@ def test_scheduled_while_broker_refuses_is_published_by_the_sweeper(make_endpoin
 def test_unroutable_message_fails_with_a_reason_and_republish_delivers_it(api, make_endpoint, endpoint_name, amqp):
     name = make_endpoint(endpoint_name)
     for prefix in ("dp.", "dp.v2."):
-        topology_broker.unbind_endpoint(amqp, prefix, name)
+        amqp.unbind(cascade.endpoint_binding(prefix, name))
     message_id = schedule(api, name, delay_seconds=1)
     (row,) = wait_until(settled([message_id], (Status.FAILED,)), timeout=20, message="marked failed")
     assert "unroutable: no queue is bound" in row.last_error

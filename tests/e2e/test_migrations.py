@@ -12,10 +12,10 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from scheduling import broker
+from scheduling.conf import broker
 from scheduling.models import ScheduledMessage
 from scheduling.services.delays import level_depths
-from tests.support import ARTIFACTS, ROOT, Worker, wait_until
+from tests.support import ARTIFACTS, ROOT, Worker, celery_drained, wait_until
 from tests.testapp.models import Receipt
 from topology import cascade
 
@@ -51,8 +51,10 @@ def assert_each_delivered_once_on_time(ids, timeout, max_late_ms=MAX_LATE_MS):
     late = sorted(r.lateness_ms for r in rows)
     assert not early, f"{len(early)} delivered early"
     assert late[-1] <= max_late_ms, f"worst lateness {late[-1]} ms"
-    wait_until(lambda: Receipt.objects.filter(message_id__in=[str(i) for i in ids]).count() == len(ids), 30, 0.5,
-               "one handler receipt per message")
+    receipts = Receipt.objects.filter(message_id__in=[str(i) for i in ids])
+    wait_until(lambda: receipts.count() >= len(ids), 30, 0.5, "a handler receipt per message")
+    celery_drained(timeout=60)
+    assert sorted(receipts.values_list("message_id", flat=True)) == sorted(str(i) for i in ids)  # once each
     duplicates = sum(r.delivery_count - 1 for r in rows)
     print(f"{len(ids)} delivered once each; worst lateness {late[-1]} ms, p50 {late[len(late) // 2]} ms; "
           f"{duplicates} duplicate hand-over(s) suppressed")
@@ -104,7 +106,7 @@ def test_killed_migration_run_again_loses_nothing_and_runs_each_handler_once(api
 
 
 def test_transfer_delays_to_another_broker(api, platform, worker, worker_env, endpoint_name, amqp):
-    management, green_vhost = broker.management(), f"{broker.vhost()}-green"
+    management, green_vhost = broker().management, f"{broker().vhost}-green"
     green_url = f"{worker_env['BROKER_URL']}-green"
     management.create_vhost(green_vhost)
     green = Worker(f"green-{os.environ['DP_TEST_RUN_ID']}", {**worker_env, "BROKER_URL": green_url},

@@ -3,10 +3,9 @@ broker cancelling a consumer (a consumed queue deleted)."""
 
 import pytest
 
-from scheduling import broker
+from scheduling.conf import broker
 from scheduling.models import ScheduledMessage
 from tests.support import wait_until
-from topology import broker as topology_broker
 
 pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 Status = ScheduledMessage.Status
@@ -27,7 +26,7 @@ def status_of(message_id):
 
 
 def consumers(name):
-    return (broker.management().queue(broker.vhost(), name) or {}).get("consumers", 0)
+    return (broker().management.queue(broker().vhost, name) or {}).get("consumers", 0)
 
 
 def test_deactivating_pauses_delivery_and_activating_resumes_it(api, platform, worker, endpoint_name, amqp):
@@ -42,7 +41,7 @@ def test_deactivating_pauses_delivery_and_activating_resumes_it(api, platform, w
     assert refused.status_code == 400 and "inactive" in refused.json()["endpoint"][0]
     wait_until(lambda: consumers(endpoint_name) == 0, 15, message="the worker to stop consuming")
     # due while paused: it waits in the endpoint's queue, nothing is lost or marked delivered
-    wait_until(lambda: topology_broker.queue_depth(amqp, endpoint_name) == 1, 15, message="parked in queue")
+    wait_until(lambda: amqp.queue_depth(endpoint_name) == 1, 15, message="parked in queue")
     assert status_of(message_id) == Status.PUBLISHED
 
     assert api.post(f"/api/endpoints/{endpoint_name}/activate/").json()["is_active"] is True
@@ -55,7 +54,7 @@ def test_worker_survives_a_consumed_queue_being_deleted(api, platform, worker, e
     create(api, other)
     first = schedule(api, other, 0)
     wait_until(lambda: status_of(first) == Status.DELIVERED, 15, message="first delivery")
-    amqp.default_channel.queue_delete(doomed)  # the broker cancels the worker's consumer
+    amqp.delete_queue(doomed)  # the broker cancels the worker's consumer
     wait_until(lambda: f"the broker cancelled consuming {doomed}" in worker.log_text(), 10,
                message="the consumer cancel")
     second = schedule(api, other, 0.5)

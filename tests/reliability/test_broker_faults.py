@@ -13,7 +13,9 @@ from .conftest import FULL, size
 from .faults import count_status, endpoint, outcome, schedule, settle
 
 pytestmark = [pytest.mark.reliability, pytest.mark.broker, pytest.mark.e2e]
-CASES = [("v2", "clean"), ("v1", "clean")] + ([("v2", "crash"), ("v1", "crash")] if FULL else [])
+# make test runs a clean restart of both versions and a crash of v2 (reduced); v1's crash, whose
+# at-most-once dead-lettering may lose what it was moving, is reported by make test-reliability.
+CASES = [("v2", "clean"), ("v1", "clean"), ("v2", "crash")] + ([("v1", "crash")] if FULL else [])
 
 
 @pytest.fixture(scope="module")
@@ -45,11 +47,11 @@ def test_broker_restart_mid_delay(node, private_platform, version, how, report, 
     else:
         node.crash()
         node.restart()
-    settle(p, name, n, timeout=longest + 90)
+    settled = settle(p, name, n, timeout=longest + 90)
     counts = report(outcome(p, name, f"broker {how} restart mid-delay, {version}"))
     assert counts.early == 0
-    if version == "v2":
-        assert counts.lost == 0
+    if (version, how) != ("v1", "crash"):  # a clean stop loses nothing on either; v2 loses nothing at all
+        assert settled and counts.lost == 0
 
 
 def test_broker_down_while_scheduling(node, private_platform, report, rng):
@@ -70,7 +72,7 @@ def test_broker_down_while_scheduling(node, private_platform, report, rng):
     back = time.monotonic()
     wait_until(lambda: count_status(p, name, "pending") == 0, 30, 0.2, "the sweeper to publish")
     publish_seconds = time.monotonic() - back
-    settle(p, name, n, timeout=60)
+    assert settle(p, name, n, timeout=60)
     # "on time, or at once if overdue": how long after max(due, published) each was delivered
     (beyond_ms,) = p.sql(
         "SELECT max(EXTRACT(EPOCH FROM m.delivered_at - greatest(m.due_at, m.published_at)) * 1000)::int "

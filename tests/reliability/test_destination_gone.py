@@ -5,9 +5,8 @@ and republishing delivers them."""
 import pytest
 
 from bench.harness import platform
-from scheduling import broker
+from scheduling.conf import broker
 from tests.support import wait_until
-from topology import broker as topology_broker
 from topology import cascade
 
 from .conftest import size
@@ -24,13 +23,13 @@ def test_destination_queue_deleted_then_rebound_and_republished(report, rng):
         ids = schedule(p, name, [round(rng.uniform(4, 12), 3) for _ in range(n)])
         wait_until(lambda: count_status(p, name, "published") == n, 30, 0.2, "all published")
         with broker.connected(p.env["BROKER_URL"]) as conn:
-            conn.default_channel.queue_delete(name)
+            conn.delete_queue(name)
             wait_until(lambda: count_status(p, name, "failed") == n, 60, 0.5, "every message marked failed")
             with_reason = p.sql("SELECT count(*) FROM scheduling_scheduledmessage WHERE last_error LIKE %s",
                                 "unroutable: no queue is bound for 'gone' on dp.v2.delay-delivery%")[0][0]
-            stuck = sum(topology_broker.queue_depth(conn, cascade.level_name("dp.v2.", level)) or 0
+            stuck = sum(conn.queue_depth(cascade.level_name("dp.v2.", level)) or 0
                         for level in range(28))
-            unroutable = topology_broker.queue_depth(conn, cascade.unroutable_name("dp.v2."))
+            unroutable = conn.queue_depth(cascade.unroutable_name("dp.v2."))
         assert with_reason == n
         assert stuck == 0 and unroutable == 0  # drained, and nothing left in a level
 

@@ -16,7 +16,7 @@ NAMES = st.from_regex(r"[A-Za-z0-9_-]{1,40}", fullmatch=True)
 def version_and_delay(draw):
     levels = draw(st.integers(min_value=1, max_value=40))
     version = draw(st.sampled_from([cascade.V1, cascade.V2])).with_(levels=levels)
-    delay = draw(st.one_of(st.integers(0, cascade.max_delay(levels)), st.sampled_from([0, cascade.max_delay(levels)])))
+    delay = draw(st.one_of(st.integers(0, cascade.max_delay_units(levels)), st.sampled_from([0, cascade.max_delay_units(levels)])))
     return version, delay
 
 
@@ -46,7 +46,7 @@ def test_key_has_exactly_n_bits_and_parses_back(case, destination):
         cascade.delivery_exchange(version.prefix) if start is None else cascade.level_name(version.prefix, start))
 
 
-@given(st.integers(max_value=-1) | st.integers(min_value=cascade.max_delay() + 1))
+@given(st.integers(max_value=-1) | st.integers(min_value=cascade.max_delay_units() + 1))
 def test_any_delay_outside_the_range_is_refused(delay):
     with pytest.raises(ValueError, match="negative|maximum"):
         cascade.routing_key(delay, "x")

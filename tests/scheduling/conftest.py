@@ -1,12 +1,45 @@
-"""Rows made directly, for reads (lists, filters, query counts, dashboard figures); the
-services that write them are tested on their own and through the admin's actions."""
+"""Fixtures of the scheduling app's tests.
 
+Every test module here runs against a RabbitMQ vhost of its own, with the platform's v1 and v2
+cascades declared in it, so nothing here shares queues with a worker of the e2e tests (or with
+another module). Rows made directly serve reads (lists, filters, query counts, dashboard
+figures); the services that write them are tested on their own and through the admin."""
+
+import hashlib
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
+import rabbit
 from scheduling.models import Endpoint, ScheduledMessage
+from topology import cascade
+
+
+@pytest.fixture(scope="module")
+def module_broker_url(request, rabbit_vhost):
+    from scheduling.conf import broker
+
+    shared = broker()
+    vhost = f"{rabbit_vhost}-{hashlib.sha1(request.module.__name__.encode()).hexdigest()[:8]}"
+    shared.management.create_vhost(vhost)
+    url = f"{shared.url.rsplit('/', 1)[0]}/{vhost}"
+    with rabbit.Broker(url).session() as session:
+        for name in ("v1", "v2"):
+            session.declare(cascade.cascade_plan(cascade.get_version(name)))
+    yield url
+    shared.management.delete_vhost(vhost)
+
+
+@pytest.fixture(autouse=True)
+def module_broker(request):
+    """The platform's broker, for a test that uses the database or the broker, is the module's
+    own vhost (pure tests need neither)."""
+    if not (request.node.get_closest_marker("django_db") or request.node.get_closest_marker("broker")):
+        return None
+    url = request.getfixturevalue("module_broker_url")
+    request.getfixturevalue("settings").BROKER_URL = url
+    return url
 
 
 @pytest.fixture

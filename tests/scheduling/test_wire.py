@@ -1,5 +1,6 @@
-"""How a row is put on the wire: whole seconds through the cascade (minus the arrival margin),
-an ordinary Celery task message with eta = due time, and the x-dp headers."""
+"""How a row is put on the wire: whole units through the cascade (minus the arrival margin),
+an ordinary Celery task message with eta = due time, and the x-dp headers; and how the wire is
+read back (the delivery loop's messages, messages found in a level queue)."""
 
 import json
 import uuid
@@ -8,7 +9,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from scheduling import wire
-from scheduling.models import Endpoint, ScheduledMessage, TopologyVersion, to_epoch_ms
+from scheduling.clock import to_epoch_ms
+from scheduling.models import Endpoint, ScheduledMessage, TopologyVersion
 from topology import cascade
 
 V2 = cascade.V2
@@ -20,23 +22,20 @@ NOW_MS = to_epoch_ms(NOW)
     ("remaining_ms", "seconds"),
     [(0, 0), (-5000, 0), (250, 0), (1249, 0), (1250, 1), (10_000, 9), (10_250, 10), (10_251, 10)],
 )
-def test_cascade_carries_whole_seconds_minus_the_margin(settings, remaining_ms, seconds):
-    settings.DELAY_ARRIVAL_MARGIN_MS = 250
-    assert wire.cascade_seconds(NOW_MS + remaining_ms, NOW_MS, V2) == seconds
+def test_cascade_carries_whole_seconds_minus_the_margin(remaining_ms, seconds):
+    assert wire.cascade_units(NOW_MS + remaining_ms, NOW_MS, V2, margin_ms=250) == seconds
 
 
-def test_cascade_seconds_never_exceed_the_maximum(settings):
-    settings.DELAY_ARRIVAL_MARGIN_MS = 0
-    assert wire.cascade_seconds(NOW_MS + 10**15, NOW_MS, V2) == V2.max_delay
+def test_cascade_units_never_exceed_the_maximum():
+    assert wire.cascade_units(NOW_MS + 10**15, NOW_MS, V2, margin_ms=0) == V2.max_delay_units
 
 
-def test_outgoing_is_a_celery_task_message_through_the_cascade(settings):
-    settings.DELAY_ARRIVAL_MARGIN_MS = 250
+def test_outgoing_is_a_celery_task_message_through_the_cascade():
     endpoint = Endpoint(name="billing", topology=TopologyVersion(name="v2", prefix="dp.v2.", levels=28))
     message = ScheduledMessage(id=uuid.uuid4(), endpoint=endpoint, payload={"a": 1},
                                due_at=NOW + timedelta(seconds=10, milliseconds=500), requested_delay_ms=10_500)
-    out, route = wire.outgoing(message, V2, NOW)
-    assert route.delay_seconds == 10
+    out, route = wire.outgoing(message, V2, NOW, margin_ms=250)
+    assert route.delay_units == 10
     assert out.exchange == "dp.v2.delay-level-03"
     assert out.routing_key == "0." * 24 + "1.0.1.0.billing"
     assert out.headers["task"] == "scheduling.deliver" and out.headers["id"] == str(message.id)
@@ -79,36 +78,94 @@ def test_read_found_takes_destination_and_id():
     assert (found.destination, found.message_id) == ("billing", "abc")
 
 
-def test_moved_strips_x_death_and_restamps_headers(settings):
-    settings.DELAY_ARRIVAL_MARGIN_MS = 250
+def test_moved_strips_x_death_and_restamps_headers():
     found = wire.Found(due_at_ms=NOW_MS + 60_000, destination="billing", message_id="m1", published_at_ms=1)
     headers = {"x-death": [{"queue": "dp.delay-level-05"}], "x-first-death-queue": "q", "task": "scheduling.deliver",
                "eta": "2026-11-21T12:01:00+00:00", wire.H_VERSION: "v1", wire.H_DUE_AT_MS: NOW_MS + 60_000}
-    out, route = wire.moved(headers, {"correlation_id": "m1", "delivery_mode": 2}, b"body", found, V2, NOW_MS)
+    out, route = wire.moved(headers, {"correlation_id": "m1", "delivery_mode": 2}, b"body", found, V2, NOW_MS,
+                            margin_ms=250)
     assert "x-death" not in out.headers and "x-first-death-queue" not in out.headers
     assert out.headers["task"] == "scheduling.deliver" and out.headers[wire.H_VERSION] == "v2"
     assert out.headers[wire.H_PUBLISHED_AT_MS] == NOW_MS and out.headers[wire.H_DELAY_MS] == 59_000
-    assert route.delay_seconds == 59 and out.exchange == "dp.v2.delay-level-05"
+    assert route.delay_units == 59 and out.exchange == "dp.v2.delay-level-05"
     assert out.body == b"body" and out.properties == {"correlation_id": "m1"}
 
 
 def test_overdue_message_moves_straight_to_delivery():
     found = wire.Found(due_at_ms=NOW_MS - 5, destination="billing", message_id=None, published_at_ms=None)
-    out, route = wire.moved({}, {}, b"", found, V2, NOW_MS)
-    assert route.delay_seconds == 0 and out.exchange == "dp.v2.delay-delivery"
+    out, route = wire.moved({}, {}, b"", found, V2, NOW_MS, margin_ms=250)
+    assert route.delay_units == 0 and out.exchange == "dp.v2.delay-delivery"
 
 
-def test_a_message_without_eta_is_never_moved_to_arrive_early(settings):
+def test_a_message_without_eta_is_never_moved_to_arrive_early():
     """A user's Celery task or a foreign message is not held by its consumer: round up."""
-    settings.DELAY_ARRIVAL_MARGIN_MS = 250
     found = wire.Found(due_at_ms=NOW_MS + 59_001, destination="celery", message_id=None, published_at_ms=None)
-    _, route = wire.moved({"task": "billing.charge", "eta": None}, {}, b"", found, V2, NOW_MS)
-    assert route.delay_seconds == 60
+    _, route = wire.moved({"task": "billing.charge", "eta": None}, {}, b"", found, V2, NOW_MS, margin_ms=250)
+    assert route.delay_units == 60
 
 
 @pytest.mark.parametrize(("remaining_ms", "held", "seconds"),
                          [(10_001, False, 11), (10_000, False, 10), (1, False, 1), (0, False, 0), (-5, False, 0),
                           (10_001, True, 9)])
-def test_held_messages_leave_early_others_round_up(settings, remaining_ms, held, seconds):
-    settings.DELAY_ARRIVAL_MARGIN_MS = 250
-    assert wire.cascade_seconds(NOW_MS + remaining_ms, NOW_MS, V2, held) == seconds
+def test_held_messages_leave_early_others_round_up(remaining_ms, held, seconds):
+    assert wire.cascade_units(NOW_MS + remaining_ms, NOW_MS, V2, margin_ms=250, held=held) == seconds
+
+
+# --- reading what the delivery loop consumes ---------------------------------------------------
+
+ID = "0cdf3491-d87a-494f-b066-4f72ae9032d2"
+ETA = "2026-11-21T12:00:10.500000+00:00"
+ETA_MS = NOW_MS + 10_500
+
+
+def deliver(attempt=0, **headers):
+    body, built, _ = wire.deliver_message(ID, datetime.fromisoformat(ETA), attempt)
+    built.pop("eta")
+    return {**built, **headers}, body
+
+
+@pytest.mark.parametrize(
+    ("headers", "attempt", "due_ms"),
+    [
+        ({wire.H_DUE_AT_MS: ETA_MS, "eta": ETA}, 0, ETA_MS),  # the platform's own header
+        ({wire.H_DUE_AT_MS: 7, "eta": ETA}, 0, 7),  # ... wins over the eta
+        ({"eta": ETA}, 0, ETA_MS),  # another producer: Celery's eta
+        ({}, 0, NOW_MS),  # neither: due now
+        ({wire.H_DUE_AT_MS: "7", "eta": ETA}, 0, ETA_MS),  # a header of the wrong type is not trusted
+        ({wire.H_DUE_AT_MS: True}, 0, NOW_MS),
+        ({"eta": "not a date"}, 0, NOW_MS),
+        ({"eta": "2026-11-21T12:00:10"}, 0, NOW_MS),  # naive: cannot be placed in UTC
+        ({wire.H_DUE_AT_MS: NOW_MS - 60_000, "eta": ETA}, 2, ETA_MS),  # a retry waits for its own eta
+        ({wire.H_DUE_AT_MS: ETA_MS + 1, "eta": ETA}, 1, ETA_MS + 1),
+    ],
+)
+def test_read_delivery_finds_the_due_time(headers, attempt, due_ms):
+    headers, body = deliver(attempt, **headers)
+    assert wire.read_delivery(headers, body, NOW_MS) == wire.Delivery(ID, attempt, due_ms)
+
+
+@pytest.mark.parametrize(
+    ("task", "body"),
+    [
+        ("billing.charge", json.dumps([[ID], {}, {}]).encode()),  # another task: not ours
+        (None, json.dumps([[ID], {}, {}]).encode()),
+        ("scheduling.deliver", b"not json"),
+        ("scheduling.deliver", json.dumps([[], {}, {}]).encode()),  # no id
+        ("scheduling.deliver", json.dumps([[ID], {"attempt": "x"}, {}]).encode()),
+        ("scheduling.deliver", json.dumps({"args": [ID]}).encode()),
+        ("scheduling.deliver", json.dumps([[ID], [], {}]).encode()),
+    ],
+)
+def test_read_delivery_refuses_what_is_not_a_delivery(task, body):
+    assert wire.read_delivery({"task": task, wire.H_DUE_AT_MS: NOW_MS}, body, NOW_MS) is None
+
+
+def test_retry_goes_back_where_the_message_came_from_with_its_headers():
+    from rabbit import Received
+
+    came = Received(tag=1, body=b"", headers={wire.H_DUE_AT_MS: 5, wire.H_VERSION: "v2", "task": "x"},
+                    exchange="dp.v2.delay-delivery", routing_key="0.1.billing", queue="billing")
+    out = wire.retry(came, ID, 2, datetime.fromisoformat(ETA))
+    assert (out.exchange, out.routing_key) == ("dp.v2.delay-delivery", "0.1.billing")
+    assert out.headers[wire.H_DUE_AT_MS] == 5 and out.headers[wire.H_VERSION] == "v2"
+    assert wire.read_delivery(out.headers, out.body, NOW_MS) == wire.Delivery(ID, 2, ETA_MS)

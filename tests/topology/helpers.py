@@ -5,9 +5,14 @@ import time
 import amqp
 
 
+def _kombu(conn):
+    """A rabbit.Session's kombu connection (tests read and write the broker with raw AMQP)."""
+    return getattr(conn, "conn", conn)
+
+
 def publish(conn, exchange: str, key: str, body: bytes = b"x", headers: dict | None = None) -> None:
     """Publish persistently and wait for the broker's confirm."""
-    channel = conn.channel()
+    channel = _kombu(conn).channel()
     try:
         channel.confirm_select()
         channel.basic_publish_confirm(
@@ -19,7 +24,7 @@ def publish(conn, exchange: str, key: str, body: bytes = b"x", headers: dict | N
 
 def get(conn, queue: str):
     """One message from the queue (acked), or None."""
-    channel = conn.channel()
+    channel = _kombu(conn).channel()
     try:
         return channel.basic_get(queue, no_ack=True)
     finally:

@@ -53,7 +53,7 @@ def test_out_of_range_delays_are_clear_errors(delay, levels, message):
 
 
 def test_max_delay_is_about_eight_and_a_half_years():
-    assert cascade.max_delay() == MAX == V2.max_delay
+    assert cascade.max_delay_units() == MAX == V2.max_delay_units
     assert 8.5 == pytest.approx(MAX / (365.25 * 86400), abs=0.01)
 
 

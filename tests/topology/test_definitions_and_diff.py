@@ -4,7 +4,7 @@ import json
 
 from topology.cascade import V1, V2, cascade_plan
 from topology.definitions import plan_definitions
-from topology.verify import diff_plan
+from topology.diff import diff_plan
 
 
 def _listings(plan):

@@ -4,24 +4,24 @@ import time
 
 from django.core.management.base import CommandError
 
-from topology.broker import TopologyConflict, TopologyMissing
+from rabbit import BrokerError
 
-from ... import broker
-from ...services.delays import MoveSummary, delays_move, level_depths
+from ...services.delays import MoveSummary, delays_move, in_cascade
 from ._progress import progress_bar
 
 
 def run_move(command, *, source, target, source_version, target_version, target_row, batch, dry_run, label):
-    total = sum(level_depths(source, source_version).values())
+    """source and target are rabbit.Brokers (the same one to migrate between versions)."""
     started = time.monotonic()
     try:
+        total = in_cascade(source_version, on=source)
         with progress_bar(command.stdout, label, total) as update:
             summary = delays_move(
                 source=source, target=target, source_version=source_version, target_version=target_version,
                 target_row=target_row, batch=batch, dry_run=dry_run,
                 progress=lambda s: update(s.found, f"moved {s.moved} poisoned {s.poisoned} dropped {s.dropped}"),
             )
-    except (TopologyConflict, TopologyMissing, broker.BrokerUnavailable, RuntimeError, OSError) as exc:
+    except (BrokerError, RuntimeError, OSError) as exc:
         raise CommandError(f"{label} stopped: {exc}; nothing unconfirmed was acked, run it again") from None
     report(command, summary, time.monotonic() - started, dry_run, source_version)
     return summary

@@ -5,7 +5,8 @@ from django.db.utils import DatabaseError
 
 from topology import cascade
 
-from ...selectors import topology_version_default, topology_version_get
+from ...conf import conf
+from ...selectors import topology_version_get
 
 
 class VersionedCommand(BaseCommand):
@@ -18,7 +19,7 @@ class VersionedCommand(BaseCommand):
 def add_version_arguments(parser, *, allow_all: bool) -> None:
     choices = [*cascade.VERSIONS, "all"] if allow_all else list(cascade.VERSIONS)
     parser.add_argument(
-        "--version", choices=choices, help="topology version (default: the platform's default, v2)"
+        "--version", choices=choices, help="topology version (default: DELAY_DEFAULT_VERSION, v2)"
     )
     parser.add_argument("--prefix", help="name prefix of exchanges and queues (default: the version's, e.g. dp.v2.)")
     parser.add_argument("--levels", type=int, help="number of delay levels (default 28)")
@@ -34,13 +35,7 @@ def _known(name: str) -> cascade.Version:
 
 
 def resolve_versions(options) -> list[cascade.Version]:
-    name = options.get("version")
-    if not name:
-        try:
-            default = topology_version_default()
-        except DatabaseError:
-            default = None
-        name = default.name if default else "v2"
+    name = options.get("version") or conf().default_version
     names = list(cascade.VERSIONS) if name == "all" else [name]
     if name == "all" and (options.get("prefix") or options.get("levels")):
         raise CommandError("--prefix and --levels apply to one version: name it with --version")
@@ -48,3 +43,10 @@ def resolve_versions(options) -> list[cascade.Version]:
         return [_known(n).with_(prefix=options.get("prefix"), levels=options.get("levels")) for n in names]
     except ValueError as exc:
         raise CommandError(str(exc)) from None
+
+
+def add_move_arguments(parser, *, batch: bool = True) -> None:
+    """--dry-run (and --batch) of the commands that move delayed messages."""
+    parser.add_argument("--dry-run", action="store_true", help="count what would move; move nothing")
+    if batch:
+        parser.add_argument("--batch", type=int, default=500, help="messages per confirm round (default 500)")

@@ -34,7 +34,7 @@ class Command(VersionedCommand):
             raise CommandError(str(exc)) from None
         self.stdout.write(markdown_table(HEADERS, rows))
         first = cascade.first_exchange(version, whole)
-        total = sum(cascade.level_ttl_ms(version, lvl) for lvl in range(version.levels) if whole >> lvl & 1)
+        total = cascade.path_ttl_ms(cascade.path(version, whole, destination))
         self.stdout.write(
             f"\n{version.name} ({version.levels} levels): published to {first} with routing key {key}; "
             f"time in queues {format_duration(total)}."

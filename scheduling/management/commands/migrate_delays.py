@@ -2,11 +2,15 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ... import broker
+from rabbit import BrokerError
+
+from ...conf import broker
+from ...lifecycle import Status
 from ...models import DeliveryMode, ScheduledMessage
 from ...selectors import topology_version_get
 from ...services import endpoint_update, topology_provision
 from ._moving import run_move
+from ._versions import add_move_arguments
 
 
 class Command(BaseCommand):
@@ -18,10 +22,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--from", dest="source", required=True, help="version to drain, e.g. v1")
         parser.add_argument("--to", dest="target", required=True, help="version to move into, e.g. v2")
-        parser.add_argument("--dry-run", action="store_true", help="count what would move; move nothing")
-        parser.add_argument("--batch", type=int, default=500, help="messages per confirm round (default 500)")
         parser.add_argument("--switch-endpoints", action="store_true",
                             help="also point endpoints on the old version at the new one (new messages)")
+        add_move_arguments(parser)
 
     def handle(self, *args, source, target, dry_run, batch, switch_endpoints, **options):
         old, new = topology_version_get(source), topology_version_get(target)
@@ -38,16 +41,12 @@ class Command(BaseCommand):
                 if switch_endpoints:
                     for endpoint in old.endpoints.all():
                         endpoint_update(endpoint=endpoint, topology=new)
-            except broker.BrokerUnavailable as exc:
+            except BrokerError as exc:
                 raise CommandError(str(exc)) from None
             waiting = ScheduledMessage.objects.filter(
-                status=ScheduledMessage.Status.PENDING, topology=old, delivery_mode=DeliveryMode.NATIVE
+                status=Status.PENDING, topology=old, delivery_mode=DeliveryMode.NATIVE
             ).update(topology=new)
             if waiting:
                 self.stdout.write(f"{waiting} message(s) not yet published will go to {new.name}.")
-        try:
-            with broker.connected() as conn:
-                run_move(self, source=conn, target=conn, source_version=old.cascade, target_version=new.cascade,
-                         target_row=new, batch=batch, dry_run=dry_run, label=f"{old.name} -> {new.name}")
-        except broker.BrokerUnavailable as exc:
-            raise CommandError(str(exc)) from None
+        run_move(self, source=broker(), target=broker(), source_version=old.cascade, target_version=new.cascade,
+                 target_row=new, batch=batch, dry_run=dry_run, label=f"{old.name} -> {new.name}")

@@ -5,11 +5,13 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from ... import broker
+from rabbit import BrokerError
+
 from ...errors import ServiceError
 from ...selectors import topology_version_get
 from ...services.timeouts import timeouts_migrate
 from ._progress import progress_bar
+from ._versions import add_move_arguments
 
 
 class Command(BaseCommand):
@@ -22,7 +24,7 @@ class Command(BaseCommand):
         parser.add_argument("--to", dest="target", required=True, help="native version, e.g. v2")
         parser.add_argument("--cutoff", help="move timeouts due at or after this ISO time (default: now); "
                                              "earlier ones stay with the timeout manager")
-        parser.add_argument("--dry-run", action="store_true", help="count what would move; move nothing")
+        add_move_arguments(parser, batch=False)
 
     def handle(self, *args, target, cutoff, dry_run, **options):
         version = topology_version_get(target)
@@ -39,7 +41,7 @@ class Command(BaseCommand):
                     to=version, cutoff=at, dry_run=dry_run,
                     progress=lambda r: update(r.moved, f"published {r.published}"),
                 )
-        except (ServiceError, ValidationError, broker.BrokerUnavailable) as exc:
+        except (ServiceError, ValidationError, BrokerError) as exc:
             raise CommandError(f"migrate_timeouts stopped: {exc}") from None
         if dry_run:
             self.stdout.write(

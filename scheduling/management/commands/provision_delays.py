@@ -5,12 +5,11 @@ import sys
 
 from django.core.management.base import CommandError
 
+from rabbit import BrokerError
 from topology import cascade
-from topology.broker import TopologyConflict, TopologyMissing
 from topology.definitions import plan_definitions
-from topology.management import ManagementUnavailable
 
-from ... import broker
+from ...conf import broker
 from ...services import topology_provision, topology_verify
 from ._versions import VersionedCommand, add_version_arguments, resolve_versions
 
@@ -23,7 +22,7 @@ def describe_plan(plan: cascade.Plan) -> list[str]:
     v = plan.version
     lines = [
         f"{v.name}: prefix {v.prefix}, {v.levels} levels, {v.queue_kind} queues, max delay "
-        f"{v.max_delay} s — {len(plan.exchanges)} exchanges, {len(plan.queues)} queues, "
+        f"{v.max_delay_ms // 1000} s — {len(plan.exchanges)} exchanges, {len(plan.queues)} queues, "
         f"{len(plan.bindings)} bindings"
     ]
     lines += [f"  exchange {e.name} ({e.type}) {_args(e.arguments)}".rstrip() for e in plan.exchanges]
@@ -58,7 +57,7 @@ class Command(VersionedCommand):
         plans = [cascade.cascade_plan(v) for v in versions]
         url = options["broker"]
         if options["export_definitions"]:
-            return self._export(plans, options["export_definitions"], broker.vhost(url))
+            return self._export(plans, options["export_definitions"], broker(url).vhost)
         if options["dry_run"]:
             for plan in plans:
                 self.stdout.write("\n".join(describe_plan(plan)))
@@ -71,11 +70,11 @@ class Command(VersionedCommand):
                 result = topology_provision(version=plan.version, url=url)
                 self.stdout.write(
                     f"Provisioned {plan.version.name} ({plan.version.prefix}, {plan.version.levels} levels) on "
-                    f"{broker.describe(url)}: {len(plan.exchanges)} exchanges, {len(plan.queues)} queues, "
+                    f"{broker(url).describe()}: {len(plan.exchanges)} exchanges, {len(plan.queues)} queues, "
                     f"{len(plan.bindings)} bindings in {result.seconds:.2f} s"
                     + ("" if result.recorded else " (not recorded: not the platform's version)")
                 )
-        except (broker.BrokerUnavailable, TopologyConflict, TopologyMissing, ManagementUnavailable) as exc:
+        except BrokerError as exc:
             raise CommandError(str(exc)) from None
 
     def _export(self, plans, target, vhost):

@@ -3,14 +3,14 @@ remaining delay (a plain shovel would restart each delay from the top of its lev
 
 from django.core.management.base import BaseCommand, CommandError
 
-from topology import broker as topology_broker
+from rabbit import BrokerError
 from topology import cascade
-from topology.broker import TopologyConflict
 
-from ... import broker
-from ...models import Endpoint
-from ...selectors import topology_version_default, topology_version_get
+from ...conf import broker, conf
+from ...selectors import topology_version_get
+from ...services.endpoints import endpoints_bind_on
 from ._moving import run_move
+from ._versions import add_move_arguments
 
 
 class Command(BaseCommand):
@@ -22,32 +22,28 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--to-broker", required=True, metavar="URL", help="AMQP URL of the target broker")
-        parser.add_argument("--version", dest="version_name", help="topology version (default: the default, v2)")
-        parser.add_argument("--dry-run", action="store_true", help="count what would move; move nothing")
-        parser.add_argument("--batch", type=int, default=500, help="messages per confirm round (default 500)")
+        parser.add_argument("--version", dest="version_name",
+                            help="topology version (default: DELAY_DEFAULT_VERSION, v2)")
+        add_move_arguments(parser)
 
     def create_parser(self, prog_name, subcommand, **kwargs):
         return super().create_parser(prog_name, subcommand, conflict_handler="resolve", **kwargs)
 
     def handle(self, *args, to_broker, version_name, dry_run, batch, **options):
-        row = topology_version_get(version_name) if version_name else topology_version_default()
+        name = version_name or conf().default_version
+        row = topology_version_get(name)
         if row is None:
-            raise CommandError(f"unknown topology version {version_name!r}")
-        version = row.cascade
-        if broker.describe(to_broker) == broker.describe():
+            raise CommandError(f"unknown topology version {name!r}")
+        version, source, target = row.cascade, broker(), broker(to_broker)
+        if target.describe() == source.describe():
             raise CommandError("--to-broker is the broker this platform already uses")
         try:
-            with broker.connected() as source, broker.connected(to_broker) as target:
-                if not dry_run:
-                    topology_broker.declare_plan(target, cascade.cascade_plan(version))
-                    names = list(Endpoint.objects.values_list("name", flat=True))
-                    for name in names:
-                        topology_broker.bind_endpoint(target, version.prefix, name)
-                    self.stdout.write(
-                        f"Provisioned {version.name} and {len(names)} endpoint queue(s) on {broker.describe(to_broker)}."
-                    )
-                run_move(self, source=source, target=target, source_version=version, target_version=version,
-                         target_row=None, batch=batch, dry_run=dry_run,
-                         label=f"{version.name} -> {broker.describe(to_broker)}")
-        except (broker.BrokerUnavailable, TopologyConflict) as exc:
+            if not dry_run:
+                with target.session() as session:
+                    session.declare(cascade.cascade_plan(version))
+                bound = endpoints_bind_on(target, version.prefix)
+                self.stdout.write(f"Provisioned {version.name} and {bound} endpoint queue(s) on {target.describe()}.")
+        except BrokerError as exc:
             raise CommandError(str(exc)) from None
+        run_move(self, source=source, target=target, source_version=version, target_version=version,
+                 target_row=None, batch=batch, dry_run=dry_run, label=f"{version.name} -> {target.describe()}")

@@ -1,0 +1,104 @@
+"""A long-lived consuming connection: the delivery loop's one door to the broker.
+
+Subscribes queues with a shared prefetch window, hands each message over as a
+:class:`~rabbit.received.Received`, acks or rejects by tag, and publishes retries on the same
+connection. Any broken connection surfaces as :class:`~rabbit.errors.BrokerUnavailable`.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from contextlib import contextmanager
+from functools import wraps
+
+from .connection import CONNECTION_ERRORS, open_connection, reason, release
+from .declare import queue_depth
+from .errors import BrokerUnavailable
+from .publish import Outcome, Outgoing, publish_confirmed
+from .received import Received, received
+
+
+def _connection_errors(method):
+    @wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except CONNECTION_ERRORS as exc:
+            raise BrokerUnavailable(f"broker connection lost: {reason(exc)}") from None
+
+    return wrapper
+
+
+class Consumer:
+    def __init__(self, url: str, *, prefetch: int, on_message: Callable[[Received], None],
+                 on_cancel: Callable[[str], None]):
+        self.url, self.prefetch = url, prefetch
+        self.on_message, self.on_cancel = on_message, on_cancel
+        self.tags: dict[str, str] = {}  # queue -> consumer tag
+        self.conn = self.channel = None
+
+    @contextmanager
+    def connected(self):
+        self.conn = open_connection(self.url)
+        try:
+            self._open_channel()
+            yield self
+        finally:
+            self.tags.clear()
+            release(self.conn)
+            self.conn = self.channel = None
+
+    @_connection_errors
+    def _open_channel(self) -> None:
+        self.channel = self.conn.channel()
+        self.channel.basic_qos(0, self.prefetch, False)
+
+    @property
+    def queues(self) -> set[str]:
+        return set(self.tags)
+
+    @_connection_errors
+    def consume(self, queue: str) -> None:
+        def deliver(message, queue=queue):
+            self.on_message(received(message, queue))
+
+        self.tags[queue] = self.channel.basic_consume(queue, callback=deliver, on_cancel=self._cancelled)
+
+    @_connection_errors
+    def cancel(self, queue: str) -> None:
+        self.channel.basic_cancel(self.tags.pop(queue))
+
+    def _cancelled(self, consumer_tag: str) -> None:
+        """The broker cancelled a consumer (its queue was deleted)."""
+        for queue, tag in list(self.tags.items()):
+            if tag == consumer_tag:
+                del self.tags[queue]
+                self.on_cancel(queue)
+
+    @_connection_errors
+    def queue_exists(self, queue: str) -> bool:
+        return queue_depth(self.conn, queue) is not None
+
+    @_connection_errors
+    def wait(self, timeout: float, then_take: int = 0) -> None:
+        """Wait up to ``timeout`` for the next message, then take up to ``then_take`` more that
+        are already on the socket: drain_events returns after one message, and handling them one
+        by one made every batch a batch of one."""
+        try:
+            self.conn.drain_events(timeout=timeout)
+            for _ in range(then_take):
+                self.conn.drain_events(timeout=0.0001)
+        except socket.timeout:
+            pass
+
+    @_connection_errors
+    def ack(self, message: Received) -> None:
+        self.channel.basic_ack(message.tag)
+
+    @_connection_errors
+    def reject(self, message: Received, requeue: bool = True) -> None:
+        self.channel.basic_reject(message.tag, requeue=requeue)
+
+    def publish(self, messages: list[Outgoing]) -> Outcome:
+        return publish_confirmed(self.conn, messages)

@@ -1,0 +1,18 @@
+"""Times as the wire carries them: whole milliseconds since the Unix epoch, UTC."""
+
+from datetime import datetime, timedelta, timezone
+
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+MS = timedelta(milliseconds=1)
+
+
+def to_epoch_ms(moment: datetime) -> int:
+    return (moment - EPOCH) // MS
+
+
+def from_epoch_ms(ms: int) -> datetime:
+    return EPOCH + ms * MS
+
+
+def now_ms() -> int:
+    return to_epoch_ms(datetime.now(timezone.utc))

@@ -1,0 +1,112 @@
+"""The platform's settings as one typed object, and the broker they name.
+
+``delayplatform/settings.py`` reads the environment into Django settings (``DELAY_*`` and a
+few others); everything in the platform reads them through :func:`conf`, so a name, a type and
+a unit are written once. ``override_settings`` in tests works: the object is rebuilt when a
+setting changes.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+
+import rabbit
+from topology import cascade
+
+
+@dataclass(frozen=True)
+class DelaySettings:
+    broker_url: str
+    management_url: str  # empty: the broker's host, port 15672
+    default_version: str  # cascade of new endpoints (and of commands without --version)
+    arrival_margin_ms: int
+    max_payload_bytes: int
+    bulk_max: int  # messages per bulk request
+    publish_window: int
+    publish_batch: int
+    sweep_seconds: float
+    sweep_grace_seconds: float
+    handler_max_retries: int
+    handler_backoff_seconds: float
+    webhook_timeout_seconds: float
+    webhook_concurrency: int
+    consumer_sync_seconds: float
+    delivery_loop: bool
+    delivery_prefetch: int
+    delivery_batch: int
+    relay_queue: str
+    timeouts_lookahead_ms: int
+    celery_threshold_seconds: float
+    accuracy_report_dir: Path
+    spark_master: str
+    accuracy_spark_submit: str
+    accuracy_lost_after_seconds: float
+
+
+# field -> Django setting, where the setting's name is not DELAY_<FIELD>
+_NAMES = {
+    "broker_url": "BROKER_URL",
+    "management_url": "RABBITMQ_MANAGEMENT_URL",
+    "accuracy_report_dir": "ACCURACY_REPORT_DIR",
+    "spark_master": "SPARK_MASTER",
+    "accuracy_spark_submit": "ACCURACY_SPARK_SUBMIT",
+    "accuracy_lost_after_seconds": "ACCURACY_LOST_AFTER_SECONDS",
+}
+_AT_LEAST_ONE = ("bulk_max", "publish_window", "publish_batch", "webhook_concurrency", "delivery_prefetch",
+                 "delivery_batch")
+
+
+def setting_name(field: str) -> str:
+    return _NAMES.get(field, f"DELAY_{field.upper()}")
+
+
+def _read() -> DelaySettings:
+    values = {}
+    for f in fields(DelaySettings):
+        name = setting_name(f.name)
+        try:
+            value = getattr(settings, name)
+        except AttributeError:
+            raise ImproperlyConfigured(f"the setting {name} is missing") from None
+        values[f.name] = Path(value) if f.type == "Path" else value
+    typed = DelaySettings(**values)
+    if typed.default_version not in cascade.VERSIONS:
+        raise ImproperlyConfigured(
+            f"DELAY_DEFAULT_VERSION is {typed.default_version!r}; known versions: {', '.join(cascade.VERSIONS)}"
+        )
+    for name in _AT_LEAST_ONE:
+        if getattr(typed, name) < 1:
+            raise ImproperlyConfigured(f"{setting_name(name)} must be at least 1, not {getattr(typed, name)!r}")
+    return typed
+
+
+@functools.cache
+def conf() -> DelaySettings:
+    return _read()
+
+
+@functools.cache
+def _platform_broker(url: str, management_url: str) -> rabbit.Broker:
+    return rabbit.Broker(url, management_url)
+
+
+def broker(url: str | None = None) -> rabbit.Broker:
+    """The platform's broker (one instance per process, so the relay keeps its connections), or
+    another one by URL (transfer_delays' target, provision_delays --broker)."""
+    c = conf()
+    if url is None or url == c.broker_url:
+        return _platform_broker(c.broker_url, c.management_url)
+    return rabbit.Broker(url)
+
+
+def _reset(**kwargs) -> None:
+    conf.cache_clear()
+
+
+setting_changed.connect(_reset, dispatch_uid="scheduling.conf")

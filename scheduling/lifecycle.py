@@ -1,0 +1,159 @@
+"""A message's life in one place: its statuses, which events move it between them, and lateness.
+
+Pure (no database, no broker, no Django): every writer asks here what a change means and
+applies the fields it returns, so the rules are the same for the API, the relay, the delivery
+loop, Celery tasks, the migration tools and the unroutable drain.
+
+    pending ──publish──► published ──deliver──► delivered
+       │                    │  ▲                  │  │
+       │                    │  └──────retry───────┘  └─give up─► failed ──republish──► pending
+       ├──cancel──► cancelled ◄──cancel──┘                          ▲
+       └──────────────unroutable (also from published)──────────────┘
+
+``deliver`` is taken *before* the handler runs, so a second copy of the message in the same
+batch (or transaction) already sees ``delivered`` and is a duplicate: the handler runs once per
+message id and attempt. A failing handler then takes ``retry`` (its next attempt is published)
+or ``give up``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+MS = timedelta(milliseconds=1)
+
+
+class Status(enum.StrEnum):
+    PENDING = "pending"  # saved; the outbox: the relay publishes it
+    PUBLISHED = "published"  # in the broker (cascade, endpoint queue or a worker's hold)
+    DELIVERED = "delivered"  # handed to its endpoint; the handler ran or is running
+    CANCELLED = "cancelled"
+    FAILED = "failed"  # the handler gave up, or the broker could not route it
+
+
+# Waiting to be delivered: what the relay may still publish, a cancel may still stop, and the
+# accuracy report counts as in flight (or lost, once overdue by its grace).
+IN_FLIGHT = frozenset({Status.PENDING, Status.PUBLISHED})
+
+
+class Event(enum.StrEnum):
+    SCHEDULE = "schedule"
+    PUBLISH = "publish"
+    DELIVER = "deliver"
+    DUPLICATE = "duplicate"
+    RETRY = "retry"
+    GIVE_UP = "give up"
+    UNROUTABLE = "unroutable"
+    CANCEL = "cancel"
+    REPUBLISH = "republish"
+
+
+NEW = None  # the "status" of a message before it exists
+P, U, D, C, F = Status.PENDING, Status.PUBLISHED, Status.DELIVERED, Status.CANCELLED, Status.FAILED
+TRANSITIONS: dict[Event, dict[Status | None, Status]] = {
+    Event.SCHEDULE: {NEW: P},
+    Event.PUBLISH: {P: U, U: U},  # published again: moved to another cascade or broker
+    Event.DELIVER: {P: D, U: D},  # pending: the broker handed it over before the relay's commit
+    Event.DUPLICATE: {s: s for s in Status},  # counted, nothing else changes
+    Event.RETRY: {D: U},
+    Event.GIVE_UP: {D: F},
+    Event.UNROUTABLE: {P: F, U: F},
+    Event.CANCEL: {P: C, U: C, C: C},
+    Event.REPUBLISH: {F: P},
+}
+
+
+class IllegalTransition(ValueError):
+    """The event cannot happen to a message in this status (e.g. cancelling a delivered one)."""
+
+
+def transition(status: Status | str | None, event: Event) -> Status:
+    try:
+        return TRANSITIONS[event][status if status is None else Status(status)]
+    except (KeyError, ValueError):
+        raise IllegalTransition(f"a {status or 'new'} message cannot take {event.value!r}") from None
+
+
+def sources(event: Event) -> frozenset[Status]:
+    """Statuses the event may start from: the WHERE of a compare-and-set UPDATE."""
+    return frozenset(s for s in TRANSITIONS[event] if s is not None)
+
+
+def lateness_ms(due_at: datetime, at: datetime) -> int:
+    """How late ``at`` is for ``due_at``, in whole milliseconds (negative: early)."""
+    return (at - due_at) // MS
+
+
+# --- a hand-over by the broker ------------------------------------------------------------------
+
+_DELIVERABLE = sources(Event.DELIVER)
+
+
+class Arrival(enum.Enum):
+    DELIVER = "deliver"  # run the handler (of this attempt)
+    DUPLICATE = "duplicate"  # already delivered (or another attempt is current): drop it
+    CANCELLED = "cancelled"  # cancelled while it waited: drop it
+
+
+@dataclass(frozen=True)
+class State:
+    """The fields of a message the lifecycle reads (a model row has them all)."""
+
+    status: str
+    due_at: datetime
+    attempts: int = 0
+    delivery_count: int = 0
+
+
+def arrive(state: State, *, attempt: int, now: datetime, redelivered: bool = False,
+           rerun_redelivered: bool = False) -> tuple[Arrival, dict]:
+    """What to do with a hand-over of ``attempt`` (0: the copy that came through the cascade;
+    n: the n-th handler retry) and the fields to record. Every copy of attempt 0 counts in
+    ``delivery_count``, so duplicates the broker made stay visible. ``rerun_redelivered``: a
+    Celery task with acks_late runs again when its worker died mid-run (the broker marks the
+    copy redelivered), as Celery would without the platform."""
+    counted = {"delivery_count": state.delivery_count + 1} if attempt == 0 else {}
+    if state.status == Status.CANCELLED:
+        return Arrival.CANCELLED, counted
+    if state.status in _DELIVERABLE and attempt == state.attempts:
+        change = {**counted, "status": transition(state.status, Event.DELIVER)}
+        if attempt == 0:
+            change |= {"delivered_at": now, "lateness_ms": lateness_ms(state.due_at, now)}
+        return Arrival.DELIVER, change
+    if rerun_redelivered and redelivered and state.status == Status.DELIVERED:
+        return Arrival.DELIVER, counted
+    return Arrival.DUPLICATE, counted
+
+
+def handler_failed(state: State, *, error: str, max_retries: int) -> tuple[Event, dict]:
+    """After a delivered message's handler raised: another attempt (RETRY) or GIVE_UP."""
+    attempts = state.attempts + 1
+    event = Event.GIVE_UP if attempts > max_retries else Event.RETRY
+    return event, {"status": transition(state.status, event), "attempts": attempts,
+                   "last_error": f"handler attempt {attempts}: {error}"[:2000]}
+
+
+# --- what people do ----------------------------------------------------------------------------
+
+
+def cancel(state: State, *, now: datetime) -> dict:
+    """Cancelling twice changes nothing; cancelling a delivered or failed message is illegal."""
+    if state.status == Status.CANCELLED:
+        return {}
+    return {"status": transition(state.status, Event.CANCEL), "cancelled_at": now}
+
+
+def republish(state: State) -> dict:
+    """A failed message starts over at its original due time: its handler attempts and the
+    delivery it may have had are forgotten (the broker's hand-overs stay counted)."""
+    return {"status": transition(state.status, Event.REPUBLISH), "attempts": 0, "delivered_at": None,
+            "lateness_ms": None}
+
+
+def apply(row, change: dict) -> list[str]:
+    """Set the changed fields on a row; returns their names (for ``save(update_fields=...)``)."""
+    for name, value in change.items():
+        setattr(row, name, value)
+    return list(change)

@@ -1,0 +1,122 @@
+"""provision_delays against the live broker (this run's vhost): declare, record, verify, export."""
+
+import json
+import os
+import subprocess
+import sys
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from scheduling.conf import broker
+from scheduling.models import TopologyVersion
+from tests.support import ROOT
+from topology import cascade
+
+pytestmark = [pytest.mark.django_db, pytest.mark.broker]
+
+
+def run(*args):
+    out, err = StringIO(), StringIO()
+    call_command("provision_delays", *args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def teardown(amqp):
+    plans = []
+    yield plans.append
+    for plan in plans:
+        amqp.teardown(plan)
+
+
+def names_with(prefix):
+    """Queues and exchanges under a prefix on the platform's broker (this module's vhost)."""
+    management, vhost = broker().management, broker().vhost
+    return [q["name"] for q in management.queues(vhost) if q["name"].startswith(prefix)] + [
+        e["name"] for e in management.exchanges(vhost) if e["name"].startswith(prefix)
+    ]
+
+
+def test_provisions_the_platform_versions_and_records_it(provisioned):
+    # The platform's cascades are shared by this run's tests: provisioning again is a no-op.
+    out, _ = run("--version", "all")
+    assert "Provisioned v1 (dp., 28 levels)" in out and "Provisioned v2 (dp.v2., 28 levels)" in out
+    assert "31 exchanges, 29 queues, 86 bindings" in out
+    assert all(v.provisioned_at for v in TopologyVersion.objects.all())
+    out, _ = run("--verify", "--version", "all")
+    assert "v1 (dp.): cascade complete" in out and "v2 (dp.v2.): cascade complete" in out
+    v2 = TopologyVersion.objects.get(name="v2")
+    assert v2.verified_at and v2.verify_problems == []
+
+
+def test_verify_fails_naming_a_deleted_queue(amqp, teardown, unique_prefix):
+    teardown(cascade.cascade_plan(cascade.V2.with_(prefix=unique_prefix, levels=4)))
+    run("--prefix", unique_prefix, "--levels", "4")
+    run("--verify", "--prefix", unique_prefix, "--levels", "4")
+    amqp.delete_queue(f"{unique_prefix}delay-level-02")
+    err = StringIO()
+    with pytest.raises(CommandError, match="missing or mismatched"):
+        call_command("provision_delays", "--verify", "--prefix", unique_prefix, "--levels", "4", stderr=err, stdout=StringIO())
+    problems = err.getvalue().splitlines()
+    assert f"v2: missing queue {unique_prefix}delay-level-02" in problems
+    # the queue's two bindings went with it
+    assert any(f"-> queue {unique_prefix}delay-level-02" in p for p in problems)
+
+
+def test_custom_prefix_is_not_recorded_as_the_platforms_version(teardown, unique_prefix):
+    teardown(cascade.cascade_plan(cascade.V2.with_(prefix=unique_prefix, levels=3)))
+    out, _ = run("--prefix", unique_prefix, "--levels", "3")
+    assert "not recorded" in out
+    assert TopologyVersion.objects.get(name="v2").provisioned_at is None
+
+
+def test_dry_run_prints_the_plan_and_declares_nothing(teardown, unique_prefix):
+    out, _ = run("--dry-run", "--prefix", unique_prefix, "--levels", "4")
+    assert f"queue    {unique_prefix}delay-level-03 x-dead-letter-exchange={unique_prefix}delay-level-02" in out
+    assert "x-message-ttl=8000" in out and "Dry run: nothing was declared." in out
+    assert names_with(unique_prefix) == []
+    teardown(cascade.cascade_plan(cascade.V2.with_(prefix=unique_prefix, levels=4)))
+    run("--prefix", unique_prefix, "--levels", "4")
+    assert len(names_with(unique_prefix)) == 5 + 7  # the same run for real: 5 queues, 7 exchanges
+
+
+def test_export_definitions_writes_json_without_touching_the_broker(tmp_path, unique_prefix):
+    target = tmp_path / "defs.json"
+    out, _ = run("--export-definitions", str(target), "--version", "v1", "--prefix", unique_prefix)
+    definitions = json.loads(target.read_text())
+    assert len(definitions["queues"]) == 29 and len(definitions["bindings"]) == 86
+    assert "rabbitmqctl import_definitions" in out
+    assert names_with(unique_prefix) == []
+
+
+def test_conflicting_declaration_is_one_line(teardown, unique_prefix):
+    teardown(cascade.cascade_plan(cascade.V2.with_(prefix=unique_prefix, levels=2)))
+    run("--prefix", unique_prefix, "--levels", "2")
+    with pytest.raises(CommandError, match=r"^inequivalent arg 'x-\S+' for queue"):
+        run("--version", "v1", "--prefix", unique_prefix, "--levels", "2")
+
+
+def test_prefix_with_all_versions_is_refused():
+    with pytest.raises(CommandError, match="apply to one version"):
+        run("--version", "all", "--prefix", "x.")
+
+
+def test_unreachable_broker_exits_1_with_one_line_and_no_traceback():
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "delayplatform.settings_test"}
+    result = subprocess.run(
+        [sys.executable, "manage.py", "provision_delays", "--broker", "amqp://guest:guest@127.0.0.1:1//"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "CommandError: cannot connect to RabbitMQ at amqp://guest:**@127.0.0.1:1//: [Errno 111] Connection refused"
+    ]
+
+
+@pytest.mark.parametrize("default", ["v1", "v2"])
+def test_without_version_the_setting_chooses(settings, default):
+    settings.DELAY_DEFAULT_VERSION = default
+    out, _ = run("--dry-run")
+    assert out.startswith(f"{default}: prefix {cascade.get_version(default).prefix}, 28 levels")

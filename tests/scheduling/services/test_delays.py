@@ -1,0 +1,164 @@
+"""delays_move on the live broker: every message leaves the old cascade for the new one with
+its due time intact, rows follow, unusable messages go to the poison queue, stale copies are
+dropped, and a dry run moves nothing. Cascades are declared under this test's own prefixes."""
+
+from datetime import timedelta
+
+import amqp as amqp_lib
+import pytest
+from django.utils import timezone
+
+from scheduling import wire
+from scheduling.conf import broker
+from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.services.delays import delays_move, level_depths
+from scheduling.services.relay import relay_publish
+from tests.support import bind_endpoint
+from tests.topology.helpers import get, publish
+from topology import cascade
+
+pytestmark = [pytest.mark.django_db, pytest.mark.broker]
+DELAYS = [900, 1000, 3600, 5000, 86_400, 2_000_000]  # long: nothing moves down during the test
+
+
+@pytest.fixture
+def setup(versions, declared, unique_prefix, endpoint_name, amqp):
+    """v1 and v2 rows pointed at fresh cascades; an endpoint on v1 with messages in flight."""
+    old = declared(cascade.V1, prefix=unique_prefix + "v1.")
+    new = declared(cascade.V2, prefix=unique_prefix + "v2.")
+    for row, plan in ((versions["v1"], old), (versions["v2"], new)):
+        row.prefix = plan.version.prefix
+        row.provisioned_at = timezone.now()
+        row.save()
+    for plan in (old, new):
+        bind_endpoint(amqp, plan.version.prefix, endpoint_name)
+    endpoint = Endpoint.objects.create(name=endpoint_name, topology=versions["v1"])
+    now = timezone.now()
+    rows = [ScheduledMessage.objects.create(endpoint=endpoint, topology=versions["v1"], payload={"d": d},
+                                            due_at=now + timedelta(seconds=d), requested_delay_ms=d * 1000)
+            for d in DELAYS]
+    assert relay_publish(ids=[str(r.id) for r in rows]).published == len(rows)
+    yield versions, old.version, new.version, rows
+    amqp.delete_queue(endpoint_name)
+    amqp.delete_queue(cascade.poison_queue(old.version).name)
+
+
+def test_every_message_moves_with_its_due_time_and_rows_follow(setup, amqp):
+    versions, old, new, rows = setup
+    assert sum(level_depths(amqp, old).values()) == len(rows)
+    summary = delays_move(source=broker(), target=broker(), source_version=old, target_version=new,
+                          target_row=versions["v2"], batch=4)
+    assert (summary.found, summary.moved, summary.poisoned, summary.dropped, summary.failed) == (6, 6, 0, 0, 0)
+    assert summary.rows_updated == 6 and summary.left_in_source == 0
+    assert sum(level_depths(amqp, old).values()) == 0
+    depths = level_depths(amqp, new)
+    assert sum(depths.values()) == len(rows)
+    for row in rows:
+        row.refresh_from_db()
+        assert row.topology == versions["v2"] and row.status == ScheduledMessage.Status.PUBLISHED
+        level = int(row.first_exchange.rsplit("-", 1)[1])
+        assert row.first_exchange == cascade.level_name(new.prefix, level)
+        assert row.routing_key.endswith(row.endpoint.name)
+        # the cascade holds whole seconds, a little less than what remains
+        remaining = (row.due_at - timezone.now()).total_seconds()
+        assert remaining - 2 < cascade.parse_routing_key(row.routing_key)[0] <= remaining
+        message = get(amqp, cascade.level_name(new.prefix, level))
+        assert message.headers[wire.H_DUE_AT_MS] == row.due_at_ms
+        assert message.headers[wire.H_VERSION] == "v2" and "x-death" not in message.headers
+        assert message.headers["eta"] == row.due_at.isoformat()
+
+
+def test_message_without_a_usable_due_time_goes_to_the_poison_queue(setup, amqp):
+    versions, old, new, rows = setup
+    publish(amqp, cascade.first_exchange(old, 700), cascade.routing_key(700, "stranger", old.levels), b"who")
+    summary = delays_move(source=broker(), target=broker(), source_version=old, target_version=new, target_row=versions["v2"])
+    assert (summary.moved, summary.poisoned) == (len(rows), 1)
+    poisoned = get(amqp, cascade.poison_queue(old).name)
+    assert poisoned.body == b"who" and "no x-dp-due-at-ms" in poisoned.headers["x-dp-poison-reason"]
+
+
+def _republish(conn, message, exchange):
+    channel = conn.conn.channel()
+    channel.confirm_select()
+    properties = {k: v for k, v in message.properties.items() if k != "application_headers"}
+    channel.basic_publish_confirm(amqp_lib.Message(message.body, application_headers=message.headers, **properties),
+                                  exchange, message.delivery_info["routing_key"])
+    channel.close()
+
+
+def test_stale_copy_of_a_moved_message_is_dropped_not_moved_again(setup, amqp):
+    """A crash after the new copy was confirmed and the row updated, but before the old copy
+    was acked, brings the old copy back: the next run must drop it, not move it twice."""
+    versions, old, new, rows = setup
+    queue = cascade.level_name(old.prefix, 9)  # the 900 s message
+    channel = amqp.conn.channel()
+    before_move = channel.basic_get(queue, no_ack=True)
+    channel.close()
+    _republish(amqp, before_move, queue)  # put it back in place
+    first = delays_move(source=broker(), target=broker(), source_version=old, target_version=new, target_row=versions["v2"])
+    assert (first.moved, first.dropped) == (len(rows), 0)
+    _republish(amqp, before_move, queue)  # the unacked old copy comes back
+    second = delays_move(source=broker(), target=broker(), source_version=old, target_version=new, target_row=versions["v2"])
+    assert (second.found, second.moved, second.dropped) == (1, 0, 1)
+    assert sum(level_depths(amqp, new).values()) == len(rows)
+    assert sum(level_depths(amqp, old).values()) == 0
+
+
+def test_delivered_or_cancelled_rows_are_not_moved(setup, amqp):
+    versions, old, new, rows = setup
+    ScheduledMessage.objects.filter(id=rows[0].id).update(status=ScheduledMessage.Status.CANCELLED)
+    ScheduledMessage.objects.filter(id=rows[1].id).update(status=ScheduledMessage.Status.DELIVERED)
+    summary = delays_move(source=broker(), target=broker(), source_version=old, target_version=new, target_row=versions["v2"])
+    assert (summary.moved, summary.dropped) == (len(rows) - 2, 2)
+
+
+def test_dry_run_counts_and_moves_nothing(setup, amqp):
+    versions, old, new, rows = setup
+    summary = delays_move(source=broker(), target=broker(), source_version=old, target_version=new,
+                          target_row=versions["v2"], dry_run=True)
+    assert (summary.found, summary.moved, summary.poisoned) == (len(rows), len(rows), 0)
+    assert sum(level_depths(amqp, old).values()) == len(rows)  # all given back
+    assert sum(level_depths(amqp, new).values()) == 0
+    assert not ScheduledMessage.objects.filter(topology=versions["v2"]).exists()
+
+
+@pytest.fixture
+def green(unique_prefix):
+    """Another broker: a vhost of this test's own on the same node, removed afterwards."""
+    vhost = f"{broker().vhost}-green-{unique_prefix.strip('.')}"
+    broker().management.create_vhost(vhost)
+    yield broker(f"{broker().url.rsplit('/', 1)[0]}/{vhost}")
+    broker().management.delete_vhost(vhost)
+
+
+def test_moving_to_another_broker_takes_each_message_once(setup, amqp, green):
+    versions, old, new, rows = setup
+    with green.session() as session:
+        session.declare(cascade.cascade_plan(old))
+        summary = delays_move(source=broker(), target=green, source_version=old, target_version=old, batch=2)
+        assert (summary.found, summary.moved, summary.dropped, summary.left_in_source) == (6, 6, 0, 0)
+        assert sum(level_depths(amqp, old).values()) == 0
+        assert sum(level_depths(session, old).values()) == len(rows)
+
+
+@pytest.mark.parametrize("version", [cascade.V1, cascade.V2], ids=["classic", "quorum"])
+def test_transfer_of_many_messages_acks_every_old_copy(version, declared, amqp, green):
+    import time as _time
+
+    from kombu import Producer
+
+    source = declared(version).version
+    now_ms = int(_time.time() * 1000)
+    producer = Producer(amqp.conn.channel())
+    for i in range(300):
+        delay = 100 + i * 7
+        producer.publish(b"m%d" % i, exchange=cascade.first_exchange(source, delay),
+                         routing_key=cascade.routing_key(delay, "somewhere", source.levels),
+                         headers={wire.H_DUE_AT_MS: now_ms + delay * 1000, wire.H_MESSAGE_ID: f"m{i}"})
+    with green.session() as session:
+        session.declare(cascade.cascade_plan(source))
+        summary = delays_move(source=broker(), target=green, source_version=source, target_version=source,
+                              batch=50)
+        assert (summary.found, summary.moved, summary.dropped, summary.left_in_source) == (300, 300, 0, 0)
+        assert sum(level_depths(session, source).values()) == 300
+        assert sum(level_depths(amqp, source).values()) == 0

@@ -1,0 +1,104 @@
+"""The relay against the live broker: rows become confirmed publishes exactly once; a broker
+that refuses connections leaves them pending with the reason."""
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from scheduling import wire
+from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.services.relay import relay_publish
+from tests.support import bind_endpoint
+from tests.topology.helpers import get, wait_get
+from topology import cascade
+
+pytestmark = [pytest.mark.django_db, pytest.mark.broker]
+Status = ScheduledMessage.Status
+
+
+@pytest.fixture
+def endpoint(platform, endpoint_name, amqp):
+    bind_endpoint(amqp, "dp.v2.", endpoint_name)
+    yield Endpoint.objects.create(name=endpoint_name, topology=platform["v2"])
+    amqp.delete_queue(endpoint_name)
+
+
+def row(endpoint, seconds, **fields):
+    now = timezone.now()
+    return ScheduledMessage.objects.create(
+        endpoint=endpoint, topology=endpoint.topology, payload={"s": seconds},
+        due_at=now + timedelta(seconds=seconds), requested_delay_ms=int(seconds * 1000), **fields,
+    )
+
+
+def test_due_message_goes_straight_to_the_endpoint_queue(endpoint, amqp):
+    message = row(endpoint, 0)
+    assert relay_publish(ids=[str(message.id)]).published == 1
+    message.refresh_from_db()
+    assert message.status == Status.PUBLISHED and message.published_at is not None
+    assert message.first_exchange == "dp.v2.delay-delivery"
+    assert message.routing_key == "0." * 28 + endpoint.name
+    got, _ = wait_get(amqp, endpoint.name, timeout=3)
+    assert got.headers["task"] == "scheduling.deliver" and got.headers[wire.H_MESSAGE_ID] == str(message.id)
+    assert json.loads(got.body)[0] == [str(message.id)]
+    assert got.properties["delivery_mode"] == 2
+
+
+def test_delayed_message_starts_at_its_highest_level(endpoint, amqp):
+    message = row(endpoint, 3600)
+    relay_publish(ids=[str(message.id)])
+    message.refresh_from_db()
+    # 3600 s - margin -> 3599 s = 0b111000001111: highest bit is level 11
+    assert message.first_exchange == "dp.v2.delay-level-11"
+    level_queue = cascade.level_name("dp.v2.", 11)
+    assert amqp.queue_depth(level_queue) == 1
+    got = get(amqp, level_queue)
+    assert got.headers[wire.H_DUE_AT_MS] == message.due_at_ms
+
+
+def test_a_row_is_published_once_however_often_the_relay_runs(endpoint, amqp):
+    rows = [row(endpoint, 0) for _ in range(5)]
+    ids = [str(r.id) for r in rows]
+    assert relay_publish(ids=ids).published == 5
+    assert relay_publish(ids=ids).published == 0
+    assert relay_publish(older_than=timedelta(0)).published == 0
+    for _ in range(5):
+        assert wait_get(amqp, endpoint.name, timeout=3)[0] is not None
+    assert get(amqp, endpoint.name) is None
+
+
+def test_cancelled_rows_are_not_published(endpoint, amqp):
+    message = row(endpoint, 0, status=Status.CANCELLED)
+    assert relay_publish(ids=[str(message.id)]).published == 0
+    assert get(amqp, endpoint.name) is None
+
+
+def test_sweeper_publishes_only_rows_older_than_the_grace(endpoint):
+    old, new = row(endpoint, 60), row(endpoint, 60)
+    ScheduledMessage.objects.filter(id=old.id).update(created_at=timezone.now() - timedelta(seconds=10))
+    assert relay_publish(older_than=timedelta(seconds=5)).published == 1
+    old.refresh_from_db(), new.refresh_from_db()
+    assert (old.status, new.status) == (Status.PUBLISHED, Status.PENDING)
+
+
+def test_broker_refusing_connections_leaves_rows_pending(endpoint, settings):
+    message = row(endpoint, 0)
+    settings.BROKER_URL = "amqp://guest:guest@127.0.0.1:1//"
+    result = relay_publish(ids=[str(message.id)])
+    assert result.published == 0 and result.failed == 1
+    message.refresh_from_db()
+    assert message.status == Status.PENDING and "Connection refused" in message.last_error
+
+
+def test_missing_cascade_leaves_rows_pending_with_the_reason(versions, endpoint_name, amqp):
+    version = versions["v1"]
+    version.prefix = "nowhere."
+    version.save()
+    endpoint = Endpoint.objects.create(name=endpoint_name, topology=version)
+    message = row(endpoint, 5)
+    result = relay_publish(ids=[str(message.id)])
+    assert result.published == 0
+    message.refresh_from_db()
+    assert message.status == Status.PENDING and "no exchange 'nowhere.delay-level-02'" in message.last_error

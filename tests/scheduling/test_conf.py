@@ -1,0 +1,141 @@
+"""Every setting the README documents works: the environment variable reaches the typed
+settings object (or Django's setting) it names, the README and settings.py list the same
+variables, bad values stop start-up with one line, and the ones that once did nothing
+(DELAY_DEFAULT_VERSION, DELAY_BULK_MAX) now change what the platform does."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from scheduling.conf import DelaySettings, conf, setting_name
+from tests.support import ROOT
+
+# variable -> (value to set, Python expression read after start-up, what it must give)
+EFFECTS = {
+    "SECRET_KEY": ("k" * 50, "settings.SECRET_KEY", "k" * 50),
+    "DEBUG": ("1", "settings.DEBUG", True),
+    "ALLOWED_HOSTS": ("a.example, b.example", "settings.ALLOWED_HOSTS", ["a.example", "b.example"]),
+    "CSRF_TRUSTED_ORIGINS": ("https://a.example", "settings.CSRF_TRUSTED_ORIGINS", ["https://a.example"]),
+    "DATABASE_URL": ("postgres://u:p@db.example:5433/dp", "[settings.DATABASES['default'][k] for k in "
+                     "('HOST', 'PORT', 'NAME')]", ["db.example", 5433, "dp"]),
+    "DB_CONN_MAX_AGE": ("7", "settings.DATABASES['default']['CONN_MAX_AGE']", 7),
+    "LOG_LEVEL": ("WARNING", "settings.LOGGING['root']['level']", "WARNING"),
+    "BROKER_URL": ("amqp://u:p@mq.example:5673/v", "[conf().broker_url, settings.CELERY_BROKER_URL]",
+                   ["amqp://u:p@mq.example:5673/v"] * 2),
+    "RABBITMQ_MANAGEMENT_URL": ("http://u:p@mq.example:15673", "broker().management_url",
+                                "http://u:p@mq.example:15673"),
+    "DELAY_DEFAULT_VERSION": ("v1", "conf().default_version", "v1"),
+    "DELAY_ARRIVAL_MARGIN_MS": ("300", "conf().arrival_margin_ms", 300),
+    "DELAY_MAX_PAYLOAD_BYTES": ("4096", "conf().max_payload_bytes", 4096),
+    "DELAY_BULK_MAX": ("50", "conf().bulk_max", 50),
+    "DELAY_PUBLISH_WINDOW": ("64", "conf().publish_window", 64),
+    "DELAY_PUBLISH_BATCH": ("250", "conf().publish_batch", 250),
+    "DELAY_SWEEP_SECONDS": ("3", "[conf().sweep_seconds, settings.CELERY_BEAT_SCHEDULE['sweep-pending-messages']"
+                            "['schedule']]", [3.0, 3.0]),
+    "DELAY_SWEEP_GRACE_SECONDS": ("1.5", "conf().sweep_grace_seconds", 1.5),
+    "DELAY_HANDLER_MAX_RETRIES": ("2", "conf().handler_max_retries", 2),
+    "DELAY_HANDLER_BACKOFF_SECONDS": ("0.5", "conf().handler_backoff_seconds", 0.5),
+    "DELAY_WEBHOOK_TIMEOUT_SECONDS": ("4", "conf().webhook_timeout_seconds", 4.0),
+    "DELAY_WEBHOOK_CONCURRENCY": ("3", "conf().webhook_concurrency", 3),
+    "DELAY_TIMEOUTS_LOOKAHEAD_MS": ("900", "conf().timeouts_lookahead_ms", 900),
+    "DELAY_CONSUMER_SYNC_SECONDS": ("9", "conf().consumer_sync_seconds", 9.0),
+    "DELAY_DELIVERY_BATCH": ("100", "conf().delivery_batch", 100),
+    "DELAY_DELIVERY_PREFETCH": ("1000", "conf().delivery_prefetch", 1000),
+    "DELAY_DELIVERY_LOOP": ("off", "conf().delivery_loop", False),
+    "DELAY_RELAY_QUEUE": ("dp.relay2", "[conf().relay_queue, settings.CELERY_TASK_ROUTES['scheduling.relay.*']"
+                          "['queue']]", ["dp.relay2"] * 2),
+    "DELAY_CELERY_THRESHOLD_SECONDS": ("60", "conf().celery_threshold_seconds", 60.0),
+    "CELERY_DB_REUSE_MAX": ("10", "settings.CELERY_DB_REUSE_MAX", 10),
+    "ACCURACY_REPORT_DIR": ("/tmp/dp-acc", "str(conf().accuracy_report_dir)", "/tmp/dp-acc"),
+    "SPARK_MASTER": ("spark://s.example:7077", "conf().spark_master", "spark://s.example:7077"),
+    "ACCURACY_SPARK_SUBMIT": ("spark-submit --master yarn", "conf().accuracy_spark_submit",
+                              "spark-submit --master yarn"),
+    "ACCURACY_LOST_AFTER_SECONDS": ("60", "conf().accuracy_lost_after_seconds", 60.0),
+    "ACCURACY_REPORT_AT": ("off", "'accuracy-report-nightly' in settings.CELERY_BEAT_SCHEDULE", False),
+}
+ENV_FILE_SETS = ("DELAY_PUBLISH_BATCH", "77")  # ENV_FILE: a file of NAME=value lines; the environment wins
+
+
+def start(env: dict, expressions: list[str]) -> subprocess.CompletedProcess:
+    program = (
+        "import json, django; from django.conf import settings; django.setup(); "
+        "from scheduling.conf import broker, conf; "
+        f"print(json.dumps([{', '.join(expressions)}]))"
+    )
+    clean = {k: v for k, v in os.environ.items() if k not in EFFECTS and k != "ENV_FILE"}
+    return subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={**clean, "DJANGO_SETTINGS_MODULE": "delayplatform.settings", **env})
+
+
+def readme_variables() -> set[str]:
+    text = (ROOT / "README.md").read_text()
+    table = text[text.index("## Configuration"):]
+    table = table[:table.index("\n## ", 1)]
+    return {name for row in re.findall(r"^\| (`[A-Z_]+`(?: / `[A-Z_]+`)*) \|", table, re.M)
+            for name in re.findall(r"`([A-Z_]+)`", row)}
+
+
+def settings_variables() -> set[str]:
+    source = (ROOT / "delayplatform" / "settings.py").read_text()
+    return set(re.findall(r"""(?:environ\.get|env_bool|env_list|env_number)\(\s*["']([A-Z_]+)["']""", source))
+
+
+def test_every_variable_settings_reads_is_documented_and_tested():
+    assert settings_variables() == readme_variables() == set(EFFECTS) | {"ENV_FILE"}
+
+
+def test_every_typed_setting_comes_from_a_documented_variable():
+    assert {setting_name(field) for field in DelaySettings.__dataclass_fields__} <= settings_variables()
+
+
+def test_each_variable_has_its_effect(tmp_path):
+    env_file = tmp_path / "env"
+    env_file.write_text(f"{ENV_FILE_SETS[0]}={ENV_FILE_SETS[1]}\nDELAY_PUBLISH_WINDOW=1\n")
+    env = {name: value for name, (value, _, _) in EFFECTS.items()}
+    env.pop(ENV_FILE_SETS[0])
+    result = start({**env, "ENV_FILE": str(env_file)},
+                   [expression for _, expression, _ in EFFECTS.values()] + ["conf().publish_batch"])
+    assert result.returncode == 0, result.stderr
+    values = json.loads(result.stdout)
+    expected = [value for _, _, value in EFFECTS.values()]
+    got = dict(zip(EFFECTS, values))
+    got[ENV_FILE_SETS[0]] = values[-1]  # from the file
+    assert got == {**dict(zip(EFFECTS, expected)), ENV_FILE_SETS[0]: int(ENV_FILE_SETS[1])}
+
+
+@pytest.mark.parametrize(("name", "value", "says"), [
+    ("DELAY_PUBLISH_WINDOW", "many", "DELAY_PUBLISH_WINDOW must be a whole number, not 'many'"),
+    ("DELAY_SWEEP_SECONDS", "2s", "DELAY_SWEEP_SECONDS must be a number, not '2s'"),
+    ("DATABASE_URL", "sqlite:///x.db", "DATABASE_URL must name a PostgreSQL database"),
+    ("ACCURACY_REPORT_AT", "half past two", "ACCURACY_REPORT_AT must be HH:MM"),
+])
+def test_bad_values_stop_start_up_with_one_line(name, value, says):
+    result = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=60, env={**os.environ, "DJANGO_SETTINGS_MODULE": "delayplatform.settings",
+                                             "SECRET_KEY": "x", name: value})
+    assert result.returncode != 0
+    assert says in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize(("name", "value", "says"), [
+    ("DELAY_DEFAULT_VERSION", "v9", "DELAY_DEFAULT_VERSION is 'v9'; known versions: v1, v2"),
+    ("DELAY_PUBLISH_BATCH", 0, "DELAY_PUBLISH_BATCH must be at least 1, not 0"),
+    ("DELAY_BULK_MAX", -1, "DELAY_BULK_MAX must be at least 1"),
+])
+def test_the_typed_object_refuses_values_that_cannot_work(settings, name, value, says):
+    setattr(settings, name, value)
+    with pytest.raises(ImproperlyConfigured, match=re.escape(says)):
+        conf()
+
+
+def test_override_settings_reaches_the_typed_object(settings):
+    settings.DELAY_BULK_MAX = 3
+    assert conf().bulk_max == 3
+    settings.DELAY_BULK_MAX = 4
+    assert conf().bulk_max == 4

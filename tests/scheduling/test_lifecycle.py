@@ -1,0 +1,143 @@
+"""The message lifecycle, pinned as tables: every (status, event) pair, every kind of arrival,
+handler failures, cancel and republish. Pure: no database."""
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from scheduling import lifecycle
+from scheduling.lifecycle import Arrival, Event, State, Status
+
+P, U, D, C, F = Status.PENDING, Status.PUBLISHED, Status.DELIVERED, Status.CANCELLED, Status.FAILED
+NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=timezone.utc)
+DUE = NOW - timedelta(milliseconds=40)
+
+# (from, event) -> to; every pair not listed is illegal
+ALLOWED = {
+    (None, Event.SCHEDULE): P,
+    (P, Event.PUBLISH): U, (U, Event.PUBLISH): U,
+    (P, Event.DELIVER): D, (U, Event.DELIVER): D,
+    (P, Event.DUPLICATE): P, (U, Event.DUPLICATE): U, (D, Event.DUPLICATE): D, (C, Event.DUPLICATE): C,
+    (F, Event.DUPLICATE): F,
+    (D, Event.RETRY): U,
+    (D, Event.GIVE_UP): F,
+    (P, Event.UNROUTABLE): F, (U, Event.UNROUTABLE): F,
+    (P, Event.CANCEL): C, (U, Event.CANCEL): C, (C, Event.CANCEL): C,
+    (F, Event.REPUBLISH): P,
+}
+
+
+@pytest.mark.parametrize("status", [None, *Status])
+@pytest.mark.parametrize("event", list(Event))
+def test_every_transition_is_allowed_or_refused_as_the_table_says(status, event):
+    if (status, event) in ALLOWED:
+        assert lifecycle.transition(status, event) == ALLOWED[(status, event)]
+    else:
+        with pytest.raises(lifecycle.IllegalTransition):
+            lifecycle.transition(status, event)
+
+
+def test_statuses_are_strings_the_database_stores():
+    assert [s.value for s in Status] == ["pending", "published", "delivered", "cancelled", "failed"]
+    assert lifecycle.transition("published", Event.DELIVER) == "delivered"
+
+
+def test_in_flight_is_what_may_still_be_delivered():
+    assert lifecycle.IN_FLIGHT == {P, U} == lifecycle.sources(Event.DELIVER)
+    assert lifecycle.sources(Event.PUBLISH) == {P, U}
+    assert lifecycle.sources(Event.UNROUTABLE) == {P, U}  # a delivered message is never marked unroutable
+
+
+@pytest.mark.parametrize(("due_at", "at", "ms"), [
+    (DUE, DUE, 0), (DUE, DUE + timedelta(milliseconds=7), 7), (DUE, DUE - timedelta(milliseconds=3), -3),
+    (DUE, DUE + timedelta(microseconds=999), 0),  # whole milliseconds, rounded down
+    (DUE, DUE - timedelta(microseconds=1), -1),
+])
+def test_lateness_is_whole_milliseconds_late(due_at, at, ms):
+    assert lifecycle.lateness_ms(due_at, at) == ms
+
+
+# (status, attempts, delivery_count, arriving attempt, redelivered, rerun_redelivered) -> (arrival, change)
+ARRIVALS = [
+    # the copy that came through the cascade
+    ((U, 0, 0, 0, False, False),
+     (Arrival.DELIVER, {"delivery_count": 1, "status": D, "delivered_at": NOW, "lateness_ms": 40})),
+    ((P, 0, 0, 0, False, False),  # the broker was faster than the relay's commit
+     (Arrival.DELIVER, {"delivery_count": 1, "status": D, "delivered_at": NOW, "lateness_ms": 40})),
+    # another copy of it: counted, dropped
+    ((D, 0, 1, 0, False, False), (Arrival.DUPLICATE, {"delivery_count": 2})),
+    ((F, 6, 1, 0, False, False), (Arrival.DUPLICATE, {"delivery_count": 2})),
+    ((C, 0, 0, 0, False, False), (Arrival.CANCELLED, {"delivery_count": 1})),
+    # handler retries: attempt n is delivered only while it is the current one; not counted again
+    ((U, 1, 1, 1, False, False), (Arrival.DELIVER, {"status": D})),
+    ((U, 2, 1, 1, False, False), (Arrival.DUPLICATE, {})),  # a stale retry
+    ((U, 1, 1, 0, False, False), (Arrival.DUPLICATE, {"delivery_count": 2})),  # attempt 0 again, mid-retry
+    ((C, 1, 1, 1, False, False), (Arrival.CANCELLED, {})),
+    # Celery tasks with acks_late: a copy redelivered after a worker died mid-run runs again
+    ((D, 0, 1, 0, True, True), (Arrival.DELIVER, {"delivery_count": 2})),
+    ((D, 0, 1, 0, False, True), (Arrival.DUPLICATE, {"delivery_count": 2})),
+    ((D, 0, 1, 0, True, False), (Arrival.DUPLICATE, {"delivery_count": 2})),  # not for the delivery loop
+    ((C, 0, 0, 0, True, True), (Arrival.CANCELLED, {"delivery_count": 1})),
+]
+
+
+@pytest.mark.parametrize(("given", "expected"), ARRIVALS)
+def test_arrivals(given, expected):
+    status, attempts, count, attempt, redelivered, rerun = given
+    state = State(status=status, due_at=DUE, attempts=attempts, delivery_count=count)
+    assert lifecycle.arrive(state, attempt=attempt, now=NOW, redelivered=redelivered,
+                            rerun_redelivered=rerun) == expected
+
+
+def test_two_copies_in_one_batch_deliver_once():
+    """The second copy sees what the first one recorded: the handler runs once."""
+    row = State(status=U, due_at=DUE)
+    first, change = lifecycle.arrive(row, attempt=0, now=NOW)
+    row = State(status=change["status"], due_at=DUE, delivery_count=change["delivery_count"])
+    second, change = lifecycle.arrive(row, attempt=0, now=NOW)
+    assert (first, second) == (Arrival.DELIVER, Arrival.DUPLICATE) and change == {"delivery_count": 2}
+
+
+@pytest.mark.parametrize(("attempts", "max_retries", "event", "status"), [
+    (0, 5, Event.RETRY, U), (4, 5, Event.RETRY, U), (5, 5, Event.GIVE_UP, F), (0, 0, Event.GIVE_UP, F),
+])
+def test_a_failing_handler_retries_then_gives_up(attempts, max_retries, event, status):
+    state = State(status=D, due_at=DUE, attempts=attempts)
+    assert lifecycle.handler_failed(state, error="RuntimeError: 500", max_retries=max_retries) == (
+        event, {"status": status, "attempts": attempts + 1,
+                "last_error": f"handler attempt {attempts + 1}: RuntimeError: 500"})
+
+
+def test_handler_errors_are_cut_to_2000_characters():
+    _, change = lifecycle.handler_failed(State(status=D, due_at=DUE), error="x" * 5000, max_retries=1)
+    assert len(change["last_error"]) == 2000
+
+
+@pytest.mark.parametrize(("status", "change"), [
+    (P, {"status": C, "cancelled_at": NOW}), (U, {"status": C, "cancelled_at": NOW}), (C, {}),
+])
+def test_cancel(status, change):
+    assert lifecycle.cancel(State(status=status, due_at=DUE), now=NOW) == change
+
+
+@pytest.mark.parametrize("status", [D, F])
+def test_what_happened_cannot_be_cancelled(status):
+    with pytest.raises(lifecycle.IllegalTransition, match=f"a {status} message cannot take 'cancel'"):
+        lifecycle.cancel(State(status=status, due_at=DUE), now=NOW)
+
+
+def test_republish_starts_a_failed_message_over():
+    assert lifecycle.republish(State(status=F, due_at=DUE, attempts=6, delivery_count=2)) == {
+        "status": P, "attempts": 0, "delivered_at": None, "lateness_ms": None}
+    for status in (P, U, D, C):
+        with pytest.raises(lifecycle.IllegalTransition):
+            lifecycle.republish(State(status=status, due_at=DUE))
+
+
+def test_apply_sets_fields_and_names_them():
+    class Row:
+        status, attempts = U, 0
+
+    row = Row()
+    assert lifecycle.apply(row, {"status": D, "attempts": 1}) == ["status", "attempts"]
+    assert (row.status, row.attempts) == (D, 1)
