@@ -97,6 +97,7 @@ WSGI_APPLICATION = "delayplatform.wsgi.application"
 # bulk writes on COPY and UPDATE ... FROM (VALUES ...), the dashboard on percentile_disc.
 DATABASES = {
     "default": dj_database_url.config(
+        env="DATABASE_URL",
         default="postgres://postgres:postgres@127.0.0.1:5432/delayplatform",
         conn_max_age=env_number("DB_CONN_MAX_AGE", "60"),
         conn_health_checks=True,

@@ -82,7 +82,8 @@ def readme_variables() -> set[str]:
 
 def settings_variables() -> set[str]:
     source = (ROOT / "delayplatform" / "settings.py").read_text()
-    return set(re.findall(r"""(?:environ\.get|env_bool|env_list|env_number)\(\s*["']([A-Z_]+)["']""", source))
+    return set(re.findall(r"""(?:environ\.get|env_bool|env_list|env_number)\(\s*["']([A-Z_]+)["']""", source)) | set(
+        re.findall(r"""\benv=["']([A-Z_]+)["']""", source))
 
 
 def test_every_variable_settings_reads_is_documented_and_tested():
