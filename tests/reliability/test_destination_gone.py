@@ -22,7 +22,7 @@ def test_destination_queue_deleted_then_rebound_and_republished(report, rng):
         n = size(500, 200)
         ids = schedule(p, name, [round(rng.uniform(4, 12), 3) for _ in range(n)])
         wait_until(lambda: count_status(p, name, "published") == n, 30, 0.2, "all published")
-        with broker.connected(p.env["BROKER_URL"]) as conn:
+        with broker(p.env["BROKER_URL"]).session() as conn:
             conn.delete_queue(name)
             wait_until(lambda: count_status(p, name, "failed") == n, 60, 0.5, "every message marked failed")
             with_reason = p.sql("SELECT count(*) FROM scheduling_scheduledmessage WHERE last_error LIKE %s",
