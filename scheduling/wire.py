@@ -196,8 +196,7 @@ def read_delivery(headers: dict, body: bytes, now_ms: int) -> Delivery | None:
     if not isinstance(due, int) or isinstance(due, bool):
         due = _iso_ms(headers.get("eta"))
         due = now_ms if due is None else due
-    eta = _iso_ms(headers.get("eta"))
-    if attempt and eta is not None:
+    if attempt and (eta := _iso_ms(headers.get("eta"))) is not None:
         due = max(due, eta)
     return Delivery(message_id, attempt, due)
 
