@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from contextlib import contextmanager
@@ -34,6 +35,7 @@ class Platform:
         self.session = requests.Session()
         self.session.headers["Authorization"] = f"Token {token}"
         self.workers: list[Worker] = []
+        self._sql, self._sql_lock = None, threading.Lock()
 
     def api(self, method: str, path: str, **kwargs):
         response = self.session.request(method, self.url + path, timeout=120, **kwargs)
@@ -41,10 +43,10 @@ class Platform:
         return response.json()
 
     def start_worker(self, name: str = "bench", concurrency: int = 2, beat: bool = True, extra_args: tuple = (),
-                     **env) -> Worker:
+                     app: str = "delayplatform", **env) -> Worker:
         worker = Worker(f"{name}-{self.run_id}-{len(self.workers)}", {**self.env, **env},
                         ARTIFACTS / f"bench-{name}-{self.run_id}-{len(self.workers)}.log",
-                        concurrency=concurrency, beat=beat, extra_args=extra_args)
+                        concurrency=concurrency, beat=beat, extra_args=extra_args, app=app)
         self.workers.append(worker.start())
         return worker
 
@@ -52,8 +54,16 @@ class Platform:
         return manage(self.env, *args)
 
     def sql(self, query: str, *params):
-        with psycopg.connect(self.env["DATABASE_URL"], autocommit=True) as conn:
-            return conn.execute(query, params).fetchall()
+        """One query on a connection kept for the run (polling with a new connection each time
+        cost PostgreSQL a backend start per poll, which showed in the figures)."""
+        with self._sql_lock:
+            if self._sql is None or self._sql.closed:
+                self._sql = psycopg.connect(self.env["DATABASE_URL"], autocommit=True)
+            return self._sql.execute(query, params).fetchall()
+
+    def close(self) -> None:
+        if self._sql is not None:
+            self._sql.close()
 
 
 def manage(env: dict, *args: str) -> str:
@@ -86,6 +96,7 @@ def django_env(run_id: str, database_url: str, settings: str = "delayplatform.se
         "DATABASE_URL": database_url,
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "LOG_LEVEL": "WARNING",
+        "TEST_DB_CONN_MAX_AGE": "60",  # with settings_test: keep connections, as production (DB_CONN_MAX_AGE)
         **overrides,
     }
 
@@ -108,7 +119,7 @@ def platform(web_workers: int = 4, broker_url: str | None = None, settings: str 
                          **env_overrides)
         try:
             manage(env, "migrate", "--noinput")
-            manage(env, "provision_delays")
+            manage(env, "provision_delays", "--version", "all")
             manage(env, "shell", "-c", "from django.contrib.auth.models import User; "
                    "User.objects.create_superuser('bench', '', 'x')")
             token = manage(env, "drf_create_token", "bench").split()[2]
@@ -135,6 +146,8 @@ def platform(web_workers: int = 4, broker_url: str | None = None, settings: str 
             p = Platform(run_id, env, url, token)
             yield p
         finally:
+            if p:
+                p.close()
             for worker in (p.workers if p else []):
                 worker.stop()
             if web and web.poll() is None:

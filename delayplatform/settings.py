@@ -147,7 +147,7 @@ BROKER_URL = os.environ.get("BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//")
 RABBITMQ_MANAGEMENT_URL = os.environ.get("RABBITMQ_MANAGEMENT_URL", "")  # derived when empty
 
 # Which cascade new endpoints use unless they say otherwise (and commands without --version).
-DELAY_DEFAULT_VERSION = os.environ.get("DELAY_DEFAULT_VERSION") or "v2"
+DELAY_DEFAULT_VERSION = os.environ.get("DELAY_DEFAULT_VERSION") or "v3"
 
 # --- Celery -----------------------------------------------------------------------------------
 

@@ -12,7 +12,8 @@ os.environ.setdefault("BROKER_URL", f"amqp://guest:guest@127.0.0.1:5672/dp-test-
 from .settings import *  # noqa: E402,F401,F403
 from .settings import DATABASES  # noqa: E402
 
-DATABASES["default"]["CONN_MAX_AGE"] = 0
+# tests close connections between requests; benchmarks keep them, as production does
+DATABASES["default"]["CONN_MAX_AGE"] = int(os.environ.get("TEST_DB_CONN_MAX_AGE", "0"))
 DATABASES["default"]["TEST"] = {"NAME": f"test_dp_{RUN_ID}"}
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 from .settings import INSTALLED_APPS  # noqa: E402

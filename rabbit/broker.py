@@ -33,8 +33,9 @@ class Session:
     def __init__(self, conn):
         self.conn = conn
 
-    def declare(self, plan: cascade.Plan) -> None:
-        declare.declare_plan(self.conn, plan)
+    def declare(self, plan: cascade.Plan) -> list[str]:
+        """Returns a line per exchange kept as another system had declared it."""
+        return declare.declare_plan(self.conn, plan)
 
     def teardown(self, plan: cascade.Plan) -> None:
         declare.teardown_plan(self.conn, plan)

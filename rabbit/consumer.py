@@ -12,7 +12,9 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from functools import wraps
 
+from .acks import Unsettled
 from .connection import CONNECTION_ERRORS, open_connection, reason, release
+from .framing import batched_writes
 from .declare import queue_depth
 from .errors import BrokerUnavailable
 from .publish import Outcome, Outgoing, publish_confirmed
@@ -37,6 +39,7 @@ class Consumer:
         self.on_message, self.on_cancel = on_message, on_cancel
         self.tags: dict[str, str] = {}  # queue -> consumer tag
         self.conn = self.channel = None
+        self.unsettled = Unsettled()
 
     @contextmanager
     def connected(self):
@@ -51,6 +54,7 @@ class Consumer:
 
     @_connection_errors
     def _open_channel(self) -> None:
+        self.unsettled = Unsettled()  # delivery tags belong to a channel
         self.channel = self.conn.channel()
         self.channel.basic_qos(0, self.prefetch, False)
 
@@ -61,6 +65,7 @@ class Consumer:
     @_connection_errors
     def consume(self, queue: str) -> None:
         def deliver(message, queue=queue):
+            self.unsettled.add(message.delivery_tag)
             self.on_message(received(message, queue))
 
         self.tags[queue] = self.channel.basic_consume(queue, callback=deliver, on_cancel=self._cancelled)
@@ -94,10 +99,23 @@ class Consumer:
 
     @_connection_errors
     def ack(self, message: Received) -> None:
-        self.channel.basic_ack(message.tag)
+        self.ack_many([message])
+
+    @_connection_errors
+    def ack_many(self, messages: list[Received]) -> None:
+        """Ack a batch in as few frames as ``multiple`` allows (rabbit/acks.py), one write."""
+        if not messages:
+            return
+        multiple, singles = self.unsettled.plan_acks([m.tag for m in messages])
+        with batched_writes(self.conn):
+            if multiple is not None:
+                self.channel.basic_ack(multiple, multiple=True)
+            for tag in singles:
+                self.channel.basic_ack(tag)
 
     @_connection_errors
     def reject(self, message: Received, requeue: bool = True) -> None:
+        self.unsettled.settle(message.tag)
         self.channel.basic_reject(message.tag, requeue=requeue)
 
     def publish(self, messages: list[Outgoing]) -> Outcome:

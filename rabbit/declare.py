@@ -11,7 +11,7 @@ from kombu import Connection, Exchange, Queue
 from topology import cascade
 
 from .connection import channel_of
-from .errors import TopologyMissing
+from .errors import TopologyConflict, TopologyMissing
 
 
 def kombu_exchange(exchange: cascade.Exchange) -> Exchange:
@@ -30,15 +30,38 @@ def _bind(channel, binding: cascade.Binding) -> None:
         Exchange(binding.destination).bind_to(binding.source, binding.routing_key, channel=channel)
 
 
-def declare_plan(conn: Connection, plan: cascade.Plan) -> None:
-    """Every exchange, queue and binding of the plan."""
+def _declare_or_keep(conn: Connection, exchange: cascade.Exchange) -> str | None:
+    """Declare an exchange another system may already have declared without our arguments
+    (NServiceBus's delivery exchange has no alternate exchange): if the broker refuses ours only
+    for its arguments, keep theirs as it is and say so; any other difference is a conflict."""
+    try:
+        with channel_of(conn) as channel:
+            kombu_exchange(exchange).declare(channel=channel)
+        return None
+    except TopologyConflict as conflict:
+        try:
+            with channel_of(conn) as channel:
+                kombu_exchange(cascade.Exchange(exchange.name, exchange.type, exchange.durable)).declare(channel=channel)
+        except TopologyConflict:
+            raise conflict from None
+    wanted = ", ".join(f"{k}={v}" for k, v in exchange.arguments)
+    return f"exchange {exchange.name} already exists without {wanted}: kept as it is"
+
+
+def declare_plan(conn: Connection, plan: cascade.Plan) -> list[str]:
+    """Every exchange, queue and binding of the plan. Returns one line per exchange kept as
+    another system declared it (see :func:`_declare_or_keep`)."""
+    kept = [line for e in plan.exchanges if e.may_exist_without_arguments
+            if (line := _declare_or_keep(conn, e))]
     with channel_of(conn) as channel:
         for exchange in plan.exchanges:
-            kombu_exchange(exchange).declare(channel=channel)
+            if not exchange.may_exist_without_arguments:
+                kombu_exchange(exchange).declare(channel=channel)
         for queue in plan.queues:
             kombu_queue(queue).queue_declare(channel=channel)
         for binding in plan.bindings:
             _bind(channel, binding)
+    return kept
 
 
 def teardown_plan(conn: Connection, plan: cascade.Plan) -> None:

@@ -85,6 +85,10 @@ class Management:
             if " 404:" not in str(exc):
                 raise
 
+    def nodes(self) -> list[dict]:
+        """The cluster's nodes with their figures (``name``, ``mem_used``, ``running`` …)."""
+        return self._request("GET", "/nodes") or []
+
     def vhosts(self) -> list[str]:
         return [v["name"] for v in self._request("GET", "/vhosts") or []]
 

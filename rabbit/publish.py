@@ -14,6 +14,7 @@ import amqp
 from kombu import Connection
 
 from .connection import CONNECTION_ERRORS, close_channel, reason
+from .framing import batched_writes
 
 DEFAULT_WINDOW = 128
 
@@ -75,18 +76,21 @@ def publish_confirmed(
         channel.events["basic_nack"].add(lambda tag, multiple: settle(tag, multiple, False))
         channel.events["basic_return"].add(on_return)
         channel.confirm_select()
-        for index, out in enumerate(messages):
-            while len(pending) >= window:
-                _drain(conn, deadline)
-            properties = {"delivery_mode": 2, **out.properties, "message_id": ids[index]}
-            channel.basic_publish(
-                amqp.Message(out.body, application_headers=out.headers, **properties),
-                exchange=out.exchange,
-                routing_key=out.routing_key,
-                mandatory=True,
-            )
-            tags[index + 1] = index
-            pending.add(index + 1)
+        with batched_writes(conn) as flush:  # one socket write per window (rabbit/framing.py)
+            for index, out in enumerate(messages):
+                if len(pending) >= window:  # send what is held, then wait until half the window is free
+                    flush()
+                    while len(pending) > window // 2:
+                        _drain(conn, deadline)
+                properties = {"delivery_mode": 2, **out.properties, "message_id": ids[index]}
+                channel.basic_publish(
+                    amqp.Message(out.body, application_headers=out.headers, **properties),
+                    exchange=out.exchange,
+                    routing_key=out.routing_key,
+                    mandatory=True,
+                )
+                tags[index + 1] = index
+                pending.add(index + 1)
         while pending:
             _drain(conn, deadline)
     except (*CONNECTION_ERRORS, TimeoutError) as exc:

@@ -22,8 +22,13 @@ def topology_version_get(name: str) -> TopologyVersion | None:
 
 
 def topology_version_default() -> TopologyVersion | None:
-    """The version DELAY_DEFAULT_VERSION names."""
-    return topology_version_get(conf().default_version)
+    """The version new endpoints get when they name none: DELAY_DEFAULT_VERSION (v3) once it is
+    provisioned; until then the newest provisioned version, so that an upgrade never makes
+    creating endpoints fail before ``provision_delays`` has run for the new default."""
+    configured = topology_version_get(conf().default_version)
+    if configured is None or configured.provisioned_at is not None:
+        return configured
+    return topology_versions_provisioned().order_by("-name").first() or configured
 
 
 def topology_versions_provisioned():

@@ -1,7 +1,6 @@
 """Names of the platform's Celery tasks. Services enqueue them by name (``send_task``), so the
 write path never imports tasks.py, which imports the services (no cycle, no arrow back up)."""
 
-RELAY_PUBLISH = "scheduling.relay.publish"
 RELAY_SWEEP = "scheduling.relay.sweep"
 RELAY_TIMEOUTS = "scheduling.relay.timeouts"
 DRAIN_UNROUTABLE = "scheduling.relay.drain_unroutable"

@@ -8,14 +8,9 @@ from django.utils import timezone
 
 from . import backoff, task_names
 from .services.delivery import Result, delivery_receive
-from .services.relay import relay_publish, relay_sweep, timeouts_publish_due
+from .services.relay import relay_sweep, timeouts_publish_due
 from .services.reports import accuracy_report_run
 from .services.unroutable import unroutable_drain
-
-
-@shared_task(name=task_names.RELAY_PUBLISH)
-def publish_messages(ids: list[str]) -> int:
-    return relay_publish(ids=ids).published
 
 
 @shared_task(name=task_names.RELAY_SWEEP)

@@ -13,6 +13,7 @@ delay of a message found in any level queue.
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -29,13 +30,10 @@ H_DESTINATION = "x-dp-destination"  # read when present; the routing key also na
 H_VERSION = "x-dp-version"
 H_DELAY_MS = "x-dp-delay-ms"  # time the message was set to spend in the cascade
 H_PUBLISHED_AT_MS = "x-dp-published-at-ms"
+H_POISON_REASON = "x-dp-poison-reason"
 
 
-@dataclass(frozen=True)
-class Route:
-    delay_units: int  # whole cascade units (seconds) through the cascade
-    exchange: str
-    routing_key: str
+Route = cascade.Route  # exchange, routing key and CC keys of a publish, with its whole units
 
 
 def cascade_units(due_at_ms: int, now_ms: int, version: cascade.Version, *, margin_ms: int,
@@ -54,11 +52,7 @@ def cascade_units(due_at_ms: int, now_ms: int, version: cascade.Version, *, marg
 def route(due_at_ms: int, now_ms: int, version: cascade.Version, destination: str, *, margin_ms: int,
           held: bool = True) -> Route:
     units = cascade_units(due_at_ms, now_ms, version, margin_ms=margin_ms, held=held)
-    return Route(
-        delay_units=units,
-        exchange=cascade.first_exchange(version, units),
-        routing_key=cascade.routing_key(units, destination, version.levels),
-    )
+    return cascade.route(version, units, destination)
 
 
 def direct_route(destination: str) -> Route:
@@ -67,7 +61,7 @@ def direct_route(destination: str) -> Route:
     return Route(delay_units=0, exchange="", routing_key=cascade.check_destination(destination))
 
 
-_EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
+_EMBED = json.dumps({"callbacks": None, "errbacks": None, "chain": None, "chord": None}, separators=(",", ":"))
 
 
 def deliver_message(message_id: str, eta: datetime, attempt: int = 0) -> tuple[bytes, dict, dict]:
@@ -77,8 +71,8 @@ def deliver_message(message_id: str, eta: datetime, attempt: int = 0) -> tuple[b
     per-message cost ~0.25 ms, the bulk of it. The e2e tests run these on a real worker."""
     headers = {"lang": "py", "task": DELIVER_TASK, "id": message_id, "root_id": message_id,
                "eta": eta.isoformat(), "retries": 0}
-    kwargs = {"attempt": attempt} if attempt else {}
-    body = json.dumps([[message_id], kwargs, _EMBED], separators=(",", ":")).encode()
+    kwargs = f'{{"attempt":{int(attempt)}}}' if attempt else "{}"
+    body = f"[[{json.dumps(message_id)}],{kwargs},{_EMBED}]".encode()  # one template, per message
     properties = {"content_type": "application/json", "content_encoding": "utf-8",
                   "correlation_id": message_id, "message_id": message_id}
     return body, headers, properties
@@ -112,7 +106,7 @@ def outgoing(message: ScheduledMessage, version: cascade.Version, now: datetime,
     r = (direct_route(message.endpoint.name) if direct
          else route(due_ms, now_ms, version, message.endpoint.name, margin_ms=margin_ms))
     body, headers, properties = deliver_message(str(message.id), message.due_at)
-    headers.update(_x_dp_headers(message, version, r, now_ms))
+    headers.update(_x_dp_headers(message, version, r, now_ms), **r.headers)
     return Outgoing(r.exchange, r.routing_key, body, headers, properties), r
 
 
@@ -126,7 +120,7 @@ def outgoing_task(message: ScheduledMessage, version: cascade.Version, now: date
         r = direct_route(message.endpoint.name)
     else:
         r = route(message.due_at_ms, now_ms, version, message.endpoint.name, margin_ms=margin_ms, held=False)
-    headers = {**captured["headers"], "eta": None, **_x_dp_headers(message, version, r, now_ms)}
+    headers = {**captured["headers"], "eta": None, **_x_dp_headers(message, version, r, now_ms), **r.headers}
     properties = {**captured["properties"], "content_type": captured["content_type"],
                   "content_encoding": captured["content_encoding"], "message_id": str(message.id)}
     return Outgoing(r.exchange, r.routing_key, captured["body"].encode(captured["content_encoding"]), headers,
@@ -172,6 +166,15 @@ class Delivery:
     due_ms: int  # hold it until then
 
 
+def is_row_id(value) -> bool:
+    """Whether an id read off the wire can name a row (a UUID); anything else has no row."""
+    try:
+        uuid.UUID(value)
+    except (TypeError, ValueError, AttributeError):
+        return False
+    return True
+
+
 def _iso_ms(value) -> int | None:
     try:
         return to_epoch_ms(datetime.fromisoformat(value)) if isinstance(value, str) else None
@@ -203,7 +206,9 @@ def read_delivery(headers: dict, body: bytes, now_ms: int) -> Delivery | None:
 
 # --- reading a message found in a level queue (migrate_delays, transfer_delays) ---------------
 
-STRIPPED_ON_MOVE = ("x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason")
+# what the old cascade added (x-death) or routed by (CC: the old version's bit keys)
+STRIPPED_ON_MOVE = ("x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason",
+                    cascade.CC_HEADER, "BCC")
 
 
 @dataclass(frozen=True)
@@ -234,10 +239,7 @@ def read_found(headers: dict, properties: dict, routing_key: str, version: casca
     or the AMQP timestamp) plus the requested delay (``x-dp-delay-ms`` or the delay the routing
     key encodes). Neither: ``due_at_ms`` is None and the message goes to the poison queue."""
     headers = headers or {}
-    try:
-        key_delay_units, key_destination = cascade.parse_routing_key(routing_key, version.levels)
-    except ValueError:
-        key_delay_units, key_destination = None, None
+    key_delay_units, key_destination = cascade.read_route(version, routing_key, headers.get(cascade.CC_HEADER))
     destination = headers.get(H_DESTINATION) or key_destination
     published = _int_header(headers, H_PUBLISHED_AT_MS)
     due = _int_header(headers, H_DUE_AT_MS)
@@ -247,7 +249,7 @@ def read_found(headers: dict, properties: dict, routing_key: str, version: casca
         if delay_ms is None and key_delay_units is not None:
             delay_ms = key_delay_units * version.unit_ms
         due = arrival + delay_ms if arrival is not None and delay_ms is not None else None
-    if not isinstance(destination, str) or not cascade.DESTINATION_RE.match(destination):
+    if not isinstance(destination, str) or not cascade.DOTTED_DESTINATION_RE.match(destination):
         due, destination = None, None
     message_id = headers.get(H_MESSAGE_ID)
     return Found(due, destination, message_id if isinstance(message_id, str) else None, published)
@@ -267,6 +269,7 @@ def moved(out_headers: dict, properties: dict, body: bytes, found: Found, versio
         H_VERSION: version.name,
         H_DELAY_MS: r.delay_units * version.unit_ms,
         H_PUBLISHED_AT_MS: now_ms,
+        **r.headers,
     })
     keep = ("content_type", "content_encoding", "correlation_id", "message_id", "reply_to", "priority",
             "timestamp", "type", "app_id")
@@ -277,6 +280,6 @@ def moved(out_headers: dict, properties: dict, body: bytes, found: Found, versio
 def poisoned(message: Received, reason: str, poison_queue: str) -> Outgoing:
     """A message that cannot be moved, parked whole in the poison queue with the reason."""
     keep = ("content_type", "content_encoding", "correlation_id", "message_id")
-    return Outgoing("", poison_queue, message.body, {**message.headers, "x-dp-poison-reason": reason},
+    return Outgoing("", poison_queue, message.body, {**message.headers, H_POISON_REASON: reason},
                     {k: v for k, v in message.properties.items() if k in keep})
 

@@ -51,14 +51,18 @@ def declared(amqp, unique_prefix):
 
 # --- the platform's data and broker state for tests that use the database ----------------------
 
-SEED = importlib.import_module("scheduling.migrations.0002_seed_topology_versions").SEED
+SEED = [
+    *importlib.import_module("scheduling.migrations.0002_seed_topology_versions").SEED,
+    importlib.import_module("scheduling.migrations.0008_v3_direct_cascade").V3,
+]
+VERSION_NAMES = [seed["name"] for seed in SEED]  # v1, v2, v3: what tests parametrise over
 
 
 @pytest.fixture(scope="session")
 def provisioned(rabbit_vhost):
-    """The platform's own v1 and v2 cascades, declared once in this run's vhost."""
+    """The platform's own v1, v2 and v3 cascades, declared once in this run's vhost."""
     with broker().session() as session:
-        for name in ("v1", "v2"):
+        for name in VERSION_NAMES:
             session.declare(cascade.cascade_plan(cascade.get_version(name)))
     return rabbit_vhost
 

@@ -76,9 +76,9 @@ class Worker:
     """A real ``celery worker`` process (with beat) on this run's vhost and database."""
 
     def __init__(self, name: str, env: dict, log_path: Path, concurrency: int = 2, beat: bool = True,
-                 extra_args: tuple = ()):
+                 extra_args: tuple = (), app: str = "delayplatform"):
         self.name, self.env, self.log_path = name, env, log_path
-        self.args = [sys.executable, "-m", "celery", "-A", "delayplatform", "worker", "-n", f"{name}@%h",
+        self.args = [sys.executable, "-m", "celery", "-A", app, "worker", "-n", f"{name}@%h",
                      "-l", "INFO", "-c", str(concurrency), "--without-gossip", "--without-mingle",
                      *(("--beat", "-s", str(log_path.with_suffix(".beat"))) if beat else ()), *extra_args]
         self.process: subprocess.Popen | None = None
@@ -186,13 +186,13 @@ class PrivateRabbit:
         self.ctl("await_startup")
 
 
-def bind_endpoint(session, prefix: str, name: str) -> str:
+def bind_endpoint(session, version, name: str) -> str:
     """Declare an endpoint's queue and bind it on a cascade's delivery exchange (session: a
-    rabbit.Session)."""
+    rabbit.Session; version: a topology.cascade.Version)."""
     from topology import cascade
 
     session.declare_queue(cascade.endpoint_queue(name))
-    session.bind(cascade.endpoint_binding(prefix, name))
+    session.bind(cascade.endpoint_binding(version, name))
     return name
 
 

@@ -1,20 +1,33 @@
 """The delay cascade as plain data: names, routing keys and the full plan of a version.
 
 Pure functions only, no broker and no Django, so every property of the cascade can be pinned
-by table-driven tests. The shape follows the seeds (NServiceBus native delayed delivery, plus
-the ingest exchange and "no key dropped silently" rule of the topology-as-code gist).
+by table-driven tests. Two shapes of the same cascade (one TTL queue per bit of the delay):
+
+- **topic** (v1, v2): the seeds' design, NServiceBus native delayed delivery byte for byte, plus
+  the ingest exchange and "no key dropped silently" rule of the topology-as-code gist. The
+  routing key spells the delay in N words; every level's topic exchange matches it.
+- **direct** (v3, the platform's own): level L is a direct exchange that binds its queue with the
+  bit key ``bit:LL`` and passes everything else to level L-1 as its alternate exchange. A message
+  carries its destination as the routing key and its set bits as ``CC`` keys; dead-lettering
+  keeps both. Matching a short key in a hash table instead of a 29-word key in the topic trie
+  halves the broker's CPU per message (docs/performance.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from dataclasses import dataclass
 
 DEFAULT_LEVELS = 28
 UNIT_MS = 1000
 ROUTING_KEY_MAX_BYTES = 255  # AMQP 0-9-1 shortstr
-DESTINATION_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+TOPIC, DIRECT = "topic", "direct"  # how a version's levels route (see the module docstring)
+DESTINATION_RE = re.compile(r"^[A-Za-z0-9_-]+$")  # one topic word: safe on every version
+DOTTED_DESTINATION_RE = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")  # safe where routing is direct
+CC_HEADER = "CC"  # RabbitMQ routes a message by its routing key and these keys too (sender-selected
+# distribution); dead-lettering keeps them, which is what carries a v3 message's bits down
 
 
 def _frozen(mapping: dict | None) -> tuple[tuple[str, object], ...]:
@@ -31,6 +44,7 @@ class Version:
     dead_letter_arguments: tuple[tuple[str, object], ...] = ()  # how level queues dead-letter
     levels: int = DEFAULT_LEVELS
     unit_ms: int = UNIT_MS
+    routing: str = TOPIC
 
     def with_(self, *, prefix: str | None = None, levels: int | None = None) -> Version:
         """The same kind of cascade under another prefix or with another number of levels."""
@@ -64,7 +78,14 @@ V2 = Version(
         {"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}
     ),
 )
-VERSIONS: dict[str, Version] = {v.name: v for v in (V1, V2)}
+V3 = Version(
+    name="v3",
+    prefix="dp.v3.",
+    kind_arguments=V2.kind_arguments,
+    dead_letter_arguments=V2.dead_letter_arguments,
+    routing=DIRECT,
+)
+VERSIONS: dict[str, Version] = {v.name: v for v in (V1, V2, V3)}
 
 
 def get_version(name: str) -> Version:
@@ -97,9 +118,22 @@ def unroutable_name(prefix: str) -> str:
     return f"{prefix}delay-unroutable"
 
 
-def endpoint_binding_key(destination: str) -> str:
-    check_destination(destination)
-    return f"#.{destination}"
+def next_exchange(version: Version, level: int) -> str:
+    """Where level L passes a message on (its dead-letter exchange, and on direct versions its
+    alternate exchange too): level L-1, or the delivery exchange below level 0."""
+    return level_name(version.prefix, level - 1) if level else delivery_exchange(version.prefix)
+
+
+def bit_key(level: int) -> str:
+    """The key a direct level binds its queue with. The ``:`` keeps it out of the names an
+    endpoint may have, so no endpoint's routing key or binding can ever equal a bit key."""
+    return f"bit:{level:02d}"
+
+
+def endpoint_binding_key(version: Version, destination: str) -> str:
+    """Topic versions bind ``#.<destination>`` (the seeds); direct versions the name itself."""
+    check_destination(destination, version)
+    return destination if version.routing == DIRECT else f"#.{destination}"
 
 
 def endpoint_queue(destination: str) -> Queue:
@@ -107,10 +141,20 @@ def endpoint_queue(destination: str) -> Queue:
     return Queue(check_destination(destination))
 
 
-def endpoint_binding(prefix: str, destination: str) -> Binding:
-    """The delivery exchange of a cascade routes ``#.<destination>`` to the endpoint's queue."""
-    return Binding(delivery_exchange(prefix), check_destination(destination), "queue",
-                   endpoint_binding_key(destination))
+def endpoint_binding(version: Version, destination: str) -> Binding:
+    """The delivery exchange of a cascade routes the destination's messages to its queue."""
+    return Binding(delivery_exchange(version.prefix), destination, "queue",
+                   endpoint_binding_key(version, destination))
+
+
+def carries(version: Version, destination: str) -> bool:
+    """Whether this version can deliver to the destination: a dotted name only travels where
+    routing is direct (on a topic version, ``#.b`` of an endpoint ``b`` would also catch ``a.b``)."""
+    try:
+        check_destination(destination, version)
+    except ValueError:
+        return False
+    return True
 
 
 def poison_queue(version: Version) -> Queue:
@@ -143,13 +187,21 @@ def check_delay(delay_units: int, levels: int = DEFAULT_LEVELS) -> int:
     return delay_units
 
 
-def check_destination(destination: str, levels: int = DEFAULT_LEVELS) -> str:
-    """A destination is one topic word: a ``.``, ``*`` or ``#`` would change what a key matches."""
-    if not isinstance(destination, str) or not DESTINATION_RE.match(destination):
+def check_destination(destination: str, version: Version | None = None) -> str:
+    """An endpoint's name, as a queue (``version`` None: words of letters, digits, '-' and '_',
+    joined by dots) or as a destination on a version's cascade: one topic word on a topic version
+    (a ``.``, ``*`` or ``#`` would change what a key matches), and a routing key that fits."""
+    if not isinstance(destination, str) or not DOTTED_DESTINATION_RE.match(destination):
         raise ValueError(
-            f"destination {destination!r} must be letters, digits, '-' or '_' only"
+            f"destination {destination!r} must be letters, digits, '-' or '_', in words joined by '.'"
         )
-    longest = 2 * levels + len(destination.encode())
+    if version is not None and version.routing == TOPIC and not DESTINATION_RE.match(destination):
+        raise ValueError(
+            f"destination {destination!r} has dots: {version.name} routes by topic keys, where the binding "
+            f"'#.<name>' of another endpoint could catch its messages; dotted names travel on direct "
+            f"versions (v3) only"
+        )
+    longest = len(destination.encode()) + (2 * version.levels if version and version.routing == TOPIC else 0)
     if longest > ROUTING_KEY_MAX_BYTES:
         raise ValueError(
             f"destination {destination!r} is too long: the routing key would be {longest} "
@@ -164,9 +216,15 @@ def delay_bits(delay_units: int, levels: int = DEFAULT_LEVELS) -> list[int]:
     return [(delay_units >> level) & 1 for level in range(levels - 1, -1, -1)]
 
 
+def set_levels(delay_units: int, levels: int = DEFAULT_LEVELS) -> list[int]:
+    """The levels whose queue the message waits in: its set bits, highest first."""
+    return [level for level, bit in zip(range(levels - 1, -1, -1), delay_bits(delay_units, levels)) if bit]
+
+
 def routing_key(delay_units: int, destination: str, levels: int = DEFAULT_LEVELS) -> str:
-    """``0.….1.0.1.0.destination``: N bits, most significant first, then the destination."""
-    check_destination(destination, levels)
+    """Topic versions: ``0.….1.0.1.0.destination``, N bits, most significant first, then the
+    destination."""
+    check_destination(destination, V2.with_(levels=levels))
     return ".".join(str(bit) for bit in delay_bits(delay_units, levels)) + f".{destination}"
 
 
@@ -176,7 +234,25 @@ def parse_routing_key(key: str, levels: int = DEFAULT_LEVELS) -> tuple[int, str]
     bits, destination = words[:levels], ".".join(words[levels:])
     if len(bits) != levels or any(bit not in ("0", "1") for bit in bits) or not destination:
         raise ValueError(f"{key!r} is not a {levels}-level delay routing key")
-    return int("".join(bits), 2), check_destination(destination, levels)
+    return int("".join(bits), 2), check_destination(destination, V2.with_(levels=levels))
+
+
+def cc_keys(delay_units: int, levels: int = DEFAULT_LEVELS) -> tuple[str, ...]:
+    """Direct versions: the bit keys of a delay, highest first (``CC`` header)."""
+    return tuple(bit_key(level) for level in set_levels(delay_units, levels))
+
+
+def parse_cc_keys(keys, levels: int = DEFAULT_LEVELS) -> int:
+    """Inverse of :func:`cc_keys`: the delay in units (no keys: 0). Keys that are not bit keys
+    of this cascade are a ValueError."""
+    delay = 0
+    for key in keys or ():
+        key = key.decode() if isinstance(key, bytes) else key
+        level = int(key[4:]) if isinstance(key, str) and key[:4] == "bit:" and key[4:].isdigit() else -1
+        if not 0 <= level < levels or key != bit_key(level):
+            raise ValueError(f"{key!r} is not a bit key of a {levels}-level cascade")
+        delay |= 1 << level
+    return delay
 
 
 def start_level(delay_units: int, levels: int = DEFAULT_LEVELS) -> int | None:
@@ -196,6 +272,43 @@ def level_ttl_ms(version: Version, level: int) -> int:
     return (1 << level) * version.unit_ms
 
 
+@dataclass(frozen=True)
+class Route:
+    """How to publish a message into a cascade: exchange, routing key and (direct versions)
+    the ``CC`` bit keys."""
+
+    delay_units: int  # whole cascade units (seconds) it will spend in the levels
+    exchange: str
+    routing_key: str
+    cc: tuple[str, ...] = ()
+
+    @property
+    def headers(self) -> dict:
+        return {CC_HEADER: list(self.cc)} if self.cc else {}
+
+
+@functools.lru_cache(maxsize=8192)
+def route(version: Version, delay_units: int, destination: str) -> Route:
+    """Publish at the level of the highest set bit (a zero delay: the delivery exchange).
+    Cached: a batch sends many messages with the same delay to the same destination."""
+    exchange = first_exchange(version, delay_units)
+    if version.routing == DIRECT:
+        check_destination(destination, version)
+        return Route(delay_units, exchange, destination, cc_keys(delay_units, version.levels))
+    return Route(delay_units, exchange, routing_key(delay_units, destination, version.levels))
+
+
+def read_route(version: Version, routing_key_: str, cc) -> tuple[int | None, str | None]:
+    """What a message found in this version's queues says: (delay units its key encodes,
+    destination); None where it does not say (a foreign message)."""
+    try:
+        if version.routing == DIRECT:
+            return parse_cc_keys(cc, version.levels), check_destination(routing_key_, version)
+        return parse_routing_key(routing_key_, version.levels)
+    except (ValueError, TypeError):
+        return None, None
+
+
 # --- the plan --------------------------------------------------------------------------------
 
 
@@ -205,6 +318,9 @@ class Exchange:
     type: str = "topic"
     durable: bool = True
     arguments: tuple[tuple[str, object], ...] = ()
+    # Another system may already have declared it without our arguments (NServiceBus declares
+    # the delivery exchange without an alternate exchange): then it is kept as it is.
+    may_exist_without_arguments: bool = False
 
 
 @dataclass(frozen=True)
@@ -238,14 +354,11 @@ class Plan:
         return delivery_exchange(self.version.prefix)
 
 
-def _level_bindings(version: Version, level: int) -> tuple[Binding, Binding]:
+def _topic_level_bindings(version: Version, level: int) -> tuple[Binding, Binding]:
     name, wildcards = level_name(version.prefix, level), "*." * (version.levels - 1 - level)
-    lower = (
-        level_name(version.prefix, level - 1) if level else delivery_exchange(version.prefix)
-    )
     return (
         Binding(name, name, "queue", f"{wildcards}1.#"),
-        Binding(name, lower, "exchange", f"{wildcards}0.#"),
+        Binding(name, next_exchange(version, level), "exchange", f"{wildcards}0.#"),
     )
 
 
@@ -260,33 +373,43 @@ def _ingest_bindings(version: Version) -> list[Binding]:
 
 
 def level_queue(version: Version, level: int) -> Queue:
-    lower = (
-        level_name(version.prefix, level - 1) if level else delivery_exchange(version.prefix)
-    )
     arguments = {
         **dict(version.kind_arguments),
         **dict(version.dead_letter_arguments),
         "x-message-ttl": level_ttl_ms(version, level),
-        "x-dead-letter-exchange": lower,
+        "x-dead-letter-exchange": next_exchange(version, level),
     }
     return Queue(level_name(version.prefix, level), arguments=_frozen(arguments))
+
+
+def _passing_down(name: str, to: str) -> Exchange:
+    """A direct exchange that hands what none of its bindings takes to ``to``."""
+    return Exchange(name, type=DIRECT, arguments=_frozen({"alternate-exchange": to}))
 
 
 def cascade_plan(version: Version) -> Plan:
     """Every exchange, queue and binding of one version, highest level first."""
     check_levels(version.levels)
     prefix, levels = version.prefix, range(version.levels - 1, -1, -1)
-    unroutable = unroutable_name(prefix)
+    unroutable, delivery = unroutable_name(prefix), delivery_exchange(prefix)
     exchanges = [Exchange(unroutable, type="fanout")]
-    exchanges.append(
-        Exchange(delivery_exchange(prefix), arguments=_frozen({"alternate-exchange": unroutable}))
-    )
-    exchanges += [Exchange(level_name(prefix, level)) for level in levels]
-    exchanges.append(Exchange(ingest_exchange(prefix)))
     queues = [level_queue(version, level) for level in levels]
     queues.append(Queue(unroutable, arguments=version.kind_arguments))
-    bindings = [b for level in levels for b in _level_bindings(version, level)]
-    bindings += _ingest_bindings(version)
+    if version.routing == DIRECT:
+        exchanges.append(_passing_down(delivery, unroutable))
+        exchanges += [_passing_down(level_name(prefix, level), next_exchange(version, level)) for level in levels]
+        # the ingest exchange binds nothing: every message falls through to the top level, which
+        # keeps it or passes it down, so a producer need not compute where to start
+        exchanges.append(_passing_down(ingest_exchange(prefix), level_name(prefix, version.levels - 1)))
+        bindings = [Binding(level_name(prefix, level), level_name(prefix, level), "queue", bit_key(level))
+                    for level in levels]
+    else:
+        exchanges.append(Exchange(delivery, arguments=_frozen({"alternate-exchange": unroutable}),
+                                  may_exist_without_arguments=True))
+        exchanges += [Exchange(level_name(prefix, level)) for level in levels]
+        exchanges.append(Exchange(ingest_exchange(prefix)))
+        bindings = [b for level in levels for b in _topic_level_bindings(version, level)]
+        bindings += _ingest_bindings(version)
     bindings.append(Binding(unroutable, unroutable, "queue", ""))
     return Plan(version, tuple(exchanges), tuple(queues), tuple(bindings))
 
@@ -296,32 +419,35 @@ def cascade_plan(version: Version) -> Plan:
 
 @dataclass(frozen=True)
 class Hop:
-    """One row of the path: which exchange sees which key segment and where it routes."""
+    """One exchange on the path: what it looks at and where the message goes from there."""
 
     level: int | None  # None for the delivery exchange
     exchange: str
-    segment_index: int  # which word of the routing key this exchange looks at
-    value: str  # "0", "1" or the destination
+    value: str  # topic: the key's word this exchange reads ("0", "1", the destination); direct: the key it binds
     routed_to: str
     ttl_ms: int | None  # time spent in a queue at this hop
     dead_letter_to: str | None
+    segment_index: int | None = None  # topic: which word of the routing key
+    matched: bool = True  # direct: the message carries the bound key (else the alternate exchange takes it)
 
 
 def path(version: Version, delay_units: int, destination: str) -> list[Hop]:
     """The hops from the first exchange to the destination queue, as in the seeds' table."""
-    key = routing_key(delay_units, destination, version.levels)
-    words, prefix, n = key.split("."), version.prefix, version.levels
+    r = route(version, delay_units, destination)
+    prefix, n = version.prefix, version.levels
+    words, held = r.routing_key.split("."), set(set_levels(delay_units, n))
     hops = []
     first = start_level(delay_units, n)
     for level in range(first if first is not None else -1, -1, -1):
-        index = n - 1 - level
-        lower = level_name(prefix, level - 1) if level else delivery_exchange(prefix)
-        if words[index] == "1":
-            queue = level_name(prefix, level)
-            hops.append(Hop(level, queue, index, "1", queue, level_ttl_ms(version, level), lower))
+        name, lower = level_name(prefix, level), next_exchange(version, level)
+        index = None if version.routing == DIRECT else n - 1 - level
+        value = bit_key(level) if version.routing == DIRECT else words[index]
+        if level in held:
+            hops.append(Hop(level, name, value, name, level_ttl_ms(version, level), lower, index))
         else:
-            hops.append(Hop(level, level_name(prefix, level), index, "0", lower, None, None))
-    hops.append(Hop(None, delivery_exchange(prefix), n, destination, destination, None, None))
+            hops.append(Hop(level, name, value, lower, None, None, index, matched=False))
+    index = None if version.routing == DIRECT else n
+    hops.append(Hop(None, delivery_exchange(prefix), destination, destination, None, None, index))
     return hops
 
 

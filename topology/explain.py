@@ -1,10 +1,16 @@
-"""The path of a delay as the seeds' example table (pure; used by explain_delay and the admin)."""
+"""The path of a delay as the seeds' example table (pure; used by explain_delay and the admin).
+
+Topic versions (v1, v2) get the seeds' table word for word. Direct versions (v3) get a table of
+their own: which key each exchange binds, whether the message carries it, and so whether the
+exchange keeps the message (its queue) or passes it down (its alternate exchange).
+"""
 
 from __future__ import annotations
 
-from .cascade import Hop, Version, delivery_exchange, path, routing_key
+from .cascade import DIRECT, Hop, Version, delivery_exchange, path, route
 
 HEADERS = ("Exchange", "Routing Key Segment", "Routing Value", "Routed To", "Delay in Queue", "Dead-letter To")
+DIRECT_HEADERS = ("Exchange", "Binds", "Routed To", "Why", "Delay in Queue", "Dead-letter To")
 
 _UNITS = (("years", 365.25 * 86400), ("days", 86400), ("hours", 3600), ("minutes", 60))
 
@@ -50,9 +56,33 @@ def _row(version: Version, key: str, hop: Hop) -> tuple[str, ...]:
     )
 
 
+def _direct_row(version: Version, hop: Hop) -> tuple[str, ...]:
+    if hop.level is None:
+        return ("Delivery Exchange", f"`{hop.value}`", f"`{hop.routed_to}`", f"routing key `{hop.value}`", "-", "-")
+    if hop.matched:
+        return (_label(version, hop.exchange, ""), f"`{hop.value}`", _label(version, hop.routed_to, "Queue"),
+                f"CC has `{hop.value}`", format_duration(hop.ttl_ms), _label(version, hop.dead_letter_to, "Exchange"))
+    return (_label(version, hop.exchange, ""), f"`{hop.value}`", _label(version, hop.routed_to, "Exchange"),
+            f"no `{hop.value}`: alternate exchange", "-", "-")
+
+
+def headers(version: Version) -> tuple[str, ...]:
+    return DIRECT_HEADERS if version.routing == DIRECT else HEADERS
+
+
 def explain_rows(version: Version, delay_units: int, destination: str) -> list[tuple[str, ...]]:
-    key = routing_key(delay_units, destination, version.levels)
-    return [_row(version, key, hop) for hop in path(version, delay_units, destination)]
+    hops = path(version, delay_units, destination)
+    if version.routing == DIRECT:
+        return [_direct_row(version, hop) for hop in hops]
+    key = route(version, delay_units, destination).routing_key
+    return [_row(version, key, hop) for hop in hops]
+
+
+def describe_route(version: Version, delay_units: int, destination: str) -> str:
+    """``published to <exchange> with routing key <key> [and CC …]``: the publish in one line."""
+    r = route(version, delay_units, destination)
+    cc = f" and CC {', '.join(r.cc)}" if r.cc else ""
+    return f"published to {r.exchange} with routing key {r.routing_key}{cc}"
 
 
 def markdown_table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:

@@ -185,4 +185,4 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
             "<p>{} whole seconds in the cascade; the worker's timer holds the rest until the due time.</p>",
             f"{preview.delay_units:,}",
         )
-        return note + html.table(explain.HEADERS, preview.path_rows, cell=html.markdown_cell)
+        return note + html.table(explain.headers(message.topology.cascade), preview.path_rows, cell=html.markdown_cell)

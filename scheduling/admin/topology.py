@@ -6,10 +6,9 @@ from django.contrib.admin.utils import unquote
 from django.utils.html import format_html, format_html_join
 
 from rabbit import ManagementUnavailable
-from topology import explain
+from topology import cascade, explain
 
 from .. import selectors, services
-from ..conf import conf
 from ..models import TopologyVersion
 from . import html
 from .base import ControlRoomAdmin, has_model_perm
@@ -17,12 +16,12 @@ from .base import ControlRoomAdmin, has_model_perm
 
 @admin.register(TopologyVersion)
 class TopologyVersionAdmin(ControlRoomAdmin):
-    list_display = ("name", "prefix", "levels", "queue_kind", "is_default", "in_flight", "provisioned", "verified",
-                    "verify_state")
+    list_display = ("name", "prefix", "levels", "routing", "queue_kind", "is_default", "in_flight", "provisioned",
+                    "verified", "verify_state")
     actions = ("provision", "verify", "preview_migration")
     object_actions = {"provision": "Provision", "verify": "Verify"}
-    fields = ("name", "prefix", "levels", "queue_kind", "is_default", "max_delay", "provisioned", "verified",
-              "verify_state", "problems")
+    fields = ("name", "prefix", "levels", "routing", "queue_kind", "is_default", "max_delay", "provisioned",
+              "verified", "verify_state", "problems")
     readonly_fields = fields
 
     def has_add_permission(self, request):
@@ -57,15 +56,27 @@ class TopologyVersionAdmin(ControlRoomAdmin):
         """Stands in for the column get_list_display makes per request (admin checks need it)."""
         return "—"
 
+    @admin.display(description="levels route by")
+    def routing(self, version):
+        if version.cascade.routing == cascade.DIRECT:
+            return "direct exchanges, CC bit keys"
+        return "topic keys (NServiceBus)"
+
     @admin.display(description="default", boolean=True)
     def is_default(self, version):
-        return version.name == conf().default_version
+        default = selectors.topology_version_default()
+        return default is not None and version.pk == default.pk
 
-    @admin.action(description="Preview migrating selected versions' delayed messages to the other version (dry run)",
+    @admin.action(description="Preview migrating selected versions' delayed messages to the default version (dry run)",
                   permissions=["preview_migration"])
     def preview_migration(self, request, queryset):
+        target = selectors.topology_version_default()
+
         def call(version):
-            target = selectors.topology_versions().exclude(pk=version.pk).first()
+            if version.pk == target.pk:
+                self.message_user(request, f"{version} is the default version: nothing to migrate it to",
+                                  messages.WARNING)
+                return
             preview = services.delays_preview(source=version, target=target)
             levels = ", ".join(f"L{level:02d}: {n}" for level, n in sorted(preview.per_level.items(), reverse=True))
             self.message_user(
@@ -91,7 +102,10 @@ class TopologyVersionAdmin(ControlRoomAdmin):
     @admin.action(description="Verify selected versions against the broker", permissions=["verify"])
     def verify(self, request, queryset):
         def call(version):
-            problems = services.topology_verify(version=version.cascade)
+            result = services.topology_verify(version=version.cascade)
+            for warning in result.warnings:
+                self.message_user(request, f"{version}: {warning}", messages.WARNING)
+            problems = result.problems
             if problems:
                 items = format_html_join("", "<li>{}</li>", ((p,) for p in problems))
                 self.message_user(request, format_html("{}: {} problem(s)<ul>{}</ul>", version, len(problems), items),

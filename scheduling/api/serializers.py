@@ -1,6 +1,9 @@
 """Request and response shapes. Input is checked for type here; every rule about what may be
 scheduled lives in the services, shared with the admin and Python callers."""
 
+import math
+from decimal import Decimal, InvalidOperation
+
 from rest_framework import serializers
 
 from ..conf import conf
@@ -66,6 +69,51 @@ class MessageCreateSerializer(serializers.Serializer):
 
     def to_item(self) -> dict:
         return message_item(self.validated_data)
+
+    def run_validation(self, data=serializers.empty):
+        """A message that plainly has the right types takes a short path (a bulk request has
+        1,000 of them, and DRF's field machinery cost ~50 µs each); anything else goes through
+        the fields, which name what is wrong exactly as before."""
+        plain = _plain_message(data)
+        return plain if plain is not None else super().run_validation(data)
+
+
+_MESSAGE_FIELDS = frozenset({"endpoint", "payload", "delay_seconds", "deliver_at", "idempotency_key"})
+
+
+def _plain_message(data) -> dict | None:
+    """The validated data of a message whose fields need no conversion but the delay's, or None.
+    Mirrors the fields' rules: a trimmed, non-empty endpoint of at most 100 characters; any
+    payload but null; a finite delay given as a number or a short numeric string; no deliver_at
+    (its parsing is the DateTimeField's); an idempotency key absent, null, or trimmed and short."""
+    if type(data) is not dict or not data.keys() <= _MESSAGE_FIELDS or data.get("deliver_at") is not None:
+        return None
+    endpoint, key, delay = data.get("endpoint"), data.get("idempotency_key"), data.get("delay_seconds")
+    if type(endpoint) is not str or not 0 < len(endpoint) <= 100 or endpoint != endpoint.strip():
+        return None
+    if key is not None and (type(key) is not str or not 0 < len(key) <= 255 or key != key.strip()):
+        return None
+    if data.get("payload") is None:
+        return None
+    if type(delay) is int:
+        delay = Decimal(delay)
+    elif type(delay) is float and math.isfinite(delay) or type(delay) is str and 0 < len(delay) <= 100:
+        try:
+            delay = Decimal(str(delay).strip())
+        except InvalidOperation:
+            return None
+        if not delay.is_finite():
+            return None
+    elif delay is not None:
+        return None
+    plain = {"endpoint": endpoint, "payload": data["payload"]}
+    if "delay_seconds" in data:
+        plain["delay_seconds"] = delay
+    if "deliver_at" in data:
+        plain["deliver_at"] = None
+    if "idempotency_key" in data:
+        plain["idempotency_key"] = key
+    return plain
 
 
 def message_item(data: dict) -> dict:

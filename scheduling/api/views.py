@@ -35,7 +35,7 @@ class EndpointViewSet(
         "deactivate": ["scheduling.change_endpoint"],
     }
     lookup_field = "name"
-    lookup_value_regex = r"[A-Za-z0-9_-]+"
+    lookup_value_regex = r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*"  # dotted names (v3) too
 
     def get_queryset(self):
         return selectors.endpoints_with_message_counts()

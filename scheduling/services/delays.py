@@ -12,7 +12,6 @@ stale and is dropped, so running again never moves a message twice.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -21,10 +20,10 @@ from django.db import transaction
 import rabbit
 from topology import cascade
 
-from .. import wire
+from .. import lifecycle, wire
 from ..clock import from_epoch_ms, now_ms, to_epoch_ms
 from ..conf import broker, conf
-from ..lifecycle import IN_FLIGHT
+from ..lifecycle import IN_FLIGHT, Event, Status
 from ..models import ScheduledMessage, TopologyVersion
 from .relay import mark_published
 
@@ -56,12 +55,16 @@ def _stale(row: ScheduledMessage | None, found: wire.Found) -> bool:
     )
 
 
-def _is_uuid(value: str | None) -> bool:
-    try:
-        uuid.UUID(value)
-    except (TypeError, ValueError, AttributeError):
-        return False
-    return True
+def _mark_parked(message: rabbit.Received, out: rabbit.Outgoing, poison_queue: str) -> int:
+    """A platform message parked in the poison queue is ``failed`` with the reason, so it is
+    neither counted lost nor forgotten: republishing it sends it through its own version again."""
+    message_id = message.headers.get(wire.H_MESSAGE_ID)
+    if not wire.is_row_id(message_id):
+        return 0
+    return ScheduledMessage.objects.filter(id=message_id, status__in=lifecycle.sources(Event.UNROUTABLE)).update(
+        status=lifecycle.transition(Status.PUBLISHED, Event.UNROUTABLE),
+        last_error=f"not moved: {out.headers[wire.H_POISON_REASON]}; parked in {poison_queue}; republish it",
+    )
 
 
 def level_depths(session: rabbit.Session, version: cascade.Version) -> dict[int, int]:
@@ -83,15 +86,17 @@ class _Mover:
         self.margin_ms = conf().arrival_margin_ms
 
     def classify(self, messages: list[rabbit.Received]):
-        """(message, found, action) with action 'move', 'poison' or 'drop'."""
+        """(message, found, action) with action 'move', 'drop' or the reason to poison it."""
         founds = [wire.read_found(m.headers, m.properties, m.routing_key, self.source_version) for m in messages]
-        ids = [f.message_id for f in founds if _is_uuid(f.message_id)]  # foreign ids have no row
+        ids = [f.message_id for f in founds if wire.is_row_id(f.message_id)]  # foreign ids have no row
         rows = {str(r.id): r for r in ScheduledMessage.objects.filter(id__in=ids)} if ids else {}
         for message, found in zip(messages, founds):
             if _stale(rows.get(found.message_id), found):
                 yield message, found, "drop"
             elif found.due_at_ms is None:
-                yield message, found, "poison"
+                yield message, found, POISON_REASON
+            elif not cascade.carries(self.target_version, found.destination):
+                yield message, found, f"{self.target_version.name} cannot carry destination {found.destination!r}"
             else:
                 yield message, found, "move"
 
@@ -105,17 +110,20 @@ class _Mover:
         for message, found, action in self.classify(messages):
             if action == "move":
                 moves.append((message, found, *self._route(message, found, at_ms)))
-            elif action == "poison":
-                poisons.append((message, wire.poisoned(message, POISON_REASON, self.poison.name)))
-            else:
+            elif action == "drop":
                 drops.append(message)
+            else:
+                poisons.append((message, wire.poisoned(message, action, self.poison.name)))
         moved_outcome = self.target.publish([out for _, _, out, _ in moves])
         poison_outcome = self.source.publish([out for _, out in poisons])
         confirmed = [moves[i] for i in sorted(moved_outcome.confirmed)]
         with transaction.atomic():
             rows = [ScheduledMessage(id=found.message_id, routing_key=r.routing_key, first_exchange=r.exchange)
-                    for _, found, _, r in confirmed if _is_uuid(found.message_id)]
+                    for _, found, _, r in confirmed if wire.is_row_id(found.message_id)]
             self.summary.rows_updated += mark_published(rows, from_epoch_ms(at_ms), topology=self.target_row)
+            for i in poison_outcome.confirmed:  # the row says where its message went and why
+                message, out = poisons[i]
+                self.summary.rows_updated += _mark_parked(message, out, self.poison.name)
         for message in [m for m, *_ in confirmed] + [poisons[i][0] for i in poison_outcome.confirmed] + drops:
             reader.ack(message)
         unconfirmed = [moves[i][0] for i in moved_outcome.failed] + [poisons[i][0] for i in poison_outcome.failed]
@@ -139,11 +147,11 @@ class _Mover:
             for message, found, action in self.classify(messages):
                 if action == "drop":
                     self.summary.dropped += 1
-                elif action == "poison":
-                    self.summary.poisoned += 1
-                else:
+                elif action == "move":
                     self.summary.moved += 1
                     self.summary.immediate += self._route(message, found, at_ms)[1].delay_units == 0
+                else:
+                    self.summary.poisoned += 1
             self.summary.found += len(messages)
             if messages:
                 self.summary.per_level[level] = len(messages)

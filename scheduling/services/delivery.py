@@ -17,7 +17,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from .. import backoff, lifecycle
+from .. import backoff, lifecycle, wire
 from ..conf import conf
 from ..handlers import run_handler
 from ..lifecycle import Arrival, Event
@@ -72,11 +72,8 @@ def delivery_receive_many(items: list[tuple[str, int]], *, defer_webhooks: bool 
     same order. Webhook messages come back DEFERRED (untouched): an HTTP call must not hold the
     batch's locks, so the caller hands them to delivery_receive one by one."""
     with transaction.atomic():
-        rows = {
-            str(m.id): m
-            for m in ScheduledMessage.objects.select_for_update(of=("self",)).select_related("endpoint")
-            .defer("payload").filter(id__in={message_id for message_id, _ in items})
-        }
+        rows = {str(m.id): m for m in ScheduledMessage.objects.locked_for_delivery(
+            [message_id for message_id in {i for i, _ in items} if wire.is_row_id(message_id)])}
         now = timezone.now()
         outcomes: list[Outcome | None] = []
         changed, to_handle = {}, []
@@ -86,7 +83,7 @@ def delivery_receive_many(items: list[tuple[str, int]], *, defer_webhooks: bool 
                 log.warning("delivery of unknown message %s dropped", message_id)
                 outcomes.append(Outcome(Result.UNKNOWN))
                 continue
-            if defer_webhooks and message.endpoint.handler == Endpoint.Handler.WEBHOOK:
+            if defer_webhooks and message.endpoint_handler == Endpoint.Handler.WEBHOOK:
                 outcomes.append(Outcome(Result.DEFERRED, attempt=attempt))
                 continue
             if now < message.due_at:  # never early: hold it until due
@@ -98,13 +95,16 @@ def delivery_receive_many(items: list[tuple[str, int]], *, defer_webhooks: bool 
             outcomes.append(Outcome(_DROPPED[arrival]) if arrival in _DROPPED else None)
             if arrival is Arrival.DELIVER:
                 to_handle.append((index, message))
-        with_handlers = [m.id for _, m in to_handle if m.endpoint.handler != Endpoint.Handler.NONE]
-        payloads = dict(ScheduledMessage.objects.filter(id__in=with_handlers).values_list("id", "payload")) \
-            if with_handlers else {}
+        with_handlers = [m for _, m in to_handle if m.endpoint_handler != Endpoint.Handler.NONE]
+        if with_handlers:  # what a handler reads: its endpoint and the payload
+            payloads = dict(ScheduledMessage.objects.filter(id__in=[m.id for m in with_handlers])
+                            .values_list("id", "payload"))
+            endpoints = Endpoint.objects.in_bulk({m.endpoint_id for m in with_handlers})
+            for message in with_handlers:
+                message.payload, message.endpoint = payloads[message.id], endpoints[message.endpoint_id]
         for index, message in to_handle:
-            if message.id in payloads:
-                message.payload = payloads[message.id]
-            outcomes[index] = _handle(message)
+            outcomes[index] = _handle(message) if message.endpoint_handler != Endpoint.Handler.NONE \
+                else Outcome(Result.DELIVERED)
         ScheduledMessage.objects.save_delivery_state(list(changed.values()))
     return outcomes
 

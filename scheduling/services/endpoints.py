@@ -29,18 +29,25 @@ def _version(topology: str | TopologyVersion | None) -> TopologyVersion:
     return version
 
 
+def _carrying(rows, name: str) -> list[cascade.Version]:
+    """The cascades of these versions that can deliver to ``name`` (a dotted name: direct only)."""
+    return [v for v in {row.cascade for row in rows} if cascade.carries(v, name)]
+
+
 def endpoint_bind(*, endpoint: Endpoint) -> list[str]:
-    """Declare the endpoint's queue and bind it ``#.<name>`` on every provisioned version's
-    delivery exchange, so senders on v1 and v2 both reach it. A native endpoint also needs its
-    own version's cascade; a timeout-manager endpoint needs only its queue. Returns the prefixes."""
-    prefixes = {v.prefix for v in selectors.topology_versions_provisioned()}
+    """Declare the endpoint's queue and bind it on every provisioned version's delivery
+    exchange that can carry its name (``#.<name>`` on v1/v2, ``<name>`` on v3), so senders on
+    any version reach it. A native endpoint also needs its own version's cascade; a
+    timeout-manager endpoint needs only its queue. Returns the prefixes."""
+    rows = list(selectors.topology_versions_provisioned())
     if endpoint.delivery_mode == DeliveryMode.NATIVE:
-        prefixes.add(endpoint.topology.prefix)
+        rows.append(endpoint.topology)
+    versions = sorted(_carrying(rows, endpoint.name), key=lambda v: v.prefix)
     try:
         with broker().session() as session:
             session.declare_queue(cascade.endpoint_queue(endpoint.name))
-            for prefix in sorted(prefixes):
-                session.bind(cascade.endpoint_binding(prefix, endpoint.name))
+            for version in versions:
+                session.bind(cascade.endpoint_binding(version, endpoint.name))
     except BrokerUnavailable as exc:
         raise Unavailable(f"cannot bind endpoint {endpoint.name!r}: {exc}") from None
     except TopologyMissing as exc:
@@ -48,7 +55,7 @@ def endpoint_bind(*, endpoint: Endpoint) -> list[str]:
             f"cannot bind endpoint {endpoint.name!r}: {exc}; provision the cascade first "
             f"(manage.py provision_delays --version {endpoint.topology.name})"
         ) from None
-    return sorted(prefixes)
+    return [v.prefix for v in versions]
 
 
 def _refresh_consumers(name: str) -> None:
@@ -137,15 +144,16 @@ def endpoint_update(
 
 def endpoints_bind_all(*, topology: TopologyVersion) -> int:
     """After provisioning a version, bind every existing endpoint to it (side by side)."""
-    return endpoints_bind_on(broker(), topology.prefix)
+    return endpoints_bind_on(broker(), topology.cascade)
 
 
-def endpoints_bind_on(target, prefix: str) -> int:
-    """Declare every endpoint's queue on ``target`` (a rabbit.Broker) and bind it on the cascade
-    with this prefix (transfer_delays prepares another broker with it)."""
-    names = list(Endpoint.objects.values_list("name", flat=True))
+def endpoints_bind_on(target, version: cascade.Version) -> int:
+    """Declare every endpoint's queue on ``target`` (a rabbit.Broker) and bind it on this
+    cascade where the cascade can carry its name (transfer_delays prepares another broker with
+    it). Returns how many were bound."""
+    names = [n for n in Endpoint.objects.values_list("name", flat=True) if cascade.carries(version, n)]
     with target.session() as session:
         for name in names:
             session.declare_queue(cascade.endpoint_queue(name))
-            session.bind(cascade.endpoint_binding(prefix, name))
+            session.bind(cascade.endpoint_binding(version, name))
     return len(names)

@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import json
-import logging
 import math
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 
-from celery import current_app
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -21,9 +20,8 @@ from .. import lifecycle
 from ..conf import conf
 from ..errors import BulkValidationError, Conflict, NotFound
 from ..models import DeliveryMode, Endpoint, ScheduledMessage
-from ..task_names import RELAY_PUBLISH
+from .relay import relay_publish_rows
 
-log = logging.getLogger(__name__)
 MS = timedelta(milliseconds=1)
 
 
@@ -40,7 +38,7 @@ def _delay_ms(delay) -> int:
     if isinstance(delay, bool):
         raise ValidationError({"delay": "must be a number of seconds"})
     try:
-        seconds = Decimal(str(delay))
+        seconds = delay if isinstance(delay, Decimal) else Decimal(str(delay))
     except (InvalidOperation, ValueError):
         raise ValidationError({"delay": "must be a number of seconds"}) from None
     if not seconds.is_finite():
@@ -90,7 +88,7 @@ def _build(item: dict, endpoints: dict[str, Endpoint], now: datetime) -> Schedul
         except ValidationError as exc:
             errors.update({k: v[0] for k, v in exc.message_dict.items()})
         else:
-            limit_ms = endpoint.topology.max_delay_ms if endpoint else cascade.V2.max_delay_ms
+            limit_ms = endpoint.topology.max_delay_ms if endpoint else cascade.V3.max_delay_ms
             if delay_ms < 0:
                 errors["delay"] = "must not be negative"
             elif delay_ms > limit_ms:  # checked before any date arithmetic (it would overflow)
@@ -127,12 +125,10 @@ def _build(item: dict, endpoints: dict[str, Endpoint], now: datetime) -> Schedul
         errors["idempotency_key"] = "must be a string of 1 to 255 characters, without NUL"
     if errors:
         raise ValidationError(errors)
-    fixed_id = {"id": item["id"]} if item.get("id") else {}  # a Celery task keeps its task id
-    return ScheduledMessage(
-        **fixed_id,
+    return ScheduledMessage.new(
+        id=item.get("id") or uuid.uuid4(),  # a Celery task keeps its task id
         status=lifecycle.transition(lifecycle.NEW, lifecycle.Event.SCHEDULE),
         endpoint=endpoint,
-        topology=endpoint.topology,
         delivery_mode=endpoint.delivery_mode,
         payload=payload,
         due_at=due_at,
@@ -144,14 +140,6 @@ def _build(item: dict, endpoints: dict[str, Endpoint], now: datetime) -> Schedul
 
 def _endpoint_name(value) -> str | None:
     return value.name if isinstance(value, Endpoint) else value if isinstance(value, str) else None
-
-
-def _kick_relay(ids: list[str]) -> None:
-    """Ask a worker to publish these rows now; if the broker is down, the sweeper will."""
-    try:
-        current_app.send_task(RELAY_PUBLISH, args=[ids], retry=False)
-    except Exception as exc:
-        log.warning("relay not reached (%s); %d message(s) stay pending for the sweeper", exc, len(ids))
 
 
 def message_schedule_many(*, items: list[dict]) -> list[Scheduled]:
@@ -200,9 +188,8 @@ def _save(rows: list[ScheduledMessage]) -> list[Scheduled]:
                 results.append(Scheduled(row, created=True))
         with transaction.atomic():
             ScheduledMessage.objects.insert_many(new)
-        ids = [str(row.id) for row in new if row.delivery_mode == DeliveryMode.NATIVE]
-        if ids:
-            transaction.on_commit(lambda: _kick_relay(ids))
+        if any(row.delivery_mode == DeliveryMode.NATIVE for row in new):
+            transaction.on_commit(lambda: relay_publish_rows(new))
     return results
 
 
@@ -265,6 +252,5 @@ def message_republish(*, message_id) -> ScheduledMessage:
                 f"message {message.id} is {message.status}; only failed messages can be republished"
             ) from None
         message.save(update_fields=lifecycle.apply(message, change))
-        ids = [str(message.id)]
-        transaction.on_commit(lambda: _kick_relay(ids))
+        transaction.on_commit(lambda: relay_publish_rows([message]))
     return message

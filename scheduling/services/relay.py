@@ -1,18 +1,25 @@
 """The relay: publish pending rows into the cascade, with confirms, exactly once per row.
 
 Rows are locked (``FOR UPDATE SKIP LOCKED``) while their batch is published and marked
-``published`` in the same transaction, so two relays never publish the same row and a
-retried task finds nothing left to do. The one window left — the broker confirmed but the
+``published`` in the same transaction, so two publishers never publish the same row and a
+retried one finds nothing left to do. The one window left — the broker confirmed but the
 commit did not happen — yields a duplicate in the broker, which the consumer suppresses.
+
+Who publishes: the process that scheduled the rows, right after their commit
+(:func:`relay_publish_rows`: the API, the admin, Python callers), with the rows it already
+holds; and the sweeper, every few seconds, whatever is still pending (the broker was down,
+the process died). A worker hop per request cost a task message, a second read of every row
+and a second process's CPU (docs/performance.md).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from rabbit import BrokerUnavailable
@@ -32,12 +39,15 @@ class RelayResult:
     errors: list[str] = field(default_factory=list)
 
 
+PUBLISHED = lifecycle.transition(Status.PENDING, Event.PUBLISH)
+
+
 def mark_published(rows: list[ScheduledMessage], published_at, topology=None) -> int:
     """Record confirmed publishes (each row's routing_key and first_exchange set): the
     lifecycle's ``publish``, on the rows still waiting (one delivered meanwhile stays so)."""
     return ScheduledMessage.objects.set_published(
-        rows, status=lifecycle.transition(Status.PENDING, Event.PUBLISH), published_at=published_at,
-        from_statuses=lifecycle.sources(Event.PUBLISH), topology=topology,
+        rows, status=PUBLISHED, published_at=published_at, from_statuses=lifecycle.sources(Event.PUBLISH),
+        topology=topology,
     )
 
 
@@ -65,6 +75,8 @@ def _publish_batch(rows: list[ScheduledMessage], result: RelayResult, direct: bo
             row.last_error = f"publish failed: {outcome.failed.get(index, 'unknown')}"
             failed.append(row)
     mark_published(published, now)
+    for row in published:  # the caller's objects say what the database now says
+        row.status, row.published_at = PUBLISHED, now
     if failed:
         ScheduledMessage.objects.bulk_update(failed, ["last_error"])
     result.published += len(published)
@@ -101,6 +113,42 @@ def _relay(select, *, direct: bool, limit_ids: int | None = None) -> RelayResult
             return result
         if result.failed:  # do not loop on rows that just failed; the sweeper tries again
             return result
+
+
+class _Pause:
+    """After the broker refused, publishing right after commit waits a sweep period: every
+    request would otherwise pay for a failing connection, and the sweeper takes the rows."""
+
+    until = 0.0
+
+
+def relay_publish_rows(rows: list[ScheduledMessage]) -> RelayResult:
+    """Publish rows this process has just committed (native ones), without reading them back:
+    lock them by id (the sweeper may hold some: SKIP LOCKED), publish, mark, commit. Whatever
+    cannot be published now stays pending for the sweeper; nothing raises to the caller."""
+    result = RelayResult()
+    rows = [row for row in rows if row.delivery_mode == DeliveryMode.NATIVE]
+    if not rows:
+        return result
+    if time.monotonic() < _Pause.until:
+        log.warning("broker unavailable lately; %d message(s) stay pending for the sweeper", len(rows))
+        return result
+    size = conf().publish_batch
+    try:
+        for start in range(0, len(rows), size):
+            chunk = rows[start:start + size]
+            with transaction.atomic():
+                locked = ScheduledMessage.objects.lock_ids([row.id for row in chunk], status=Status.PENDING)
+                _publish_batch([row for row in chunk if row.id in locked], result, direct=False)
+            if result.failed:
+                break
+    except DatabaseError as exc:
+        log.warning("publishing after commit failed (%s); the sweeper will publish", exc)
+    if result.failed:
+        _Pause.until = time.monotonic() + conf().sweep_seconds
+        log.warning("relay not reached (%s); %d message(s) stay pending for the sweeper",
+                    result.errors[0] if result.errors else "publish failed", len(rows) - result.published)
+    return result
 
 
 def relay_publish(*, ids: list[str] | None = None, older_than: timedelta | None = None) -> RelayResult:

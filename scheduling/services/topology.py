@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from django.utils import timezone
 
 from topology import cascade
-from topology.diff import diff_plan
+from topology.diff import diff_plan, diff_warnings
 
 from ..conf import broker
 from ..models import Endpoint, TopologyVersion
@@ -21,6 +21,13 @@ class ProvisionResult:
     plan: cascade.Plan
     seconds: float
     recorded: bool
+    kept: list[str]  # exchanges kept as another system declared them (a shared broker)
+
+
+@dataclass(frozen=True)
+class Verification:
+    problems: list[str]  # missing or mismatched: provision_delays fixes them
+    warnings: list[str]  # works, but without a safety net (a delivery exchange shared with NServiceBus)
 
 
 def _record(version: cascade.Version, **fields) -> bool:
@@ -38,20 +45,23 @@ def topology_provision(*, version: cascade.Version, url: str | None = None) -> P
     plan = cascade.cascade_plan(version)
     started = time.monotonic()
     with broker(url).session() as session:
-        session.declare(plan)
+        kept = session.declare(plan)
     recorded = url is None and _record(version, provisioned_at=timezone.now())
     if recorded:  # side by side: every endpoint also receives from this version
         endpoints_bind_all(topology=TopologyVersion.objects.get(name=version.name))
-    return ProvisionResult(plan=plan, seconds=time.monotonic() - started, recorded=recorded)
+    return ProvisionResult(plan=plan, seconds=time.monotonic() - started, recorded=recorded, kept=kept)
 
 
-def topology_verify(*, version: cascade.Version, url: str | None = None) -> list[str]:
-    """Each missing or mismatched piece of the cascade on the broker, as one line; [] is healthy."""
+def topology_verify(*, version: cascade.Version, url: str | None = None) -> Verification:
+    """Each missing or mismatched piece of the cascade on the broker, as one line (none:
+    healthy), and what works with less safety than planned."""
     target = broker(url)
-    problems = diff_plan(cascade.cascade_plan(version), *target.management.listings(target.vhost))
+    plan = cascade.cascade_plan(version)
+    exchanges, queues, bindings = target.management.listings(target.vhost)
+    result = Verification(diff_plan(plan, exchanges, queues, bindings), diff_warnings(plan, exchanges))
     if url is None:
-        _record(version, verified_at=timezone.now(), verify_problems=problems)
-    return problems
+        _record(version, verified_at=timezone.now(), verify_problems=result.problems)
+    return result
 
 
 
@@ -82,6 +92,7 @@ class InFlight:
     delivery_exchange: str
     bindings: list[EndpointBinding]
     unknown_bindings: list[str]  # keys on the delivery exchange that no endpoint explains
+    routing: str  # how the levels route: topic keys (v1, v2) or direct + CC bit keys (v3)
 
     @property
     def in_cascade(self) -> int:
@@ -108,7 +119,8 @@ def topology_in_flight(version: TopologyVersion) -> InFlight:
     bindings = [
         EndpointBinding(name, key, active, key in bound)
         for name, active in Endpoint.objects.order_by("name").values_list("name", "is_active")
-        for key in [cascade.endpoint_binding_key(name)]
+        if cascade.carries(plan_version, name)
+        for key in [cascade.endpoint_binding_key(plan_version, name)]
     ]
     return InFlight(
         vhost=vhost,
@@ -118,6 +130,7 @@ def topology_in_flight(version: TopologyVersion) -> InFlight:
         delivery_exchange=delivery,
         bindings=bindings,
         unknown_bindings=sorted(bound - {b.binding_key for b in bindings}),
+        routing=plan_version.routing,
     )
 
 

@@ -36,8 +36,9 @@ def unroutable_drain(*, limit: int = 1000) -> int:
                     message_id = message.headers.get(wire.H_MESSAGE_ID)
                     if not message_id:  # not one of ours: leave it (unacked) for an operator
                         continue
-                    destination = message.routing_key.rsplit(".", 1)[-1]
-                    updated = _mark_failed(message_id, destination, version.prefix)
+                    _, destination = cascade.read_route(version.cascade, message.routing_key,
+                                                        message.headers.get(cascade.CC_HEADER))
+                    updated = _mark_failed(message_id, destination or message.routing_key, version.prefix)
                     if not updated and not ScheduledMessage.objects.filter(id=message_id).exists():
                         continue  # no row (yet): keep the message
                     marked += updated

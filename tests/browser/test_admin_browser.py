@@ -68,9 +68,10 @@ def test_operator_creates_an_endpoint_schedules_a_message_and_watches_it_deliver
 def test_operator_cancels_a_message_and_sees_it_in_flight_on_its_level(
     browser, admin_user, platform, worker, endpoint_name
 ):
-    services.endpoint_create(name=endpoint_name)
+    services.endpoint_create(name=endpoint_name)  # on v3, the default
     message = services.message_schedule(endpoint=endpoint_name, payload={"cancel": "me"}, delay=1_000_000)
     wait_until(lambda: ScheduledMessage.objects.get(pk=message.pk).status == "published", 10, message="published")
+    assert message.topology.name == "v3"
     level = cascade.start_level(999_999)  # the whole seconds the relay routes: 19, TTL 524,288 s
 
     browser.login("admin", "pw")
@@ -83,18 +84,20 @@ def test_operator_cancels_a_message_and_sees_it_in_flight_on_its_level(
     browser.screenshot("11-message-cancelled")
 
     browser.open("/admin/scheduling/topologyversion/").screenshot("12-topology-versions")
-    browser.click_link("v2")
+    browser.click_link("v3")
     cell = f'#dp-levels tr[data-level="{level}"] .dp-messages'
     browser.reload_until(lambda: browser.find(cell).text not in ("0", "—"), 30, "the level's depth to show")
-    depth = broker().management.queue_depths(broker().vhost)[cascade.level_name(cascade.V2.prefix, level)]
+    depth = broker().management.queue_depths(broker().vhost)[cascade.level_name(cascade.V3.prefix, level)]
     assert int(browser.find(cell).text) >= 1 and depth["messages"] >= 1
     assert "524288 seconds" in browser.find(f'#dp-levels tr[data-level="{level}"]').text
-    assert f"#.{endpoint_name}" in browser.find("#dp-bindings").text
-    browser.screenshot("13-topology-v2-in-flight")
+    assert "CC keys" in browser.find("#dp-routing").text
+    row = next(r for r in browser.find_all("#dp-bindings tbody tr") if r.text.startswith(endpoint_name))
+    assert row.text.split() == [endpoint_name, endpoint_name, "yes", "yes"]  # bound by its own name on v3
+    browser.screenshot("13-topology-v3-in-flight")
 
     browser.submit('button.dp-action-button[value="verify"]')
-    assert "v2: the broker matches the plan" in [m.lower() for m in browser.messages()]
-    browser.screenshot("14-topology-v2-verified")
+    assert "v3: the broker matches the plan" in [m.lower() for m in browser.messages()]
+    browser.screenshot("14-topology-v3-verified")
 
 
 def test_read_only_staff_sees_everything_and_no_action_buttons(

@@ -59,15 +59,18 @@ def actual(row: AccuracyReport) -> dict:
 
 
 def test_accuracy_report_matches_the_messages_table(api, platform, worker, endpoint_name, settings, tmp_path):
+    """One endpoint on v3 (the default), one on v2: the version column tells them apart."""
     settings.ACCURACY_REPORT_DIR = tmp_path
+    other = f"{endpoint_name}-v2"
     assert api.post("/api/endpoints/", {"name": endpoint_name}, format="json").status_code == 201
+    assert api.post("/api/endpoints/", {"name": other, "topology": "v2"}, format="json").status_code == 201
     delays = [0, 0.1, 0.4, 0.75, 1, 1.2, 1.5, 2, 2.5, 3]
     response = api.post(
         "/api/messages/bulk/",
         {
             "messages": [
-                {"endpoint": endpoint_name, "payload": {"n": n}, "delay_seconds": d}
-                for n, d in enumerate(delays)
+                {"endpoint": name, "payload": {"n": n}, "delay_seconds": d}
+                for n, d in enumerate(delays) for name in (endpoint_name, other)
             ]
         },
         format="json",
@@ -94,7 +97,7 @@ def test_accuracy_report_matches_the_messages_table(api, platform, worker, endpo
     messages = list(
         ScheduledMessage.objects.filter(due_at__date__in=days).select_related("endpoint", "topology")
     )
-    mine = [m for m in messages if m.endpoint.name == endpoint_name]
+    mine = [m for m in messages if m.endpoint.name in (endpoint_name, other)]
     assert sum(m.status == Status.DELIVERED for m in mine) == len(ids)
     assert sum(m.status == Status.CANCELLED for m in mine) == 1
 
@@ -109,11 +112,15 @@ def test_accuracy_report_matches_the_messages_table(api, platform, worker, endpo
             and row.delivery_mode in (ALL, "native")
             and row.delay_bucket in (ALL, bucket(m.requested_delay_ms))
         ]
-        if row.endpoint == endpoint_name or row.endpoint == ALL:
+        if row.endpoint in (endpoint_name, other, ALL):
             assert actual(row) == pytest.approx(expected(group, as_of, lost_after)), str(row)
             checked += 1
     # this endpoint's groups: its <1s and 1-10s buckets plus the endpoint rollup, and the day's rollups
     assert {r.delay_bucket for r in rows if r.endpoint == endpoint_name} >= {"<1s", "1-10s", ALL}
+    assert {r.version for r in rows if r.endpoint == endpoint_name} == {"v3", ALL}
+    assert {r.version for r in rows if r.endpoint == other} == {"v2", ALL}
+    by_version = {r.version: r.delivered for r in rows if (r.endpoint, r.delay_bucket) == (ALL, ALL)}
+    assert by_version["v2"] == by_version["v3"] == len(delays)
     overall = [r for r in rows if (r.endpoint, r.version, r.delay_bucket) == (ALL, ALL, ALL)]
     assert sum(r.scheduled for r in overall) == len(messages) and checked >= len(overall) + 3
     assert len(rows) == len({(r.day, r.endpoint, r.version, r.delivery_mode, r.delay_bucket) for r in rows})

@@ -1,6 +1,7 @@
 """Celery tasks delayed through the cascade, run by a Celery worker: once, never early, intact,
 cancellable, held by the broker (not the worker) while they wait, and recorded in the message
-lifecycle whatever their task class (DelayedTask or a plain @shared_task)."""
+lifecycle whatever their task class (DelayedTask or a plain @shared_task). Every test runs with
+the Celery queue's endpoint on v2 and on v3."""
 
 import uuid
 from datetime import timedelta
@@ -21,6 +22,13 @@ pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transac
 Status = ScheduledMessage.Status
 
 
+@pytest.fixture(autouse=True, params=["v2", "v3"])
+def version(request, settings):
+    """The version the Celery queue's endpoint is created on (on first use, as the default)."""
+    settings.DELAY_DEFAULT_VERSION = request.param
+    return cascade.get_version(request.param)
+
+
 def receipts(task_id):
     return list(Receipt.objects.filter(message_id__startswith=f"{task_id}#").order_by("received_at"))
 
@@ -38,13 +46,13 @@ def skipped(worker, task_id):
     return f"[{task_id}] skipped: cancelled or already run" in worker.log_text()
 
 
-def test_countdown_3_runs_once_and_not_before(platform, worker):
+def test_countdown_3_runs_once_and_not_before(platform, worker, version):
     sent = timezone.now()
     result = delayed_receipt.apply_async(args=["hello"], countdown=3)
     (receipt,) = wait_until(lambda: receipts(result.id), 15, message="the task to run")
     assert receipt.received_at - sent >= timedelta(seconds=3)
     row = row_of(result.id)
-    assert row.status == Status.DELIVERED and row.endpoint.name == "celery"
+    assert row.topology.name == version.name and row.status == Status.DELIVERED and row.endpoint.name == "celery"
     assert row.endpoint.handler == Endpoint.Handler.CELERY_QUEUE and row.delivery_count == 1
     assert 0 <= row.lateness_ms <= 1500 and row.delivered_at >= row.due_at
     celery_drained()
@@ -107,11 +115,11 @@ def test_a_plain_task_cancelled_after_it_was_published_never_runs(platform, work
     assert row.status == Status.CANCELLED and row.delivery_count == 1
 
 
-def test_long_countdown_is_held_by_the_broker_not_the_worker(platform, worker):
+def test_long_countdown_is_held_by_the_broker_not_the_worker(platform, worker, version):
     result = schedule_task(delayed_receipt, args=["later"], countdown=7200)
     wait_until(lambda: row_of(result.id).status == Status.PUBLISHED, 5, message="in the cascade")
     row = row_of(result.id)
-    assert row.first_exchange == "dp.v2.delay-level-12"  # 7200 s: highest bit 4096
+    assert row.first_exchange == f"{version.prefix}delay-level-12"  # 7200 s: highest bit 4096
     level = wait_until(lambda: (q := queue_info(row.first_exchange)) and q.get("messages_ready") and q, 15, 0.5,
                        "the broker's counts")
     assert level["messages_ready"] >= 1 and level.get("consumers", 0) == 0
@@ -123,15 +131,16 @@ def test_long_countdown_is_held_by_the_broker_not_the_worker(platform, worker):
                "plain Celery to hold its task in the worker")
 
 
-def test_45_minute_countdown_leaves_nothing_unacked_for_the_consumer_timeout(platform, worker):
+def test_45_minute_countdown_leaves_nothing_unacked_for_the_consumer_timeout(platform, worker, version):
     """RabbitMQ's consumer_timeout (30 min by default) only applies to delivered, unacked
     messages. While a platform task waits, it is a ready message in a level queue that nobody
     consumes: there is nothing a timeout could apply to, however long the delay."""
     result = delayed_receipt.apply_async(countdown=45 * 60)
     wait_until(lambda: row_of(result.id).status == Status.PUBLISHED, 5, message="in the cascade")
-    assert row_of(result.id).first_exchange == "dp.v2.delay-level-11"  # 2700 s: highest bit 2048
-    wait_until(lambda: queue_info("dp.v2.delay-level-11").get("messages_ready", 0) >= 1, 15, 0.5, "the counts")
-    levels = [queue_info(cascade.level_name(p, lvl)) for p in ("dp.", "dp.v2.") for lvl in range(28)]
+    level11 = f"{version.prefix}delay-level-11"
+    assert row_of(result.id).first_exchange == level11  # 2700 s: highest bit 2048
+    wait_until(lambda: queue_info(level11).get("messages_ready", 0) >= 1, 15, 0.5, "the counts")
+    levels = [queue_info(cascade.level_name(v.prefix, lvl)) for v in cascade.VERSIONS.values() for lvl in range(28)]
     assert all(q.get("consumers", 0) == 0 and q.get("messages_unacknowledged", 0) == 0 for q in levels)
     assert queue_info("celery").get("messages_unacknowledged", 0) == 0
 

@@ -1,5 +1,6 @@
 """The whole path for real: API -> outbox -> relay -> RabbitMQ cascade -> Celery worker ->
-handler, with the worker as a separate process on this run's vhost and database."""
+handler, with the worker as a separate process on this run's vhost and database. Every test
+runs on v2 (the seeds' topic cascade) and v3 (the platform's direct cascade)."""
 
 import hashlib
 import hmac
@@ -23,13 +24,18 @@ pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transac
 Status = ScheduledMessage.Status
 
 
+@pytest.fixture(params=["v2", "v3"])
+def version(request):
+    return request.param
+
+
 @pytest.fixture
-def make_endpoint(api, platform, worker):
-    """Endpoints get unique names; their queues go with the run's vhost (deleting a queue a
-    worker consumes makes it reconnect, which other tests would feel)."""
+def make_endpoint(api, platform, worker, version):
+    """Endpoints on the test's version get unique names; their queues go with the run's vhost
+    (deleting a queue a worker consumes makes it reconnect, which other tests would feel)."""
 
     def make(name, **body):
-        response = api.post("/api/endpoints/", {"name": name, **body}, format="json")
+        response = api.post("/api/endpoints/", {"name": name, "topology": version, **body}, format="json")
         assert response.status_code == 201, response.content
         return name
 
@@ -158,17 +164,32 @@ def test_scheduled_while_broker_refuses_is_published_by_the_sweeper(make_endpoin
     assert row.delivered_at >= row.due_at and row.delivery_count == 1
 
 
-def test_unroutable_message_fails_with_a_reason_and_republish_delivers_it(api, make_endpoint, endpoint_name, amqp):
+def test_unroutable_message_fails_with_a_reason_and_republish_delivers_it(api, make_endpoint, endpoint_name, amqp,
+                                                                          platform):
     name = make_endpoint(endpoint_name)
-    for prefix in ("dp.", "dp.v2."):
-        amqp.unbind(cascade.endpoint_binding(prefix, name))
+    for row in platform.values():
+        amqp.unbind(cascade.endpoint_binding(row.cascade, name))
     message_id = schedule(api, name, delay_seconds=1)
     (row,) = wait_until(settled([message_id], (Status.FAILED,)), timeout=20, message="marked failed")
     assert "unroutable: no queue is bound" in row.last_error
     endpoint_bind(endpoint=Endpoint.objects.get(name=name))
-    assert api.post(f"/api/messages/{message_id}/republish/").json()["status"] == "pending"
+    assert api.post(f"/api/messages/{message_id}/republish/").json()["status"] == "published"  # at once
     (row,) = wait_until(settled([message_id]), timeout=15, message="delivered after republish")
     assert row.delivery_count == 1
+
+
+def test_a_dotted_name_gets_its_messages_and_a_name_sharing_its_suffix_does_not(api, make_endpoint, endpoint_name,
+                                                                               version):
+    if version != "v3":
+        response = api.post("/api/endpoints/", {"name": f"{endpoint_name}.eu", "topology": version}, format="json")
+        assert response.status_code == 400 and "dotted name" in response.json()["topology"][0]
+        return
+    dotted, suffix = make_endpoint(f"orders.{endpoint_name}.eu"), make_endpoint(f"{endpoint_name}.eu")
+    to_dotted = [schedule(api, dotted, payload={"to": "dotted"}, delay_seconds=d) for d in (0, 1.5)]
+    to_suffix = [schedule(api, suffix, payload={"to": "suffix"}, delay_seconds=d) for d in (0, 1.5)]
+    rows = wait_until(settled(to_dotted + to_suffix), timeout=20, message="all four delivered")
+    assert all(r.delivery_count == 1 and r.delivered_at >= r.due_at for r in rows)
+    assert {str(r.id): r.routing_key for r in rows} == {**{i: dotted for i in to_dotted}, **{i: suffix for i in to_suffix}}
 
 
 @pytest.fixture(autouse=True)

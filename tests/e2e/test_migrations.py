@@ -1,6 +1,7 @@
-"""Moving delayed messages for real, with real workers delivering them: v1 -> v2 (whole and
-interrupted), blue-green transfer between two brokers (two vhosts stand in), and the timeout
-manager with two periodic publishers plus its migration into the cascade."""
+"""Moving delayed messages for real, with real workers delivering them: v1 -> v3 and v2 -> v3
+(whole), v1 -> v2 and v2 -> v3 (interrupted), blue-green transfer between two brokers (two vhosts
+stand in) on v2 and v3, and the timeout manager with two periodic publishers plus its migration
+into the cascade of the default version (v3; into v2 it is the same code path)."""
 
 import os
 import random
@@ -61,65 +62,70 @@ def assert_each_delivered_once_on_time(ids, timeout, max_late_ms=MAX_LATE_MS):
     return rows
 
 
-def v1_in_flight(amqp):
-    return sum(level_depths(amqp, cascade.V1).values())
+def in_flight(amqp, name: str) -> int:
+    return sum(level_depths(amqp, cascade.get_version(name)).values())
 
 
-def test_migrate_delays_v1_to_v2_delivers_each_message_once_and_on_time(api, platform, worker, endpoint_name, amqp):
-    create_endpoint(api, endpoint_name, topology="v1")
+@pytest.mark.parametrize(("source", "target"), [("v1", "v3"), ("v2", "v3")])  # v1 -> v2: the killed run below
+def test_migrate_delays_delivers_each_message_once_and_on_time(api, platform, worker, endpoint_name, amqp,
+                                                                source, target):
+    create_endpoint(api, endpoint_name, topology=source)
     rng = random.Random(5)
-    ids = schedule_many(api, endpoint_name, [round(rng.uniform(5, 60), 3) for _ in range(2000)])
+    ids = schedule_many(api, endpoint_name, [round(rng.uniform(5, 25), 3) for _ in range(2000)])
     hours = schedule_many(api, endpoint_name, [3600, 7200, 36_000])
     wait_until(lambda: count(ids + hours, Status.PUBLISHED) == len(ids) + len(hours), 30, 0.2, "all published")
-    assert v1_in_flight(amqp) >= 2000
+    assert in_flight(amqp, source) >= 2000
 
     out = StringIO()
-    call_command("migrate_delays", "--from", "v1", "--to", "v2", stdout=out)
-    assert "v1 level queues now hold 0 message(s)" in out.getvalue(), out.getvalue()
-    assert v1_in_flight(amqp) == 0
-    assert ScheduledMessage.objects.filter(id__in=ids + hours, topology__name="v1").count() == 0
+    call_command("migrate_delays", "--from", source, "--to", target, stdout=out)
+    assert f"{source} level queues now hold 0 message(s)" in out.getvalue(), out.getvalue()
+    assert in_flight(amqp, source) == 0
+    assert ScheduledMessage.objects.filter(id__in=ids + hours, topology__name=source).count() == 0
 
     rows = assert_each_delivered_once_on_time(ids, timeout=120)
     assert all(r.delivery_count == 1 for r in rows)
-    for row in ScheduledMessage.objects.filter(id__in=hours):  # still waiting, now in v2
-        assert row.status == Status.PUBLISHED and row.first_exchange.startswith("dp.v2.delay-level-")
+    prefix = cascade.get_version(target).prefix
+    for row in ScheduledMessage.objects.filter(id__in=hours):  # still waiting, now in the target
+        assert row.status == Status.PUBLISHED and row.first_exchange.startswith(f"{prefix}delay-level-")
 
 
+@pytest.mark.parametrize(("source", "target"), [("v1", "v2"), ("v2", "v3")])
 def test_killed_migration_run_again_loses_nothing_and_runs_each_handler_once(api, platform, worker, worker_env,
-                                                                            endpoint_name, amqp):
-    create_endpoint(api, endpoint_name, topology="v1")
+                                                                            endpoint_name, amqp, source, target):
+    create_endpoint(api, endpoint_name, topology=source)
     rng = random.Random(9)
     ids = schedule_many(api, endpoint_name, [round(rng.uniform(8, 30), 3) for _ in range(1500)])
     wait_until(lambda: count(ids, Status.PUBLISHED) == len(ids), 30, 0.2, "all published")
-    command = [sys.executable, "manage.py", "migrate_delays", "--from", "v1", "--to", "v2", "--batch", "5"]
+    command = [sys.executable, "manage.py", "migrate_delays", "--from", source, "--to", target, "--batch", "5"]
     first = subprocess.Popen(command, cwd=ROOT, env=worker_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    wait_until(lambda: ScheduledMessage.objects.filter(id__in=ids, topology__name="v2").count() >= 150
+    wait_until(lambda: ScheduledMessage.objects.filter(id__in=ids, topology__name=target).count() >= 150
                or first.poll() is not None, 60, 0.02, "the first run to move some")
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
     assert first.returncode == -signal.SIGKILL, "the run finished before it could be interrupted"
-    assert v1_in_flight(amqp) > 0, "nothing left to resume"
+    assert in_flight(amqp, source) > 0, "nothing left to resume"
     second = subprocess.run(command, cwd=ROOT, env=worker_env, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stderr
-    assert v1_in_flight(amqp) == 0
+    assert in_flight(amqp, source) == 0
     assert_each_delivered_once_on_time(ids, timeout=90)
 
 
-def test_transfer_delays_to_another_broker(api, platform, worker, worker_env, endpoint_name, amqp):
+@pytest.mark.parametrize("version", ["v2", "v3"])
+def test_transfer_delays_to_another_broker(api, platform, worker, worker_env, endpoint_name, amqp, version):
     management, green_vhost = broker().management, f"{broker().vhost}-green"
     green_url = f"{worker_env['BROKER_URL']}-green"
     management.create_vhost(green_vhost)
     green = Worker(f"green-{os.environ['DP_TEST_RUN_ID']}", {**worker_env, "BROKER_URL": green_url},
                    ARTIFACTS / f"worker-green-{os.environ['DP_TEST_RUN_ID']}.log", beat=False)
     try:
-        create_endpoint(api, endpoint_name)
+        create_endpoint(api, endpoint_name, topology=version)
         rng = random.Random(11)
-        ids = schedule_many(api, endpoint_name, [round(rng.uniform(8, 30), 3) for _ in range(800)])
+        ids = schedule_many(api, endpoint_name, [round(rng.uniform(8, 20), 3) for _ in range(500)])
         wait_until(lambda: count(ids, Status.PUBLISHED) == len(ids), 30, 0.2, "all published")
         out = StringIO()
-        call_command("transfer_delays", "--to-broker", green_url, "--version", "v2", stdout=out)
-        assert "v2 level queues now hold 0 message(s)" in out.getvalue(), out.getvalue()
-        assert sum(level_depths(amqp, cascade.V2).values()) == 0
+        call_command("transfer_delays", "--to-broker", green_url, "--version", version, stdout=out)
+        assert f"{version} level queues now hold 0 message(s)" in out.getvalue(), out.getvalue()
+        assert in_flight(amqp, version) == 0
         green.start()  # the workers of the new broker deliver what was moved
         assert_each_delivered_once_on_time(ids, timeout=90)
     finally:
@@ -141,9 +147,9 @@ def test_timeout_manager_with_two_publishers_then_migrated_to_the_cascade(api, p
 
         waiting = schedule_many(api, endpoint_name, [round(rng.uniform(15, 25), 3) for _ in range(300)])
         out = StringIO()
-        call_command("migrate_timeouts", "--to", "v2", stdout=out)
+        call_command("migrate_timeouts", "--to", "v3", stdout=out)
         assert "moved 300 timeout(s)" in out.getvalue(), out.getvalue()
         rows = assert_each_delivered_once_on_time(waiting, timeout=60)
-        assert all(r.first_exchange.startswith("dp.v2.") and r.delivery_count == 1 for r in rows)
+        assert all(r.first_exchange.startswith("dp.v3.") and r.delivery_count == 1 for r in rows)
     finally:
         second.stop()

@@ -104,3 +104,27 @@ def test_a_broker_that_is_gone_is_broker_unavailable():
     with pytest.raises(rabbit.BrokerUnavailable, match="cannot connect to RabbitMQ"):
         with c.connected():
             pass
+
+
+def test_a_batch_of_acks_is_one_write_and_every_one_counts(amqp, queues):
+    """Out of order and with a gap: 0-99 and 120-149 acked, 100 rejected, the rest left."""
+    from rabbit import framing
+
+    received, cancelled = [], []
+    name = queues[0]
+    for i in range(200):
+        publish(amqp, "", name, b"%d" % i)
+    with consumer(received, cancelled, prefetch=500).connected() as c:
+        c.consume(name)
+        drain(c, received, 200)
+        c.reject(received[100], requeue=False)
+        batcher = framing._batchers[c.conn.connection]
+        writes, real = [], batcher.write
+        batcher.write = lambda data: (writes.append(len(data)), real(data))
+        try:
+            c.ack_many(received[120:150][::-1] + received[:100][::-1])
+        finally:
+            batcher.write = real
+        assert len(writes) == 1  # one multiple ack (0-99) and 30 single ones, one write
+        assert len(c.unsettled) == 200 - 100 - 1 - 30
+    assert amqp.queue_depth(name) == 69  # 101-119 and 150-199 went back unacked

@@ -33,7 +33,7 @@ def test_binding_to_a_missing_exchange_is_topology_missing(amqp, name):
     amqp.declare_queue(cascade.Queue(name))
     try:
         with pytest.raises(rabbit.TopologyMissing, match=r"no exchange 'nowhere\.delay-delivery'"):
-            amqp.bind(cascade.endpoint_binding("nowhere.", name))
+            amqp.bind(cascade.endpoint_binding(cascade.V2.with_(prefix="nowhere."), name))
     finally:
         amqp.delete_queue(name)
 
@@ -41,7 +41,7 @@ def test_binding_to_a_missing_exchange_is_topology_missing(amqp, name):
 def test_bind_and_unbind_route_an_endpoint(amqp, declared, name):
     plan = declared(cascade.V2, levels=2)
     amqp.declare_queue(cascade.endpoint_queue(name))
-    binding = cascade.endpoint_binding(plan.version.prefix, name)
+    binding = cascade.endpoint_binding(plan.version, name)
     try:
         amqp.bind(binding)
         publish(amqp, plan.delivery_exchange, cascade.routing_key(0, name, 2))

@@ -1,6 +1,6 @@
 """The broker restarts or is down: on a private RabbitMQ node of the test's own, so stopping or
-crashing it touches nothing else. v2 (quorum, at-least-once dead-lettering) must lose nothing;
-v1 (classic, at-most-once) is run the same way and what it loses is reported."""
+crashing it touches nothing else. v2 and v3 (quorum, at-least-once dead-lettering) must lose
+nothing; v1 (classic, at-most-once) is run the same way and what it loses is reported."""
 
 import time
 
@@ -13,9 +13,10 @@ from .conftest import FULL, size
 from .faults import count_status, endpoint, outcome, schedule, settle
 
 pytestmark = [pytest.mark.reliability, pytest.mark.broker, pytest.mark.e2e]
-# make test runs a clean restart of both versions and a crash of v2 (reduced); v1's crash, whose
-# at-most-once dead-lettering may lose what it was moving, is reported by make test-reliability.
-CASES = [("v2", "clean"), ("v1", "clean"), ("v2", "crash")] + ([("v1", "crash")] if FULL else [])
+# make test runs a clean restart of every version and a crash of v2 and v3 (reduced); v1's crash,
+# whose at-most-once dead-lettering may lose what it was moving, is reported by make test-reliability.
+CASES = [("v2", "clean"), ("v3", "clean"), ("v1", "clean"), ("v2", "crash"), ("v3", "crash")] + (
+    [("v1", "crash")] if FULL else [])
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +28,6 @@ def node():
 @pytest.fixture
 def private_platform(node):
     with platform(web_workers=2, broker_url=node.url, settings="delayplatform.settings_test") as p:
-        p.manage("provision_delays", "--version", "all")
         p.start_worker(concurrency=2)
         yield p
 
@@ -50,7 +50,7 @@ def test_broker_restart_mid_delay(node, private_platform, version, how, report, 
     settled = settle(p, name, n, timeout=longest + 90)
     counts = report(outcome(p, name, f"broker {how} restart mid-delay, {version}"))
     assert counts.early == 0
-    if (version, how) != ("v1", "crash"):  # a clean stop loses nothing on either; v2 loses nothing at all
+    if (version, how) != ("v1", "crash"):  # a clean stop loses nothing on any; v2 and v3 nothing at all
         assert settled and counts.lost == 0
 
 

@@ -15,10 +15,12 @@ from .faults import count_status, endpoint, outcome, schedule, settle
 pytestmark = [pytest.mark.reliability, pytest.mark.broker, pytest.mark.e2e]
 
 
-def test_destination_queue_deleted_then_rebound_and_republished(report, rng):
+@pytest.mark.parametrize("version", ["v2", "v3"])
+def test_destination_queue_deleted_then_rebound_and_republished(report, rng, version):
+    v = cascade.get_version(version)
     with platform(web_workers=2, settings="delayplatform.settings_test") as p:
         p.start_worker(concurrency=2)
-        name = endpoint(p, "gone")
+        name = endpoint(p, "gone", topology=version)
         n = size(500, 200)
         ids = schedule(p, name, [round(rng.uniform(4, 12), 3) for _ in range(n)])
         wait_until(lambda: count_status(p, name, "published") == n, 30, 0.2, "all published")
@@ -26,17 +28,17 @@ def test_destination_queue_deleted_then_rebound_and_republished(report, rng):
             conn.delete_queue(name)
             wait_until(lambda: count_status(p, name, "failed") == n, 60, 0.5, "every message marked failed")
             with_reason = p.sql("SELECT count(*) FROM scheduling_scheduledmessage WHERE last_error LIKE %s",
-                                "unroutable: no queue is bound for 'gone' on dp.v2.delay-delivery%")[0][0]
-            stuck = sum(conn.queue_depth(cascade.level_name("dp.v2.", level)) or 0
+                                f"unroutable: no queue is bound for 'gone' on {v.prefix}delay-delivery%")[0][0]
+            stuck = sum(conn.queue_depth(cascade.level_name(v.prefix, level)) or 0
                         for level in range(28))
-            unroutable = conn.queue_depth(cascade.unroutable_name("dp.v2."))
+            unroutable = conn.queue_depth(cascade.unroutable_name(v.prefix))
         assert with_reason == n
         assert stuck == 0 and unroutable == 0  # drained, and nothing left in a level
 
         p.api("POST", f"/api/endpoints/{name}/activate/")  # re-binds the queue
         for message_id in ids:
-            assert p.api("POST", f"/api/messages/{message_id}/republish/")["status"] == "pending"
+            assert p.api("POST", f"/api/messages/{message_id}/republish/")["status"] == "published"
         settle(p, name, n, timeout=60)
-        counts = report(outcome(p, name, "destination queue deleted, then republished",
+        counts = report(outcome(p, name, f"destination queue deleted, then republished, {version}",
                                 note="lateness counts from the original due time"))
     assert counts.lost == 0 and counts.early == 0

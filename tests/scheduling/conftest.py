@@ -1,7 +1,7 @@
 """Fixtures of the scheduling app's tests.
 
-Every test module here runs against a RabbitMQ vhost of its own, with the platform's v1 and v2
-cascades declared in it, so nothing here shares queues with a worker of the e2e tests (or with
+Every test module here runs against a RabbitMQ vhost of its own, with the platform's v1, v2 and
+v3 cascades declared in it, so nothing here shares queues with a worker of the e2e tests (or with
 another module). Rows made directly serve reads (lists, filters, query counts, dashboard
 figures); the services that write them are tested on their own and through the admin."""
 
@@ -25,8 +25,8 @@ def module_broker_url(request, rabbit_vhost):
     shared.management.create_vhost(vhost)
     url = f"{shared.url.rsplit('/', 1)[0]}/{vhost}"
     with rabbit.Broker(url).session() as session:
-        for name in ("v1", "v2"):
-            session.declare(cascade.cascade_plan(cascade.get_version(name)))
+        for version in cascade.VERSIONS.values():
+            session.declare(cascade.cascade_plan(version))
     yield url
     shared.management.delete_vhost(vhost)
 

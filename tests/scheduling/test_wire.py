@@ -169,3 +169,39 @@ def test_retry_goes_back_where_the_message_came_from_with_its_headers():
     assert (out.exchange, out.routing_key) == ("dp.v2.delay-delivery", "0.1.billing")
     assert out.headers[wire.H_DUE_AT_MS] == 5 and out.headers[wire.H_VERSION] == "v2"
     assert wire.read_delivery(out.headers, out.body, NOW_MS) == wire.Delivery(ID, 2, ETA_MS)
+
+
+# --- v3: the destination as routing key, the bits as CC keys -----------------------------------
+
+V3 = cascade.V3
+
+
+def test_v3_outgoing_carries_the_bits_as_cc_keys_and_the_name_as_routing_key():
+    endpoint = Endpoint(name="orders.eu", topology=TopologyVersion(name="v3", prefix="dp.v3.", levels=28))
+    message = ScheduledMessage(id=uuid.uuid4(), endpoint=endpoint, payload={},
+                               due_at=NOW + timedelta(seconds=10, milliseconds=500), requested_delay_ms=10_500)
+    out, route = wire.outgoing(message, V3, NOW, margin_ms=250)
+    assert (route.delay_units, out.exchange, out.routing_key) == (10, "dp.v3.delay-level-03", "orders.eu")
+    assert out.headers["CC"] == ["bit:03", "bit:01"] and out.headers[wire.H_VERSION] == "v3"
+    due_now = ScheduledMessage(id=uuid.uuid4(), endpoint=endpoint, payload={}, due_at=NOW, requested_delay_ms=0)
+    out, route = wire.outgoing(due_now, V3, NOW, margin_ms=250)
+    assert (out.exchange, out.routing_key) == ("dp.v3.delay-delivery", "orders.eu") and "CC" not in out.headers
+
+
+def test_v3_read_found_takes_the_delay_from_the_cc_keys_and_the_name_from_the_key():
+    found = wire.read_found({wire.H_PUBLISHED_AT_MS: 1_000, "CC": ["bit:03", "bit:01"]}, {}, "orders.eu", V3)
+    assert (found.due_at_ms, found.destination) == (11_000, "orders.eu")
+    assert wire.read_found({wire.H_PUBLISHED_AT_MS: 1_000, "CC": ["b03"]}, {}, "orders.eu", V3).due_at_ms is None
+    assert wire.read_found({wire.H_DUE_AT_MS: 5}, {}, "not..a.name", V3).due_at_ms is None
+
+
+@pytest.mark.parametrize(("source", "target"), [(V3, V2), (V2, V3), (V3, V3)])
+def test_moved_between_versions_routes_by_the_targets_rules_only(source, target):
+    """The old version's CC keys are dropped; the target's are added (or none, on v2)."""
+    found = wire.Found(due_at_ms=NOW_MS + 60_000, destination="billing", message_id="m1", published_at_ms=1)
+    old = wire.route(NOW_MS + 60_000, NOW_MS - 20_000, source, "billing", margin_ms=250)
+    headers = {"task": "scheduling.deliver", "eta": "2026-11-21T12:01:00+00:00", **old.headers}
+    out, route = wire.moved(headers, {}, b"", found, target, NOW_MS, margin_ms=250)
+    assert route == cascade.route(target, 59, "billing")
+    assert out.headers.get("CC") == (list(route.cc) or None)
+    assert out.routing_key == route.routing_key

@@ -3,7 +3,9 @@
 import pytest
 
 from topology import cascade
-from topology.cascade import V1, V2
+from topology.cascade import V1, V2, V3
+
+from .routing_model import walk
 
 MAX = 268_435_455
 
@@ -148,5 +150,140 @@ def test_levels_must_be_sane():
     for bad in (0, 65, "4"):
         with pytest.raises(ValueError, match="levels"):
             V2.with_(levels=bad)
-    with pytest.raises(ValueError, match="unknown topology version 'v3'"):
-        cascade.get_version("v3")
+    with pytest.raises(ValueError, match="unknown topology version 'v4'"):
+        cascade.get_version("v4")
+
+
+# --- v3: direct exchanges, alternate-exchange pass-down, CC bit keys ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("delay", "levels", "exchange", "cc"),
+    [
+        (0, 28, "dp.v3.delay-delivery", ()),
+        (1, 28, "dp.v3.delay-level-00", ("bit:00",)),
+        (2, 28, "dp.v3.delay-level-01", ("bit:01",)),
+        (10, 4, "dp.v3.delay-level-03", ("bit:03", "bit:01")),  # the seeds' example, 4 levels
+        (37, 28, "dp.v3.delay-level-05", ("bit:05", "bit:02", "bit:00")),
+        (MAX, 28, "dp.v3.delay-level-27", tuple(f"bit:{level:02d}" for level in range(27, -1, -1))),
+    ],
+)
+def test_v3_route_is_the_destination_and_the_set_bits_as_cc_keys(delay, levels, exchange, cc):
+    r = cascade.route(V3.with_(levels=levels), delay, "a.b")
+    assert (r.delay_units, r.exchange, r.routing_key, r.cc) == (delay, exchange, "a.b", cc)
+    assert r.headers == ({"CC": list(cc)} if cc else {})
+    assert cascade.parse_cc_keys(cc, levels) == delay
+    assert cascade.read_route(V3.with_(levels=levels), "a.b", list(cc)) == (delay, "a.b")
+
+
+@pytest.mark.parametrize("bad", [["bit:28"], ["b05"], ["bit:5"], ["bit:-1"], [5], ["bit:05", "x"]])
+def test_v3_keys_that_are_not_bit_keys_say_nothing(bad):
+    with pytest.raises(ValueError):
+        cascade.parse_cc_keys(bad, 28)
+    assert cascade.read_route(V3, "dest", bad) == (None, None)
+
+
+def test_v3_topic_and_direct_routes_agree_on_where_to_start():
+    for delay in (0, 1, 5, 10, 3600, MAX):
+        assert cascade.route(V3, delay, "d").exchange.replace("dp.v3.", "dp.v2.") == cascade.route(V2, delay, "d").exchange
+        assert cascade.route(V2, delay, "d").cc == ()
+
+
+@pytest.mark.parametrize("version", [V3, V3.with_(levels=4), V3.with_(prefix="x.", levels=7)])
+def test_v3_plan_invariants_for_every_level(version):
+    plan = cascade.cascade_plan(version)
+    n, p = version.levels, version.prefix
+    queues = {q.name: q for q in plan.queues}
+    exchanges = {e.name: e for e in plan.exchanges}
+    assert len(plan.queues) == n + 1 and len(plan.exchanges) == n + 3
+    assert len(plan.bindings) == n + 1  # no exchange-to-exchange bindings at all
+    for level in range(n):
+        name = f"{p}delay-level-{level:02d}"
+        lower = f"{p}delay-level-{level - 1:02d}" if level else f"{p}delay-delivery"
+        assert exchanges[name].type == "direct"
+        assert exchanges[name].arguments == (("alternate-exchange", lower),)
+        assert queues[name].args == {**cascade.level_queue(V2.with_(prefix=p, levels=n), level).args}
+        assert queues[name].args["x-dead-letter-exchange"] == lower
+        assert cascade.Binding(name, name, "queue", f"bit:{level:02d}") in plan.bindings
+    delivery, ingest = exchanges[f"{p}delay-delivery"], exchanges[f"{p}delay-ingest"]
+    assert delivery.type == "direct" and delivery.arguments == (("alternate-exchange", f"{p}delay-unroutable"),)
+    assert ingest.type == "direct" and ingest.arguments == (("alternate-exchange", f"{p}delay-level-{n - 1:02d}"),)
+    assert cascade.Binding(f"{p}delay-unroutable", f"{p}delay-unroutable", "queue", "") in plan.bindings
+    assert not any(e.may_exist_without_arguments for e in plan.exchanges)
+
+
+def test_v1_and_v2_plans_are_unchanged_by_v3():
+    """Byte for byte as before v3 (NServiceBus compatibility): topic exchanges only, the same
+    counts, and only the delivery exchange may be kept as another system declared it."""
+    for version in (V1, V2):
+        plan = cascade.cascade_plan(version)
+        assert {e.type for e in plan.exchanges} == {"topic", "fanout"}
+        assert [e.name for e in plan.exchanges if e.may_exist_without_arguments] == [f"{version.prefix}delay-delivery"]
+        assert all(not q.args.get("x-queue-type") == "direct" for q in plan.queues)
+
+
+@pytest.mark.parametrize("version", [V1, V2, V3], ids=["v1", "v2", "v3"])
+@pytest.mark.parametrize("delay", [0, 1, 2, 3, 10, 37, 255, 3600, 86_400, 1_000_003, MAX - 1, MAX])
+def test_the_plan_carries_every_delay_to_its_destination_in_exactly_that_time(version, delay):
+    """Walk the plan as RabbitMQ would route it (routing_model): from the first exchange, and
+    from the ingest exchange, the message waits exactly ``delay`` units and ends in its queue."""
+    plan = cascade.cascade_plan(version)
+    r = cascade.route(version, delay, "dest")
+    endpoint = [cascade.endpoint_binding(version, "dest")]
+    endpoint = [(b.source, b.destination, b.routing_key) for b in endpoint]
+    for start in (r.exchange, cascade.ingest_exchange(version.prefix)):
+        w = walk(plan, start, r.routing_key, r.cc, endpoint_queues=endpoint)
+        assert w.ended_in == {"dest"}, (start, w)
+        assert w.waited_ms == delay * 1000
+        assert [q for q, _ in w.waited] == [cascade.level_name(version.prefix, lv) for lv in cascade.set_levels(delay)]
+
+
+def test_v3_a_dotted_name_is_not_caught_by_a_name_that_shares_its_suffix():
+    plan = cascade.cascade_plan(V3)
+    bound = [(b.source, b.destination, b.routing_key) for name in ("a.b", "b", "x.a.b")
+             for b in [cascade.endpoint_binding(V3, name)]]
+    for name in ("a.b", "b", "x.a.b"):
+        r = cascade.route(V3, 5, name)
+        assert walk(plan, r.exchange, r.routing_key, r.cc, endpoint_queues=bound).ended_in == {name}
+
+
+def test_v3_unbound_destination_ends_in_the_unroutable_queue():
+    plan = cascade.cascade_plan(V3)
+    r = cascade.route(V3, 3, "ghost")
+    assert walk(plan, r.exchange, r.routing_key, r.cc).ended_in == {"dp.v3.delay-unroutable"}
+
+
+@pytest.mark.parametrize("name", ["a.b", "orders.eu-west.v2", "x_y.z"])
+def test_dotted_names_travel_on_v3_only(name):
+    assert cascade.check_destination(name) == name == cascade.check_destination(name, V3)
+    assert cascade.carries(V3, name) and not cascade.carries(V2, name) and not cascade.carries(V1, name)
+    assert cascade.endpoint_binding_key(V3, name) == name
+    with pytest.raises(ValueError, match="has dots: v2 routes by topic keys"):
+        cascade.endpoint_binding_key(V2, name)
+
+
+@pytest.mark.parametrize("name", ["b05", "bit", "b", "billing", "celery", "x" * 100])
+def test_plain_names_are_carried_by_every_version(name):
+    for version in (V1, V2, V3):
+        assert cascade.carries(version, name)
+    assert cascade.endpoint_binding_key(V2, name) == f"#.{name}" and cascade.endpoint_binding_key(V3, name) == name
+
+
+@pytest.mark.parametrize("bad", ["a..b", ".a", "a.", "a*", "#", "a b", "", "é", "bit:05", "x" * 256])
+def test_names_no_version_can_carry_are_refused(bad):
+    with pytest.raises(ValueError, match="destination"):
+        cascade.check_destination(bad, V3)
+    assert not cascade.carries(V3, bad)
+
+
+def test_no_endpoint_name_can_equal_a_bit_key():
+    assert not any(cascade.DOTTED_DESTINATION_RE.match(cascade.bit_key(level)) for level in range(64))
+
+
+@pytest.mark.parametrize("delay", [0, 1, 10, 1000, MAX])
+def test_v3_path_holds_exactly_at_the_set_bits(delay):
+    hops = cascade.path(V3, delay, "a.b")
+    assert cascade.path_ttl_ms(hops) == delay * 1000
+    assert [h.level for h in hops if h.matched and h.level is not None] == cascade.set_levels(delay)
+    assert all(h.value == cascade.bit_key(h.level) for h in hops[:-1])
+    assert hops[-1].exchange == "dp.v3.delay-delivery" and hops[-1].routed_to == "a.b"

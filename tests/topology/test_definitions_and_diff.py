@@ -2,9 +2,9 @@
 
 import json
 
-from topology.cascade import V1, V2, cascade_plan
+from topology.cascade import V1, V2, V3, cascade_plan
 from topology.definitions import plan_definitions
-from topology.diff import diff_plan
+from topology.diff import diff_plan, diff_warnings
 
 
 def _listings(plan):
@@ -38,3 +38,38 @@ def test_each_missing_or_mismatched_piece_is_named():
     assert "missing exchange dp.v2.delay-ingest" in problems
     assert "missing binding dp.v2.delay-level-03 -> queue dp.v2.delay-level-03 with key '1.#'" in problems
     assert len(problems) == 4
+
+
+def test_v3_definitions_hold_direct_exchanges_with_alternate_exchanges():
+    d = plan_definitions(cascade_plan(V3), "prod")
+    assert len(d["exchanges"]) == 31 and len(d["queues"]) == 29 and len(d["bindings"]) == 29
+    level5 = next(e for e in d["exchanges"] if e["name"] == "dp.v3.delay-level-05")
+    assert level5["type"] == "direct" and level5["arguments"] == {"alternate-exchange": "dp.v3.delay-level-04"}
+    assert diff_plan(cascade_plan(V3), *_listings(cascade_plan(V3))) == []
+
+
+def test_a_delivery_exchange_without_alternate_exchange_is_a_warning_not_a_problem():
+    """A cascade shared with NServiceBus: its delivery exchange has no arguments."""
+    plan = cascade_plan(V2.with_(prefix="nsb.v2."))
+    exchanges, queues, bindings = _listings(plan)
+    exchanges = [{**e, "arguments": {}} if e["name"] == "nsb.v2.delay-delivery" else e for e in exchanges]
+    assert diff_plan(plan, exchanges, queues, bindings) == []
+    (warning,) = diff_warnings(plan, exchanges)
+    assert "nsb.v2.delay-delivery has no alternate-exchange" in warning and "nsb.v2.delay-unroutable" in warning
+    assert diff_warnings(plan, _listings(plan)[0]) == []
+
+
+def test_another_alternate_exchange_or_type_is_still_a_problem():
+    plan = cascade_plan(V2)
+    exchanges, queues, bindings = _listings(plan)
+    changed = [{**e, "arguments": {"alternate-exchange": "elsewhere"}} if e["name"] == "dp.v2.delay-delivery" else e
+               for e in exchanges]
+    assert diff_plan(plan, changed, queues, bindings) == [
+        "exchange dp.v2.delay-delivery: argument alternate-exchange is 'elsewhere', expected 'dp.v2.delay-unroutable'"
+    ]
+    v3 = cascade_plan(V3)
+    exchanges, queues, bindings = _listings(v3)
+    bare = [{**e, "arguments": {}} if e["name"] == "dp.v3.delay-delivery" else e for e in exchanges]
+    assert diff_plan(v3, bare, queues, bindings) == [
+        "exchange dp.v3.delay-delivery: argument alternate-exchange missing (expected 'dp.v3.delay-unroutable')"
+    ]

@@ -5,7 +5,7 @@ from decimal import Decimal, InvalidOperation
 from django.core.management.base import CommandError
 
 from topology import cascade
-from topology.explain import HEADERS, explain_rows, format_duration, markdown_table
+from topology.explain import describe_route, explain_rows, format_duration, headers, markdown_table
 
 from ._versions import VersionedCommand, add_version_arguments, resolve_versions
 
@@ -29,14 +29,12 @@ class Command(VersionedCommand):
         whole, remainder = int(delay // 1), delay - (delay // 1)
         try:
             rows = explain_rows(version, whole, destination)
-            key = cascade.routing_key(whole, destination, version.levels)
         except ValueError as exc:
             raise CommandError(str(exc)) from None
-        self.stdout.write(markdown_table(HEADERS, rows))
-        first = cascade.first_exchange(version, whole)
+        self.stdout.write(markdown_table(headers(version), rows))
         total = cascade.path_ttl_ms(cascade.path(version, whole, destination))
         self.stdout.write(
-            f"\n{version.name} ({version.levels} levels): published to {first} with routing key {key}; "
+            f"\n{version.name} ({version.levels} levels): {describe_route(version, whole, destination)}; "
             f"time in queues {format_duration(total)}."
         )
         if remainder:

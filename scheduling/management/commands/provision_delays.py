@@ -74,6 +74,10 @@ class Command(VersionedCommand):
                     f"{len(plan.bindings)} bindings in {result.seconds:.2f} s"
                     + ("" if result.recorded else " (not recorded: not the platform's version)")
                 )
+                for line in result.kept:
+                    self.stdout.write(f"  {line}: shared with another system (NServiceBus?); a message for a "
+                                      "destination with no queue bound is dropped by the broker instead of kept "
+                                      f"in {cascade.unroutable_name(plan.version.prefix)}")
         except BrokerError as exc:
             raise CommandError(str(exc)) from None
 
@@ -102,12 +106,15 @@ class Command(VersionedCommand):
     def _verify(self, versions, url):
         failed = 0
         for version in versions:
-            problems = topology_verify(version=version, url=url)
-            if problems:
-                failed += len(problems)
-                for problem in problems:
+            result = topology_verify(version=version, url=url)
+            for warning in result.warnings:
+                self.stdout.write(f"{version.name}: warning: {warning}")
+            if result.problems:
+                failed += len(result.problems)
+                for problem in result.problems:
                     self.stderr.write(f"{version.name}: {problem}")
             else:
-                self.stdout.write(f"{version.name} ({version.prefix}): cascade complete and as planned")
+                self.stdout.write(f"{version.name} ({version.prefix}): cascade complete and as planned"
+                                  + (f" ({len(result.warnings)} warning(s) above)" if result.warnings else ""))
         if failed:
             raise CommandError(f"{failed} missing or mismatched piece(s); run provision_delays to fix")

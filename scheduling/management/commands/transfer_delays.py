@@ -41,7 +41,7 @@ class Command(BaseCommand):
             if not dry_run:
                 with target.session() as session:
                     session.declare(cascade.cascade_plan(version))
-                bound = endpoints_bind_on(target, version.prefix)
+                bound = endpoints_bind_on(target, version)
                 self.stdout.write(f"Provisioned {version.name} and {bound} endpoint queue(s) on {target.describe()}.")
         except BrokerError as exc:
             raise CommandError(str(exc)) from None

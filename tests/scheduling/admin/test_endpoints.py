@@ -34,8 +34,9 @@ def test_create_binds_the_queue_then_saves(admin_client, platform, endpoint_name
 
 
 @pytest.mark.parametrize("data,field,text", [
-    ({"name": "bad.name"}, "name", "would break topic routing"),
-    ({"name": "bad#name"}, "name", "would break topic routing"),
+    ({"name": "bad.name"}, "topology", "v2 cannot carry the dotted name 'bad.name'"),
+    ({"name": "bad..name"}, "name", "would break routing"),
+    ({"name": "bad#name"}, "name", "would break routing"),
     ({"handler": "webhook"}, "handler_target", "required for the webhook handler"),
     ({"handler": "webhook", "handler_target": "ftp://x"}, "handler_target", "must be an http(s) URL"),
     ({"handler": "celery_task"}, "handler_target", "required for the celery_task handler"),
@@ -81,7 +82,7 @@ def test_deactivate_then_activate_rebinds_the_queue(admin_client, platform, amqp
     admin_client.post(LIST, {"action": "deactivate", "_selected_action": [endpoint.pk]})
     endpoint.refresh_from_db()
     assert not endpoint.is_active
-    amqp.unbind(cascade.endpoint_binding(cascade.V2.prefix, endpoint_name))  # lost, e.g. queue recreated by hand
+    amqp.unbind(cascade.endpoint_binding(cascade.V2, endpoint_name))  # lost, e.g. queue recreated by hand
     assert f"#.{endpoint_name}" not in bound_keys()
     response = admin_client.post(reverse("admin:scheduling_endpoint_action", args=[endpoint.pk, "activate"]),
                                  follow=True)

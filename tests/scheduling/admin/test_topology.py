@@ -60,7 +60,7 @@ def test_detail_shows_depth_per_level_with_ttl_unroutable_and_bindings(admin_cli
 
     version = park(fresh_v1)
     amqp.declare(cascade.cascade_plan(version))
-    bind_endpoint(amqp, fresh_v1.prefix, endpoint_row.name)
+    bind_endpoint(amqp, version, endpoint_row.name)
     producer = Producer(amqp.conn.channel())
     for delay in (1000, 1000, 300):  # start at level 9 (TTL 512 s) and level 8 (256 s)
         producer.publish(b"x", exchange=cascade.first_exchange(version, delay),
@@ -121,7 +121,7 @@ def test_list_shows_in_flight_per_version_and_preview_moves_nothing(admin_client
 
     response = admin_client.post(LIST, {"action": "preview_migration", "_selected_action": [fresh_v1.pk]}, follow=True)
     (report,) = [m for m in shown(response) if "Nothing was moved" in m]
-    assert report.startswith("v1 -> v2: 3 delayed message(s) (L09: 3); 2 would move (0 straight to delivery), "
+    assert report.startswith("v1 -> v3: 3 delayed message(s) (L09: 3); 2 would move (0 straight to delivery), "
                              "1 to the poison queue"), report
     assert sum(level_depths(amqp, version).values()) == 3  # all given back
 

@@ -40,10 +40,26 @@ def test_create_endpoint_binds_its_queue_on_every_provisioned_version(api, platf
         assert response.status_code == 201
         assert response.json()["topology"] == "v2" and response.json()["handler"] == "none"
         bindings = {(b["source"], b["routing_key"]) for b in broker().management.bindings(broker().vhost)
-                    if b["destination"] == endpoint_name}
-        assert {("dp.v2.delay-delivery", f"#.{endpoint_name}"), ("dp.delay-delivery", f"#.{endpoint_name}")} <= bindings
+                    if b["destination"] == endpoint_name and b["source"]}
+        assert bindings == {("dp.v2.delay-delivery", f"#.{endpoint_name}"), ("dp.delay-delivery", f"#.{endpoint_name}"),
+                            ("dp.v3.delay-delivery", endpoint_name)}
     finally:
         amqp.delete_queue(endpoint_name)
+
+
+def test_new_endpoints_are_on_v3_and_a_dotted_name_is_bound_on_v3_only(api, platform, amqp):
+    name = f"orders.{uuid.uuid4().hex[:8]}.eu"
+    response = api.post("/api/endpoints/", {"name": name}, format="json")
+    try:
+        assert response.status_code == 201 and response.json()["topology"] == "v3"
+        bindings = {(b["source"], b["routing_key"]) for b in broker().management.bindings(broker().vhost)
+                    if b["destination"] == name and b["source"]}
+        assert bindings == {("dp.v3.delay-delivery", name)}
+        moved = api.patch(f"/api/endpoints/{name}/", {"topology": "v2"}, format="json")
+        assert moved.status_code == 400 and "dotted name" in moved.json()["topology"][0]
+        assert Endpoint.objects.get(name=name).topology.name == "v3"
+    finally:
+        amqp.delete_queue(name)
 
 
 def test_webhook_secret_is_generated_and_never_returned(api, platform, endpoint_name, amqp):
@@ -59,7 +75,8 @@ def test_webhook_secret_is_generated_and_never_returned(api, platform, endpoint_
 
 @pytest.mark.parametrize(
     ("body", "field"),
-    [({"name": "a.b"}, "name"), ({"name": "a#"}, "name"), ({"name": "*"}, "name"), ({"name": ""}, "name"),
+    [({"name": "a.b", "topology": "v2"}, "topology"), ({"name": "a..b"}, "name"), ({"name": "a#"}, "name"),
+     ({"name": "*"}, "name"), ({"name": ""}, "name"), ({"name": "bit:05"}, "name"),
      ({"name": "ok", "topology": "v9"}, "topology"), ({"name": "ok", "handler": "celery_task"}, "handler_target"),
      ({"name": "ok", "handler": "webhook", "handler_target": "ftp://x"}, "handler_target"),
      ({"name": "ok", "handler": "shell"}, "handler")],
@@ -105,7 +122,7 @@ def test_schedule_watch_and_cancel(api, endpoint):
     assert created.status_code == 201
     body = created.json()
     assert {"id", "status", "due_at", "routing_key", "topology"} <= set(body)
-    assert (body["status"], body["topology"], body["requested_delay_ms"]) == ("pending", "v2", 10250)
+    assert (body["status"], body["topology"], body["requested_delay_ms"]) == ("pending", "v3", 10250)
     detail = api.get(f"/api/messages/{body['id']}/").json()
     assert {"delivered_at", "lateness_ms", "delivery_count"} <= set(detail) and detail["payload"] == {"order": 42}
     assert api.post(f"/api/messages/{body['id']}/cancel/").json() == {"id": body["id"], "status": "cancelled"}
@@ -216,7 +233,7 @@ def test_changing_an_endpoints_version_changes_where_new_messages_go(api, endpoi
     response = api.patch(f"/api/endpoints/{endpoint}/", {"topology": "v1"}, format="json")
     assert response.status_code == 200 and response.json()["topology"] == "v1"
     second = api.post("/api/messages/", {"endpoint": endpoint, "payload": 2, "delay_seconds": 60}, format="json")
-    assert (first.json()["topology"], second.json()["topology"]) == ("v2", "v1")
+    assert (first.json()["topology"], second.json()["topology"]) == ("v3", "v1")
     assert api.patch(f"/api/endpoints/{endpoint}/", {"topology": "v9"}, format="json").status_code == 400
     # found by the fuzzer: PostgreSQL cannot even compare a NUL, so it must be refused before any query
     assert api.patch(f"/api/endpoints/{endpoint}/", {"topology": "v\u00002"}, format="json").status_code == 400

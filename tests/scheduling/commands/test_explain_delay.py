@@ -5,7 +5,8 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from tests.topology.test_explain import SEED_TABLE
+from tests.topology.test_explain import SEED_TABLE, V3_TABLE
+from topology.explain import DIRECT_HEADERS
 
 pytestmark = pytest.mark.django_db
 
@@ -22,9 +23,17 @@ def table_rows(text: str) -> list[tuple[str, ...]]:
 
 
 def test_four_levels_reproduce_the_seed_example():
-    text = run("10", "destination", "--levels", "4")
+    text = run("10", "destination", "--version", "v2", "--levels", "4")
     assert table_rows(text) == SEED_TABLE
     assert "published to dp.v2.delay-level-03 with routing key 1.0.1.0.destination" in text
+
+
+def test_v3_its_own_table_by_default():
+    text = run("10", "a.b", "--levels", "4")
+    assert [cell.strip() for cell in text.splitlines()[0].strip("|").split("|")] == list(DIRECT_HEADERS)
+    assert table_rows(text) == V3_TABLE
+    assert "v3 (4 levels): published to dp.v3.delay-level-03 with routing key a.b and CC bit:03, bit:01; " \
+           "time in queues 10 seconds." in text
 
 
 def test_28_levels_and_v1_names():
@@ -45,7 +54,8 @@ def test_fraction_is_explained_as_held_by_the_consumer():
         (("268435456", "x"), "over the maximum of 268435455"),
         (("-1", "x"), "must not be negative"),
         (("ten", "x"), "SECONDS must be a number"),
-        (("5", "a.b"), "letters, digits"),
+        (("5", "a..b"), "letters, digits"),
+        (("5", "a.b", "--version", "v2"), "has dots: v2 routes by topic keys"),
         (("5", "x", "--levels", "0"), "levels must be"),
     ],
 )

@@ -43,22 +43,25 @@ def test_provisions_the_platform_versions_and_records_it(provisioned):
     # The platform's cascades are shared by this run's tests: provisioning again is a no-op.
     out, _ = run("--version", "all")
     assert "Provisioned v1 (dp., 28 levels)" in out and "Provisioned v2 (dp.v2., 28 levels)" in out
-    assert "31 exchanges, 29 queues, 86 bindings" in out
-    assert all(v.provisioned_at for v in TopologyVersion.objects.all())
+    assert "Provisioned v3 (dp.v3., 28 levels)" in out
+    assert "31 exchanges, 29 queues, 86 bindings" in out and "31 exchanges, 29 queues, 29 bindings" in out
+    assert TopologyVersion.objects.count() == 3 and all(v.provisioned_at for v in TopologyVersion.objects.all())
     out, _ = run("--verify", "--version", "all")
     assert "v1 (dp.): cascade complete" in out and "v2 (dp.v2.): cascade complete" in out
+    assert "v3 (dp.v3.): cascade complete" in out
     v2 = TopologyVersion.objects.get(name="v2")
     assert v2.verified_at and v2.verify_problems == []
 
 
 def test_verify_fails_naming_a_deleted_queue(amqp, teardown, unique_prefix):
     teardown(cascade.cascade_plan(cascade.V2.with_(prefix=unique_prefix, levels=4)))
-    run("--prefix", unique_prefix, "--levels", "4")
-    run("--verify", "--prefix", unique_prefix, "--levels", "4")
+    run("--version", "v2", "--prefix", unique_prefix, "--levels", "4")
+    run("--verify", "--version", "v2", "--prefix", unique_prefix, "--levels", "4")
     amqp.delete_queue(f"{unique_prefix}delay-level-02")
     err = StringIO()
     with pytest.raises(CommandError, match="missing or mismatched"):
-        call_command("provision_delays", "--verify", "--prefix", unique_prefix, "--levels", "4", stderr=err, stdout=StringIO())
+        call_command("provision_delays", "--verify", "--version", "v2", "--prefix", unique_prefix, "--levels", "4",
+                     stderr=err, stdout=StringIO())
     problems = err.getvalue().splitlines()
     assert f"v2: missing queue {unique_prefix}delay-level-02" in problems
     # the queue's two bindings went with it
@@ -66,10 +69,10 @@ def test_verify_fails_naming_a_deleted_queue(amqp, teardown, unique_prefix):
 
 
 def test_custom_prefix_is_not_recorded_as_the_platforms_version(teardown, unique_prefix):
-    teardown(cascade.cascade_plan(cascade.V2.with_(prefix=unique_prefix, levels=3)))
+    teardown(cascade.cascade_plan(cascade.V3.with_(prefix=unique_prefix, levels=3)))
     out, _ = run("--prefix", unique_prefix, "--levels", "3")
-    assert "not recorded" in out
-    assert TopologyVersion.objects.get(name="v2").provisioned_at is None
+    assert "Provisioned v3" in out and "not recorded" in out
+    assert not TopologyVersion.objects.filter(provisioned_at__isnull=False).exists()
 
 
 def test_dry_run_prints_the_plan_and_declares_nothing(teardown, unique_prefix):
@@ -77,7 +80,7 @@ def test_dry_run_prints_the_plan_and_declares_nothing(teardown, unique_prefix):
     assert f"queue    {unique_prefix}delay-level-03 x-dead-letter-exchange={unique_prefix}delay-level-02" in out
     assert "x-message-ttl=8000" in out and "Dry run: nothing was declared." in out
     assert names_with(unique_prefix) == []
-    teardown(cascade.cascade_plan(cascade.V2.with_(prefix=unique_prefix, levels=4)))
+    teardown(cascade.cascade_plan(cascade.V3.with_(prefix=unique_prefix, levels=4)))
     run("--prefix", unique_prefix, "--levels", "4")
     assert len(names_with(unique_prefix)) == 5 + 7  # the same run for real: 5 queues, 7 exchanges
 
@@ -93,7 +96,7 @@ def test_export_definitions_writes_json_without_touching_the_broker(tmp_path, un
 
 def test_conflicting_declaration_is_one_line(teardown, unique_prefix):
     teardown(cascade.cascade_plan(cascade.V2.with_(prefix=unique_prefix, levels=2)))
-    run("--prefix", unique_prefix, "--levels", "2")
+    run("--version", "v2", "--prefix", unique_prefix, "--levels", "2")
     with pytest.raises(CommandError, match=r"^inequivalent arg 'x-\S+' for queue"):
         run("--version", "v1", "--prefix", unique_prefix, "--levels", "2")
 
@@ -115,7 +118,32 @@ def test_unreachable_broker_exits_1_with_one_line_and_no_traceback():
     ]
 
 
-@pytest.mark.parametrize("default", ["v1", "v2"])
+def test_fresh_installs_default_to_v3():
+    out, _ = run("--dry-run")
+    assert out.startswith("v3: prefix dp.v3., 28 levels")
+    assert "exchange dp.v3.delay-level-05 (direct) alternate-exchange=dp.v3.delay-level-04" in out
+    assert "binding  dp.v3.delay-level-05 -> queue dp.v3.delay-level-05 key 'bit:05'" in out
+
+
+def test_beside_nservicebus_it_succeeds_keeps_their_exchange_and_verify_warns(amqp, teardown, unique_prefix):
+    """--prefix nsb.v2. --version v2 on a broker that already has NServiceBus's delivery exchange
+    (declared without the alternate-exchange argument)."""
+    prefix = f"{unique_prefix}nsb.v2."
+    version = cascade.V2.with_(prefix=prefix, levels=3)
+    teardown(cascade.cascade_plan(version))
+    amqp.declare(cascade.Plan(version, (cascade.Exchange(f"{prefix}delay-delivery"),), (), ()))
+    out, _ = run("--version", "v2", "--prefix", prefix, "--levels", "3")
+    assert "Provisioned v2" in out
+    assert f"exchange {prefix}delay-delivery already exists without alternate-exchange={prefix}delay-unroutable: " \
+           "kept as it is: shared with another system" in out and "dropped by the broker" in out
+    delivery = next(e for e in broker().management.exchanges(broker().vhost) if e["name"] == f"{prefix}delay-delivery")
+    assert delivery["arguments"] == {}
+    out, _ = run("--verify", "--version", "v2", "--prefix", prefix, "--levels", "3")  # exit 0: a warning only
+    assert f"v2: warning: exchange {prefix}delay-delivery has no alternate-exchange" in out
+    assert "cascade complete and as planned (1 warning(s) above)" in out
+
+
+@pytest.mark.parametrize("default", ["v1", "v2", "v3"])
 def test_without_version_the_setting_chooses(settings, default):
     settings.DELAY_DEFAULT_VERSION = default
     out, _ = run("--dry-run")

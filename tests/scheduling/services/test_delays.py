@@ -31,7 +31,7 @@ def setup(versions, declared, unique_prefix, endpoint_name, amqp):
         row.provisioned_at = timezone.now()
         row.save()
     for plan in (old, new):
-        bind_endpoint(amqp, plan.version.prefix, endpoint_name)
+        bind_endpoint(amqp, plan.version, endpoint_name)
     endpoint = Endpoint.objects.create(name=endpoint_name, topology=versions["v1"])
     now = timezone.now()
     rows = [ScheduledMessage.objects.create(endpoint=endpoint, topology=versions["v1"], payload={"d": d},

@@ -20,7 +20,7 @@ Status = ScheduledMessage.Status
 
 @pytest.fixture
 def endpoint(platform, endpoint_name, amqp):
-    bind_endpoint(amqp, "dp.v2.", endpoint_name)
+    bind_endpoint(amqp, cascade.V2, endpoint_name)
     yield Endpoint.objects.create(name=endpoint_name, topology=platform["v2"])
     amqp.delete_queue(endpoint_name)
 

@@ -1,0 +1,48 @@
+"""The broker's own CPU time and memory, read from the node itself: what a message costs RabbitMQ.
+
+CPU is the Erlang VM's user + system time from /proc (the node runs on this machine); memory is
+what the management API reports as ``mem_used`` for the node.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def broker_pid(node: str | None = None) -> int:
+    args = ["rabbitmqctl", "-q", *(("-n", node) if node else ()), "eval", "os:getpid()."]
+    return int(subprocess.run(args, capture_output=True, text=True, check=True, timeout=60).stdout.strip().strip('"'))
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime (fields 14 and 15 of stat)
+
+
+@dataclass
+class CpuSpan:
+    seconds: float = 0.0
+
+    def per(self, messages: int) -> float | None:
+        """Microseconds of broker CPU per message."""
+        return self.seconds * 1e6 / messages if messages else None
+
+
+@contextmanager
+def broker_cpu(pid: int):
+    """``with broker_cpu(pid) as span: ...`` then ``span.seconds``."""
+    span, started = CpuSpan(), cpu_seconds(pid)
+    try:
+        yield span
+    finally:
+        span.seconds = cpu_seconds(pid) - started
+
+
+def mem_used(management, node: str | None = None) -> int:
+    chosen = [n for n in management.nodes() if node is None or n["name"] == node]
+    return chosen[0]["mem_used"]
