@@ -34,7 +34,7 @@ from . import selectors, wire
 from .clock import from_epoch_ms, now_ms, to_epoch_ms
 from .conf import broker, conf
 from .holding import Held, Holding
-from .services.delivery import Outcome, Result, delivery_receive, delivery_receive_many
+from .services.delivery import Outcome, Result, delivery_receive, delivery_receive_many, delivery_retry_unsent
 
 log = logging.getLogger(__name__)
 LONGEST_WAIT_SECONDS = 0.1  # how often the loop looks at webhooks, endpoint changes and stop
@@ -176,8 +176,11 @@ class DeliveryLoop(threading.Thread):
         where this one came from (the delivery exchange, or the queue)."""
         eta = from_epoch_ms(now_ms() + int(outcome.retry_in * 1000))
         out = wire.retry(held.message, held.delivery.message_id, outcome.attempt, eta)
-        result = self.consumer.publish([out])
-        if not result.confirmed:
-            raise rabbit.BrokerUnavailable(
-                f"retry of {held.delivery.message_id} not confirmed: {result.error or result.failed}"
-            )
+        try:
+            result = self.consumer.publish([out])
+            problem = None if result.confirmed else f"not confirmed: {result.error or result.failed}"
+        except rabbit.BrokerUnavailable as exc:
+            problem = str(exc)
+        if problem is not None:  # the held copy stays unacked and comes back: it must deliver again
+            delivery_retry_unsent(message_id=held.delivery.message_id, attempt=outcome.attempt)
+            raise rabbit.BrokerUnavailable(f"retry of {held.delivery.message_id}: {problem}")

@@ -135,6 +135,16 @@ def handler_failed(state: State, *, error: str, max_retries: int) -> tuple[Event
                    "last_error": f"handler attempt {attempts}: {error}"[:2000]}
 
 
+def retry_unsent(state: State, *, attempt: int) -> dict:
+    """The retry of ``attempt`` was recorded but the broker never confirmed its message (the
+    connection died): forget the attempt, so the unacked copy the broker hands back is delivered
+    again instead of being taken for an old duplicate and the message lost. {} if the row has
+    moved on (the retry did arrive, or someone cancelled it)."""
+    if state.status == Status.PUBLISHED and state.attempts == attempt and attempt > 0:
+        return {"attempts": attempt - 1}
+    return {}
+
+
 # --- what people do ----------------------------------------------------------------------------
 
 

@@ -168,6 +168,12 @@ class PrivateRabbit:
     def stop_app(self) -> None:
         self.ctl("stop_app")
 
+    def list_queues(self) -> dict[str, int]:
+        """Queues that hold messages, by name (for a failing test's message)."""
+        out = subprocess.run(["rabbitmqctl", "-q", "-n", self.node, "list_queues", "name", "messages", "--no-table-headers"],
+                             capture_output=True, text=True, timeout=60).stdout
+        return {name: int(n) for name, n in (line.split("\t") for line in out.splitlines() if "\t" in line) if n != "0"}
+
     def start_app(self) -> None:
         self.ctl("start_app")
         self.ctl("await_startup")

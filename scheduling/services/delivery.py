@@ -112,3 +112,14 @@ def delivery_receive_many(items: list[tuple[str, int]], *, defer_webhooks: bool 
 def delivery_receive(*, message_id: str, attempt: int = 0) -> Outcome:
     """One hand-over, in its own transaction (webhooks, and the scheduling.deliver task)."""
     return delivery_receive_many([(message_id, attempt)], defer_webhooks=False)[0]
+
+
+def delivery_retry_unsent(*, message_id: str, attempt: int) -> bool:
+    """The retry message of ``attempt`` was not confirmed by the broker: forget the attempt
+    (lifecycle.retry_unsent), so the copy the broker hands back runs the handler again."""
+    with transaction.atomic():
+        message = ScheduledMessage.objects.select_for_update().filter(id=message_id).first()
+        change = lifecycle.retry_unsent(message, attempt=attempt) if message is not None else {}
+        if change:
+            message.save(update_fields=lifecycle.apply(message, change))
+    return bool(change)

@@ -80,7 +80,11 @@ def test_migrate_delays_delivers_each_message_once_and_on_time(api, platform, wo
     call_command("migrate_delays", "--from", source, "--to", target, stdout=out)
     assert f"{source} level queues now hold 0 message(s)" in out.getvalue(), out.getvalue()
     assert in_flight(amqp, source) == 0
-    assert ScheduledMessage.objects.filter(id__in=ids + hours, topology__name=source).count() == 0
+    # what fell due while the run was moving (5 s and up) was delivered from the source, before the
+    # run could take it; everything still waiting now belongs to the target
+    left = ScheduledMessage.objects.filter(id__in=ids + hours, topology__name=source)
+    assert left.exclude(status=Status.DELIVERED).count() == 0
+    print(f"{left.count()} delivered from {source} while the run moved the rest")
 
     rows = assert_each_delivered_once_on_time(ids, timeout=120)
     assert all(r.delivery_count == 1 for r in rows)

@@ -78,3 +78,16 @@ def outcome(p, endpoint: str, scenario: str, note: str = "") -> Counts:
     )
 
 
+
+
+def why_lost(p, endpoint: str, node=None) -> str:
+    """What a failing count means: statuses, deliveries without a handler run, where the broker
+    still holds messages, and the workers' warnings (an assertion message, not a figure)."""
+    statuses = p.sql("SELECT m.status, count(*) FROM scheduling_scheduledmessage m JOIN scheduling_endpoint e "
+                     "ON e.id = m.endpoint_id WHERE e.name = %s GROUP BY 1", endpoint)
+    unhandled = sum(1 for r in p.sql(OUTCOME_SQL, endpoint) if r[1] == "delivered" and r[5] == 0)
+    queues = node.list_queues() if node is not None else "-"
+    warnings = [line for w in p.workers for line in w.log_text().splitlines()[-4000:]
+                if " WARNING" in line or " ERROR" in line or "Traceback" in line][-25:]
+    return (f"statuses {dict(statuses)}; delivered without a handler run {unhandled}; queues holding messages "
+            f"{queues}\n" + "\n".join(warnings))

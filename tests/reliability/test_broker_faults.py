@@ -10,7 +10,7 @@ from bench.harness import platform
 from tests.support import PrivateRabbit, wait_until
 
 from .conftest import FULL, size
-from .faults import count_status, endpoint, outcome, schedule, settle
+from .faults import count_status, endpoint, outcome, schedule, settle, why_lost
 
 pytestmark = [pytest.mark.reliability, pytest.mark.broker, pytest.mark.e2e]
 # make test runs a clean restart of every version and a crash of v2 and v3 (reduced); v1's crash,
@@ -51,7 +51,7 @@ def test_broker_restart_mid_delay(node, private_platform, version, how, report, 
     counts = report(outcome(p, name, f"broker {how} restart mid-delay, {version}"))
     assert counts.early == 0
     if (version, how) != ("v1", "crash"):  # a clean stop loses nothing on any; v2 and v3 nothing at all
-        assert settled and counts.lost == 0
+        assert settled and counts.lost == 0, why_lost(p, name, node)
 
 
 def test_broker_down_while_scheduling(node, private_platform, report, rng):

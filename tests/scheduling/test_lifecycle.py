@@ -108,6 +108,26 @@ def test_a_failing_handler_retries_then_gives_up(attempts, max_retries, event, s
                 "last_error": f"handler attempt {attempts + 1}: RuntimeError: 500"})
 
 
+@pytest.mark.parametrize(("status", "attempts", "attempt", "change"), [
+    (U, 1, 1, {"attempts": 0}), (U, 3, 3, {"attempts": 2}),
+    (D, 1, 1, {}),  # the retry arrived and was delivered meanwhile
+    (U, 2, 1, {}),  # a later attempt is under way
+    (C, 1, 1, {}), (F, 6, 6, {}), (U, 0, 0, {}),
+])
+def test_a_retry_the_broker_never_took_is_forgotten(status, attempts, attempt, change):
+    assert lifecycle.retry_unsent(State(status=status, due_at=DUE, attempts=attempts), attempt=attempt) == change
+
+
+def test_after_an_unsent_retry_the_copy_handed_back_delivers_again():
+    row = State(status=D, due_at=DUE, delivery_count=1)
+    _, failed = lifecycle.handler_failed(row, error="OperationalError: broker down", max_retries=5)
+    row = State(status=failed["status"], due_at=DUE, attempts=failed["attempts"], delivery_count=1)
+    assert lifecycle.arrive(row, attempt=0, now=NOW)[0] is Arrival.DUPLICATE  # what lost messages before
+    row = State(status=row.status, due_at=DUE, attempts=lifecycle.retry_unsent(row, attempt=1)["attempts"],
+                delivery_count=1)
+    assert lifecycle.arrive(row, attempt=0, now=NOW)[0] is Arrival.DELIVER
+
+
 def test_handler_errors_are_cut_to_2000_characters():
     _, change = lifecycle.handler_failed(State(status=D, due_at=DUE), error="x" * 5000, max_retries=1)
     assert len(change["last_error"]) == 2000

@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from scheduling.models import Endpoint, ScheduledMessage
-from scheduling.services.delivery import Result, delivery_receive, delivery_receive_many
+from scheduling.services.delivery import Result, delivery_receive, delivery_receive_many, delivery_retry_unsent
 from tests.support import RecordingServer
 
 pytestmark = pytest.mark.django_db
@@ -117,6 +117,20 @@ def test_handler_recovers_on_a_retry(make):
         assert delivery_receive(message_id=str(message.id), attempt=1).result is Result.DELIVERED
     message.refresh_from_db()
     assert message.status == Status.DELIVERED and message.attempts == 1 and len(server.requests) == 2
+
+
+def test_a_retry_the_broker_never_took_runs_the_handler_again_from_the_copy_handed_back(make):
+    """The loop recorded a failed attempt, then could not publish its retry (the broker died):
+    the unacked original comes back and must run the handler, not be dropped as a duplicate."""
+    with RecordingServer(fail_first=1) as server:
+        message = make(handler="webhook", target=server.url)
+        assert delivery_receive(message_id=str(message.id)).result is Result.RETRY
+        assert delivery_retry_unsent(message_id=str(message.id), attempt=1)
+        assert not delivery_retry_unsent(message_id=str(message.id), attempt=1)  # once only
+        assert delivery_receive(message_id=str(message.id), attempt=0).result is Result.DELIVERED
+    message.refresh_from_db()
+    assert message.status == Status.DELIVERED and message.attempts == 0 and len(server.requests) == 2
+    assert message.delivery_count == 2  # both hand-overs of the original stay counted
 
 
 @pytest.mark.parametrize("fail_first", [0, 1])
