@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: venv run test test-fast test-reliability bench bench-migration bench-admin bench-report
+.PHONY: venv run test test-fast test-reliability bench bench-profile bench-migration bench-admin bench-report
 
 $(BIN)/.installed: requirements.txt
 	scripts/services.sh python-venv
@@ -40,10 +40,19 @@ test-reliability: venv
 test-fast: venv
 	$(BIN)/python -m pytest -m "not broker and not e2e and not browser and not reliability and not django_db" $(PYTEST_ARGS)
 
-## bench: the six performance cases against their comparisons (< 15 min); one table, artifacts/bench.json
+## bench: the six performance cases on v2 and v3 side by side with their comparisons (~40 min); one table, artifacts/bench.json
 bench: venv
 	scripts/services.sh rabbitmq postgres
 	$(BIN)/python bench/suite.py
+
+## bench-profile: where the CPU goes per message (web, worker, PostgreSQL, RabbitMQ) and what each broker stage costs, v2 and v3
+bench-profile: venv
+	scripts/services.sh rabbitmq postgres
+	$(BIN)/python bench/broker_stages.py --versions v2,v3
+	$(BIN)/python bench/cpu_split.py --version v2 --case rate
+	$(BIN)/python bench/cpu_split.py --version v3 --case rate
+	$(BIN)/python bench/cpu_split.py --version v2 --case burst
+	$(BIN)/python bench/cpu_split.py --version v3 --case burst
 
 ## bench-migration: migrate_delays rate for 10,000 in-flight messages
 bench-migration: venv
