@@ -1,7 +1,5 @@
-"""The broker's own CPU time and memory, read from the node itself: what a message costs RabbitMQ.
-
-CPU is the Erlang VM's user + system time from /proc (the node runs on this machine); memory is
-what the management API reports as ``mem_used`` for the node.
+"""The broker's own CPU time, read from the node itself: what a message costs RabbitMQ (the
+Erlang VM's user + system time from /proc; the node runs on this machine).
 """
 
 from __future__ import annotations
@@ -41,8 +39,3 @@ def broker_cpu(pid: int):
         yield span
     finally:
         span.seconds = cpu_seconds(pid) - started
-
-
-def mem_used(management, node: str | None = None) -> int:
-    chosen = [n for n in management.nodes() if node is None or n["name"] == node]
-    return chosen[0]["mem_used"]
