@@ -140,26 +140,42 @@ class DeliveryLoop(threading.Thread):
             log.warning("delivery of %d message(s) postponed: database unavailable (%s); retry in %gs, unacked",
                         len(due), exc, min(waits))
             return
-        settled = []
+        decided = []
         for held, outcome in zip(due, outcomes):
             if outcome.result is Result.DEFERRED:
                 future = self.webhooks.submit(delivery_receive, message_id=held.delivery.message_id,
                                               attempt=held.delivery.attempt)
                 future.add_done_callback(lambda f, h=held: self.finished.put((h, f.exception() or f.result())))
-            elif self._settle(held, outcome):
-                settled.append(held.message)
-        self.consumer.ack_many(settled)  # one write, as few frames as AMQP's multiple ack allows
+            else:
+                decided.append((held, outcome))
+        self._settle_all(decided)
 
     def _finish_webhooks(self) -> None:
-        settled = []
+        decided = []
         while not self.finished.empty():
             held, result = self.finished.get()
             if isinstance(result, DatabaseError):
                 self.holding.database_failed(held, now_ms())
             elif isinstance(result, Exception):
                 log.error("webhook delivery of %s raised %r; left unacked", held.delivery.message_id, result)
-            elif self._settle(held, result):
-                settled.append(held.message)
+            else:
+                decided.append((held, result))
+        self._settle_all(decided)
+
+    def _settle_all(self, decided: list[tuple[Held, Outcome]]) -> None:
+        """Settle a batch, then ack it in one write (as few frames as AMQP's multiple ack allows).
+        If a retry cannot be published the session ends: every retry of the batch not yet sent is
+        forgotten on its row first, since its held copy, unacked, comes back and must deliver."""
+        settled = []
+        for index, (held, outcome) in enumerate(decided):
+            try:
+                if self._settle(held, outcome):
+                    settled.append(held.message)
+            except rabbit.BrokerUnavailable:
+                for later, later_outcome in decided[index + 1:]:
+                    if later_outcome.result is Result.RETRY:
+                        delivery_retry_unsent(message_id=later.delivery.message_id, attempt=later_outcome.attempt)
+                raise
         self.consumer.ack_many(settled)
 
     def _settle(self, held: Held, outcome: Outcome) -> bool:
