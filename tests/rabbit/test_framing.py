@@ -12,7 +12,6 @@ from kombu.transport import pyamqp
 import rabbit
 from rabbit import framing
 from rabbit.publish import publish_confirmed
-from topology import cascade
 
 pytestmark = pytest.mark.broker
 
@@ -23,14 +22,6 @@ def test_py_amqp_and_kombu_still_take_a_frame_writer():
     assert "frame_writer" in inspect.signature(amqp.Connection.__init__).parameters
     assert list(inspect.signature(framing.amqp_frame_writer).parameters)[:2] == ["connection", "transport"]
     assert "transport_options" in inspect.getsource(pyamqp.Transport.establish_connection)
-
-
-@pytest.fixture
-def queue(amqp):
-    name = f"frm-{uuid.uuid4().hex[:8]}"
-    amqp.declare_queue(cascade.Queue(name))
-    yield name
-    amqp.delete_queue(name)
 
 
 def test_a_confirmed_batch_goes_out_in_few_writes_in_order(amqp, queue):

@@ -13,14 +13,6 @@ from topology import cascade
 pytestmark = pytest.mark.broker
 
 
-@pytest.fixture
-def queue(amqp):
-    name = f"pub-{uuid.uuid4().hex[:8]}"
-    amqp.declare_queue(cascade.Queue(name))
-    yield name
-    amqp.delete_queue(name)
-
-
 def out(queue: str, n: int, **properties) -> list[rabbit.Outgoing]:
     return [rabbit.Outgoing("", queue, b"%d" % i, {"n": i}, {"message_id": uuid.uuid4().hex, **properties})
             for i in range(n)]
