@@ -20,12 +20,13 @@ from django.db import transaction
 import rabbit
 from topology import cascade
 
-from .. import lifecycle, wire
+from .. import wire
 from ..clock import from_epoch_ms, now_ms, to_epoch_ms
 from ..conf import broker, conf
-from ..lifecycle import IN_FLIGHT, Event, Status
+from ..lifecycle import IN_FLIGHT
 from ..models import ScheduledMessage, TopologyVersion
 from .relay import mark_published
+from .unroutable import mark_unroutable
 
 POISON_REASON = "no x-dp-due-at-ms, arrival time or requested delay"
 
@@ -61,10 +62,8 @@ def _mark_parked(message: rabbit.Received, out: rabbit.Outgoing, poison_queue: s
     message_id = message.headers.get(wire.H_MESSAGE_ID)
     if not wire.is_row_id(message_id):
         return 0
-    return ScheduledMessage.objects.filter(id=message_id, status__in=lifecycle.sources(Event.UNROUTABLE)).update(
-        status=lifecycle.transition(Status.PUBLISHED, Event.UNROUTABLE),
-        last_error=f"not moved: {out.headers[wire.H_POISON_REASON]}; parked in {poison_queue}; republish it",
-    )
+    return mark_unroutable(message_id,
+                           f"not moved: {out.headers[wire.H_POISON_REASON]}; parked in {poison_queue}; republish it")
 
 
 def level_depths(session: rabbit.Session, version: cascade.Version) -> dict[int, int]:

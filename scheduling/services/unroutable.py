@@ -16,14 +16,19 @@ from ..models import ScheduledMessage
 log = logging.getLogger(__name__)
 
 
-def _mark_failed(message_id: str, destination: str, prefix: str) -> int:
+def mark_unroutable(message_id: str, reason: str) -> int:
+    """The lifecycle's ``unroutable`` for a message the broker cannot carry to its destination
+    (here, or parked by a migration): ``failed`` with the reason, ready to republish."""
     return ScheduledMessage.objects.filter(id=message_id, status__in=lifecycle.sources(Event.UNROUTABLE)).update(
-        status=lifecycle.transition(Status.PUBLISHED, Event.UNROUTABLE),
-        last_error=(
-            f"unroutable: no queue is bound for {destination!r} on {cascade.delivery_exchange(prefix)} "
-            "(queue deleted or unbound); re-bind the endpoint and republish"
-        ),
+        status=lifecycle.transition(Status.PUBLISHED, Event.UNROUTABLE), last_error=reason,
     )
+
+
+def _mark_failed(message_id: str, destination: str, prefix: str) -> int:
+    return mark_unroutable(message_id, (
+        f"unroutable: no queue is bound for {destination!r} on {cascade.delivery_exchange(prefix)} "
+        "(queue deleted or unbound); re-bind the endpoint and republish"
+    ))
 
 
 def unroutable_drain(*, limit: int = 1000) -> int:
