@@ -36,8 +36,9 @@ def test_destination_queue_deleted_then_rebound_and_republished(report, rng, ver
         assert stuck == 0 and unroutable == 0  # drained, and nothing left in a level
 
         p.api("POST", f"/api/endpoints/{name}/activate/")  # re-binds the queue
-        for message_id in ids:
-            assert p.api("POST", f"/api/messages/{message_id}/republish/")["status"] == "published"
+        # "pending" is an honest answer too: the sweeper may hold the row (SKIP LOCKED) at that moment
+        answers = [p.api("POST", f"/api/messages/{message_id}/republish/")["status"] for message_id in ids]
+        assert set(answers) <= {"published", "pending"}, set(answers)
         settle(p, name, n, timeout=60)
         counts = report(outcome(p, name, f"destination queue deleted, then republished, {version}",
                                 note="lateness counts from the original due time"))
