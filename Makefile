@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: venv run test test-fast test-reliability bench bench-profile bench-migration bench-admin bench-report
+.PHONY: venv run test test-fast test-reliability test-cluster cluster cluster-stop bench bench-profile bench-migration bench-admin bench-report
 
 $(BIN)/.installed: requirements.txt
 	scripts/services.sh python-venv
@@ -20,7 +20,7 @@ venv: $(BIN)/.installed
 
 ## run: install, start RabbitMQ and PostgreSQL, migrate, provision the cascades, serve web + worker
 run: venv .env
-	scripts/services.sh rabbitmq postgres platform-db
+	scripts/services.sh rabbitmq postgres platform-db java
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py collectstatic --noinput -v0
 	$(BIN)/python manage.py provision_delays --version all
@@ -28,13 +28,26 @@ run: venv .env
 
 ## test: the whole suite against real RabbitMQ, PostgreSQL, Celery workers and headless Chromium
 test: venv
-	scripts/services.sh rabbitmq postgres chromium
+	scripts/services.sh rabbitmq postgres chromium java
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## test-reliability: fault injection and fuzzing at full size (make test runs them reduced); prints the counts
 test-reliability: venv
 	scripts/services.sh rabbitmq postgres
-	RELIABILITY_FULL=1 $(BIN)/python -m pytest tests/reliability -s -p no:randomly $(PYTEST_ARGS)
+	RELIABILITY_FULL=1 $(BIN)/python -m pytest tests/reliability -m "not cluster" -s -p no:randomly $(PYTEST_ARGS)
+
+## test-cluster: every cluster fault at full size on a three-node cluster of its own (~8 min); prints the counts
+test-cluster: venv
+	scripts/services.sh rabbitmq postgres
+	RELIABILITY_FULL=1 $(BIN)/python -m pytest tests/reliability -m cluster -s -p no:randomly $(PYTEST_ARGS)
+
+## cluster: start a local three-node RabbitMQ cluster (ports 5681-5683, management 15681-15683) and print its URLs
+cluster:
+	scripts/services.sh rabbitmq-cluster
+
+## cluster-stop: stop it and remove its data
+cluster-stop:
+	scripts/rabbitmq-cluster.sh stop
 
 ## test-fast: pure unit tests only (no services)
 test-fast: venv
@@ -66,5 +79,5 @@ bench-admin: venv
 
 ## bench-report: 10 M synthetic deliveries in a throwaway database, then export + Spark job + load
 bench-report: venv
-	scripts/services.sh postgres
+	scripts/services.sh postgres java
 	$(BIN)/python bench/report_pipeline.py

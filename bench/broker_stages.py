@@ -65,20 +65,25 @@ def consume(session, queue: str, n: int, multiple: bool) -> None:
     channel.close()
 
 
-def stage_costs(broker: Broker, version: cascade.Version, pid: int, n: int, delay: int, multiple: bool) -> dict:
+def stage_costs(broker: Broker, version: cascade.Version, pids: list[int], n: int, delay: int, multiple: bool,
+                queue_type: str = "classic") -> dict:
+    """Microseconds of broker CPU per message for each stage (``pids``: the nodes, summed)."""
+    def cpu():
+        return sum(cpu_seconds(pid) for pid in pids)
+
     with broker.session() as session:
         queue = f"stage-{uuid.uuid4().hex[:6]}"
-        session.declare_queue(cascade.endpoint_queue(queue))
+        session.declare_queue(cascade.endpoint_queue(queue, queue_type))
         session.bind(cascade.endpoint_binding(version, queue))
         out = [platform_message(version, delay, queue) for _ in range(n)]
-        start = cpu_seconds(pid)
+        start = cpu()
         session.publish(out, window=128)
-        published = cpu_seconds(pid)
+        published = cpu()
         while (session.queue_depth(queue) or 0) < n:
             time.sleep(0.2)
-        arrived = cpu_seconds(pid)
+        arrived = cpu()
         consume(session, queue, n, multiple)
-        consumed = cpu_seconds(pid)
+        consumed = cpu()
         session.delete_queue(queue)
     return {"publish": (published - start) * 1e6 / n, "cascade": (arrived - published) * 1e6 / n,
             "consume": (consumed - arrived) * 1e6 / n}
@@ -102,7 +107,7 @@ def main() -> None:
                                            ("1 hop (level 0)", 1, False),
                                            ("2 hops (levels 1, 0)", 3, False),
                                            ("1 hop, multiple acks", 1, True)):
-                costs = stage_costs(broker, version, pid, args.messages, delay, multiple)
+                costs = stage_costs(broker, version, [pid], args.messages, delay, multiple)
                 rows.append((name, label, costs))
                 print(f"{name} {label:<34} publish {costs['publish']:5.0f} µs  cascade {costs['cascade']:5.0f} µs  "
                       f"consume+ack {costs['consume']:5.0f} µs", flush=True)

@@ -146,8 +146,19 @@ LOGGING = {
 BROKER_URL = os.environ.get("BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//")
 RABBITMQ_MANAGEMENT_URL = os.environ.get("RABBITMQ_MANAGEMENT_URL", "")  # derived when empty
 
+# The type of the queues the platform declares outside the cascades: endpoint queues and
+# Celery's task queues. "quorum" on a cluster (replicated to every node, so a node's death
+# loses nothing and stops nothing); "classic" (the default) keeps what existing brokers have.
+DELAY_QUEUE_TYPE = os.environ.get("DELAY_QUEUE_TYPE") or "classic"
+if DELAY_QUEUE_TYPE not in ("classic", "quorum"):
+    raise ImproperlyConfigured(f"DELAY_QUEUE_TYPE must be classic or quorum, not {DELAY_QUEUE_TYPE!r}")
+_TASK_QUEUE_ARGUMENTS = {"x-queue-type": "quorum"} if DELAY_QUEUE_TYPE == "quorum" else None
+
 # Which cascade new endpoints use unless they say otherwise (and commands without --version).
 DELAY_DEFAULT_VERSION = os.environ.get("DELAY_DEFAULT_VERSION") or "v3"
+# Shards per version, "v3=4,v2=2": k parallel cascades of a version (a version not named has 1),
+# when one quorum queue per level is the ceiling. Checked in scheduling/conf.py.
+DELAY_SHARDS = os.environ.get("DELAY_SHARDS", "")
 
 # --- Celery -----------------------------------------------------------------------------------
 
@@ -191,8 +202,9 @@ DELAY_RELAY_QUEUE = os.environ.get("DELAY_RELAY_QUEUE") or "dp.relay"
 DELAY_TIMEOUTS_LOOKAHEAD_MS = env_number("DELAY_TIMEOUTS_LOOKAHEAD_MS", "1500")
 
 CELERY_TASK_QUEUES = [
-    Queue("celery", Exchange("celery", type="direct"), routing_key="celery"),
-    Queue(DELAY_RELAY_QUEUE, Exchange(DELAY_RELAY_QUEUE, type="direct"), routing_key=DELAY_RELAY_QUEUE),
+    Queue("celery", Exchange("celery", type="direct"), routing_key="celery", queue_arguments=_TASK_QUEUE_ARGUMENTS),
+    Queue(DELAY_RELAY_QUEUE, Exchange(DELAY_RELAY_QUEUE, type="direct"), routing_key=DELAY_RELAY_QUEUE,
+          queue_arguments=_TASK_QUEUE_ARGUMENTS),
 ]
 CELERY_TASK_ROUTES = {"scheduling.relay.*": {"queue": DELAY_RELAY_QUEUE}}
 CELERY_BEAT_SCHEDULE = {

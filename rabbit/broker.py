@@ -6,6 +6,11 @@
         outcome = session.publish(messages)
     broker.publish(messages)                 # the relay: a long-lived connection per thread
     broker.management.queue_depths(broker.vhost)
+
+On a cluster (a failover URL listing the nodes) every connection fails over to a live node, and
+a session declares each new quorum queue through a connection to a chosen node: a quorum queue's
+leader is placed on the node its declaring client is connected to, so a plan's level queues and
+the endpoint queues get their leaders spread over the nodes.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from .errors import BrokerUnavailable
 from .management import Management
 from .publish import DEFAULT_WINDOW, Outcome, Outgoing, publish_confirmed
 from .reader import QueueReader
-from .urls import describe, management_url_for, vhost_of
+from .urls import describe, management_url_for, node_for, node_urls, vhost_of
 
 
 class Session:
@@ -30,18 +35,42 @@ class Session:
     :meth:`reader`, whose channel lives as long as the reader (unacked messages return when it
     closes)."""
 
-    def __init__(self, conn):
+    def __init__(self, conn, url: str | None = None):
         self.conn = conn
+        self.url = url  # set when the broker has several nodes: queues are placed over them
+        self._placing: dict[int, object] = {}  # node index -> connection opened to place queues
 
-    def declare(self, plan: cascade.Plan) -> list[str]:
-        """Returns a line per exchange kept as another system had declared it."""
-        return declare.declare_plan(self.conn, plan)
+    def _conn_for(self, node: int):
+        """A connection whose first choice is node ``node`` (leader placement), else the session's."""
+        if self.url is None:
+            return self.conn
+        node %= len(node_urls(self.url))
+        if node not in self._placing:
+            self._placing[node] = open_connection(self.url, first=node)
+        return self._placing[node]
+
+    def close(self) -> None:
+        for conn in self._placing.values():
+            release(conn)
+        self._placing.clear()
+
+    def declare(self, plan: cascade.Plan, first_node: int = 0) -> list[str]:
+        """Returns a line per exchange kept as another system had declared it. Queue i of the
+        plan is declared through node ``first_node + i`` (modulo the nodes), which spreads the
+        levels' leaders (a shard passes its number, so shards' same levels differ too)."""
+        return declare.declare_plan(self.conn, plan, queue_conn=lambda i: self._conn_for(first_node + i))
 
     def teardown(self, plan: cascade.Plan) -> None:
         declare.teardown_plan(self.conn, plan)
 
     def declare_queue(self, queue: cascade.Queue) -> None:
-        declare.declare_queue(self.conn, queue)
+        """Through the node its name hashes to, on a cluster (its leader lands there)."""
+        node = node_for(queue.name, len(node_urls(self.url))) if self.url else 0
+        declare.declare_queue(self._conn_for(node), queue)
+
+    def declare_task_queue(self, queue) -> None:
+        """A Celery task queue (a kombu Queue from Celery's router), with its exchange and binding."""
+        declare.declare_task_queue(self.conn, queue)
 
     def bind(self, binding: cascade.Binding) -> None:
         declare.bind(self.conn, binding)
@@ -84,13 +113,19 @@ class Broker:
     def management(self) -> Management:
         return Management(self.management_url)
 
+    @property
+    def nodes(self) -> list[str]:
+        return node_urls(self.url)
+
     @contextmanager
     def session(self):
         """A connection for one unit of work (BrokerUnavailable if it cannot be had)."""
         conn = open_connection(self.url)
+        session = Session(conn, self.url if len(self.nodes) > 1 else None)
         try:
-            yield Session(conn)
+            yield session
         finally:
+            session.close()
             release(conn)
 
     def publish(self, messages: list[Outgoing], *, window: int = DEFAULT_WINDOW) -> Outcome:
@@ -100,7 +135,7 @@ class Broker:
         conn = getattr(self._local, "conn", None)
         if conn is None or not conn.connected:
             self.close_publisher()
-            conn = self._local.conn = open_connection(self.url)
+            conn = self._local.conn = open_connection(self.url, role="publisher")
         outcome = publish_confirmed(conn, messages, window=window)
         if outcome.error:
             self.close_publisher()

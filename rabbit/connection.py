@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from contextlib import contextmanager
 
 from amqp.exceptions import AMQPError, NotFound, PreconditionFailed
@@ -10,7 +12,7 @@ from kombu.exceptions import OperationalError
 
 from .errors import BrokerUnavailable, TopologyConflict, TopologyMissing
 from .framing import buffering_frame_writer
-from .urls import describe
+from .urls import describe, node_urls, rotated
 
 # What a broken or refused connection raises, from the socket up through amqp and kombu.
 CONNECTION_ERRORS = (OSError, AMQPError, OperationalError)
@@ -22,17 +24,30 @@ def reason(exc: BaseException) -> str:
     return text.split(" - ", 1)[-1] if text.startswith(("PRECONDITION_FAILED", "NOT_FOUND")) else text
 
 
-def open_connection(url: str) -> Connection:
-    """A connected kombu connection (5 s to connect, no retries), or BrokerUnavailable. Its
-    publishes can be batched into one socket write (rabbit.framing)."""
-    conn = Connection(url, connect_timeout=5,
-                      transport_options={"max_retries": 0, "frame_writer": buffering_frame_writer})
-    try:
-        conn.connect()
-    except CONNECTION_ERRORS as exc:
-        conn.release()
-        raise BrokerUnavailable(f"cannot connect to RabbitMQ at {describe(url)}: {reason(exc)}") from None
-    return conn
+def connection_name(role: str) -> str:
+    """What the management UI shows for a connection: role, host and process."""
+    return f"delay-platform {role} {socket.gethostname()} pid {os.getpid()}"
+
+
+def open_connection(url: str, first: int = 0, role: str = "session") -> Connection:
+    """A connected kombu connection (5 s to connect, no retries), or BrokerUnavailable. A
+    failover URL (``amqp://a;amqp://b``) is tried node by node, from node ``first`` on, so a
+    dead node costs one refused connection. The connection is named after ``role`` (see
+    :func:`connection_name`), so an operator can tell which node each part is on. Its publishes can be batched into one socket write
+    (rabbit.framing)."""
+    failures = []
+    for node in rotated(node_urls(url), first):
+        conn = Connection(node, connect_timeout=5,
+                          transport_options={"max_retries": 0, "frame_writer": buffering_frame_writer,
+                                             "client_properties": {"connection_name": connection_name(role)}})
+        try:
+            conn.connect()
+        except CONNECTION_ERRORS as exc:
+            conn.release()
+            failures.append(f"{describe(node)}: {reason(exc)}")
+            continue
+        return conn
+    raise BrokerUnavailable(f"cannot connect to RabbitMQ at {'; '.join(failures)}")
 
 
 def release(conn: Connection | None) -> None:

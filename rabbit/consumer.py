@@ -43,7 +43,7 @@ class Consumer:
 
     @contextmanager
     def connected(self):
-        self.conn = open_connection(self.url)
+        self.conn = open_connection(self.url, role="delivery-loop")
         try:
             self._open_channel()
             yield self

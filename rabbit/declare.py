@@ -48,17 +48,19 @@ def _declare_or_keep(conn: Connection, exchange: cascade.Exchange) -> str | None
     return f"exchange {exchange.name} already exists without {wanted}: kept as it is"
 
 
-def declare_plan(conn: Connection, plan: cascade.Plan) -> list[str]:
+def declare_plan(conn: Connection, plan: cascade.Plan, queue_conn=None) -> list[str]:
     """Every exchange, queue and binding of the plan. Returns one line per exchange kept as
-    another system declared it (see :func:`_declare_or_keep`)."""
+    another system declared it (see :func:`_declare_or_keep`). ``queue_conn(i)``, if given, is
+    the connection to declare the plan's i-th queue through (where its leader goes)."""
     kept = [line for e in plan.exchanges if e.may_exist_without_arguments
             if (line := _declare_or_keep(conn, e))]
     with channel_of(conn) as channel:
         for exchange in plan.exchanges:
             if not exchange.may_exist_without_arguments:
                 kombu_exchange(exchange).declare(channel=channel)
-        for queue in plan.queues:
-            kombu_queue(queue).queue_declare(channel=channel)
+    for index, queue in enumerate(plan.queues):
+        declare_queue(queue_conn(index) if queue_conn else conn, queue)
+    with channel_of(conn) as channel:
         for binding in plan.bindings:
             _bind(channel, binding)
     return kept
@@ -71,6 +73,12 @@ def teardown_plan(conn: Connection, plan: cascade.Plan) -> None:
             channel.queue_delete(queue.name)
         for exchange in plan.exchanges:
             channel.exchange_delete(exchange.name)
+
+
+def declare_task_queue(conn: Connection, queue: Queue) -> None:
+    """A Celery task queue as Celery declares it (its exchange, the queue, the binding)."""
+    with channel_of(conn) as channel:
+        queue(channel).declare()
 
 
 def declare_queue(conn: Connection, queue: cascade.Queue) -> None:

@@ -11,25 +11,44 @@ from urllib.parse import quote, urlsplit
 import requests
 
 from .errors import ManagementUnavailable
+from .urls import node_urls
 
 
 class Management:
+    """``url`` may list several nodes (``http://a:15672;http://b:15672``): a request goes to the
+    node that answered last and fails over to the others when it cannot be reached."""
+
     def __init__(self, url: str, timeout: float = 10.0):
-        parts = urlsplit(url)
-        self.base = f"{parts.scheme}://{parts.hostname}:{parts.port or 15672}{parts.path.rstrip('/')}/api"
-        self.auth = (parts.username or "guest", parts.password or "guest")
+        self.bases, self.auths = [], []
+        for node in node_urls(url):
+            parts = urlsplit(node)
+            self.bases.append(f"{parts.scheme}://{parts.hostname}:{parts.port or 15672}{parts.path.rstrip('/')}/api")
+            self.auths.append((parts.username or "guest", parts.password or "guest"))
         self.timeout = timeout
+        self._current = 0
+
+    @property
+    def base(self) -> str:
+        return self.bases[self._current]
+
+    def _send(self, method: str, path: str, **kwargs) -> requests.Response:
+        for step in range(len(self.bases)):
+            index = (self._current + step) % len(self.bases)
+            try:
+                response = requests.request(method, self.bases[index] + path, auth=self.auths[index],
+                                            timeout=self.timeout, **kwargs)
+            except requests.RequestException as exc:
+                failure = exc
+                continue
+            self._current = index
+            return response
+        raise ManagementUnavailable(
+            f"cannot reach the RabbitMQ management API at {'; '.join(self.bases)} ({type(failure).__name__}); "
+            "enable it with: rabbitmq-plugins enable rabbitmq_management"
+        ) from None
 
     def _request(self, method: str, path: str, **kwargs):
-        try:
-            response = requests.request(
-                method, self.base + path, auth=self.auth, timeout=self.timeout, **kwargs
-            )
-        except requests.RequestException as exc:
-            raise ManagementUnavailable(
-                f"cannot reach the RabbitMQ management API at {self.base} ({type(exc).__name__}); "
-                "enable it with: rabbitmq-plugins enable rabbitmq_management"
-            ) from None
+        response = self._send(method, path, **kwargs)
         if response.status_code == 404 and method == "GET":
             return None
         if response.status_code >= 400:

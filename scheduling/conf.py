@@ -25,6 +25,8 @@ class DelaySettings:
     broker_url: str
     management_url: str  # empty: the broker's host, port 15672
     default_version: str  # cascade of new endpoints (and of commands without --version)
+    shards: dict[str, int]  # version name -> shards (DELAY_SHARDS "v3=4,v2=2"; a version not named has 1)
+    queue_type: str  # classic or quorum: endpoint queues (and Celery's, in settings)
     arrival_margin_ms: int
     max_payload_bytes: int
     bulk_max: int  # messages per bulk request
@@ -75,6 +77,7 @@ def _read() -> DelaySettings:
         except AttributeError:
             raise ImproperlyConfigured(f"the setting {name} is missing") from None
         values[f.name] = Path(value) if f.type == "Path" else value
+    values["shards"] = parse_shards(values["shards"])
     typed = DelaySettings(**values)
     if typed.default_version not in cascade.VERSIONS:
         raise ImproperlyConfigured(
@@ -86,9 +89,57 @@ def _read() -> DelaySettings:
     return typed
 
 
+def parse_shards(value) -> dict[str, int]:
+    """``"v3=4,v2=2"`` (or a dict, from tests' settings) -> {"v3": 4, "v2": 2}; one clear line
+    for what cannot work: an unknown version, a count that is not a whole number from 1 to 64."""
+    if isinstance(value, dict):
+        items = [(str(name), count) for name, count in value.items()]
+    else:
+        items = []
+        for item in (part.strip() for part in str(value or "").split(",")):
+            if not item:
+                continue
+            name, equals, count = item.partition("=")
+            if not equals:
+                raise ImproperlyConfigured(f"DELAY_SHARDS: {item!r} is not VERSION=COUNT (e.g. DELAY_SHARDS=v3=4,v2=2)")
+            items.append((name.strip(), count.strip()))
+    shards: dict[str, int] = {}
+    for name, count in items:
+        if name not in cascade.VERSIONS:
+            raise ImproperlyConfigured(
+                f"DELAY_SHARDS names the unknown version {name!r}; known versions: {', '.join(cascade.VERSIONS)}"
+            )
+        if name in shards:
+            raise ImproperlyConfigured(f"DELAY_SHARDS names {name} twice")
+        try:
+            number = count if isinstance(count, int) and not isinstance(count, bool) else int(str(count), 10)
+        except ValueError:
+            raise ImproperlyConfigured(f"DELAY_SHARDS: the shards of {name} must be a whole number, not {count!r}") from None
+        if not 1 <= number <= cascade.MAX_SHARDS:
+            raise ImproperlyConfigured(
+                f"DELAY_SHARDS: {name} may have 1 to {cascade.MAX_SHARDS} shards, not {number}"
+            )
+        shards[name] = number
+    return shards
+
+
 @functools.cache
 def conf() -> DelaySettings:
     return _read()
+
+
+def configured_version(name: str, *, prefix: str | None = None, levels: int | None = None) -> cascade.Version:
+    """The cascade of a version as this platform runs it: the built-in version with the shard
+    count DELAY_SHARDS gives it (under another prefix or level count, for a TopologyVersion row
+    or a command's --prefix/--levels). Everything that publishes, declares, verifies, explains or
+    drains a cascade gets its Version here, so all of them agree on the shards."""
+    return _version(name, prefix, levels, conf().shards.get(name, 1))
+
+
+@functools.lru_cache(maxsize=64)
+def _version(name: str, prefix: str | None, levels: int | None, shards: int) -> cascade.Version:
+    """Built once per (name, prefix, levels, shards): scheduling asks for it per batch."""
+    return cascade.get_version(name).with_(prefix=prefix, levels=levels, shards=shards)
 
 
 @functools.cache

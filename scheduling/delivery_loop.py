@@ -41,8 +41,9 @@ LONGEST_WAIT_SECONDS = 0.1  # how often the loop looks at webhooks, endpoint cha
 
 
 class DeliveryLoop(threading.Thread):
-    def __init__(self):
+    def __init__(self, worker_name: str = ""):
         super().__init__(name="dp-delivery-loop", daemon=True)
+        self.worker_name = worker_name  # the Celery node name, recorded on every delivery
         self.settings = conf()
         self.stopping = threading.Event()
         self.sync_now = threading.Event()
@@ -133,7 +134,8 @@ class DeliveryLoop(threading.Thread):
         if not due:
             return
         try:
-            outcomes = delivery_receive_many([(h.delivery.message_id, h.delivery.attempt) for h in due])
+            outcomes = delivery_receive_many([(h.delivery.message_id, h.delivery.attempt) for h in due],
+                                             by=self.worker_name)
         except DatabaseError as exc:
             close_old_connections()
             waits = [self.holding.database_failed(held, now_ms()) for held in due]
@@ -143,7 +145,7 @@ class DeliveryLoop(threading.Thread):
         decided = []
         for held, outcome in zip(due, outcomes):
             if outcome.result is Result.DEFERRED:
-                future = self.webhooks.submit(delivery_receive, message_id=held.delivery.message_id,
+                future = self.webhooks.submit(delivery_receive, message_id=held.delivery.message_id, by=self.worker_name,
                                               attempt=held.delivery.attempt)
                 future.add_done_callback(lambda f, h=held: self.finished.put((h, f.exception() or f.result())))
             else:

@@ -108,12 +108,13 @@ class State:
 
 
 def arrive(state: State, *, attempt: int, now: datetime, redelivered: bool = False,
-           rerun_redelivered: bool = False) -> tuple[Arrival, dict]:
+           rerun_redelivered: bool = False, by: str | None = None) -> tuple[Arrival, dict]:
     """What to do with a hand-over of ``attempt`` (0: the copy that came through the cascade;
     n: the n-th handler retry) and the fields to record. Every copy of attempt 0 counts in
     ``delivery_count``, so duplicates the broker made stay visible. ``rerun_redelivered``: a
     Celery task with acks_late runs again when its worker died mid-run (the broker marks the
-    copy redelivered), as Celery would without the platform."""
+    copy redelivered), as Celery would without the platform. ``by``: the worker that received
+    it, recorded with the delivery (which worker of several delivered a message)."""
     counted = {"delivery_count": state.delivery_count + 1} if attempt == 0 else {}
     if state.status == Status.CANCELLED:
         return Arrival.CANCELLED, counted
@@ -121,6 +122,8 @@ def arrive(state: State, *, attempt: int, now: datetime, redelivered: bool = Fal
         change = {**counted, "status": transition(state.status, Event.DELIVER)}
         if attempt == 0:
             change |= {"delivered_at": now, "lateness_ms": lateness_ms(state.due_at, now)}
+            if by is not None:
+                change["delivered_by"] = by
         return Arrival.DELIVER, change
     if rerun_redelivered and redelivered and state.status == Status.DELIVERED:
         return Arrival.DELIVER, counted

@@ -1,6 +1,5 @@
 """The platform's data. Models hold data and their invariants; writes live in services."""
 
-import functools
 import uuid
 
 from django.core.exceptions import ValidationError
@@ -11,12 +10,14 @@ from django.utils import timezone
 from topology import cascade
 
 from .clock import to_epoch_ms
+from .conf import configured_version
 from .lifecycle import Status
 
 
 class TopologyVersion(models.Model):
     """One generation of the cascade as this platform provisions it (v1, v2, v3). Which one new
-    endpoints use is the setting DELAY_DEFAULT_VERSION."""
+    endpoints use is the setting DELAY_DEFAULT_VERSION; how many shards it has, DELAY_SHARDS
+    (``shards`` records what the last provisioning declared)."""
 
     class QueueKind(models.TextChoices):
         CLASSIC_LAZY = "classic-lazy", "classic, lazy"
@@ -28,6 +29,10 @@ class TopologyVersion(models.Model):
         default=cascade.DEFAULT_LEVELS, validators=[MinValueValidator(1), MaxValueValidator(64)]
     )
     queue_kind = models.CharField(max_length=16, choices=QueueKind.choices)
+    shards = models.PositiveSmallIntegerField(
+        default=1, validators=[MinValueValidator(1), MaxValueValidator(cascade.MAX_SHARDS)],
+        help_text="parallel cascades declared by the last provisioning (DELAY_SHARDS sets how many)",
+    )
     provisioned_at = models.DateTimeField(null=True, blank=True)
     verified_at = models.DateTimeField(null=True, blank=True)
     verify_problems = models.JSONField(default=list, blank=True)
@@ -41,17 +46,12 @@ class TopologyVersion(models.Model):
 
     @property
     def cascade(self) -> cascade.Version:
-        return _cascade_of(self.name, self.prefix, self.levels)
+        """This version's cascade under its prefix and levels, with the configured shards."""
+        return configured_version(self.name, prefix=self.prefix, levels=self.levels)
 
     @property
     def max_delay_ms(self) -> int:
         return self.cascade.max_delay_ms
-
-
-@functools.lru_cache(maxsize=64)
-def _cascade_of(name: str, prefix: str, levels: int) -> cascade.Version:
-    """Built once per (name, prefix, levels): scheduling asks for it per message."""
-    return cascade.get_version(name).with_(prefix=prefix, levels=levels)
 
 
 endpoint_name_validator = RegexValidator(
@@ -144,7 +144,8 @@ class ScheduledMessageQuerySet(models.QuerySet):
                 for row in rows:
                     copy.write_row([prep(getattr(row, name)) if prep else getattr(row, name) for name, prep in prepare])
 
-    DELIVERY_FIELDS = ("status", "delivered_at", "lateness_ms", "delivery_count", "attempts", "last_error")
+    DELIVERY_FIELDS = ("status", "delivered_at", "lateness_ms", "delivery_count", "attempts", "last_error",
+                       "delivered_by")
 
     def save_delivery_state(self, rows: list["ScheduledMessage"]) -> None:
         """Write what the delivery path changed on a batch of locked rows, in one statement
@@ -152,7 +153,7 @@ class ScheduledMessageQuerySet(models.QuerySet):
         if not rows:
             return
         table = self.model._meta.db_table
-        types = ("uuid", "text", "timestamptz", "bigint", "integer", "integer", "text")
+        types = ("uuid", "text", "timestamptz", "bigint", "integer", "integer", "text", "text")
         columns = [[r.id for r in rows], *([getattr(r, f) for r in rows] for f in self.DELIVERY_FIELDS)]
         arrays = ", ".join(f"%s::{kind}[]" for kind in types)
         sets = ", ".join(f"{f} = v.{f}" for f in self.DELIVERY_FIELDS)
@@ -173,7 +174,8 @@ class ScheduledMessageQuerySet(models.QuerySet):
         every delivery's lateness (docs/performance.md)."""
         if not ids:
             return []
-        fields = self.LOCKED_FOR_DELIVERY
+        # from_db wants the values in the model's field order
+        fields = [f.attname for f in self.model._meta.concrete_fields if f.attname in self.LOCKED_FOR_DELIVERY]
         columns = ", ".join(f"m.{f}" for f in fields)
         with connection.cursor() as cursor:
             cursor.execute(
@@ -249,6 +251,8 @@ class ScheduledMessage(models.Model):
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     published_at = models.DateTimeField(null=True, blank=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
+    delivered_by = models.CharField(max_length=255, blank=True, default="",
+                                    help_text="the worker that received the message (its Celery node name)")
     cancelled_at = models.DateTimeField(null=True, blank=True)
     lateness_ms = models.BigIntegerField(null=True, blank=True)
     delivery_count = models.PositiveIntegerField(default=0)

@@ -38,7 +38,7 @@ def drain_unroutable() -> int:
 def deliver(self, message_id: str, attempt: int = 0) -> str:
     """The fallback for a worker without the delivery loop: one delivery per task."""
     try:
-        outcome = delivery_receive(message_id=message_id, attempt=attempt)
+        outcome = delivery_receive(message_id=message_id, attempt=attempt, by=self.request.hostname or "")
     except DatabaseError as exc:  # the database is away: keep the message and try again
         close_old_connections()
         raise self.retry(exc=exc, countdown=backoff.database(self.request.retries + 1)) from None

@@ -50,9 +50,10 @@ def cascade_units(due_at_ms: int, now_ms: int, version: cascade.Version, *, marg
 
 
 def route(due_at_ms: int, now_ms: int, version: cascade.Version, destination: str, *, margin_ms: int,
-          held: bool = True) -> Route:
+          held: bool = True, message_id=None) -> Route:
+    """Into the shard of the version that the message's id picks (no id: shard 0)."""
     units = cascade_units(due_at_ms, now_ms, version, margin_ms=margin_ms, held=held)
-    return cascade.route(version, units, destination)
+    return cascade.route(version, units, destination, cascade.shard_of(message_id, version.shards))
 
 
 def direct_route(destination: str) -> Route:
@@ -104,7 +105,7 @@ def outgoing(message: ScheduledMessage, version: cascade.Version, now: datetime,
         return outgoing_task(message, version, now, margin_ms=margin_ms, direct=direct)
     now_ms, due_ms = to_epoch_ms(now), message.due_at_ms
     r = (direct_route(message.endpoint.name) if direct
-         else route(due_ms, now_ms, version, message.endpoint.name, margin_ms=margin_ms))
+         else route(due_ms, now_ms, version, message.endpoint.name, margin_ms=margin_ms, message_id=message.id))
     body, headers, properties = deliver_message(str(message.id), message.due_at)
     headers.update(_x_dp_headers(message, version, r, now_ms), **r.headers)
     return Outgoing(r.exchange, r.routing_key, body, headers, properties), r
@@ -119,7 +120,8 @@ def outgoing_task(message: ScheduledMessage, version: cascade.Version, now: date
     if direct:
         r = direct_route(message.endpoint.name)
     else:
-        r = route(message.due_at_ms, now_ms, version, message.endpoint.name, margin_ms=margin_ms, held=False)
+        r = route(message.due_at_ms, now_ms, version, message.endpoint.name, margin_ms=margin_ms, held=False,
+                  message_id=message.id)
     headers = {**captured["headers"], "eta": None, **_x_dp_headers(message, version, r, now_ms), **r.headers}
     properties = {**captured["properties"], "content_type": captured["content_type"],
                   "content_encoding": captured["content_encoding"], "message_id": str(message.id)}
@@ -150,7 +152,8 @@ def preview(message: ScheduledMessage, now: datetime, *, margin_ms: int) -> Prev
     published = message.published_at is not None and bool(message.routing_key)
     out, r = outgoing(message, version, message.published_at if published else now, margin_ms=margin_ms)
     headers = {k: v for k, v in out.headers.items() if k != "origin"}
-    rows = explain.explain_rows(version, r.delay_units, message.endpoint.name)
+    rows = explain.explain_rows(version, r.delay_units, message.endpoint.name,
+                                cascade.shard_of(message.id, version.shards))
     return Preview(published, r.exchange, r.routing_key, r.delay_units, headers, rows)
 
 
@@ -259,9 +262,10 @@ def moved(out_headers: dict, properties: dict, body: bytes, found: Found, versio
           now_ms: int, *, margin_ms: int) -> tuple[Outgoing, Route]:
     """The same message republished into ``version`` with its remaining delay: ``x-death``
     stripped, headers updated so the next tool (or the consumer) sees where it is now. Only a
-    message with an ``eta`` (held by its consumer) may leave the cascade before it is due."""
+    message with an ``eta`` (held by its consumer) may leave the cascade before it is due. It
+    goes into the shard its id picks (the platform's id header, else the AMQP message id)."""
     r = route(found.due_at_ms, now_ms, version, found.destination, margin_ms=margin_ms,
-              held=bool((out_headers or {}).get("eta")))
+              held=bool((out_headers or {}).get("eta")), message_id=found.message_id or properties.get("message_id"))
     headers = {k: v for k, v in (out_headers or {}).items() if k not in STRIPPED_ON_MOVE}
     headers.update({
         H_DUE_AT_MS: found.due_at_ms,

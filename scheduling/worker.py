@@ -34,7 +34,7 @@ class DeliveryLoopStep(bootsteps.StartStopStep):
 
         global _loop
         if _loop is None or not _loop.is_alive():
-            _loop = DeliveryLoop()
+            _loop = DeliveryLoop(worker_name=consumer.hostname)
             _loop.start()
 
     def shutdown(self, consumer):
@@ -62,7 +62,7 @@ def claim_around(before_start):
             from .services.celery_tasks import celery_task_claim
 
             redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
-            if not celery_task_claim(message_id=message_id, redelivered=redelivered):
+            if not celery_task_claim(message_id=message_id, redelivered=redelivered, by=self.request.hostname or ""):
                 log.info("task %s[%s] skipped: cancelled or already run", self.name, task_id)
                 raise Ignore()
         return before_start(self, task_id, args, kwargs)

@@ -76,6 +76,11 @@ chromium() {
   say "Chromium ready ($(command -v chromium))"
 }
 
+java_runtime() {  # the accuracy report's Spark job runs on a JVM (PySpark 4: Java 17 or newer)
+  command -v java >/dev/null || apt_install openjdk-17-jre-headless
+  say "Java ready ($(command -v java), $(java -version 2>&1 | head -n 1))"
+}
+
 python_venv() {
   python3 -m venv --help >/dev/null 2>&1 && python3 -c 'import ensurepip' 2>/dev/null || apt_install python3-venv
 }
@@ -85,6 +90,9 @@ for service in "$@"; do
   case "$service" in
     rabbitmq|postgres|chromium) "$service" ;;
     platform-db) platform_db ;;
+    java) java_runtime ;;
+    rabbitmq-cluster) command -v rabbitmq-server >/dev/null || apt_install rabbitmq-server
+                      "$(dirname "$0")/rabbitmq-cluster.sh" start ;;
     python-venv) python_venv ;;
     *) echo "services: unknown service $service" >&2; exit 2 ;;
   esac

@@ -137,6 +137,7 @@ class PrivateRabbit:
     def _env(self) -> dict:
         return {**os.environ, "RABBITMQ_NODENAME": self.node, "RABBITMQ_NODE_PORT": str(self.port),
                 "RABBITMQ_DIST_PORT": str(self.port + 20000), "RABBITMQ_CONFIG_FILE": str(self.base / "rabbitmq"),
+                "RABBITMQ_ADVANCED_CONFIG_FILE": str(self.base / "advanced.config"),
                 "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.base / "enabled_plugins"),
                 "RABBITMQ_MNESIA_BASE": str(self.base / "mnesia"), "RABBITMQ_LOG_BASE": str(self.base / "log"),
                 "RABBITMQ_PID_FILE": str(self.base / "pid")}
@@ -147,6 +148,10 @@ class PrivateRabbit:
         self.base.mkdir(parents=True, exist_ok=True)
         (self.base / "rabbitmq.conf").write_text("\n".join(self.config) + "\n")
         (self.base / "enabled_plugins").write_text("[].\n")
+        # as docs/reliability.md recommends for v2/v3: unconfirmed dead-letters re-sent after 5 s,
+        # not 180 s (a restart mid-dead-letter otherwise parks a whole level for three minutes)
+        (self.base / "advanced.config").write_text(
+            "[{rabbit, [{dead_letter_worker_publisher_confirm_timeout, 5000}]}].\n")
         shutil.chown(self.base, "rabbitmq", "rabbitmq")
         for child in self.base.iterdir():
             shutil.chown(child, "rabbitmq", "rabbitmq")

@@ -11,6 +11,13 @@ by table-driven tests. Two shapes of the same cascade (one TTL queue per bit of 
   carries its destination as the routing key and its set bits as ``CC`` keys; dead-lettering
   keeps both. Matching a short key in a hash table instead of a 29-word key in the topic trie
   halves the broker's CPU per message (docs/performance.md).
+
+A version may have **shards**: k parallel cascades of the same version, because one level of one
+cascade is one quorum queue, bounded by what one Raft leader on one node can dead-letter. Shard 0
+keeps the unsuffixed names (so a version of one shard is exactly the cascade above); shard s >= 1
+has its own levels and ingest exchange, suffixed ``-s<s>``. The delivery exchange and the
+unroutable exchange and queue are the version's, shared by every shard, so endpoints bind once.
+A message travels on the shard its id picks (:func:`shard_of`).
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+import uuid
+import zlib
 from dataclasses import dataclass
 
 DEFAULT_LEVELS = 28
@@ -26,6 +35,7 @@ ROUTING_KEY_MAX_BYTES = 255  # AMQP 0-9-1 shortstr
 TOPIC, DIRECT = "topic", "direct"  # how a version's levels route (see the module docstring)
 DESTINATION_RE = re.compile(r"^[A-Za-z0-9_-]+$")  # one topic word: safe on every version
 DOTTED_DESTINATION_RE = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")  # safe where routing is direct
+MAX_SHARDS = 64
 CC_HEADER = "CC"  # RabbitMQ routes a message by its routing key and these keys too (sender-selected
 # distribution); dead-lettering keeps them, which is what carries a v3 message's bits down
 
@@ -45,15 +55,18 @@ class Version:
     levels: int = DEFAULT_LEVELS
     unit_ms: int = UNIT_MS
     routing: str = TOPIC
+    shards: int = 1  # parallel cascades of this version (see the module docstring)
 
-    def with_(self, *, prefix: str | None = None, levels: int | None = None) -> Version:
-        """The same kind of cascade under another prefix or with another number of levels."""
+    def with_(self, *, prefix: str | None = None, levels: int | None = None, shards: int | None = None) -> Version:
+        """The same kind of cascade under another prefix, with another number of levels or shards."""
         version = dataclasses.replace(
             self,
             prefix=self.prefix if prefix is None else prefix,
             levels=self.levels if levels is None else levels,
+            shards=self.shards if shards is None else shards,
         )
         check_levels(version.levels)
+        check_shards(version.shards)
         return version
 
     @property
@@ -100,17 +113,47 @@ def get_version(name: str) -> Version:
 # --- names -----------------------------------------------------------------------------------
 
 
-def level_name(prefix: str, level: int) -> str:
-    """Exchange and queue of one level share this name, e.g. ``dp.v2.delay-level-03``."""
-    return f"{prefix}delay-level-{level:02d}"
+def shard_suffix(shard: int) -> str:
+    """Nothing for shard 0 (today's names), ``-s<shard>`` after: every name keeps the prefix."""
+    return f"-s{shard}" if shard else ""
+
+
+def level_name(prefix: str, level: int, shard: int = 0) -> str:
+    """Exchange and queue of one level share this name, e.g. ``dp.v2.delay-level-03``, or
+    ``dp.v3.delay-level-03-s2`` on shard 2."""
+    return f"{prefix}delay-level-{level:02d}{shard_suffix(shard)}"
+
+
+_LEVEL_NAME_RE = re.compile(r"delay-level-(\d\d)(?:-s([1-9]\d*))?")
+
+
+def parse_level_name(prefix: str, name: str) -> tuple[int, int] | None:
+    """(level, shard) of a level exchange or queue under exactly this prefix; None for any other
+    name (another version's prefix that starts with this one included)."""
+    match = _LEVEL_NAME_RE.fullmatch(name[len(prefix):]) if name.startswith(prefix) else None
+    return (int(match[1]), int(match[2] or 0)) if match else None
+
+
+_INGEST_NAME_RE = re.compile(r"delay-ingest(?:-s([1-9]\d*))?")
+
+
+def shard_of_name(prefix: str, name: str) -> int | None:
+    """The shard a level exchange or queue, or an ingest exchange, under this prefix belongs to;
+    None for the shared pieces and for names that are not this prefix's."""
+    level = parse_level_name(prefix, name)
+    if level is not None:
+        return level[1]
+    match = _INGEST_NAME_RE.fullmatch(name[len(prefix):]) if name.startswith(prefix) else None
+    return int(match[1] or 0) if match else None
 
 
 def delivery_exchange(prefix: str) -> str:
+    """One per version, shared by its shards: endpoints bind here once."""
     return f"{prefix}delay-delivery"
 
 
-def ingest_exchange(prefix: str) -> str:
-    return f"{prefix}delay-ingest"
+def ingest_exchange(prefix: str, shard: int = 0) -> str:
+    return f"{prefix}delay-ingest{shard_suffix(shard)}"
 
 
 def unroutable_name(prefix: str) -> str:
@@ -118,10 +161,11 @@ def unroutable_name(prefix: str) -> str:
     return f"{prefix}delay-unroutable"
 
 
-def next_exchange(version: Version, level: int) -> str:
+def next_exchange(version: Version, level: int, shard: int = 0) -> str:
     """Where level L passes a message on (its dead-letter exchange, and on direct versions its
-    alternate exchange too): level L-1, or the delivery exchange below level 0."""
-    return level_name(version.prefix, level - 1) if level else delivery_exchange(version.prefix)
+    alternate exchange too): level L-1 of the same shard, or the shared delivery exchange below
+    level 0."""
+    return level_name(version.prefix, level - 1, shard) if level else delivery_exchange(version.prefix)
 
 
 def bit_key(level: int) -> str:
@@ -136,9 +180,11 @@ def endpoint_binding_key(version: Version, destination: str) -> str:
     return destination if version.routing == DIRECT else f"#.{destination}"
 
 
-def endpoint_queue(destination: str) -> Queue:
-    """An endpoint's queue is named after it, as in the seeds ("destination" queue)."""
-    return Queue(check_destination(destination))
+def endpoint_queue(destination: str, queue_type: str = "classic") -> Queue:
+    """An endpoint's queue is named after it, as in the seeds ("destination" queue); a quorum
+    queue on a cluster (replicated, so it survives a node)."""
+    arguments = {"x-queue-type": "quorum"} if queue_type == "quorum" else None
+    return Queue(check_destination(destination), arguments=_frozen(arguments))
 
 
 def endpoint_binding(version: Version, destination: str) -> Binding:
@@ -168,6 +214,34 @@ def poison_queue(version: Version) -> Queue:
 def check_levels(levels: int) -> None:
     if not isinstance(levels, int) or isinstance(levels, bool) or not 1 <= levels <= 64:
         raise ValueError(f"levels must be a whole number from 1 to 64, got {levels!r}")
+
+
+def check_shards(shards: int) -> None:
+    if not isinstance(shards, int) or isinstance(shards, bool) or not 1 <= shards <= MAX_SHARDS:
+        raise ValueError(f"shards must be a whole number from 1 to {MAX_SHARDS}, got {shards!r}")
+
+
+def check_shard(version: Version, shard: int) -> int:
+    if not isinstance(shard, int) or isinstance(shard, bool) or not 0 <= shard < version.shards:
+        raise ValueError(f"{version.name} has {version.shards} shard(s): no shard {shard!r}")
+    return shard
+
+
+def shard_of(message_id, shards: int) -> int:
+    """The shard a message travels on: its id as a UUID's integer modulo the shard count (every
+    spelling of one UUID gives the same shard), or the CRC-32 of an id that is not a UUID; no
+    id, shard 0. Stable across processes and restarts, unlike ``hash()``, so every publisher
+    and every tool agrees on it."""
+    check_shards(shards)
+    if shards == 1 or message_id is None:
+        return 0
+    if isinstance(message_id, uuid.UUID):
+        return message_id.int % shards
+    text = message_id.decode() if isinstance(message_id, bytes) else str(message_id)
+    try:
+        return uuid.UUID(text).int % shards
+    except ValueError:
+        return zlib.crc32(text.encode()) % shards
 
 
 def max_delay_units(levels: int = DEFAULT_LEVELS) -> int:
@@ -261,11 +335,12 @@ def start_level(delay_units: int, levels: int = DEFAULT_LEVELS) -> int | None:
     return delay_units.bit_length() - 1 if delay_units else None
 
 
-def first_exchange(version: Version, delay_units: int) -> str:
+def first_exchange(version: Version, delay_units: int, shard: int = 0) -> str:
+    check_shard(version, shard)
     level = start_level(delay_units, version.levels)
     if level is None:
         return delivery_exchange(version.prefix)
-    return level_name(version.prefix, level)
+    return level_name(version.prefix, level, shard)
 
 
 def level_ttl_ms(version: Version, level: int) -> int:
@@ -288,10 +363,11 @@ class Route:
 
 
 @functools.lru_cache(maxsize=8192)
-def route(version: Version, delay_units: int, destination: str) -> Route:
-    """Publish at the level of the highest set bit (a zero delay: the delivery exchange).
-    Cached: a batch sends many messages with the same delay to the same destination."""
-    exchange = first_exchange(version, delay_units)
+def route(version: Version, delay_units: int, destination: str, shard: int = 0) -> Route:
+    """Publish at the level of the highest set bit of the message's shard (``shard_of`` its
+    id; a zero delay: the shared delivery exchange). Cached: a batch sends many messages with
+    the same delay to the same destination."""
+    exchange = first_exchange(version, delay_units, shard)
     if version.routing == DIRECT:
         check_destination(destination, version)
         return Route(delay_units, exchange, destination, cc_keys(delay_units, version.levels))
@@ -354,32 +430,32 @@ class Plan:
         return delivery_exchange(self.version.prefix)
 
 
-def _topic_level_bindings(version: Version, level: int) -> tuple[Binding, Binding]:
-    name, wildcards = level_name(version.prefix, level), "*." * (version.levels - 1 - level)
+def _topic_level_bindings(version: Version, level: int, shard: int) -> tuple[Binding, Binding]:
+    name, wildcards = level_name(version.prefix, level, shard), "*." * (version.levels - 1 - level)
     return (
         Binding(name, name, "queue", f"{wildcards}1.#"),
-        Binding(name, next_exchange(version, level), "exchange", f"{wildcards}0.#"),
+        Binding(name, next_exchange(version, level, shard), "exchange", f"{wildcards}0.#"),
     )
 
 
-def _ingest_bindings(version: Version) -> list[Binding]:
-    ingest, n = ingest_exchange(version.prefix), version.levels
+def _ingest_bindings(version: Version, shard: int) -> list[Binding]:
+    ingest, n = ingest_exchange(version.prefix, shard), version.levels
     bindings = [
-        Binding(ingest, level_name(version.prefix, level), "exchange", "0." * (n - 1 - level) + "1.#")
+        Binding(ingest, level_name(version.prefix, level, shard), "exchange", "0." * (n - 1 - level) + "1.#")
         for level in range(n - 1, -1, -1)
     ]
     bindings.append(Binding(ingest, delivery_exchange(version.prefix), "exchange", "0." * n + "#"))
     return bindings
 
 
-def level_queue(version: Version, level: int) -> Queue:
+def level_queue(version: Version, level: int, shard: int = 0) -> Queue:
     arguments = {
         **dict(version.kind_arguments),
         **dict(version.dead_letter_arguments),
         "x-message-ttl": level_ttl_ms(version, level),
-        "x-dead-letter-exchange": next_exchange(version, level),
+        "x-dead-letter-exchange": next_exchange(version, level, shard),
     }
-    return Queue(level_name(version.prefix, level), arguments=_frozen(arguments))
+    return Queue(level_name(version.prefix, level, shard), arguments=_frozen(arguments))
 
 
 def _passing_down(name: str, to: str) -> Exchange:
@@ -387,31 +463,56 @@ def _passing_down(name: str, to: str) -> Exchange:
     return Exchange(name, type=DIRECT, arguments=_frozen({"alternate-exchange": to}))
 
 
-def cascade_plan(version: Version) -> Plan:
-    """Every exchange, queue and binding of one version, highest level first."""
+def shard_plan(version: Version, shard: int = 0) -> Plan:
+    """Every exchange, queue and binding of one shard, highest level first. Shard 0's plan also
+    holds what the shards share (the delivery exchange, the unroutable exchange and queue), so
+    it is declared first: the other shards' lowest level passes into its delivery exchange."""
     check_levels(version.levels)
-    prefix, levels = version.prefix, range(version.levels - 1, -1, -1)
+    check_shard(version, shard)
+    prefix, levels, shared = version.prefix, range(version.levels - 1, -1, -1), shard == 0
     unroutable, delivery = unroutable_name(prefix), delivery_exchange(prefix)
-    exchanges = [Exchange(unroutable, type="fanout")]
-    queues = [level_queue(version, level) for level in levels]
-    queues.append(Queue(unroutable, arguments=version.kind_arguments))
+    exchanges = [Exchange(unroutable, type="fanout")] if shared else []
+    queues = [level_queue(version, level, shard) for level in levels]
+    if shared:
+        queues.append(Queue(unroutable, arguments=version.kind_arguments))
     if version.routing == DIRECT:
-        exchanges.append(_passing_down(delivery, unroutable))
-        exchanges += [_passing_down(level_name(prefix, level), next_exchange(version, level)) for level in levels]
+        if shared:
+            exchanges.append(_passing_down(delivery, unroutable))
+        exchanges += [_passing_down(level_name(prefix, level, shard), next_exchange(version, level, shard))
+                      for level in levels]
         # the ingest exchange binds nothing: every message falls through to the top level, which
         # keeps it or passes it down, so a producer need not compute where to start
-        exchanges.append(_passing_down(ingest_exchange(prefix), level_name(prefix, version.levels - 1)))
-        bindings = [Binding(level_name(prefix, level), level_name(prefix, level), "queue", bit_key(level))
-                    for level in levels]
+        exchanges.append(_passing_down(ingest_exchange(prefix, shard), level_name(prefix, version.levels - 1, shard)))
+        bindings = [Binding(level_name(prefix, level, shard), level_name(prefix, level, shard), "queue",
+                            bit_key(level)) for level in levels]
     else:
-        exchanges.append(Exchange(delivery, arguments=_frozen({"alternate-exchange": unroutable}),
-                                  may_exist_without_arguments=True))
-        exchanges += [Exchange(level_name(prefix, level)) for level in levels]
-        exchanges.append(Exchange(ingest_exchange(prefix)))
-        bindings = [b for level in levels for b in _topic_level_bindings(version, level)]
-        bindings += _ingest_bindings(version)
-    bindings.append(Binding(unroutable, unroutable, "queue", ""))
+        if shared:
+            exchanges.append(Exchange(delivery, arguments=_frozen({"alternate-exchange": unroutable}),
+                                      may_exist_without_arguments=True))
+        exchanges += [Exchange(level_name(prefix, level, shard)) for level in levels]
+        exchanges.append(Exchange(ingest_exchange(prefix, shard)))
+        bindings = [b for level in levels for b in _topic_level_bindings(version, level, shard)]
+        bindings += _ingest_bindings(version, shard)
+    if shared:
+        bindings.append(Binding(unroutable, unroutable, "queue", ""))
     return Plan(version, tuple(exchanges), tuple(queues), tuple(bindings))
+
+
+def shard_plans(version: Version) -> list[Plan]:
+    """One plan per shard, shard 0 first: declare shard s through ``first_node=s`` so the same
+    level of different shards gets its quorum leader on a different node."""
+    return [shard_plan(version, shard) for shard in range(version.shards)]
+
+
+def cascade_plan(version: Version) -> Plan:
+    """Every exchange, queue and binding of one version, all its shards (shard 0 first, each
+    highest level first): what verify, export and teardown work on. One shard: exactly the
+    cascade of a version without shards."""
+    plans = shard_plans(version)
+    if len(plans) == 1:
+        return plans[0]
+    return Plan(version, *(tuple(item for plan in plans for item in getattr(plan, part))
+                           for part in ("exchanges", "queues", "bindings")))
 
 
 # --- the path a message takes (the seeds' example table) -------------------------------------
@@ -431,15 +532,16 @@ class Hop:
     matched: bool = True  # direct: the message carries the bound key (else the alternate exchange takes it)
 
 
-def path(version: Version, delay_units: int, destination: str) -> list[Hop]:
-    """The hops from the first exchange to the destination queue, as in the seeds' table."""
-    r = route(version, delay_units, destination)
+def path(version: Version, delay_units: int, destination: str, shard: int = 0) -> list[Hop]:
+    """The hops from the first exchange to the destination queue, as in the seeds' table, on
+    one shard's levels."""
+    r = route(version, delay_units, destination, shard)
     prefix, n = version.prefix, version.levels
     words, held = r.routing_key.split("."), set(set_levels(delay_units, n))
     hops = []
     first = start_level(delay_units, n)
     for level in range(first if first is not None else -1, -1, -1):
-        name, lower = level_name(prefix, level), next_exchange(version, level)
+        name, lower = level_name(prefix, level, shard), next_exchange(version, level, shard)
         index = None if version.routing == DIRECT else n - 1 - level
         value = bit_key(level) if version.routing == DIRECT else words[index]
         if level in held:

@@ -2,12 +2,13 @@
 
 Topic versions (v1, v2) get the seeds' table word for word. Direct versions (v3) get a table of
 their own: which key each exchange binds, whether the message carries it, and so whether the
-exchange keeps the message (its queue) or passes it down (its alternate exchange).
+exchange keeps the message (its queue) or passes it down (its alternate exchange). On a shard
+other than 0 the labels name the shard (``Level 03, shard 2``).
 """
 
 from __future__ import annotations
 
-from .cascade import DIRECT, Hop, Version, delivery_exchange, path, route
+from .cascade import DIRECT, Hop, Version, delivery_exchange, parse_level_name, path, path_ttl_ms, route
 
 HEADERS = ("Exchange", "Routing Key Segment", "Routing Value", "Routed To", "Delay in Queue", "Dead-letter To")
 DIRECT_HEADERS = ("Exchange", "Binds", "Routed To", "Why", "Delay in Queue", "Dead-letter To")
@@ -29,8 +30,8 @@ def format_duration(ms: int) -> str:
 def _label(version: Version, name: str, kind: str) -> str:
     if name == delivery_exchange(version.prefix):
         return "Delivery Exchange"
-    level = name.rsplit("-", 1)[-1]
-    return f"Level {level}" + (f" {kind}" if kind else "")
+    level, shard = parse_level_name(version.prefix, name)
+    return f"Level {level:02d}" + (f", shard {shard}" if shard else "") + (f" {kind}" if kind else "")
 
 
 def _segment(key: str, index: int) -> str:
@@ -70,19 +71,29 @@ def headers(version: Version) -> tuple[str, ...]:
     return DIRECT_HEADERS if version.routing == DIRECT else HEADERS
 
 
-def explain_rows(version: Version, delay_units: int, destination: str) -> list[tuple[str, ...]]:
-    hops = path(version, delay_units, destination)
+def explain_rows(version: Version, delay_units: int, destination: str, shard: int = 0) -> list[tuple[str, ...]]:
+    hops = path(version, delay_units, destination, shard)
     if version.routing == DIRECT:
         return [_direct_row(version, hop) for hop in hops]
-    key = route(version, delay_units, destination).routing_key
+    key = route(version, delay_units, destination, shard).routing_key
     return [_row(version, key, hop) for hop in hops]
 
 
-def describe_route(version: Version, delay_units: int, destination: str) -> str:
+def describe_route(version: Version, delay_units: int, destination: str, shard: int = 0) -> str:
     """``published to <exchange> with routing key <key> [and CC …]``: the publish in one line."""
-    r = route(version, delay_units, destination)
+    r = route(version, delay_units, destination, shard)
     cc = f" and CC {', '.join(r.cc)}" if r.cc else ""
     return f"published to {r.exchange} with routing key {r.routing_key}{cc}"
+
+
+def describe_queues(version: Version, delay_units: int, destination: str, shard: int = 0) -> str:
+    """The queues the message waits in, by name, then the delivery exchange: which of a sharded
+    version's queues to look in."""
+    hops = path(version, delay_units, destination, shard)
+    held = [f"{hop.exchange} ({format_duration(hop.ttl_ms)})" for hop in hops if hop.ttl_ms is not None]
+    total = format_duration(path_ttl_ms(hops))
+    return (f"waits in {', '.join(held)}, {total} in all; then " if held else "no queue; straight to ") + \
+        f"{delivery_exchange(version.prefix)} -> {destination}"
 
 
 def markdown_table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:

@@ -65,7 +65,7 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
     fieldsets = (
         (None, {"fields": ("id", "endpoint", "topology", "status_badge", "idempotency_key", "last_error")}),
         ("Timing (UTC)", {"fields": ("requested_delay", "created", "due", "published", "delivered", "cancelled",
-                                     "lateness", "delivery_count", "attempts")}),
+                                     "lateness", "delivery_count", "attempts", "delivered_by")}),
         ("Payload", {"fields": ("payload_json",)}),
         ("On the wire", {"fields": ("routing_key_used", "first_exchange_used", "headers_table", "path_table")}),
     )

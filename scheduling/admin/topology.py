@@ -1,5 +1,6 @@
 """Topology versions: provision and verify cascades, and look inside one (messages in flight
-per level, the unroutable queue, the delivery exchange's endpoint bindings)."""
+per level, summed over the version's shards with each shard's count beside it, the unroutable
+queue, the delivery exchange's endpoint bindings)."""
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
@@ -16,12 +17,12 @@ from .base import ControlRoomAdmin, has_model_perm
 
 @admin.register(TopologyVersion)
 class TopologyVersionAdmin(ControlRoomAdmin):
-    list_display = ("name", "prefix", "levels", "routing", "queue_kind", "is_default", "in_flight", "provisioned",
-                    "verified", "verify_state")
+    list_display = ("name", "prefix", "levels", "shard_count", "routing", "queue_kind", "is_default", "in_flight",
+                    "provisioned", "verified", "verify_state")
     actions = ("provision", "verify", "preview_migration")
     object_actions = {"provision": "Provision", "verify": "Verify"}
-    fields = ("name", "prefix", "levels", "routing", "queue_kind", "is_default", "max_delay", "provisioned",
-              "verified", "verify_state", "problems")
+    fields = ("name", "prefix", "levels", "shard_count", "routing", "queue_kind", "is_default", "max_delay",
+              "provisioned", "verified", "verify_state", "problems")
     readonly_fields = fields
 
     def has_add_permission(self, request):
@@ -55,6 +56,14 @@ class TopologyVersionAdmin(ControlRoomAdmin):
     def in_flight(self, version):
         """Stands in for the column get_list_display makes per request (admin checks need it)."""
         return "—"
+
+    @admin.display(description="shards")
+    def shard_count(self, version):
+        """The configured count (DELAY_SHARDS); the provisioned one beside it when they differ."""
+        configured = version.cascade.shards
+        if version.provisioned_at is None or version.shards == configured:
+            return configured
+        return f"{configured} (provisioned with {version.shards}: provision again)"
 
     @admin.display(description="levels route by")
     def routing(self, version):
@@ -94,8 +103,9 @@ class TopologyVersionAdmin(ControlRoomAdmin):
         def call(version):
             result = services.topology_provision(version=version.cascade)
             plan = result.plan
+            shards = f" over {plan.version.shards} shards" if plan.version.shards > 1 else ""
             self.message_user(request, f"{version}: declared {len(plan.exchanges)} exchanges, {len(plan.queues)} "
-                                       f"queues and {len(plan.bindings)} bindings in {result.seconds:.2f} s")
+                                       f"queues and {len(plan.bindings)} bindings{shards} in {result.seconds:.2f} s")
 
         self.run_each(request, queryset, call, "Provisioned")
 
@@ -105,6 +115,7 @@ class TopologyVersionAdmin(ControlRoomAdmin):
             result = services.topology_verify(version=version.cascade)
             for warning in result.warnings:
                 self.message_user(request, f"{version}: {warning}", messages.WARNING)
+            self.message_user(request, f"{version}: {result.leaders}", messages.INFO)
             problems = result.problems
             if problems:
                 items = format_html_join("", "<li>{}</li>", ((p,) for p in problems))

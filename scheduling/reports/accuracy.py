@@ -52,6 +52,7 @@ FACTS_SCHEMA = T.StructType(
         T.StructField("lateness_ms", T.LongType(), True),
         T.StructField("delivery_count", T.IntegerType(), False),
         T.StructField("cancelled_at", T.TimestampType(), True),
+        T.StructField("shard", T.IntegerType(), True),  # of its version; facts exported before shards: null
         T.StructField("due_date", T.DateType(), False),  # the partition column
     ]
 )

@@ -11,6 +11,7 @@ from .endpoints import (
 from .messages import Scheduled, message_cancel, message_republish, message_schedule, message_schedule_many
 from .topology import (
     ProvisionResult,
+    topology_declare,
     topology_in_flight,
     topology_provision,
     topology_verify,
@@ -30,6 +31,7 @@ __all__ = [
     "message_republish",
     "message_schedule",
     "message_schedule_many",
+    "topology_declare",
     "topology_in_flight",
     "topology_provision",
     "topology_verify",

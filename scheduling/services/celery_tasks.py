@@ -74,7 +74,7 @@ def celery_task_cancel(*, task_id: str) -> int:
     return sum(1 for row_id in list(rows) if message_cancel(message_id=row_id).status == Status.CANCELLED)
 
 
-def celery_task_claim(*, message_id: str, redelivered: bool) -> bool:
+def celery_task_claim(*, message_id: str, redelivered: bool, by: str = "") -> bool:
     """Called in the worker before a task that came out of the cascade starts (any task class:
     scheduling.worker hooks every task's before_start): record the delivery and say whether to
     run. A cancelled task, or a duplicate hand-over of one that already ran, is skipped; a
@@ -85,6 +85,6 @@ def celery_task_claim(*, message_id: str, redelivered: bool) -> bool:
             log.warning("task message %s has no row; running it", message_id)
             return True
         arrival, change = lifecycle.arrive(message, attempt=0, now=timezone.now(), redelivered=redelivered,
-                                           rerun_redelivered=True)
+                                           rerun_redelivered=True, by=by)
         message.save(update_fields=lifecycle.apply(message, change))
         return arrival is Arrival.DELIVER

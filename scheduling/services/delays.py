@@ -2,8 +2,9 @@
 broker (migrate_delays) or the same version on another broker (transfer_delays) — each with
 its remaining delay, losing and duplicating nothing.
 
-Per batch: ``basic_get`` (unacked) from a level queue, highest level first; republish into the
-target with publisher confirms; record the move on the rows; only then ack the old copies. A
+Per batch: ``basic_get`` (unacked) from a level queue, highest level first, every shard of the
+source (those left beyond its count too); republish into the target, into the shard each
+message's id picks there, with publisher confirms; record the move on the rows; only then ack the old copies. A
 crash anywhere leaves the unacked copies to come back. A copy whose row was already moved (its
 ``x-dp-published-at-ms`` is older than the row's ``published_at``), delivered or cancelled is
 stale and is dropped, so running again never moves a message twice.
@@ -66,12 +67,32 @@ def _mark_parked(message: rabbit.Received, out: rabbit.Outgoing, poison_queue: s
                            f"not moved: {out.headers[wire.H_POISON_REASON]}; parked in {poison_queue}; republish it")
 
 
-def level_depths(session: rabbit.Session, version: cascade.Version) -> dict[int, int]:
-    """Level -> messages ready in its queue, highest level first."""
+def source_shards(session: rabbit.Session, version: cascade.Version) -> list[int]:
+    """The version's shards, and the shards beyond its count still on the broker (the count
+    was lowered; probed upwards until one is missing): a move takes every delayed message."""
+    shards, top = list(range(version.shards)), version.levels - 1
+    while len(shards) < cascade.MAX_SHARDS and session.queue_depth(
+            cascade.level_name(version.prefix, top, len(shards))) is not None:
+        shards.append(len(shards))
+    return shards
+
+
+def shard_depths(session: rabbit.Session, version: cascade.Version,
+                 shards: list[int] | None = None) -> dict[tuple[int, int], int]:
+    """(level, shard) -> messages ready in its queue, highest level first, shards in turn."""
+    shards = source_shards(session, version) if shards is None else shards
     return {
-        level: session.queue_depth(cascade.level_name(version.prefix, level)) or 0
-        for level in range(version.levels - 1, -1, -1)
+        (level, shard): session.queue_depth(cascade.level_name(version.prefix, level, shard)) or 0
+        for level in range(version.levels - 1, -1, -1) for shard in shards
     }
+
+
+def level_depths(session: rabbit.Session, version: cascade.Version) -> dict[int, int]:
+    """Level -> messages ready in its queues (every shard), highest level first."""
+    depths: dict[int, int] = {}
+    for (level, _), depth in shard_depths(session, version).items():
+        depths[level] = depths.get(level, 0) + depth
+    return depths
 
 
 class _Mover:
@@ -139,9 +160,9 @@ class _Mover:
         if moved_outcome.error or poison_outcome.error:
             raise RuntimeError(f"publish failed: {moved_outcome.error or poison_outcome.error}")
 
-    def preview_level(self, level: int) -> None:
-        """Dry run: read every message of the level unacked, classify, then give all back."""
-        with self.source.reader(cascade.level_name(self.source_version.prefix, level)) as reader:
+    def preview_level(self, level: int, shard: int) -> None:
+        """Dry run: read every message of the level's queue unacked, classify, then give all back."""
+        with self.source.reader(cascade.level_name(self.source_version.prefix, level, shard)) as reader:
             at_ms, messages = now_ms(), reader.get(10**7)
             for message, found, action in self.classify(messages):
                 if action == "drop":
@@ -153,7 +174,7 @@ class _Mover:
                     self.summary.poisoned += 1
             self.summary.found += len(messages)
             if messages:
-                self.summary.per_level[level] = len(messages)
+                self.summary.per_level[level] = self.summary.per_level.get(level, 0) + len(messages)
         # closing the reader gives every message back where it was
 
 
@@ -169,36 +190,38 @@ def delays_move(
     progress: Callable[[MoveSummary], None] | None = None,
     max_passes: int = 3,
 ) -> MoveSummary:
-    """Drain every level queue of ``source_version`` on ``source`` into ``target_version`` on
-    ``target`` (the same broker or another). Both cascades must exist (callers provision the
-    target first)."""
+    """Drain every level queue of every shard of ``source_version`` on ``source`` into
+    ``target_version`` on ``target`` (the same broker or another), each message into the target
+    shard its id picks. Both cascades must exist (callers provision the target first)."""
     summary = MoveSummary()
     with source.session() as source_session, target.session() as target_session:
         mover = _Mover(source_session, target_session, source_version, target_version, target_row, summary)
+        shards = source_shards(source_session, source_version)
         if dry_run:
             for level in range(source_version.levels - 1, -1, -1):
-                mover.preview_level(level)
+                for shard in shards:
+                    mover.preview_level(level, shard)
             summary.left_in_source = summary.found
             return summary
         source_session.declare_queue(mover.poison)
         for _ in range(max_passes):
-            for level, depth in level_depths(source_session, source_version).items():
+            for (level, shard), depth in shard_depths(source_session, source_version, shards).items():
                 if depth:
-                    _drain_level(mover, source_session, source_version, level, batch, progress)
-            summary.left_in_source = sum(level_depths(source_session, source_version).values())
+                    _drain_level(mover, source_session, source_version, level, shard, batch, progress)
+            summary.left_in_source = sum(shard_depths(source_session, source_version, shards).values())
             if not summary.left_in_source:
                 break
             time.sleep(0.2)  # stragglers still flowing down from higher levels
     return summary
 
 
-def _drain_level(mover: _Mover, session: rabbit.Session, version: cascade.Version, level: int, batch: int,
-                 progress) -> None:
+def _drain_level(mover: _Mover, session: rabbit.Session, version: cascade.Version, level: int, shard: int,
+                 batch: int, progress) -> None:
     # One channel per level, and stop only at an empty basic_get *after* the last acks: on
     # quorum queues acks are settled asynchronously, and closing the channel right after them
     # let the queue hand some "unsettled" messages back (measured: 66 of 300 moved twice). A
     # dequeue on the same channel is ordered behind the settles.
-    with session.reader(cascade.level_name(version.prefix, level)) as reader:
+    with session.reader(cascade.level_name(version.prefix, level, shard)) as reader:
         while messages := reader.get(batch):
             mover.move_batch(reader, messages, level)
             if progress:
@@ -212,6 +235,6 @@ def delays_preview(*, source: TopologyVersion, target: TopologyVersion) -> MoveS
 
 
 def in_cascade(version: cascade.Version, on: rabbit.Broker | None = None) -> int:
-    """Messages ready in the version's level queues (what a move would start with)."""
+    """Messages ready in the version's level queues, every shard (what a move would start with)."""
     with (on or broker()).session() as session:
         return sum(level_depths(session, version).values())

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from .. import backoff, lifecycle, wire
 from ..conf import conf
-from ..handlers import run_handler
+from ..handlers import run_handler, send_celery_tasks
 from ..lifecycle import Arrival, Event
 from ..models import Endpoint, ScheduledMessage
 
@@ -53,24 +53,46 @@ def _handle(message: ScheduledMessage) -> Outcome:
     try:
         run_handler(message)
     except Exception as exc:
-        settings = conf()
-        event, change = lifecycle.handler_failed(message, error=f"{type(exc).__name__}: {exc}",
-                                                 max_retries=settings.handler_max_retries)
-        lifecycle.apply(message, change)
-        if event is Event.GIVE_UP:
-            log.error("message %s failed after %d attempts: %s", message.id, message.attempts, exc)
-            return Outcome(Result.FAILED)
-        wait_s = backoff.exponential(message.attempts, first=settings.handler_backoff_seconds)
-        return Outcome(Result.RETRY, attempt=message.attempts, retry_in=wait_s)
+        return _handler_failed(message, f"{type(exc).__name__}: {exc}")
     return Outcome(Result.DELIVERED)
 
 
-def delivery_receive_many(items: list[tuple[str, int]], *, defer_webhooks: bool = True) -> list[Outcome]:
+def _handler_failed(message: ScheduledMessage, error: str) -> Outcome:
+    settings = conf()
+    event, change = lifecycle.handler_failed(message, error=error, max_retries=settings.handler_max_retries)
+    lifecycle.apply(message, change)
+    if event is Event.GIVE_UP:
+        log.error("message %s failed after %d attempts: %s", message.id, message.attempts, error)
+        return Outcome(Result.FAILED)
+    wait_s = backoff.exponential(message.attempts, first=settings.handler_backoff_seconds)
+    return Outcome(Result.RETRY, attempt=message.attempts, retry_in=wait_s)
+
+
+def _handle_many(to_handle: list[tuple[int, ScheduledMessage]], outcomes: list) -> None:
+    """Celery task handlers of the batch in one windowed publish; the others one by one."""
+    tasks = [(i, m) for i, m in to_handle if m.endpoint_handler == Endpoint.Handler.CELERY_TASK]
+    try:
+        failed = send_celery_tasks([m for _, m in tasks])
+    except Exception as exc:  # no connection at all: every task of the batch failed to send
+        failed = {n: f"{type(exc).__name__}: {exc}" for n in range(len(tasks))}
+    for n, (index, message) in enumerate(tasks):
+        outcomes[index] = _handler_failed(message, f"task not sent: {failed[n]}") if n in failed \
+            else Outcome(Result.DELIVERED)
+    for index, message in to_handle:
+        if message.endpoint_handler == Endpoint.Handler.NONE:
+            outcomes[index] = Outcome(Result.DELIVERED)
+        elif message.endpoint_handler != Endpoint.Handler.CELERY_TASK:
+            outcomes[index] = _handle(message)
+
+
+def delivery_receive_many(items: list[tuple[str, int]], *, defer_webhooks: bool = True,
+                          by: str = "") -> list[Outcome]:
     """Record a batch of hand-overs in one transaction (one lock query, one write, one commit):
     the delivery loop's path, thousands a second where a transaction per message managed a few
     hundred. ``items`` are (message id, attempt), in arrival order; outcomes come back in the
     same order. Webhook messages come back DEFERRED (untouched): an HTTP call must not hold the
-    batch's locks, so the caller hands them to delivery_receive one by one."""
+    batch's locks, so the caller hands them to delivery_receive one by one. ``by``: the
+    receiving worker, recorded on each delivery."""
     with transaction.atomic():
         rows = {str(m.id): m for m in ScheduledMessage.objects.locked_for_delivery(
             [message_id for message_id in {i for i, _ in items} if wire.is_row_id(message_id)])}
@@ -89,7 +111,7 @@ def delivery_receive_many(items: list[tuple[str, int]], *, defer_webhooks: bool 
             if now < message.due_at:  # never early: hold it until due
                 outcomes.append(Outcome(Result.EARLY, attempt=attempt, eta=message.due_at))
                 continue
-            arrival, change = lifecycle.arrive(message, attempt=attempt, now=now)
+            arrival, change = lifecycle.arrive(message, attempt=attempt, now=now, by=by)
             lifecycle.apply(message, change)
             changed[message.id] = message
             outcomes.append(Outcome(_DROPPED[arrival]) if arrival in _DROPPED else None)
@@ -102,16 +124,14 @@ def delivery_receive_many(items: list[tuple[str, int]], *, defer_webhooks: bool 
             endpoints = Endpoint.objects.in_bulk({m.endpoint_id for m in with_handlers})
             for message in with_handlers:
                 message.payload, message.endpoint = payloads[message.id], endpoints[message.endpoint_id]
-        for index, message in to_handle:
-            outcomes[index] = _handle(message) if message.endpoint_handler != Endpoint.Handler.NONE \
-                else Outcome(Result.DELIVERED)
+        _handle_many(to_handle, outcomes)
         ScheduledMessage.objects.save_delivery_state(list(changed.values()))
     return outcomes
 
 
-def delivery_receive(*, message_id: str, attempt: int = 0) -> Outcome:
+def delivery_receive(*, message_id: str, attempt: int = 0, by: str = "") -> Outcome:
     """One hand-over, in its own transaction (webhooks, and the scheduling.deliver task)."""
-    return delivery_receive_many([(message_id, attempt)], defer_webhooks=False)[0]
+    return delivery_receive_many([(message_id, attempt)], defer_webhooks=False, by=by)[0]
 
 
 def delivery_retry_unsent(*, message_id: str, attempt: int) -> bool:

@@ -13,7 +13,7 @@ from rabbit import BrokerUnavailable, TopologyMissing
 from topology import cascade
 
 from .. import selectors
-from ..conf import broker
+from ..conf import broker, conf
 from ..errors import Conflict, Unavailable
 from ..models import DeliveryMode, Endpoint, TopologyVersion
 
@@ -45,7 +45,7 @@ def endpoint_bind(*, endpoint: Endpoint) -> list[str]:
     versions = sorted(_carrying(rows, endpoint.name), key=lambda v: v.prefix)
     try:
         with broker().session() as session:
-            session.declare_queue(cascade.endpoint_queue(endpoint.name))
+            session.declare_queue(cascade.endpoint_queue(endpoint.name, conf().queue_type))
             for version in versions:
                 session.bind(cascade.endpoint_binding(version, endpoint.name))
     except BrokerUnavailable as exc:
@@ -154,6 +154,6 @@ def endpoints_bind_on(target, version: cascade.Version) -> int:
     names = [n for n in Endpoint.objects.values_list("name", flat=True) if cascade.carries(version, n)]
     with target.session() as session:
         for name in names:
-            session.declare_queue(cascade.endpoint_queue(name))
+            session.declare_queue(cascade.endpoint_queue(name, conf().queue_type))
             session.bind(cascade.endpoint_binding(version, name))
     return len(names)

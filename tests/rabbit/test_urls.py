@@ -2,7 +2,7 @@
 
 import pytest
 
-from rabbit.urls import describe, management_url_for, vhost_of
+from rabbit.urls import describe, management_url_for, node_for, node_urls, rotated, vhost_of
 
 
 @pytest.mark.parametrize(("url", "vhost"), [
@@ -24,3 +24,26 @@ def test_management_url_for(url, management):
 
 def test_describe_hides_the_password():
     assert describe("amqp://user:secret@mq.example:5672/v") == "amqp://user:**@mq.example:5672/v"
+
+
+CLUSTER = "amqp://u:pw@a.example:5672/v;amqp://u:pw@b.example:5673/v; amqp://u:pw@c.example/v"
+
+
+def test_a_failover_url_lists_its_nodes_in_order():
+    assert node_urls(CLUSTER) == ["amqp://u:pw@a.example:5672/v", "amqp://u:pw@b.example:5673/v",
+                                  "amqp://u:pw@c.example/v"]
+    assert rotated(node_urls(CLUSTER), 4)[0] == "amqp://u:pw@b.example:5673/v"
+
+
+def test_a_cluster_url_names_one_vhost_and_a_management_url_per_node():
+    assert vhost_of(CLUSTER) == "v"
+    assert management_url_for(CLUSTER) == ("http://u:pw@a.example:15672;http://u:pw@b.example:15672;"
+                                           "http://u:pw@c.example:15672")
+    assert describe(CLUSTER).count("**") == 3 and "pw" not in describe(CLUSTER)
+    with pytest.raises(ValueError, match="different vhosts"):
+        vhost_of("amqp://a/x;amqp://b/y")
+
+
+def test_a_queue_name_always_places_on_the_same_node():
+    assert node_for("billing", 3) == node_for("billing", 3) in (0, 1, 2)
+    assert len({node_for(f"ep-{i}", 3) for i in range(30)}) == 3

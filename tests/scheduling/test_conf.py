@@ -30,6 +30,10 @@ EFFECTS = {
     "RABBITMQ_MANAGEMENT_URL": ("http://u:p@mq.example:15673", "broker().management_url",
                                 "http://u:p@mq.example:15673"),
     "DELAY_DEFAULT_VERSION": ("v1", "conf().default_version", "v1"),
+    "DELAY_SHARDS": ("v3=4, v2=2", "[conf().shards, configured_version('v3').shards, configured_version('v1').shards]",
+                     [{"v3": 4, "v2": 2}, 4, 1]),
+    "DELAY_QUEUE_TYPE": ("quorum", "[conf().queue_type, settings.CELERY_TASK_QUEUES[0].queue_arguments]",
+                         ["quorum", {"x-queue-type": "quorum"}]),
     "DELAY_ARRIVAL_MARGIN_MS": ("300", "conf().arrival_margin_ms", 300),
     "DELAY_MAX_PAYLOAD_BYTES": ("4096", "conf().max_payload_bytes", 4096),
     "DELAY_BULK_MAX": ("50", "conf().bulk_max", 50),
@@ -64,7 +68,7 @@ ENV_FILE_SETS = ("DELAY_PUBLISH_BATCH", "77")  # ENV_FILE: a file of NAME=value 
 def start(env: dict, expressions: list[str]) -> subprocess.CompletedProcess:
     program = (
         "import json, django; from django.conf import settings; django.setup(); "
-        "from scheduling.conf import broker, conf; "
+        "from scheduling.conf import broker, conf, configured_version; "
         f"print(json.dumps([{', '.join(expressions)}]))"
     )
     clean = {k: v for k, v in os.environ.items() if k not in EFFECTS and k != "ENV_FILE"}
@@ -113,6 +117,7 @@ def test_each_variable_has_its_effect(tmp_path):
     ("DELAY_PUBLISH_WINDOW", "many", "DELAY_PUBLISH_WINDOW must be a whole number, not 'many'"),
     ("DELAY_SWEEP_SECONDS", "2s", "DELAY_SWEEP_SECONDS must be a number, not '2s'"),
     ("DATABASE_URL", "sqlite:///x.db", "DATABASE_URL must name a PostgreSQL database"),
+    ("DELAY_QUEUE_TYPE", "mirrored", "DELAY_QUEUE_TYPE must be classic or quorum, not 'mirrored'"),
     ("ACCURACY_REPORT_AT", "half past two", "ACCURACY_REPORT_AT must be HH:MM"),
 ])
 def test_bad_values_stop_start_up_with_one_line(name, value, says):
@@ -133,6 +138,44 @@ def test_the_typed_object_refuses_values_that_cannot_work(settings, name, value,
     setattr(settings, name, value)
     with pytest.raises(ImproperlyConfigured, match=re.escape(says)):
         conf()
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    ("v9=2", "DELAY_SHARDS names the unknown version 'v9'; known versions: v1, v2, v3"),
+    ("v3=four", "DELAY_SHARDS: the shards of v3 must be a whole number, not 'four'"),
+    ("v3=2.5", "DELAY_SHARDS: the shards of v3 must be a whole number, not '2.5'"),
+    ("v3=0", "DELAY_SHARDS: v3 may have 1 to 64 shards, not 0"),
+    ("v3=65", "DELAY_SHARDS: v3 may have 1 to 64 shards, not 65"),
+    ("v3", "DELAY_SHARDS: 'v3' is not VERSION=COUNT (e.g. DELAY_SHARDS=v3=4,v2=2)"),
+    ("v3=2,v3=4", "DELAY_SHARDS names v3 twice"),
+    ({"v3": 0}, "DELAY_SHARDS: v3 may have 1 to 64 shards, not 0"),
+])
+def test_shard_counts_that_cannot_work_are_refused(settings, value, says):
+    settings.DELAY_SHARDS = value
+    with pytest.raises(ImproperlyConfigured, match=re.escape(says)):
+        conf()
+
+
+@pytest.mark.parametrize(("value", "shards"), [
+    ("", {}), (" v3 = 4 , ,v1=1", {"v3": 4, "v1": 1}), ("v2=64", {"v2": 64}), ({"v3": 2}, {"v3": 2}),
+])
+def test_shard_counts_and_the_configured_version(settings, value, shards):
+    from scheduling.conf import configured_version
+
+    settings.DELAY_SHARDS = value
+    assert conf().shards == shards
+    for name in ("v1", "v2", "v3"):
+        version = configured_version(name, prefix="x.", levels=4)
+        assert (version.name, version.prefix, version.levels, version.shards) == (name, "x.", 4, shards.get(name, 1))
+
+
+def test_a_bad_shard_count_stops_a_command_with_one_line():
+    result = subprocess.run([sys.executable, "manage.py", "explain_delay", "5", "billing"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "DJANGO_SETTINGS_MODULE": "delayplatform.settings", "SECRET_KEY": "x",
+                                 "DELAY_SHARDS": "v3=x"})
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert result.stderr.strip() == "configuration error: DELAY_SHARDS: the shards of v3 must be a whole number, not 'x'"
 
 
 def test_override_settings_reaches_the_typed_object(settings):

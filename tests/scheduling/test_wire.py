@@ -205,3 +205,46 @@ def test_moved_between_versions_routes_by_the_targets_rules_only(source, target)
     assert route == cascade.route(target, 59, "billing")
     assert out.headers.get("CC") == (list(route.cc) or None)
     assert out.routing_key == route.routing_key
+
+
+# --- shards: a message travels on the shard its id picks ---------------------------------------
+
+V3X3 = V3.with_(shards=3)
+
+
+def test_outgoing_goes_into_the_shard_of_its_id_for_every_shard():
+    endpoint = Endpoint(name="billing", topology=TopologyVersion(name="v3", prefix="dp.v3.", levels=28))
+    seen = set()
+    for n in range(12):
+        message = ScheduledMessage(id=uuid.UUID(int=n), endpoint=endpoint, payload={},
+                                   due_at=NOW + timedelta(seconds=10, milliseconds=500), requested_delay_ms=10_500)
+        out, route = wire.outgoing(message, V3X3, NOW, margin_ms=250)
+        shard = n % 3
+        assert out.exchange == route.exchange == cascade.level_name("dp.v3.", 3, shard)
+        assert route == cascade.route(V3X3, 10, "billing", shard) and out.headers["CC"] == ["bit:03", "bit:01"]
+        seen.add(shard)
+    assert seen == {0, 1, 2}
+
+
+def test_the_message_page_shows_the_path_on_the_messages_shard(settings):
+    settings.DELAY_SHARDS = "v3=3"  # the row's cascade is the configured one
+    endpoint = Endpoint(name="billing", topology=TopologyVersion(name="v3", prefix="dp.v3.", levels=28))
+    message = ScheduledMessage(id=uuid.UUID(int=5), endpoint=endpoint, topology=endpoint.topology, payload={},
+                               due_at=NOW + timedelta(seconds=10, milliseconds=500), requested_delay_ms=10_500)
+    shown = wire.preview(message, NOW, margin_ms=250)
+    assert shown.exchange == "dp.v3.delay-level-03-s2"  # 5 % 3
+    assert [row[0] for row in shown.path_rows][:2] == ["Level 03, shard 2", "Level 02, shard 2"]
+
+
+def test_moved_goes_into_the_targets_shard_of_the_id_or_of_the_amqp_message_id():
+    eta = {"eta": "2026-11-21T12:01:00+00:00"}
+    for n in range(6):
+        found = wire.Found(due_at_ms=NOW_MS + 60_000, destination="billing", message_id=str(uuid.UUID(int=n)),
+                           published_at_ms=1)
+        out, route = wire.moved(eta, {}, b"", found, V3X3, NOW_MS, margin_ms=250)
+        assert out.exchange == cascade.level_name("dp.v3.", 5, n % 3)
+    foreign = wire.Found(due_at_ms=NOW_MS + 60_000, destination="billing", message_id=None, published_at_ms=1)
+    out, _ = wire.moved(eta, {"message_id": "task-42"}, b"", foreign, V3X3, NOW_MS, margin_ms=250)
+    assert out.exchange == cascade.level_name("dp.v3.", 5, cascade.shard_of("task-42", 3))
+    out, _ = wire.moved(eta, {}, b"", foreign, V3X3, NOW_MS, margin_ms=250)
+    assert out.exchange == "dp.v3.delay-level-05"  # no id at all: shard 0

@@ -5,7 +5,7 @@ from django.db.utils import DatabaseError
 
 from topology import cascade
 
-from ...conf import conf
+from ...conf import conf, configured_version
 from ...selectors import topology_version_get
 
 
@@ -26,12 +26,13 @@ def add_version_arguments(parser, *, allow_all: bool) -> None:
 
 
 def _known(name: str) -> cascade.Version:
-    """The version as the platform records it, or the built-in default without a database."""
+    """The version as the platform records it, or the built-in default without a database;
+    with its configured shards either way."""
     try:
         row = topology_version_get(name)
     except DatabaseError:
         row = None
-    return row.cascade if row else cascade.get_version(name)
+    return row.cascade if row else configured_version(name)
 
 
 def resolve_versions(options) -> list[cascade.Version]:

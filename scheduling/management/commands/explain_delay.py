@@ -1,11 +1,12 @@
-"""Print the path a delayed message takes through the cascade, as in the seeds' example."""
+"""Print the path a delayed message takes through the cascade, as in the seeds' example; on a
+sharded version, through the shard a message's id picks (--id), else shard 0."""
 
 from decimal import Decimal, InvalidOperation
 
 from django.core.management.base import CommandError
 
 from topology import cascade
-from topology.explain import describe_route, explain_rows, format_duration, headers, markdown_table
+from topology.explain import describe_queues, describe_route, explain_rows, format_duration, headers, markdown_table
 
 from ._versions import VersionedCommand, add_version_arguments, resolve_versions
 
@@ -17,8 +18,10 @@ class Command(VersionedCommand):
         parser.add_argument("seconds", help="delay in seconds, e.g. 10 or 2.5")
         parser.add_argument("destination", help="endpoint (queue) name, e.g. billing")
         add_version_arguments(parser, allow_all=False)
+        parser.add_argument("--id", dest="message_id", metavar="UUID",
+                            help="a message id: show the shard it travels on (versions with DELAY_SHARDS)")
 
-    def handle(self, *args, seconds, destination, **options):
+    def handle(self, *args, seconds, destination, message_id=None, **options):
         try:
             delay = Decimal(seconds)
         except InvalidOperation:
@@ -27,16 +30,29 @@ class Command(VersionedCommand):
             raise CommandError(f"SECONDS must be a finite number, got {seconds!r}")
         (version,) = resolve_versions(options)
         whole, remainder = int(delay // 1), delay - (delay // 1)
+        shard = cascade.shard_of(message_id, version.shards)
         try:
-            rows = explain_rows(version, whole, destination)
+            rows = explain_rows(version, whole, destination, shard)
         except ValueError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(markdown_table(headers(version), rows))
-        total = cascade.path_ttl_ms(cascade.path(version, whole, destination))
+        total = cascade.path_ttl_ms(cascade.path(version, whole, destination, shard))
         self.stdout.write(
-            f"\n{version.name} ({version.levels} levels): {describe_route(version, whole, destination)}; "
+            f"\n{version.name} ({version.levels} levels): {describe_route(version, whole, destination, shard)}; "
             f"time in queues {format_duration(total)}."
         )
+        if version.shards > 1:
+            if message_id is None:
+                self.stdout.write(
+                    f"{version.name} has {version.shards} shards; this is shard 0's path. Each message travels on "
+                    f"the shard its id picks (its UUID modulo {version.shards}): give --id <uuid> to see a message's."
+                )
+            else:
+                self.stdout.write(f"{version.name} has {version.shards} shards: message {message_id} travels on "
+                                  f"shard {shard}.")
+            self.stdout.write(f"On shard {shard} it {describe_queues(version, whole, destination, shard)}.")
+        elif message_id is not None:
+            self.stdout.write(f"{version.name} has one shard: message {message_id} travels on it.")
         if remainder:
             self.stdout.write(
                 f"The remaining {remainder}s is held by the consumer until the exact due time."

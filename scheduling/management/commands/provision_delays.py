@@ -1,4 +1,4 @@
-"""Declare (or plan, export, verify) the delay cascade of a topology version."""
+"""Declare (or plan, export, verify) the delay cascade of a topology version, every shard."""
 
 import json
 import sys
@@ -18,10 +18,14 @@ def _args(arguments) -> str:
     return " ".join(f"{k}={v}" for k, v in arguments)
 
 
+def _shards(version: cascade.Version) -> str:
+    return f", {version.shards} shards" if version.shards > 1 else ""
+
+
 def describe_plan(plan: cascade.Plan) -> list[str]:
     v = plan.version
     lines = [
-        f"{v.name}: prefix {v.prefix}, {v.levels} levels, {v.queue_kind} queues, max delay "
+        f"{v.name}: prefix {v.prefix}, {v.levels} levels{_shards(v)}, {v.queue_kind} queues, max delay "
         f"{v.max_delay_ms // 1000} s — {len(plan.exchanges)} exchanges, {len(plan.queues)} queues, "
         f"{len(plan.bindings)} bindings"
     ]
@@ -69,7 +73,8 @@ class Command(VersionedCommand):
             for plan in plans:
                 result = topology_provision(version=plan.version, url=url)
                 self.stdout.write(
-                    f"Provisioned {plan.version.name} ({plan.version.prefix}, {plan.version.levels} levels) on "
+                    f"Provisioned {plan.version.name} ({plan.version.prefix}, {plan.version.levels} levels"
+                    f"{_shards(plan.version)}) on "
                     f"{broker(url).describe()}: {len(plan.exchanges)} exchanges, {len(plan.queues)} queues, "
                     f"{len(plan.bindings)} bindings in {result.seconds:.2f} s"
                     + ("" if result.recorded else " (not recorded: not the platform's version)")
@@ -104,17 +109,25 @@ class Command(VersionedCommand):
         )
 
     def _verify(self, versions, url):
-        failed = 0
+        failed = replication = 0
         for version in versions:
             result = topology_verify(version=version, url=url)
             for warning in result.warnings:
                 self.stdout.write(f"{version.name}: warning: {warning}")
+            self.stdout.write(f"{version.name}: {result.leaders}")
+            replication += result.under_replicated
             if result.problems:
                 failed += len(result.problems)
                 for problem in result.problems:
                     self.stderr.write(f"{version.name}: {problem}")
             else:
-                self.stdout.write(f"{version.name} ({version.prefix}): cascade complete and as planned"
+                self.stdout.write(f"{version.name} ({version.prefix}{_shards(version)}): cascade complete and as planned"
                                   + (f" ({len(result.warnings)} warning(s) above)" if result.warnings else ""))
-        if failed:
-            raise CommandError(f"{failed} missing or mismatched piece(s); run provision_delays to fix")
+        reasons = []
+        if failed > replication:
+            reasons.append(f"{failed - replication} missing or mismatched piece(s); run provision_delays to fix")
+        if replication:
+            reasons.append(f"{replication} quorum queue(s) not replicated to every running node or without a leader; "
+                           "rabbitmq-queues grow <node> all adds a node's missing members")
+        if reasons:
+            raise CommandError("; ".join(reasons))

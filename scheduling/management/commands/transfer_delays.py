@@ -4,10 +4,10 @@ remaining delay (a plain shovel would restart each delay from the top of its lev
 from django.core.management.base import BaseCommand, CommandError
 
 from rabbit import BrokerError
-from topology import cascade
 
 from ...conf import broker, conf
 from ...selectors import topology_version_get
+from ...services import topology_declare
 from ...services.endpoints import endpoints_bind_on
 from ._moving import run_move
 from ._versions import add_move_arguments
@@ -40,7 +40,7 @@ class Command(BaseCommand):
         try:
             if not dry_run:
                 with target.session() as session:
-                    session.declare(cascade.cascade_plan(version))
+                    topology_declare(session=session, version=version)  # every shard
                 bound = endpoints_bind_on(target, version)
                 self.stdout.write(f"Provisioned {version.name} and {bound} endpoint queue(s) on {target.describe()}.")
         except BrokerError as exc:

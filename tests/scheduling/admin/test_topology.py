@@ -130,3 +130,44 @@ def test_preview_needs_the_provision_permission(staff_client, versions):
     client = staff_client("scheduling.view_topologyversion")
     response = client.post(LIST, {"action": "preview_migration", "_selected_action": [versions["v1"].pk]})
     assert response.status_code == 403
+
+
+def test_a_sharded_version_shows_its_shards_and_each_levels_count_per_shard(admin_client, fresh_v1, amqp, settings):
+    from django.utils import timezone
+
+    from tests.topology.helpers import publish
+
+    settings.DELAY_SHARDS = "v1=2"
+    version = park(fresh_v1)
+    assert version.shards == 2
+    for shard, plan in enumerate(cascade.shard_plans(version)):
+        amqp.declare(plan, first_node=shard)
+    try:
+        for shard, copies in ((0, 1), (1, 2)):
+            r = cascade.route(version, 1000, "somewhere", shard)  # level 9 of the shard
+            for _ in range(copies):
+                publish(amqp, r.exchange, r.routing_key)
+        management, vhost = broker().management, broker().vhost
+        wait_until(lambda: management.queue_depths(vhost).get(cascade.level_name(version.prefix, 9, 1), {})
+                   .get("messages") == 2 and management.queue_depths(vhost)
+                   .get(cascade.level_name(version.prefix, 9), {}).get("messages") == 1,
+                   60, 0.5, "the broker's statistics")
+        page = admin_client.get(reverse("admin:scheduling_topologyversion_change", args=[fresh_v1.pk])).content.decode()
+        assert '<strong>2 shards</strong>' in page and "<th>per shard</th>" in page
+        row = page.split('data-level="9"')[1].split("</tr>")[0]
+        assert f'title="{version.prefix}delay-level-09: 1, {version.prefix}delay-level-09-s1: 2">3</td>' in row
+        assert '<td class="dp-shards">s0 1 · s1 2</td>' in row
+        assert '<strong id="dp-in-cascade">3</strong>' in page
+        listing = admin_client.get(LIST).content.decode().split(f">{fresh_v1.prefix}<")[1].split("</tr>")[0]
+        assert '<td class="field-shard_count">2</td>' in listing and '<td class="field-in_flight">3</td>' in listing
+
+        response = admin_client.post(LIST, {"action": "verify", "_selected_action": [fresh_v1.pk]}, follow=True)
+        assert "v1: the broker matches the plan" in shown(response)  # both shards (12 levels each, not 28)
+        assert "v1: quorum leaders: none (no quorum queues in this cascade)" in shown(response)  # classic
+
+        fresh_v1.provisioned_at, fresh_v1.shards = timezone.now(), 1  # provisioned before the count was raised
+        fresh_v1.save()
+        listing = admin_client.get(LIST).content.decode().split(f">{fresh_v1.prefix}<")[1].split("</tr>")[0]
+        assert '<td class="field-shard_count">2 (provisioned with 1: provision again)</td>' in listing
+    finally:
+        amqp.teardown(cascade.shard_plan(version, 1))

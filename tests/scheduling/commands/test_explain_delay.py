@@ -62,3 +62,33 @@ def test_fraction_is_explained_as_held_by_the_consumer():
 def test_bad_input_is_one_clear_error(args, message):
     with pytest.raises(CommandError, match=message):
         run(*args)
+
+
+ON_SHARD_2 = "00000000-0000-0000-0000-000000000005"  # 5 % 3
+
+
+def test_a_sharded_version_explains_the_shard_of_an_id(settings):
+    settings.DELAY_SHARDS = "v3=3"
+    text = run("10", "a.b", "--levels", "4", "--id", ON_SHARD_2)
+    assert [row[0] for row in table_rows(text)] == ["Level 03, shard 2", "Level 02, shard 2", "Level 01, shard 2",
+                                                    "Level 00, shard 2", "Delivery Exchange"]
+    assert "published to dp.v3.delay-level-03-s2 with routing key a.b and CC bit:03, bit:01" in text
+    assert f"v3 has 3 shards: message {ON_SHARD_2} travels on shard 2." in text
+    assert "On shard 2 it waits in dp.v3.delay-level-03-s2 (8 seconds), dp.v3.delay-level-01-s2 (2 seconds), " \
+           "10 seconds in all; then dp.v3.delay-delivery -> a.b." in text
+
+
+def test_without_an_id_shard_zero_and_how_the_shard_is_chosen(settings):
+    settings.DELAY_SHARDS = "v3=3"
+    text = run("10", "a.b", "--levels", "4")
+    assert table_rows(text) == V3_TABLE  # shard 0: today's names
+    assert "v3 has 3 shards; this is shard 0's path. Each message travels on the shard its id picks " \
+           "(its UUID modulo 3): give --id <uuid> to see a message's." in text
+
+
+def test_one_shard_explains_as_before_and_says_so_for_an_id():
+    plain = run("10", "destination", "--version", "v2", "--levels", "4")
+    assert "shard" not in plain
+    text = run("10", "destination", "--version", "v2", "--levels", "4", "--id", ON_SHARD_2)
+    assert table_rows(text) == SEED_TABLE
+    assert f"v2 has one shard: message {ON_SHARD_2} travels on it." in text

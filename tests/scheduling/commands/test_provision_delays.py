@@ -148,3 +148,61 @@ def test_without_version_the_setting_chooses(settings, default):
     settings.DELAY_DEFAULT_VERSION = default
     out, _ = run("--dry-run")
     assert out.startswith(f"{default}: prefix {cascade.get_version(default).prefix}, 28 levels")
+
+
+def test_shards_are_planned_exported_declared_and_verified(settings, teardown, unique_prefix, tmp_path):
+    settings.DELAY_SHARDS = "v3=2"
+    version = cascade.V3.with_(prefix=unique_prefix, levels=4, shards=2)
+    teardown(cascade.cascade_plan(version))
+    out, _ = run("--dry-run", "--prefix", unique_prefix, "--levels", "4")
+    assert out.startswith(f"v3: prefix {unique_prefix}, 4 levels, 2 shards, quorum queues")
+    assert "12 exchanges, 9 queues, 9 bindings" in out
+    assert f"queue    {unique_prefix}delay-level-03-s1 " in out
+    assert f"x-dead-letter-exchange={unique_prefix}delay-level-02-s1" in out
+    assert f"exchange {unique_prefix}delay-level-00-s1 (direct) alternate-exchange={unique_prefix}delay-delivery" in out
+    assert names_with(unique_prefix) == []
+
+    target = tmp_path / "defs.json"
+    run("--export-definitions", str(target), "--prefix", unique_prefix, "--levels", "4")
+    definitions = json.loads(target.read_text())
+    assert {q["name"] for q in definitions["queues"]} == {q.name for q in cascade.cascade_plan(version).queues}
+    assert len(definitions["queues"]) == 9 and f"{unique_prefix}delay-ingest-s1" in {
+        e["name"] for e in definitions["exchanges"]}
+
+    out, _ = run("--prefix", unique_prefix, "--levels", "4")
+    assert f"Provisioned v3 ({unique_prefix}, 4 levels, 2 shards) on " in out
+    assert "12 exchanges, 9 queues, 9 bindings" in out
+    assert len(names_with(unique_prefix)) == 9 + 12
+    out, _ = run("--verify", "--prefix", unique_prefix, "--levels", "4")
+    assert f"v3 ({unique_prefix}, 2 shards): cascade complete and as planned" in out
+    (node,) = [n["name"] for n in broker().management.nodes() if n.get("running")]
+    assert f"v3: quorum leaders: {node} 9" in out.splitlines()
+
+    settings.DELAY_SHARDS = ""  # lowered to one shard: shard 1 stays, verify warns and still exits 0
+    out, _ = run("--verify", "--prefix", unique_prefix, "--levels", "4")
+    assert f"v3: warning: shard 1 is beyond the 1 shard(s) configured and still exists (4 queue(s), " \
+           "5 exchange(s) named *-s1) holding" in out
+    assert "cascade complete and as planned (1 warning(s) above)" in out
+    run("--prefix", unique_prefix, "--levels", "4")
+    assert len(names_with(unique_prefix)) == 9 + 12  # provisioning one shard deleted nothing
+
+
+def test_verify_names_a_quorum_queue_short_of_a_running_node(settings, teardown, unique_prefix, monkeypatch):
+    """The replication check fails when a quorum queue lacks a member on a running node: here
+    the cluster answers with a second running node that no queue lists among its members."""
+    from rabbit import Management
+
+    version = cascade.V2.with_(prefix=unique_prefix, levels=2)
+    teardown(cascade.cascade_plan(version))
+    run("--version", "v2", "--prefix", unique_prefix, "--levels", "2")
+    real_nodes = Management.nodes
+    monkeypatch.setattr(Management, "nodes", lambda self: [*real_nodes(self), {"name": "dpc9@elsewhere",
+                                                                               "running": True}])
+    err = StringIO()
+    with pytest.raises(CommandError, match=r"^3 quorum queue\(s\) not replicated to every running node"):
+        call_command("provision_delays", "--verify", "--version", "v2", "--prefix", unique_prefix, "--levels", "2",
+                     stderr=err, stdout=StringIO())
+    problems = err.getvalue().splitlines()
+    assert len(problems) == 3 and all("for 2 running node(s): not replicated to dpc9@elsewhere" in p
+                                      for p in problems)
+    assert problems[0].startswith(f"v2: quorum queue {unique_prefix}delay-level-01 has 1 member(s) (")

@@ -46,6 +46,7 @@ def fact(n: int = 0, **overrides) -> dict:
         "lateness_ms": 4,
         "delivery_count": 1,
         "cancelled_at": None,
+        "shard": 0,
         "due_date": due.date(),
     }
     row.update(overrides)

@@ -74,6 +74,7 @@ def test_each_due_date_gets_a_partition_with_the_facts(message, tmp_path):
         "lateness_ms": 4,
         "delivery_count": 2,
         "cancelled_at": None,
+        "shard": 0,  # v2 has one shard here
     }
     assert rows[str(cancelled.id)]["status"] == "cancelled" and rows[str(cancelled.id)]["endpoint"] == "audit"
     assert rows[str(cancelled.id)]["delivery_mode"] == "timeout_manager"  # as recorded on the row
@@ -130,6 +131,7 @@ def test_copy_stream_gives_the_rows_the_orm_reads(message):
                   for row in export.selectors.delivery_facts(since=since, until=until)), key=lambda row: str(row["id"]))
     for row in orm:
         row["id"] = str(row["id"])
+        row["shard"] = 0  # every version has one shard here
     assert len(copied) == 2 and copied == orm
 
 
@@ -175,3 +177,32 @@ def test_the_command_line_exits_1_without_a_traceback(tmp_path):
     )
     assert result.returncode == 1
     assert result.stderr.strip() == "CommandError: --since: not a date (YYYY-MM-DD): '20-11-2026'"
+
+
+def test_a_sharded_versions_deliveries_all_count_under_that_version(message, tmp_path, spark, settings):
+    """v3 with two shards: each fact says its shard (from its id), and the report's rows stay
+    per version, counting the deliveries of both shards."""
+    import uuid
+
+    from scheduling.reports.accuracy import accuracy_report
+
+    settings.DELAY_SHARDS = "v3=2"
+    sharded = [message(at(DAY1, 9, n), endpoint="orders.eu", version="v3", id=uuid.UUID(int=n), status="delivered",
+                       published_at=at(DAY1, 8), delivered_at=at(DAY1, 9, n + 3), lateness_ms=3, delivery_count=1)
+               for n in range(7)]
+    message(at(DAY1, 9), status="delivered", published_at=at(DAY1, 8), delivered_at=at(DAY1, 9, 2), lateness_ms=2,
+            delivery_count=1)  # v2: one shard
+    export.deliveries_export(first_day=DAY1, last_day=DAY1, out_dir=tmp_path)
+
+    facts = {row["id"]: row for row in read_day(tmp_path, DAY1)}
+    assert {facts[str(m.id)]["shard"] for m in sharded} == {0, 1}
+    assert all(facts[str(m.id)]["shard"] == m.id.int % 2 for m in sharded)
+    assert [row["shard"] for row in facts.values() if row["version"] == "v2"] == [0]
+
+    report = accuracy_report(read_facts(spark, str(tmp_path), DAY1, DAY1), as_of=at(DAY2, 0),
+                             lost_after=timedelta(minutes=10))
+    per_version = {row.version: row for row in report.collect() if row.endpoint == "*" and row.delivery_mode == "*"
+                   and row.delay_bucket == "*" and row.version != "*"}
+    assert (per_version["v3"].scheduled, per_version["v3"].delivered, per_version["v3"].lost) == (7, 7, 0)
+    assert per_version["v2"].delivered == 1
+    assert "shard" not in report.columns  # rows per version, not per shard

@@ -162,3 +162,56 @@ def test_transfer_of_many_messages_acks_every_old_copy(version, declared, amqp, 
         assert (summary.found, summary.moved, summary.dropped, summary.left_in_source) == (300, 300, 0, 0)
         assert sum(level_depths(session, source).values()) == 300
         assert sum(level_depths(amqp, source).values()) == 0
+
+
+def test_every_shard_of_the_source_is_drained_into_the_targets_shard_of_each_id(versions, amqp, unique_prefix,
+                                                                              endpoint_name, settings):
+    """A 2-shard v2 (and a third shard left behind by a lowered count) into a 3-shard v3: every
+    message leaves every source shard, and each lands in the target shard its id picks."""
+    settings.DELAY_SHARDS = "v2=2,v3=3"
+    old = cascade.V2.with_(prefix=unique_prefix + "v2.", shards=2)
+    new = cascade.V3.with_(prefix=unique_prefix + "v3.", shards=3)
+    left = cascade.shard_plan(old.with_(shards=3), 2)
+    for version in (old, new):
+        for shard, plan in enumerate(cascade.shard_plans(version)):
+            amqp.declare(plan, first_node=shard)
+    amqp.declare(left)
+    try:
+        for name, version in (("v2", old), ("v3", new)):
+            versions[name].prefix, versions[name].provisioned_at = version.prefix, timezone.now()
+            versions[name].save()
+            bind_endpoint(amqp, version, endpoint_name)
+        assert versions["v2"].cascade == old and versions["v3"].cascade == new
+        endpoint = Endpoint.objects.create(name=endpoint_name, topology=versions["v2"])
+        now = timezone.now()
+        rows = [ScheduledMessage.objects.create(endpoint=endpoint, topology=versions["v2"], payload={"d": d},
+                                                due_at=now + timedelta(seconds=d), requested_delay_ms=d * 1000)
+                for d in DELAYS * 2]
+        assert relay_publish(ids=[str(r.id) for r in rows]).published == len(rows)
+        by_shard = level_depths_per_shard(amqp, old, 3)
+        assert by_shard[0] + by_shard[1] == len(rows) and by_shard[0] and by_shard[1] and not by_shard[2]
+        straggler = cascade.route(old.with_(shards=3), 1000, endpoint_name, 2)  # in the shard left behind
+        publish(amqp, straggler.exchange, straggler.routing_key, b"left",
+                {wire.H_DUE_AT_MS: int(now.timestamp() * 1000) + 1_000_000, wire.H_MESSAGE_ID: "left-1"})
+
+        assert sum(level_depths(amqp, old).values()) == len(rows) + 1  # every shard, the one left behind too
+        summary = delays_move(source=broker(), target=broker(), source_version=old, target_version=new,
+                              target_row=versions["v3"], batch=5)
+        assert (summary.found, summary.moved, summary.failed, summary.left_in_source) == (len(rows) + 1,) * 2 + (0, 0)
+        assert level_depths_per_shard(amqp, old, 3) == {0: 0, 1: 0, 2: 0}
+        assert sum(level_depths_per_shard(amqp, new, 3).values()) == len(rows) + 1
+        for row in rows:
+            row.refresh_from_db()
+            assert row.topology == versions["v3"]
+            assert cascade.shard_of_name(new.prefix, row.first_exchange) == cascade.shard_of(row.id, 3)
+        assert {cascade.shard_of(r.id, 3) for r in rows} == {0, 1, 2}
+    finally:
+        amqp.delete_queue(endpoint_name)
+        amqp.delete_queue(cascade.poison_queue(old).name)
+        for plan in (cascade.cascade_plan(new), left, cascade.cascade_plan(old)):
+            amqp.teardown(plan)
+
+
+def level_depths_per_shard(session, version, shards: int) -> dict[int, int]:
+    return {shard: sum(session.queue_depth(cascade.level_name(version.prefix, level, shard)) or 0
+                       for level in range(version.levels)) for shard in range(shards)}

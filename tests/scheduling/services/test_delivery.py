@@ -43,6 +43,14 @@ def test_first_hand_over_delivers_and_records_lateness(make):
     assert message.lateness_ms == (message.delivered_at - message.due_at) // timedelta(milliseconds=1)
 
 
+def test_the_receiving_worker_is_recorded_and_a_duplicate_elsewhere_keeps_it(make):
+    message = make()
+    delivery_receive(message_id=str(message.id), by="w1@host")
+    assert delivery_receive(message_id=str(message.id), by="w2@host").result is Result.DUPLICATE
+    message.refresh_from_db()
+    assert message.delivered_by == "w1@host" and message.delivery_count == 2
+
+
 def test_duplicate_is_counted_and_suppressed(make):
     message = make()
     delivery_receive(message_id=str(message.id))
@@ -189,3 +197,34 @@ def test_a_foreign_id_is_unknown_without_a_database_error(make):
     message = make()
     outcomes = delivery_receive_many([("not-a-uuid", 0), (str(message.id), 0)])
     assert [o.result for o in outcomes] == [Result.UNKNOWN, Result.DELIVERED]
+
+
+def test_handler_tasks_of_a_batch_are_sent_together_as_celery_messages(make, endpoint_name):
+    """A batch's celery_task handlers go out in one windowed publish: each arrives in the task's
+    queue as the protocol-2 message send_task would have sent (task name, id = message id, the
+    payload as the one argument, the platform's headers)."""
+    from scheduling.conf import broker
+
+    first = make(handler="celery_task", target="testapp.record_receipt")
+    second = ScheduledMessage.objects.create(endpoint=first.endpoint, topology=first.topology, payload={"order": 8},
+                                             due_at=first.due_at, requested_delay_ms=0, status=Status.PUBLISHED)
+    outcomes = delivery_receive_many([(str(first.id), 0), (str(second.id), 0)])
+    first.refresh_from_db()
+    assert [o.result for o in outcomes] == [Result.DELIVERED, Result.DELIVERED], first.last_error
+    with broker().session() as session, session.reader("celery") as reader:
+        got = {m.headers["id"]: m for m in reader.get(10) if m.headers.get("dp_message_id") in (str(first.id), str(second.id))}
+        for m in got.values():
+            reader.ack(m)
+    assert set(got) == {str(first.id), str(second.id)}
+    task = got[str(second.id)]
+    assert task.headers["task"] == "testapp.record_receipt" and task.headers["dp_due_at"] == second.due_at.isoformat()
+    assert json.loads(task.body)[0] == [{"order": 8}] and task.properties["content_type"] == "application/json"
+
+
+def test_a_handler_task_the_broker_does_not_take_is_a_failed_attempt_retried(make, settings):
+    message = make(handler="celery_task", target="testapp.record_receipt")
+    settings.BROKER_URL = "amqp://guest:guest@127.0.0.1:1//"  # nothing listens there
+    (outcome,) = delivery_receive_many([(str(message.id), 0)])
+    assert (outcome.result, outcome.attempt) == (Result.RETRY, 1)
+    message.refresh_from_db()
+    assert message.delivered_at is not None and message.attempts == 1 and "task not sent" in message.last_error

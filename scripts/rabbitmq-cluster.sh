@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# A three-node RabbitMQ cluster on this machine, from the machine's own rabbitmq-server: own
+# node names, AMQP, management and distribution ports, and data under one directory. The
+# machine's own RabbitMQ (rabbit@<host>, port 5672) is not touched.
+#
+#   scripts/rabbitmq-cluster.sh start    # start (or find running) and join the three nodes
+#   scripts/rabbitmq-cluster.sh status   # one line per node: name, AMQP and management port, running
+#   scripts/rabbitmq-cluster.sh urls     # the BROKER_URL and RABBITMQ_MANAGEMENT_URL to use
+#   scripts/rabbitmq-cluster.sh stop     # stop the nodes and remove their data
+#
+# Settings (environment): CLUSTER_NODES (3), CLUSTER_PORT (5681: nodes on 5681, 5682, 5683;
+# management on 15681…; Erlang distribution on 25681…), CLUSTER_DIR (/tmp/dp-rabbit-cluster),
+# CLUSTER_NAME (dpc: nodes dpc1@localhost …).
+set -euo pipefail
+
+NODES=${CLUSTER_NODES:-3}
+PORT=${CLUSTER_PORT:-5681}
+DIR=${CLUSTER_DIR:-/tmp/dp-rabbit-cluster}
+NAME=${CLUSTER_NAME:-dpc}
+
+say() { echo "rabbitmq-cluster: $*"; }
+node() { echo "${NAME}$1@localhost"; }
+amqp_port() { echo $((PORT + $1 - 1)); }
+mgmt_port() { echo $((PORT + 10000 + $1 - 1)); }
+ctl() { local n=$1; shift; rabbitmqctl -q -n "$(node "$n")" "$@"; }
+
+node_env() {  # the environment of node N: where it listens and keeps its data
+  local n=$1 base="$DIR/$NAME$1"
+  echo RABBITMQ_NODENAME="$(node "$n")" RABBITMQ_NODE_PORT="$(amqp_port "$n")" \
+    RABBITMQ_DIST_PORT=$((PORT + 20000 + n - 1)) RABBITMQ_CONFIG_FILE="$base/rabbitmq" \
+    RABBITMQ_ADVANCED_CONFIG_FILE="$base/advanced.config" \
+    RABBITMQ_ENABLED_PLUGINS_FILE="$base/enabled_plugins" RABBITMQ_MNESIA_BASE="$base/mnesia" \
+    RABBITMQ_LOG_BASE="$base/log" RABBITMQ_PID_FILE="$base/pid"
+}
+
+running() { ctl "$1" status >/dev/null 2>&1; }
+
+wait_for() {  # wait_for SECONDS COMMAND...
+  local seconds=$1; shift
+  for _ in $(seq 1 "$seconds"); do "$@" >/dev/null 2>&1 && return 0; sleep 1; done
+  "$@"
+}
+
+start_node() {
+  local n=$1 base="$DIR/$NAME$1"
+  if running "$n"; then return; fi
+  mkdir -p "$base"
+  cat >"$base/rabbitmq.conf" <<EOF
+listeners.tcp.local = 127.0.0.1:$(amqp_port "$n")
+management.tcp.ip = 127.0.0.1
+management.tcp.port = $(mgmt_port "$n")
+loopback_users = none
+EOF
+  echo "[rabbitmq_management]." >"$base/enabled_plugins"
+  # A quorum queue dead-letters at-least-once: it keeps a message until the next queue confirms
+  # it, and re-sends the unconfirmed ones after this timeout. When the next queue's leader dies,
+  # its confirms never come, and with the default (180 s) a whole level waits three minutes
+  # (docs/reliability.md). 5 s: a node's death delays a level by seconds, not minutes.
+  cat >"$base/advanced.config" <<EOF
+[{rabbit, [{dead_letter_worker_publisher_confirm_timeout, 5000}]}].
+EOF
+  id rabbitmq >/dev/null 2>&1 && chown -R rabbitmq:rabbitmq "$DIR"
+  say "starting $(node "$n") (amqp $(amqp_port "$n"), management $(mgmt_port "$n"))"
+  env $(node_env "$n") rabbitmq-server -detached
+  wait_for 90 running "$n"
+  ctl "$n" await_startup
+}
+
+joined() {  # is node N a running member of node 1's cluster?
+  rabbitmqctl -q -n "$(node 1)" cluster_status --formatter json 2>/dev/null | grep -q "\"$(node "$1")\""
+}
+
+start() {
+  command -v rabbitmq-server >/dev/null || { echo "rabbitmq-cluster: rabbitmq-server is not installed (scripts/services.sh rabbitmq installs it)" >&2; exit 1; }
+  for n in $(seq 1 "$NODES"); do start_node "$n"; done
+  for n in $(seq 2 "$NODES"); do
+    if ! joined "$n"; then
+      say "joining $(node "$n") to $(node 1)"
+      ctl "$n" stop_app
+      ctl "$n" reset >/dev/null
+      ctl "$n" join_cluster "$(node 1)" >/dev/null 2>&1
+      ctl "$n" start_app
+      ctl "$n" await_startup
+    fi
+  done
+  for n in $(seq 1 "$NODES"); do
+    wait_for 60 curl -sf -u guest:guest "http://127.0.0.1:$(mgmt_port "$n")/api/overview"
+  done
+  say "cluster of $NODES nodes ready"
+  urls
+}
+
+stop() {
+  for n in $(seq "$NODES" -1 1); do
+    if running "$n"; then say "stopping $(node "$n")"; ctl "$n" stop || true; fi
+  done
+  rm -rf "$DIR"
+}
+
+status() {
+  for n in $(seq 1 "$NODES"); do
+    printf '%s amqp %s management %s %s\n' "$(node "$n")" "$(amqp_port "$n")" "$(mgmt_port "$n")" \
+      "$(running "$n" && echo running || echo stopped)"
+  done
+}
+
+urls() {
+  local amqp="" http=""
+  for n in $(seq 1 "$NODES"); do
+    amqp+="${amqp:+;}amqp://guest:guest@127.0.0.1:$(amqp_port "$n")/"
+    http+="${http:+;}http://guest:guest@127.0.0.1:$(mgmt_port "$n")"
+  done
+  echo "BROKER_URL='$amqp'"
+  echo "RABBITMQ_MANAGEMENT_URL='$http'"
+}
+
+case "${1:-start}" in
+  start|stop|status|urls) "${1:-start}" ;;
+  *) echo "usage: $0 start|stop|status|urls" >&2; exit 2 ;;
+esac

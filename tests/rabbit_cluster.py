@@ -1,0 +1,114 @@
+"""A three-node RabbitMQ cluster of a test run's own (scripts/rabbitmq-cluster.sh under other node
+names and ports than `make cluster`'s), with the faults the cluster tests inject."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from rabbit import Management
+from tests.support import ROOT, wait_until
+
+
+class LocalCluster:
+    def __init__(self, name: str = "dpt", port: int = 5781, nodes: int = 3):
+        self.name, self.port, self.size = name, port, nodes
+        self.dir = Path(f"/tmp/{name}-rabbit-cluster")
+        self.env = {**os.environ, "CLUSTER_NAME": name, "CLUSTER_PORT": str(port), "CLUSTER_NODES": str(nodes),
+                    "CLUSTER_DIR": str(self.dir)}
+
+    def script(self, command: str) -> str:
+        result = subprocess.run([str(ROOT / "scripts" / "rabbitmq-cluster.sh"), command], env=self.env,
+                                capture_output=True, text=True, timeout=600)
+        if result.returncode:
+            raise AssertionError(f"rabbitmq-cluster.sh {command} failed: {result.stdout[-1500:]}{result.stderr[-1500:]}")
+        return result.stdout
+
+    def __enter__(self) -> LocalCluster:
+        self.script("start")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.script("stop")
+
+    # --- addresses --------------------------------------------------------------------------
+
+    def node(self, i: int) -> str:
+        return f"{self.name}{i}@localhost"
+
+    @property
+    def nodes(self) -> list[int]:
+        return list(range(1, self.size + 1))
+
+    def broker_url(self, vhost: str) -> str:
+        return ";".join(f"amqp://guest:guest@127.0.0.1:{self.port + i - 1}/{vhost}" for i in self.nodes)
+
+    @property
+    def management_url(self) -> str:
+        return ";".join(f"http://guest:guest@127.0.0.1:{self.port + 10000 + i - 1}" for i in self.nodes)
+
+    @property
+    def management(self) -> Management:
+        return Management(self.management_url)
+
+    # --- faults -------------------------------------------------------------------------------
+
+    def _ctl(self, i: int, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return subprocess.run(["rabbitmqctl", "-q", "-n", self.node(i), *args], capture_output=True, text=True,
+                              timeout=180, check=check)
+
+    def running(self, i: int) -> bool:
+        return self._ctl(i, "status", check=False).returncode == 0
+
+    def kill(self, i: int) -> None:
+        """kill -9 node i: nothing flushed, no connection closed cleanly."""
+        pid = int((self.dir / f"{self.name}{i}" / "pid").read_text().strip())
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not self.running(i), 30, 0.5, f"{self.node(i)} to be gone")
+
+    def restart(self, i: int) -> None:
+        """Start what is not running (node i after kill) and wait until it is back in the cluster."""
+        self.script("start")
+        wait_until(lambda: self.running(i), 60, 0.5, f"{self.node(i)} to run")
+
+    def stop_app(self, i: int) -> None:
+        self._ctl(i, "stop_app")
+
+    def start_app(self, i: int) -> None:
+        self._ctl(i, "start_app")
+        self._ctl(i, "await_startup")
+
+    def wait_replicas_online(self, vhost: str, timeout: float = 90) -> None:
+        """Every quorum queue of the vhost has all its members online again (after a restart)."""
+        def online():
+            queues = [q for q in self.management.queues(vhost) if q.get("type") == "quorum"]
+            return all(len(q.get("online", [])) == self.size for q in queues)
+
+        wait_until(online, timeout, 1, "every quorum queue's members to be online")
+
+    def connection_nodes(self, vhost: str, role: str) -> set[str]:
+        """The nodes holding the platform's connections of this role (rabbit.connection_name)."""
+        return {c["node"] for c in self.management._request("GET", "/connections") or []
+                if c.get("vhost") == vhost
+                and role in ((c.get("client_properties") or {}).get("connection_name") or "")}
+
+    def leaders(self, vhost: str) -> dict[str, int]:
+        """Quorum queue leaders per node."""
+        counts: dict[str, int] = {}
+        for q in self.management.queues(vhost):
+            if q.get("type") == "quorum" and q.get("leader"):
+                counts[q["leader"]] = counts.get(q["leader"], 0) + 1
+        return counts
+
+
+class VhostQueues:
+    """What faults.why_lost asks of a node: the queues of a vhost that hold messages."""
+
+    def __init__(self, cluster: LocalCluster, vhost: str):
+        self.cluster, self.vhost = cluster, vhost
+
+    def list_queues(self) -> dict[str, int]:
+        depths = self.cluster.management.queue_depths(self.vhost)
+        return {name: q.get("messages") for name, q in depths.items() if q.get("messages")}
