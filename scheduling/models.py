@@ -88,6 +88,10 @@ class Endpoint(models.Model):
         max_length=500, blank=True, help_text="Celery task name, or the webhook's URL"
     )
     webhook_secret = models.CharField(max_length=128, blank=True, editable=False)
+    webhook_secret_previous = models.CharField(
+        max_length=128, blank=True, editable=False,
+        help_text="the secret before the last rotation: signatures with it stay valid until the time below")
+    webhook_secret_previous_expires_at = models.DateTimeField(null=True, blank=True, editable=False)
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -326,6 +330,8 @@ class AccuracyReport(models.Model):
     in_flight = models.PositiveBigIntegerField(help_text="pending/published, within the grace")
     duplicates = models.PositiveBigIntegerField(help_text="messages handed over more than once")
     early = models.PositiveBigIntegerField(help_text="delivered before due (lateness < 0)")
+    scheduled_in_past = models.PositiveBigIntegerField(
+        default=0, help_text="due before they were accepted (deliver_at in the past): lateness counts from acceptance")
     lateness_min_ms = models.BigIntegerField(null=True, blank=True)
     lateness_p50_ms = models.FloatField(null=True, blank=True)
     lateness_p95_ms = models.FloatField(null=True, blank=True)
