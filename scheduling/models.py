@@ -168,7 +168,8 @@ class ScheduledMessageQuerySet(models.QuerySet):
                 columns,
             )
 
-    LOCKED_FOR_DELIVERY = ("id", "endpoint_id", "due_at", *DELIVERY_FIELDS)
+    # created_at: lateness counts from the later of due_at and it (lifecycle.lateness_ms)
+    LOCKED_FOR_DELIVERY = ("id", "endpoint_id", "due_at", "created_at", *DELIVERY_FIELDS)
 
     def locked_for_delivery(self, ids) -> list["ScheduledMessage"]:
         """Lock a batch of rows (FOR UPDATE, one array parameter) and load only what delivering

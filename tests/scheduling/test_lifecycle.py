@@ -57,6 +57,35 @@ def test_lateness_is_whole_milliseconds_late(due_at, at, ms):
     assert lifecycle.lateness_ms(due_at, at) == ms
 
 
+DAY = timedelta(days=1)
+
+
+@pytest.mark.parametrize(("due_at", "accepted_at", "ms"), [
+    (DUE - DAY, DUE, 40),  # asked for a day ago: late only since it was accepted
+    (DUE, DUE, 40),  # a delay of 0
+    (DUE, DUE - DAY, 40),  # a delay of a day: from the due time, as before
+    (DUE, None, 40),  # no acceptance time known: from the due time
+])
+def test_lateness_counts_from_the_later_of_due_and_accepted(due_at, accepted_at, ms):
+    assert lifecycle.lateness_ms(due_at, NOW, accepted_at=accepted_at) == ms
+
+
+@pytest.mark.parametrize(("due_at", "accepted_at", "in_past"), [
+    (DUE - DAY, DUE, True),
+    (DUE - timedelta(milliseconds=1), DUE, True),  # strictly earlier: no tolerance
+    (DUE, DUE, False),  # a delay of 0: due when accepted
+    (DUE + timedelta(milliseconds=1), DUE, False),
+])
+def test_scheduled_in_past_is_due_strictly_before_accepted(due_at, accepted_at, in_past):
+    assert lifecycle.scheduled_in_past(due_at, accepted_at) is in_past
+
+
+def test_a_backdated_arrival_records_the_requested_time_untouched_and_a_small_lateness():
+    state = State(status=U, due_at=DUE - DAY, created_at=NOW - timedelta(milliseconds=3))
+    arrival, change = lifecycle.arrive(state, attempt=0, now=NOW)
+    assert arrival is Arrival.DELIVER and change["lateness_ms"] == 3 and "due_at" not in change
+
+
 # (status, attempts, delivery_count, arriving attempt, redelivered, rerun_redelivered) -> (arrival, change)
 ARRIVALS = [
     # the copy that came through the cascade

@@ -24,7 +24,8 @@ def task_row(versions, endpoint_name):
         row_id = uuid.uuid4()
         return ScheduledMessage.objects.create(
             id=row_id, endpoint=endpoint, topology=versions["v2"], payload={"celery": {}}, requested_delay_ms=0,
-            due_at=timezone.now() + due_in, status=status, idempotency_key=key or str(row_id))
+            due_at=timezone.now() + due_in, status=status, idempotency_key=key or str(row_id),
+            created_at=timezone.now() - timedelta(hours=1))  # accepted before due: lateness counts from due_at
 
     return make
 

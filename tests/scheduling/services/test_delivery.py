@@ -28,6 +28,7 @@ def make(versions, endpoint_name):
         return ScheduledMessage.objects.create(
             endpoint=endpoint, topology=versions["v2"], payload={"order": 7}, due_at=now + due_in,
             requested_delay_ms=0, status=status,
+            created_at=now - timedelta(hours=1),  # accepted before due: lateness counts from due_at
         )
 
     return make
@@ -41,6 +42,16 @@ def test_first_hand_over_delivers_and_records_lateness(make):
     assert message.delivered_at >= message.due_at
     assert 30 <= message.lateness_ms < 1000
     assert message.lateness_ms == (message.delivered_at - message.due_at) // timedelta(milliseconds=1)
+
+
+def test_a_message_asked_for_in_the_past_is_late_only_since_it_was_accepted(make):
+    """The batch path loads created_at with the locked rows (lifecycle.lateness_ms)."""
+    message = make(due_in=-timedelta(days=1))
+    ScheduledMessage.objects.filter(id=message.id).update(created_at=timezone.now() - timedelta(milliseconds=30))
+    assert delivery_receive_many([(str(message.id), 0)])[0].result is Result.DELIVERED
+    message.refresh_from_db()
+    assert 30 <= message.lateness_ms < 1000
+    assert message.due_at < message.created_at  # the requested time is kept
 
 
 def test_the_receiving_worker_is_recorded_and_a_duplicate_elsewhere_keeps_it(make):
