@@ -47,6 +47,10 @@ def endpoint_consumption() -> dict[str, bool]:
     )
 
 
+# lifecycle.scheduled_in_past in SQL: asked for a time strictly before the message was accepted
+SCHEDULED_IN_PAST = Q(due_at__lt=F("created_at"))
+
+
 def messages(*, endpoint: str | None = None, status: str | None = None):
     qs = ScheduledMessage.objects.select_related("endpoint", "topology")
     if endpoint:
@@ -69,6 +73,7 @@ def endpoints_with_message_counts():
 
 DUE_WINDOWS = (("next minute", timedelta(minutes=1)), ("next hour", timedelta(hours=1)),
                ("next day", timedelta(days=1)))
+ACCEPTED_WINDOWS = (("last hour", timedelta(hours=1)), ("last 24 hours", timedelta(days=1)))
 
 
 class PercentileDisc(Aggregate):
@@ -128,6 +133,17 @@ class Dashboard:
     last_hour: Lateness
     recent_failures: list[ScheduledMessage]
     hourly: list[tuple[datetime, Lateness]]
+    in_past: list[tuple[str, int]]  # (window label, messages accepted in it that were due before)
+
+
+def scheduled_in_past_counts(now: datetime) -> list[tuple[str, int]]:
+    """Messages accepted in each window that asked for a time already gone (delivered at once;
+    their lateness counts from acceptance, so they are counted here instead)."""
+    windows = {f"w{i}": Count("id", filter=Q(created_at__gte=now - span))
+               for i, (_, span) in enumerate(ACCEPTED_WINDOWS)}
+    longest = max(span for _, span in ACCEPTED_WINDOWS)
+    counts = ScheduledMessage.objects.filter(SCHEDULED_IN_PAST, created_at__gte=now - longest).aggregate(**windows)
+    return [(label, counts[f"w{i}"]) for i, (label, _) in enumerate(ACCEPTED_WINDOWS)]
 
 
 def dashboard(now: datetime | None = None) -> Dashboard:
@@ -149,6 +165,7 @@ def dashboard(now: datetime | None = None) -> Dashboard:
         last_hour=lateness_since(now - timedelta(hours=1)),
         recent_failures=failures,
         hourly=lateness_by_hour(now),
+        in_past=scheduled_in_past_counts(now),
     )
 
 

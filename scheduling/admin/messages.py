@@ -15,9 +15,9 @@ from django.utils.html import format_html
 
 from topology import explain
 
-from .. import services, wire
+from .. import selectors, services, wire
 from ..conf import conf
-from ..lifecycle import IN_FLIGHT, Status
+from ..lifecycle import IN_FLIGHT, Status, scheduled_in_past
 from ..models import ScheduledMessage
 from . import dashboard, html
 from .base import ControlRoomAdmin, has_model_perm
@@ -49,11 +49,29 @@ class DueWindowFilter(admin.SimpleListFilter):
         return queryset if end is None else queryset.filter(due_at__lt=now + end)
 
 
+class ScheduledInPastFilter(admin.SimpleListFilter):
+    """Messages asked for a time before they were accepted (delivered at once; their lateness
+    counts from when they were accepted)."""
+
+    title = "scheduled in the past"
+    parameter_name = "in_past"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "yes"), ("no", "no")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.filter(selectors.SCHEDULED_IN_PAST)
+        if self.value() == "no":
+            return queryset.exclude(selectors.SCHEDULED_IN_PAST)
+        return queryset
+
+
 @admin.register(ScheduledMessage)
 class ScheduledMessageAdmin(ControlRoomAdmin):
     list_display = ("short_id", "endpoint", "topology", "status_badge", "due", "delivered", "lateness",
                     "delivery_count")
-    list_filter = ("status", DueWindowFilter, "endpoint", "topology")
+    list_filter = ("status", DueWindowFilter, ScheduledInPastFilter, "endpoint", "topology")
     list_select_related = ("endpoint", "topology")
     date_hierarchy = "due_at"
     search_fields = ("=id", "=idempotency_key")
@@ -140,7 +158,17 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
         return html.status_badge(message.status)
 
     created = html.moment_column("created_at", "created at")
-    due = html.moment_column("due_at", "due at")
+
+    @admin.display(description="due at", ordering="due_at")
+    def due(self, message):
+        """As requested; marked when that was before the message was accepted."""
+        shown = html.moment(message.due_at)
+        if not scheduled_in_past(message.due_at, message.created_at):
+            return shown
+        return format_html('{} <span class="dp-in-past" style="color:#8c6d31;font-weight:bold" title="due before '
+                           'it was accepted: delivered at once; lateness counts from created at">'
+                           'scheduled in the past</span>', shown)
+
     published = html.moment_column("published_at", "published at")
     delivered = html.moment_column("delivered_at", "delivered at")
     cancelled = html.moment_column("cancelled_at", "cancelled at")

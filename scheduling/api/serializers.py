@@ -7,8 +7,9 @@ from decimal import Decimal, InvalidOperation
 from rest_framework import serializers
 
 from ..conf import conf
-from ..lifecycle import Status
+from ..lifecycle import Status, scheduled_in_past
 from ..models import DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
+from .validation import RefuseControlCharacters, has_refused_characters
 
 
 class VersionField(serializers.SlugRelatedField):
@@ -23,7 +24,7 @@ class VersionField(serializers.SlugRelatedField):
         return super().to_internal_value(data)
 
 
-class EndpointSerializer(serializers.ModelSerializer):
+class EndpointSerializer(RefuseControlCharacters, serializers.ModelSerializer):
     topology = VersionField(
         required=False,
         help_text="cascade version for new messages (default: the setting DELAY_DEFAULT_VERSION, v2)",
@@ -45,14 +46,14 @@ class EndpointSerializer(serializers.ModelSerializer):
         return {status.value: getattr(endpoint, f"n_{status}", 0) for status in Status}
 
 
-class EndpointUpdateSerializer(serializers.Serializer):
+class EndpointUpdateSerializer(RefuseControlCharacters, serializers.Serializer):
     """What may change on an existing endpoint: where its *new* messages go."""
 
     topology = VersionField(required=False)
     delivery_mode = serializers.ChoiceField(choices=DeliveryMode.choices, required=False)
 
 
-class MessageCreateSerializer(serializers.Serializer):
+class MessageCreateSerializer(RefuseControlCharacters, serializers.Serializer):
     endpoint = serializers.CharField(max_length=100)
     payload = serializers.JSONField(help_text="any JSON value, at most 256 KiB")
     delay_seconds = serializers.DecimalField(
@@ -85,8 +86,11 @@ def _plain_message(data) -> dict | None:
     """The validated data of a message whose fields need no conversion but the delay's, or None.
     Mirrors the fields' rules: a trimmed, non-empty endpoint of at most 100 characters; any
     payload but null; a finite delay given as a number or a short numeric string; no deliver_at
-    (its parsing is the DateTimeField's); an idempotency key absent, null, or trimmed and short."""
+    (its parsing is the DateTimeField's); an idempotency key absent, null, or trimmed and short;
+    no string but the payload with a character the fields refuse (api/validation.py)."""
     if type(data) is not dict or not data.keys() <= _MESSAGE_FIELDS or data.get("deliver_at") is not None:
+        return None
+    if any(type(v) is str and has_refused_characters(v) for k, v in data.items() if k != "payload"):
         return None
     endpoint, key, delay = data.get("endpoint"), data.get("idempotency_key"), data.get("delay_seconds")
     if type(endpoint) is not str or not 0 < len(endpoint) <= 100 or endpoint != endpoint.strip():
@@ -127,7 +131,7 @@ def message_item(data: dict) -> dict:
     }
 
 
-class BulkCreateSerializer(serializers.Serializer):
+class BulkCreateSerializer(RefuseControlCharacters, serializers.Serializer):
     messages = MessageCreateSerializer(many=True, allow_empty=False, help_text="at most DELAY_BULK_MAX (1,000)")
 
     def __init__(self, *args, **kwargs):
@@ -139,13 +143,20 @@ class BulkCreateSerializer(serializers.Serializer):
 class MessageSerializer(serializers.ModelSerializer):
     endpoint = serializers.SlugRelatedField(slug_field="name", read_only=True)
     topology = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    scheduled_in_past = serializers.SerializerMethodField(
+        help_text="due_at (as requested) was before created_at: delivered at once, and lateness_ms "
+                  "counts from created_at, not from the past due time")
 
     class Meta:
         model = ScheduledMessage
         fields = ["id", "endpoint", "topology", "status", "due_at", "requested_delay_ms", "routing_key",
                   "first_exchange", "created_at", "published_at", "delivered_at", "cancelled_at",
-                  "lateness_ms", "delivery_count", "idempotency_key", "last_error", "payload"]
+                  "lateness_ms", "scheduled_in_past", "delivery_count", "idempotency_key", "last_error",
+                  "payload"]
         read_only_fields = fields
+
+    def get_scheduled_in_past(self, message) -> bool:
+        return scheduled_in_past(message.due_at, message.created_at)
 
 
 class MessageCreatedSerializer(serializers.Serializer):

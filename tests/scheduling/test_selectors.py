@@ -2,6 +2,7 @@
 nearest-rank percentile_disc) and the hourly series."""
 
 from datetime import timedelta
+from functools import partial
 
 import pytest
 from django.urls import reverse
@@ -17,6 +18,7 @@ Status = ScheduledMessage.Status
 @pytest.fixture
 def board_rows(make_rows):
     now = timezone.now().replace(minute=30)
+    make_rows = partial(make_rows, created_at=now - timedelta(days=2))  # accepted before due: not in the past
     make_rows(2, due_at=now + timedelta(seconds=20))                                 # next minute (+hour, +day)
     make_rows(1, due_at=now + timedelta(minutes=20), status=Status.PUBLISHED)        # next hour (+day)
     make_rows(1, due_at=now + timedelta(hours=5))                                    # next day
@@ -42,6 +44,20 @@ def test_dashboard_counts_and_lateness(board_rows):
     assert [m.last_error for m in board.recent_failures] == ["unroutable: gone"]
 
 
+def test_scheduled_in_the_past_is_counted_by_when_it_was_accepted(board_rows, make_rows):
+    now, _ = board_rows
+    assert selectors.dashboard(now).in_past == [("last hour", 0), ("last 24 hours", 0)]
+    long_ago = now - timedelta(days=5)
+    make_rows(2, due_at=long_ago, created_at=now - timedelta(minutes=5))  # backdated, last hour
+    make_rows(1, due_at=long_ago, created_at=now - timedelta(hours=5))  # backdated, last day
+    make_rows(1, due_at=long_ago, created_at=now - timedelta(days=2))  # backdated, too long ago
+    make_rows(1, due_at=now - timedelta(minutes=1), created_at=now - timedelta(minutes=1))  # a delay of 0
+    make_rows(1, due_at=now - timedelta(minutes=1, milliseconds=1), created_at=now - timedelta(minutes=1))
+    assert selectors.dashboard(now).in_past == [("last hour", 3), ("last 24 hours", 4)]
+    in_past = ScheduledMessage.objects.filter(selectors.SCHEDULED_IN_PAST)
+    assert in_past.count() == 5 and in_past.filter(due_at=now - timedelta(minutes=1)).count() == 0
+
+
 def test_hourly_series_is_continuous_and_buckets_by_delivery_hour(board_rows):
     now, _ = board_rows
     hourly = selectors.lateness_by_hour(now)
@@ -62,3 +78,5 @@ def test_dashboard_page_shows_the_figures_and_charts_in_a_few_queries(admin_clie
            '        <div class="dp-value">1</div>' in page
     assert page.count('<svg xmlns="http://www.w3.org/2000/svg" class="dp-chart"') == 2
     assert "unroutable: gone" in page and "<polyline" in page
+    assert '<a class="dp-figure" data-window="last hour" href="/admin/scheduling/scheduledmessage/?in_past=yes">' \
+           '\n        <div class="dp-value">0</div>' in page

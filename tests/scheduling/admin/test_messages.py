@@ -62,6 +62,19 @@ def test_filters_by_status_endpoint_version_and_due_window(admin_client, make_ro
         assert listed_ids(admin_client.get(f"{LIST}?{query}")) == {str(m.pk) for m in expected}, query
 
 
+def test_a_message_scheduled_in_the_past_is_marked_and_filtered(admin_client, make_rows):
+    now = timezone.now()
+    (backdated,) = make_rows(1, due_at=now - timedelta(days=1), created_at=now)
+    (on_time,) = make_rows(1, due_at=now, created_at=now)  # a delay of 0
+    (later,) = make_rows(1, due_at=now + timedelta(hours=1), created_at=now)
+    assert listed_ids(admin_client.get(f"{LIST}?in_past=yes")) == {str(backdated.pk)}
+    assert listed_ids(admin_client.get(f"{LIST}?in_past=no")) == {str(on_time.pk), str(later.pk)}
+    assert admin_client.get(LIST).content.decode().count("scheduled in the past</span>") == 1
+    page = admin_client.get(detail(backdated)).content.decode()
+    assert "scheduled in the past</span>" in page and (now - timedelta(days=1)).strftime("%Y-%m-%d %H:%M:%S") in page
+    assert "scheduled in the past</span>" not in admin_client.get(detail(on_time)).content.decode()
+
+
 def test_search_by_id_or_idempotency_key(admin_client, make_rows):
     first, second = make_rows(2)
     ScheduledMessage.objects.filter(pk=second.pk).update(idempotency_key="invoice-42")

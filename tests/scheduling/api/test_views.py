@@ -139,6 +139,18 @@ def test_deliver_at_with_milliseconds(api, endpoint):
     assert response.status_code == 201 and response.json()["due_at"] == "2030-11-21T12:00:00.250000Z"
 
 
+@pytest.mark.parametrize(("when", "in_past"), [
+    ({"deliver_at": "2020-01-01T00:00:00Z"}, True), ({"delay_seconds": 0}, False), ({"delay_seconds": 5}, False),
+])
+def test_a_message_asked_for_in_the_past_says_so_and_keeps_its_requested_time(api, endpoint, when, in_past):
+    created = api.post("/api/messages/", {"endpoint": endpoint, "payload": {}, **when}, format="json")
+    assert created.status_code == 201, created.content
+    detail = api.get(f"/api/messages/{created.json()['id']}/").json()
+    assert detail["scheduled_in_past"] is in_past
+    if in_past:
+        assert detail["due_at"] == "2020-01-01T00:00:00Z" and detail["requested_delay_ms"] == 0
+
+
 def test_idempotency_key_returns_the_same_message(api, endpoint):
     body = {"endpoint": endpoint, "payload": {}, "delay_seconds": 5, "idempotency_key": "k-1"}
     first, again = (api.post("/api/messages/", body, format="json") for _ in range(2))
