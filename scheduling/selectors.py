@@ -4,13 +4,13 @@ themselves. Nothing here talks to the broker (see services/topology.py for its f
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
-from django.db.models import Aggregate, Count, F, Max, Q
+from django.db.models import Aggregate, Count, F, Max, Min, Q
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
 from .conf import conf
 from .lifecycle import IN_FLIGHT, Status
-from .models import AccuracyReport, Endpoint, ScheduledMessage, TopologyVersion
+from .models import AccuracyReport, DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
 
 
 def topology_versions():
@@ -173,14 +173,20 @@ def dashboard(now: datetime | None = None) -> Dashboard:
 
 
 def delivery_facts(*, since: datetime, until: datetime):
-    """The accuracy report's facts for messages due in [since, until), as dicts. ``endpoint_name``
-    because a values() key may not shadow the ``endpoint`` foreign key."""
+    """The accuracy report's facts for messages due in [since, until), as dicts; due is the later
+    of due_at and created_at (the lifecycle's rule), so a message scheduled in the past counts on
+    the day it was accepted, not on a day whose report ran long ago. ``endpoint_name`` because a
+    values() key may not shadow the ``endpoint`` foreign key."""
+    due_in_range = Q(due_at__gte=since, due_at__lt=until, created_at__lt=until)
+    # status IN (every status) lets PostgreSQL range-scan the (status, created_at) index for the
+    # few backdated rows instead of reading the whole table (there is no index on created_at alone)
+    accepted_in_range = Q(due_at__lt=since, status__in=list(Status), created_at__gte=since, created_at__lt=until)
     return (
-        ScheduledMessage.objects.filter(due_at__gte=since, due_at__lt=until)
+        ScheduledMessage.objects.filter(due_in_range | accepted_in_range)
         .order_by()
         .values(
             "id", "requested_delay_ms", "due_at", "published_at", "delivered_at", "status", "lateness_ms",
-            "delivery_count", "cancelled_at", "delivery_mode",  # as recorded when scheduled
+            "delivery_count", "cancelled_at", "created_at", "delivery_mode",  # as recorded when scheduled
             endpoint_name=F("endpoint__name"), version=F("topology__name"),
         )
     )
@@ -221,3 +227,38 @@ def accuracy_report_values(dimension: str) -> list[str]:
     """The values one dimension takes in the report (for filters); ALL excluded."""
     values = AccuracyReport.objects.exclude(**{dimension: ALL}).order_by(dimension)
     return list(values.values_list(dimension, flat=True).distinct())
+
+
+# --- metrics (scheduling/metrics.py, metrics_figures.py) ---------------------------------------
+
+
+def endpoint_names(ids) -> dict[int, str]:
+    return dict(Endpoint.objects.filter(id__in=ids).values_list("id", "name"))
+
+
+def topology_version_names(ids) -> dict[int, str]:
+    return dict(TopologyVersion.objects.filter(id__in=ids).values_list("id", "name"))
+
+
+@dataclass(frozen=True)
+class Outbox:
+    pending: dict[str, int]  # version -> native rows waiting for the relay
+    oldest_created_at: datetime | None  # of those, the oldest
+
+
+def outbox() -> Outbox:
+    """The relay's backlog: native rows still pending (timeout-manager rows wait in the table by
+    design until shortly before due; an overdue one is counted by ``overdue_by_version``)."""
+    grouped = (ScheduledMessage.objects.filter(status=Status.PENDING, delivery_mode=DeliveryMode.NATIVE)
+               .order_by().values("topology__name").annotate(n=Count("id"), oldest=Min("created_at")))
+    rows = list(grouped)
+    return Outbox({row["topology__name"]: row["n"] for row in rows},
+                  min((row["oldest"] for row in rows), default=None))
+
+
+def overdue_by_version(now: datetime, grace: timedelta) -> dict[str, int]:
+    """Version -> messages still pending or published ``grace`` after their due time: what the
+    accuracy report counts as lost (ACCURACY_LOST_AFTER_SECONDS)."""
+    grouped = (ScheduledMessage.objects.filter(status__in=IN_FLIGHT, due_at__lt=now - grace)
+               .order_by().values("topology__name").annotate(n=Count("id")))
+    return {row["topology__name"]: row["n"] for row in grouped}

@@ -49,6 +49,7 @@ class ProblemFilter(admin.SimpleListFilter):
         "duplicates": Q(duplicates__gt=0),
         "early": Q(early__gt=0),
         "failed": Q(failed__gt=0),
+        "in_past": Q(scheduled_in_past__gt=0),
     }
 
     def lookups(self, request, model_admin):
@@ -58,6 +59,7 @@ class ProblemFilter(admin.SimpleListFilter):
             ("duplicates", "duplicates"),
             ("early", "early"),
             ("failed", "failed"),
+            ("in_past", "scheduled in the past"),
         ]
 
     def queryset(self, request, queryset):
@@ -121,6 +123,7 @@ class AccuracyReportAdmin(admin.ModelAdmin):
         _problem_column("duplicates"),
         _problem_column("early"),
         "in_flight",
+        "in_past",
         _ms_column("lateness_p50_ms", "p50 ms"),
         _ms_column("lateness_p95_ms", "p95 ms"),
         _ms_column("lateness_p99_ms", "p99 ms"),
@@ -135,6 +138,11 @@ class AccuracyReportAdmin(admin.ModelAdmin):
         ProblemFilter,
     ]
     list_per_page = 100
+
+    @admin.display(description="in past", ordering="scheduled_in_past")
+    def in_past(self, row):
+        """Asked for a time already gone: delivered at once, lateness counted from acceptance."""
+        return row.scheduled_in_past
 
     @admin.display(description="day", ordering="day")
     def day_iso(self, row):

@@ -7,6 +7,11 @@ Runs as a plain file, locally or on a cluster, so it imports nothing from Django
     python scheduling/reports/accuracy.py --facts DIR --out DIR --since 2026-11-20 [--until ...]
     spark-submit --master spark://host:7077 scheduling/reports/accuracy.py --facts ... --out ...
 
+Lateness follows the platform's rule (scheduling/lifecycle.py, which the job cannot import):
+counted from the later of the due time and the time the message was accepted, so a message
+asked for a time already gone ("scheduled in the past") is late only by what the platform added;
+such messages are counted apart, and judged lost from their acceptance, not from the past time.
+
 Percentiles come from a per-group lateness histogram (exact below 10 s, 3 significant digits
 above) and Spark's ``percentile`` with the bin counts as frequencies: one cheap pass over the
 facts serves every rollup, and the numbers are exact where operators look. Calling
@@ -52,13 +57,15 @@ FACTS_SCHEMA = T.StructType(
         T.StructField("lateness_ms", T.LongType(), True),
         T.StructField("delivery_count", T.IntegerType(), False),
         T.StructField("cancelled_at", T.TimestampType(), True),
+        T.StructField("created_at", T.TimestampType(), True),  # accepted; facts exported before it: null
         T.StructField("shard", T.IntegerType(), True),  # of its version; facts exported before shards: null
         T.StructField("due_date", T.DateType(), False),  # the partition column
     ]
 )
 
 OUTCOMES = ("delivered", "cancelled", "failed", "lost", "in_flight", "duplicates", "early")
-COUNTS = ("scheduled", *OUTCOMES)
+FLAGS = (*OUTCOMES, "scheduled_in_past")  # 0/1 per message, summed per group
+COUNTS = ("scheduled", *FLAGS)
 REPORT_COLUMNS = (
     "day",
     *DIMENSIONS,
@@ -83,10 +90,16 @@ def with_delay_bucket(facts: DataFrame) -> DataFrame:
 def with_outcomes(facts: DataFrame, *, as_of: datetime, lost_after: timedelta) -> DataFrame:
     """0/1 flags per message. Lost = still pending/published although due + lost_after has
     passed (cancelled and failed messages are accounted for, so never lost); a message handed
-    over twice is one delivery and one duplicate."""
+    over twice is one delivery and one duplicate. Due and lateness count from the later of
+    due_at and created_at (the lifecycle's rule); the stored lateness of a message scheduled in
+    the past is recomputed, so rows recorded before that rule are counted by it too."""
     status, delivered = F.col("status"), F.col("delivered_at").isNotNull()
+    accepted = F.coalesce(F.col("created_at"), F.col("due_at"))
+    in_past = F.col("due_at") < accepted
     still_open = status.isin(*OPEN_STATUSES)
-    overdue = F.col("due_at") < F.lit(as_of - lost_after)
+    overdue = F.greatest(F.col("due_at"), accepted) < F.lit(as_of - lost_after)
+    since_accepted_ms = F.floor((F.unix_micros(F.col("delivered_at")) - F.unix_micros(accepted)) / 1000)
+    lateness = F.when(in_past, since_accepted_ms.cast("long")).otherwise(F.col("lateness_ms"))
     flags = {
         "delivered": delivered,
         "cancelled": status == "cancelled",
@@ -94,12 +107,13 @@ def with_outcomes(facts: DataFrame, *, as_of: datetime, lost_after: timedelta) -
         "lost": still_open & overdue,
         "in_flight": still_open & ~overdue,
         "duplicates": F.col("delivery_count") > 1,
-        "early": delivered & (F.col("lateness_ms") < 0),
+        "early": delivered & (lateness < 0),
+        "scheduled_in_past": in_past,
     }
     return facts.select(
         "*",
         *(F.when(condition, 1).otherwise(0).alias(name) for name, condition in flags.items()),
-        F.when(delivered, F.col("lateness_ms")).alias("arrival_lateness_ms"),
+        F.when(delivered, lateness).alias("arrival_lateness_ms"),
     )
 
 
@@ -120,7 +134,7 @@ def lateness_histogram(outcomes: DataFrame) -> DataFrame:
         F.col("due_date").alias("day"), *DIMENSIONS, lateness_bin(lateness).alias("lateness_bin")
     ).agg(
         F.count(F.lit(1)).alias("scheduled"),
-        *(F.sum(name).alias(name) for name in OUTCOMES),
+        *(F.sum(name).alias(name) for name in FLAGS),
         F.count(lateness).alias("lateness_n"),
         F.min(lateness).alias("lateness_min_ms"),
         F.max(lateness).alias("lateness_max_ms"),

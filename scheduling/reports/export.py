@@ -1,5 +1,6 @@
 """Stream ScheduledMessage facts to Parquet, one partition per due date (UTC):
-``OUT/due_date=YYYY-MM-DD/part-0.parquet``, the layout Spark reads as a partitioned table.
+``OUT/due_date=YYYY-MM-DD/part-0.parquet``, the layout Spark reads as a partitioned table. A
+message scheduled in the past is due when it was accepted (selectors.delivery_facts).
 
 Memory stays flat however many rows a day has: the rows arrive through ``COPY ... TO STDOUT``
 and pyarrow parses that CSV stream block by block. A day is written beside its partition and then
@@ -48,6 +49,7 @@ FACT_COLUMNS: dict[str, tuple[str, pa.DataType]] = {
     "lateness_ms": ("lateness_ms", pa.int64()),
     "delivery_count": ("delivery_count", pa.int32()),
     "cancelled_at": ("cancelled_at", _TS),
+    "created_at": ("created_at", _TS),  # the job's scheduled-in-the-past rule needs it
 }
 # Computed from a row rather than read: column -> type, after the columns above.
 DERIVED_COLUMNS: dict[str, pa.DataType] = {"shard": pa.int32()}

@@ -33,6 +33,11 @@ def percentile(values: list[int], fraction: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
+def due(m: ScheduledMessage):
+    """When a message counts as due: the later of due_at and created_at (the lifecycle's rule)."""
+    return max(m.due_at, m.created_at)
+
+
 def expected(messages: list[ScheduledMessage], as_of, lost_after: timedelta) -> dict:
     open_ = [m for m in messages if m.status in (Status.PENDING, Status.PUBLISHED)]
     lateness = [m.lateness_ms for m in messages if m.delivered_at is not None]
@@ -41,10 +46,11 @@ def expected(messages: list[ScheduledMessage], as_of, lost_after: timedelta) -> 
         "delivered": len(lateness),
         "cancelled": sum(m.status == Status.CANCELLED for m in messages),
         "failed": sum(m.status == Status.FAILED for m in messages),
-        "lost": sum(m.due_at < as_of - lost_after for m in open_),
-        "in_flight": sum(m.due_at >= as_of - lost_after for m in open_),
+        "lost": sum(due(m) < as_of - lost_after for m in open_),
+        "in_flight": sum(due(m) >= as_of - lost_after for m in open_),
         "duplicates": sum(m.delivery_count > 1 for m in messages),
         "early": sum(x < 0 for x in lateness),
+        "scheduled_in_past": sum(m.due_at < m.created_at for m in messages),
         "lateness_min_ms": min(lateness, default=None),
         "lateness_p50_ms": percentile(lateness, 0.5),
         "lateness_p95_ms": percentile(lateness, 0.95),
@@ -59,7 +65,9 @@ def actual(row: AccuracyReport) -> dict:
 
 
 def test_accuracy_report_matches_the_messages_table(api, platform, worker, endpoint_name, settings, tmp_path):
-    """One endpoint on v3 (the default), one on v2: the version column tells them apart."""
+    """One endpoint on v3 (the default), one on v2: the version column tells them apart. One
+    message asks for a time a day ago: it counts as scheduled in the past, on the day it was
+    accepted, late only by what the platform added."""
     settings.ACCURACY_REPORT_DIR = tmp_path
     other = f"{endpoint_name}-v2"
     assert api.post("/api/endpoints/", {"name": endpoint_name}, format="json").status_code == 201
@@ -77,6 +85,10 @@ def test_accuracy_report_matches_the_messages_table(api, platform, worker, endpo
     )
     assert response.status_code == 201
     ids = [m["id"] for m in response.json()["messages"]]
+    backdated = api.post("/api/messages/", {"endpoint": endpoint_name, "payload": {"n": "past"},
+                                            "deliver_at": (timezone.now() - timedelta(days=1)).isoformat()},
+                         format="json").json()["id"]
+    ids.append(backdated)
     later = api.post(
         "/api/messages/", {"endpoint": endpoint_name, "payload": {}, "delay_seconds": 20}, format="json"
     ).json()["id"]
@@ -87,16 +99,14 @@ def test_accuracy_report_matches_the_messages_table(api, platform, worker, endpo
         message="every message delivered by the worker",
     )
 
-    days = sorted({m.due_at.date() for m in ScheduledMessage.objects.filter(endpoint__name=endpoint_name)})
+    days = sorted({due(m).date() for m in ScheduledMessage.objects.filter(endpoint__name=endpoint_name)})
     call_command("accuracy_report", "--since", str(days[0]), "--until", str(days[-1]), "--no-progress")
 
     rows = list(AccuracyReport.objects.filter(day__in=days))
     assert rows, "the report has rows"
     as_of = rows[0].computed_at
     lost_after = timedelta(seconds=settings.ACCURACY_LOST_AFTER_SECONDS)
-    messages = list(
-        ScheduledMessage.objects.filter(due_at__date__in=days).select_related("endpoint", "topology")
-    )
+    messages = [m for m in ScheduledMessage.objects.select_related("endpoint", "topology") if due(m).date() in days]
     mine = [m for m in messages if m.endpoint.name in (endpoint_name, other)]
     assert sum(m.status == Status.DELIVERED for m in mine) == len(ids)
     assert sum(m.status == Status.CANCELLED for m in mine) == 1
@@ -106,7 +116,7 @@ def test_accuracy_report_matches_the_messages_table(api, platform, worker, endpo
         group = [
             m
             for m in messages
-            if m.due_at.date() == row.day
+            if due(m).date() == row.day
             and row.endpoint in (ALL, m.endpoint.name)
             and row.version in (ALL, m.topology.name)
             and row.delivery_mode in (ALL, "native")
@@ -120,7 +130,11 @@ def test_accuracy_report_matches_the_messages_table(api, platform, worker, endpo
     assert {r.version for r in rows if r.endpoint == endpoint_name} == {"v3", ALL}
     assert {r.version for r in rows if r.endpoint == other} == {"v2", ALL}
     by_version = {r.version: r.delivered for r in rows if (r.endpoint, r.delay_bucket) == (ALL, ALL)}
-    assert by_version["v2"] == by_version["v3"] == len(delays)
+    assert by_version["v2"] == len(delays) and by_version["v3"] == len(delays) + 1
+    past = ScheduledMessage.objects.get(id=backdated)
+    assert past.due_at < past.created_at and 0 <= past.lateness_ms < 5_000
+    (mine,) = [r for r in rows if (r.endpoint, r.delay_bucket) == (endpoint_name, ALL)]
+    assert mine.scheduled_in_past == 1 and mine.lateness_max_ms < 5_000
     overall = [r for r in rows if (r.endpoint, r.version, r.delay_bucket) == (ALL, ALL, ALL)]
     assert sum(r.scheduled for r in overall) == len(messages) and checked >= len(overall) + 3
     assert len(rows) == len({(r.day, r.endpoint, r.version, r.delivery_mode, r.delay_bucket) for r in rows})

@@ -80,6 +80,13 @@ def test_problem_filter_shows_only_rows_with_problems(staff, reports):
     assert html.count('class="field-day_iso') == 1
 
 
+def test_the_scheduled_in_the_past_count_has_a_column_and_a_filter(staff, reports):
+    report(endpoint="backdating", scheduled_in_past=7)
+    html = staff.get(URL, {"problems": "in_past"}).content.decode()
+    assert html.count('class="field-day_iso') == 1 and '<td class="field-in_past">7</td>' in html
+    assert '<th scope="col" class="sortable column-in_past">' in staff.get(URL).content.decode()
+
+
 def test_a_combination_without_rows_says_which_slices_exist(staff, reports):
     html = staff.get(URL, {"endpoint": "billing", "delay_bucket": "1-10s"}).content.decode()
     assert "pick one or all four" in html

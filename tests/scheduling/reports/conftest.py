@@ -46,6 +46,7 @@ def fact(n: int = 0, **overrides) -> dict:
         "lateness_ms": 4,
         "delivery_count": 1,
         "cancelled_at": None,
+        "created_at": due - timedelta(seconds=5),  # accepted before due
         "shard": 0,
         "due_date": due.date(),
     }
@@ -70,7 +71,7 @@ def report_values(**overrides) -> dict:
     values = {
         "day": DAY, "endpoint": ALL, "version": ALL, "delivery_mode": ALL, "delay_bucket": ALL,
         "scheduled": 10, "delivered": 10,
-        **dict.fromkeys(("cancelled", "failed", "lost", "in_flight", "duplicates", "early"), 0),
+        **dict.fromkeys(("cancelled", "failed", "lost", "in_flight", "duplicates", "early", "scheduled_in_past"), 0),
         "lateness_min_ms": 1, "lateness_p50_ms": 4.0, "lateness_p95_ms": 9.0, "lateness_p99_ms": 15.5,
         "lateness_max_ms": 30,
     }  # fmt: skip

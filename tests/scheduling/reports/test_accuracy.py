@@ -7,7 +7,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from scheduling.reports.accuracy import (
     ALL,
-    OUTCOMES,
+    COUNTS,
     REPORT_COLUMNS,
     accuracy_report,
     lateness_bin,
@@ -30,7 +30,7 @@ def report_row(endpoint=ALL, version=ALL, bucket=ALL, mode=ALL, lateness=(None,)
         "version": version,
         "delivery_mode": mode,
         "delay_bucket": bucket,
-        **{name: counts.get(name, 0) for name in ("scheduled", *OUTCOMES)},
+        **{name: counts.get(name, 0) for name in COUNTS},
     }
     values.update(
         zip(
@@ -94,6 +94,28 @@ def test_outcomes_flag_each_kind_of_message(facts):
         with_outcomes(rows, as_of=AS_OF, lost_after=GRACE).select("id", *flags, "arrival_lateness_ms"),
         [Row(id=i, **dict(zip((*flags, "arrival_lateness_ms"), v))) for i, v in expected.items()],
     )
+
+
+def test_scheduled_in_the_past_is_flagged_and_late_only_since_it_was_accepted(facts):
+    """Lateness of a backdated message counts from created_at, even when the stored value was
+    recorded from the past due time (before that rule); it is lost only once overdue from then."""
+    accepted = NOON + timedelta(minutes=55)  # 5 minutes before AS_OF: within the grace
+    backdated = {"due_at": NOON - timedelta(days=1), "created_at": accepted}
+    rows = facts(
+        fact(0, **backdated, delivered_at=accepted + timedelta(milliseconds=3), lateness_ms=86_400_000 + 3_300_003),
+        fact(1, **backdated, status="published", delivered_at=None, delivery_count=0),
+        fact(2, due_at=NOON, created_at=NOON, lateness_ms=4),  # a delay of 0: not in the past
+        fact(3, created_at=None),  # exported before created_at was: not in the past
+    )
+    names = ("scheduled_in_past", "early", "lost", "in_flight", "arrival_lateness_ms")
+    assertDataFrameEqual(
+        with_outcomes(rows, as_of=AS_OF, lost_after=GRACE).select("id", *names),
+        [Row(id="m0", **dict(zip(names, (1, 0, 0, 0, 3)))), Row(id="m1", **dict(zip(names, (1, 0, 0, 1, None)))),
+         Row(id="m2", **dict(zip(names, (0, 0, 0, 0, 4)))), Row(id="m3", **dict(zip(names, (0, 0, 0, 0, 4))))],
+    )
+    (overall,) = accuracy_report(rows, as_of=AS_OF, lost_after=GRACE).where(
+        "endpoint = '*' AND version = '*' AND delay_bucket = '*'").collect()
+    assert (overall.scheduled_in_past, overall.lateness_max_ms) == (2, 4)
 
 
 def test_lateness_bins_are_exact_below_ten_seconds_and_three_digits_above(spark):

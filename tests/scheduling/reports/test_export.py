@@ -29,6 +29,7 @@ def message(versions):
         if endpoint not in endpoints:
             endpoints[endpoint] = Endpoint.objects.create(name=endpoint, topology=versions[version])
         fields.setdefault("requested_delay_ms", 5_000)
+        fields.setdefault("created_at", due_at - timedelta(milliseconds=fields["requested_delay_ms"]))
         return ScheduledMessage.objects.create(
             endpoint=endpoints[endpoint], topology=versions[version], payload={}, due_at=due_at, **fields
         )
@@ -74,11 +75,29 @@ def test_each_due_date_gets_a_partition_with_the_facts(message, tmp_path):
         "lateness_ms": 4,
         "delivery_count": 2,
         "cancelled_at": None,
+        "created_at": at(DAY1, 23, 999 - 5_000),
         "shard": 0,  # v2 has one shard here
     }
     assert rows[str(cancelled.id)]["status"] == "cancelled" and rows[str(cancelled.id)]["endpoint"] == "audit"
     assert rows[str(cancelled.id)]["delivery_mode"] == "timeout_manager"  # as recorded on the row
     assert read_day(tmp_path, DAY3) == []  # an empty day is an empty file, not a missing one
+
+
+def test_a_message_scheduled_in_the_past_counts_on_the_day_it_was_accepted(message, tmp_path):
+    """Its report day is the later of due_at and created_at (the lifecycle's rule): a backdated
+    message is counted by the run of the day it arrived, with its requested due time kept."""
+    backdated = message(at(DAY1, 5), created_at=at(DAY2, 3), requested_delay_ms=0)
+    same_day = message(at(DAY1, 5), created_at=at(DAY1, 6), requested_delay_ms=0)
+    from_before = message(at(DAY1, 5) - timedelta(days=30), created_at=at(DAY1, 7), requested_delay_ms=0)
+    message(at(DAY2, 5), created_at=at(DAY3 + timedelta(days=1), 1), requested_delay_ms=0)  # accepted after
+    message(at(DAY1, 0) - timedelta(days=1), requested_delay_ms=0)  # due and accepted before
+
+    result = export.deliveries_export(first_day=DAY1, last_day=DAY3, out_dir=tmp_path)
+
+    assert result.rows_by_day == {DAY1: 2, DAY2: 1, DAY3: 0}
+    assert {r["id"] for r in read_day(tmp_path, DAY1)} == {str(same_day.id), str(from_before.id)}
+    (row,) = read_day(tmp_path, DAY2)
+    assert (row["id"], row["due_at"], row["created_at"]) == (str(backdated.id), at(DAY1, 5), at(DAY2, 3))
 
 
 def test_re_exporting_a_day_replaces_only_that_day(message, tmp_path):
