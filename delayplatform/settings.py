@@ -64,6 +64,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # first: /healthz and /readyz answer before the Host check and the HTTPS redirect (probes
+    # send the pod's IP as Host, over plain HTTP); see scheduling/health_views.py
+    "scheduling.health_views.HealthCheckMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -191,6 +194,15 @@ DELAY_HANDLER_MAX_RETRIES = env_number("DELAY_HANDLER_MAX_RETRIES", "5")
 DELAY_HANDLER_BACKOFF_SECONDS = env_number("DELAY_HANDLER_BACKOFF_SECONDS", "2", float)
 DELAY_WEBHOOK_TIMEOUT_SECONDS = env_number("DELAY_WEBHOOK_TIMEOUT_SECONDS", "10", float)
 DELAY_CONSUMER_SYNC_SECONDS = env_number("DELAY_CONSUMER_SYNC_SECONDS", "5", float)
+# /readyz (scheduling/health.py): each probe of the database and the broker is bounded by this
+# timeout, and an answer is reused for this long (a load balancer polling every second then
+# opens one broker connection per web process every few seconds).
+DELAY_READYZ_TIMEOUT_SECONDS = env_number("DELAY_READYZ_TIMEOUT_SECONDS", "2", float)
+if not DELAY_READYZ_TIMEOUT_SECONDS > 0:
+    raise ImproperlyConfigured(f"DELAY_READYZ_TIMEOUT_SECONDS must be more than 0, not {DELAY_READYZ_TIMEOUT_SECONDS!r}")
+DELAY_READYZ_CACHE_SECONDS = env_number("DELAY_READYZ_CACHE_SECONDS", "3", float)
+if DELAY_READYZ_CACHE_SECONDS < 0:
+    raise ImproperlyConfigured(f"DELAY_READYZ_CACHE_SECONDS must be 0 or more, not {DELAY_READYZ_CACHE_SECONDS!r}")
 # The delivery loop (scheduling/delivery_loop.py): unacked messages it may hold, due messages it
 # records per transaction, and webhook calls it runs at once.
 DELAY_DELIVERY_LOOP = env_bool("DELAY_DELIVERY_LOOP", True)

@@ -25,6 +25,7 @@ from . import declare
 from .connection import channel_of, open_connection, release
 from .errors import BrokerUnavailable
 from .management import Management
+from .probe import probe
 from .publish import DEFAULT_WINDOW, Outcome, Outgoing, publish_confirmed
 from .reader import QueueReader
 from .urls import describe, management_url_for, node_for, node_urls, vhost_of
@@ -127,6 +128,11 @@ class Broker:
         finally:
             session.close()
             release(conn)
+
+    def probe(self, *, exchanges=(), queues=(), timeout: float = 2.0) -> list[str]:
+        """Readiness: a fresh connection bounded by ``timeout``; the missing names among those
+        given (BrokerUnavailable when the vhost cannot be reached)."""
+        return probe(self.url, exchanges=exchanges, queues=queues, timeout=timeout)
 
     def publish(self, messages: list[Outgoing], *, window: int = DEFAULT_WINDOW) -> Outcome:
         """Confirmed publish on this thread's long-lived connection (opened on first use and

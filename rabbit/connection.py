@@ -29,19 +29,26 @@ def connection_name(role: str) -> str:
     return f"delay-platform {role} {socket.gethostname()} pid {os.getpid()}"
 
 
-def open_connection(url: str, first: int = 0, role: str = "session") -> Connection:
+def open_connection(url: str, first: int = 0, role: str = "session", timeout: float | None = None) -> Connection:
     """A connected kombu connection (5 s to connect, no retries), or BrokerUnavailable. A
     failover URL (``amqp://a;amqp://b``) is tried node by node, from node ``first`` on, so a
     dead node costs one refused connection. The connection is named after ``role`` (see
     :func:`connection_name`), so an operator can tell which node each part is on. Its publishes can be batched into one socket write
-    (rabbit.framing)."""
+    (rabbit.framing). ``timeout``: one attempt (kombu's connect() tries again after 2 s), its
+    connect and every socket read and write bounded by it (a probe must answer in bounded time,
+    even from a broker that accepts TCP and then hangs)."""
     failures = []
     for node in rotated(node_urls(url), first):
-        conn = Connection(node, connect_timeout=5,
+        bounded = {} if timeout is None else {"read_timeout": timeout, "write_timeout": timeout}
+        conn = Connection(node, connect_timeout=timeout or 5,
                           transport_options={"max_retries": 0, "frame_writer": buffering_frame_writer,
-                                             "client_properties": {"connection_name": connection_name(role)}})
+                                             "client_properties": {"connection_name": connection_name(role)},
+                                             **bounded})
         try:
-            conn.connect()
+            if timeout is None:
+                conn.connect()
+            else:
+                conn.ensure_connection(max_retries=0, reraise_as_library_errors=False)
         except CONNECTION_ERRORS as exc:
             conn.release()
             failures.append(f"{describe(node)}: {reason(exc)}")

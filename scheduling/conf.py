@@ -39,6 +39,8 @@ class DelaySettings:
     webhook_timeout_seconds: float
     webhook_concurrency: int
     consumer_sync_seconds: float
+    readyz_timeout_seconds: float  # /readyz: each probe's bound (scheduling/health.py)
+    readyz_cache_seconds: float  # /readyz: how long an answer is reused
     delivery_loop: bool
     delivery_prefetch: int
     delivery_batch: int
