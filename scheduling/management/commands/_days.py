@@ -3,13 +3,13 @@
 from datetime import date
 
 from django.core.management.base import CommandError
-from django.db import DatabaseError
 
 from ...reports.export import ExportError
 from ...reports.spark_job import SparkJobFailed
 
-# What a report command turns into "CommandError: <one line>" instead of a traceback.
-REPORT_ERRORS = (ExportError, SparkJobFailed, DatabaseError)
+# What a report command turns into "CommandError: <one line>" instead of a traceback (database
+# errors: every command's, _base.PlatformCommand).
+REPORT_ERRORS = (ExportError, SparkJobFailed)
 
 
 def parse_day(value: str, option: str) -> date:

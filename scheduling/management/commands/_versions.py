@@ -1,15 +1,16 @@
 """Shared --version/--prefix/--levels handling: which cascade(s) a command works on."""
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.db.utils import DatabaseError
 
 from topology import cascade
 
 from ...conf import conf, configured_version
 from ...selectors import topology_version_get
+from ._base import PlatformCommand
 
 
-class VersionedCommand(BaseCommand):
+class VersionedCommand(PlatformCommand):
     """A command whose --version means the topology version, not Django's version."""
 
     def create_parser(self, prog_name, subcommand, **kwargs):

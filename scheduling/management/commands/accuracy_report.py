@@ -2,14 +2,15 @@
 
 from datetime import timedelta
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.utils import timezone
 
 from ...services.reports import accuracy_report_run
+from ._base import PlatformCommand
 from ._days import REPORT_ERRORS, day_range, one_line, parse_day
 
 
-class Command(BaseCommand):
+class Command(PlatformCommand):
     help = "Compute the delay-accuracy report of a day (default: yesterday, UTC) or of --since..--until"
 
     def add_arguments(self, parser):

@@ -1,12 +1,13 @@
 """Cancel a scheduled message by id."""
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from ...errors import ServiceError
 from ...services import message_cancel
+from ._base import PlatformCommand
 
 
-class Command(BaseCommand):
+class Command(PlatformCommand):
     help = "Cancel a pending or published message: cancel_message MESSAGE_ID"
 
     def add_arguments(self, parser):

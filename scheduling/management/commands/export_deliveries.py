@@ -2,14 +2,15 @@
 
 from pathlib import Path
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.utils import timezone
 
 from ...reports.export import deliveries_export
+from ._base import PlatformCommand
 from ._days import REPORT_ERRORS, day_range, one_line, parse_day
 
 
-class Command(BaseCommand):
+class Command(PlatformCommand):
     help = "Export delivery facts to Parquet per due date: --since 2026-11-20 [--until DATE] --out DIR"
 
     def add_arguments(self, parser):

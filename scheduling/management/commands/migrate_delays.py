@@ -1,6 +1,6 @@
 """Move every delayed message from one cascade version to another, with its remaining delay."""
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from rabbit import BrokerError
 
@@ -9,11 +9,12 @@ from ...lifecycle import Status
 from ...models import DeliveryMode, ScheduledMessage
 from ...selectors import topology_version_get
 from ...services import endpoint_update, topology_provision
+from ._base import PlatformCommand
 from ._moving import run_move
 from ._versions import add_move_arguments
 
 
-class Command(BaseCommand):
+class Command(PlatformCommand):
     help = (
         "Drain the level queues of one version (highest level first) into another: "
         "migrate_delays --from v1 --to v2 [--dry-run] [--batch 500] [--switch-endpoints]"

@@ -1,7 +1,7 @@
 """Move waiting timeouts from the database-backed timeout manager into the native cascade."""
 
 from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -10,11 +10,12 @@ from rabbit import BrokerError
 from ...errors import ServiceError
 from ...selectors import topology_version_get
 from ...services.timeouts import timeouts_migrate
+from ._base import PlatformCommand
 from ._progress import progress_bar
 from ._versions import add_move_arguments
 
 
-class Command(BaseCommand):
+class Command(PlatformCommand):
     help = (
         "Switch timeout-manager endpoints to a native version and move their pending timeouts due "
         "at or after the cutoff: migrate_timeouts --to v2 [--cutoff 2026-11-21T12:00:00Z] [--dry-run]"

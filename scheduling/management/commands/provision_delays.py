@@ -11,6 +11,7 @@ from topology.definitions import plan_definitions
 
 from ...conf import broker
 from ...services import topology_provision, topology_verify
+from ._base import require_migrated
 from ._versions import VersionedCommand, add_version_arguments, resolve_versions
 
 
@@ -67,6 +68,8 @@ class Command(VersionedCommand):
                 self.stdout.write("\n".join(describe_plan(plan)))
             self.stdout.write("Dry run: nothing was declared.")
             return
+        if url is None:  # the platform's broker: what is declared is recorded in the database
+            require_migrated()
         try:
             if options["verify"]:
                 return self._verify(versions, url)

@@ -3,13 +3,14 @@
 import json
 
 from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.utils.dateparse import parse_datetime
 
 from ...services import message_schedule
+from ._base import PlatformCommand
 
 
-class Command(BaseCommand):
+class Command(PlatformCommand):
     help = "Schedule a message: schedule_message ENDPOINT --delay 10.5 --payload '{\"order\": 42}'"
 
     def add_arguments(self, parser):

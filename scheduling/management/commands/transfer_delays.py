@@ -1,7 +1,7 @@
 """Blue-green broker upgrade: shovel every delayed message to another broker with its
 remaining delay (a plain shovel would restart each delay from the top of its level)."""
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from rabbit import BrokerError
 
@@ -9,11 +9,12 @@ from ...conf import broker, conf
 from ...selectors import topology_version_get
 from ...services import topology_declare
 from ...services.endpoints import endpoints_bind_on
+from ._base import PlatformCommand
 from ._moving import run_move
 from ._versions import add_move_arguments
 
 
-class Command(BaseCommand):
+class Command(PlatformCommand):
     help = (
         "Move delayed messages of a version from this broker (BROKER_URL) to another one, "
         "provisioning the cascade and endpoint queues there first: "

@@ -1,0 +1,42 @@
+"""The base of the platform's commands: a database that cannot serve them is one line on stderr
+and exit 1 (``CommandError``), not a traceback. The common case is a command run before
+``migrate`` (e.g. ``provision_delays`` on a fresh install), whose tables do not exist yet."""
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError, OperationalError, connection
+
+# undefined table, undefined column: the migrations are not (all) applied
+NOT_MIGRATED_SQLSTATES = frozenset({"42P01", "42703"})
+NOT_MIGRATED = "the database is not migrated: run `python manage.py migrate`"
+
+
+def database_problem(exc: DatabaseError) -> str:
+    """What is wrong, in one line (the server's first line; never the password)."""
+    if getattr(exc.__cause__, "sqlstate", None) in NOT_MIGRATED_SQLSTATES:
+        return NOT_MIGRATED
+    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+    if isinstance(exc, OperationalError):
+        db = connection.settings_dict
+        where = f"{db.get('NAME')} on {db.get('HOST') or 'localhost'}:{db.get('PORT') or 5432}"
+        return f"cannot use the database {where}: {first}"
+    return f"database error: {first}"
+
+
+def require_migrated() -> None:
+    """For a command that changes something elsewhere (the broker) before it records it here:
+    refuse while migrations are pending, rather than do half the work and fail on the record."""
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(connection)
+    if executor.migration_plan(executor.loader.graph.leaf_nodes()):
+        raise CommandError(NOT_MIGRATED)
+
+
+class PlatformCommand(BaseCommand):
+    """Every command of the platform that may touch the database derives from this."""
+
+    def execute(self, *args, **options):
+        try:
+            return super().execute(*args, **options)
+        except DatabaseError as exc:
+            raise CommandError(database_problem(exc)) from exc
