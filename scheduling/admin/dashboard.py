@@ -20,7 +20,7 @@ def lateness_chart(hourly) -> str:
         charts.Series("p50", tuple(zip(labels, (s.p50_ms for _, s in hourly)))),
         charts.Series("p99", tuple(zip(labels, (s.p99_ms for _, s in hourly)))),
     ]
-    return charts.line_chart(series, title="Lateness of deliveries per hour, last 24 hours (UTC)", unit=" ms")
+    return charts.line_chart(series, title="Lateness of deliveries per hour, last 24 hours (UTC)", unit="ms")
 
 
 def deliveries_chart(hourly) -> str:

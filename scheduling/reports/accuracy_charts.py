@@ -18,7 +18,7 @@ def _series(rows: Sequence[AccuracyReport], label, fields) -> list[Series]:
 
 def lateness_by_day(rows: Sequence[AccuracyReport], *, title: str) -> str:
     return line_chart(
-        _series(rows, lambda row: row.day.strftime("%m-%d"), PERCENTILES), title=title, unit=" ms"
+        _series(rows, lambda row: row.day.strftime("%m-%d"), PERCENTILES), title=title, unit="ms"
     )
 
 
@@ -30,4 +30,4 @@ def lateness_by(rows: Sequence[AccuracyReport], dimension: str, *, title: str) -
     """Bars per endpoint, version or delay bucket (buckets in delay order, not alphabetical)."""
     if dimension == "delay_bucket":
         rows = sorted(rows, key=lambda row: BUCKET_ORDER.get(row.delay_bucket, len(BUCKET_ORDER)))
-    return bar_chart(_series(rows, lambda row: getattr(row, dimension), PERCENTILES), title=title, unit=" ms")
+    return bar_chart(_series(rows, lambda row: getattr(row, dimension), PERCENTILES), title=title, unit="ms")
