@@ -11,7 +11,7 @@ from django.core.exceptions import ImproperlyConfigured
 from dotenv import load_dotenv
 from kombu import Exchange, Queue
 
-from scheduling import task_names
+from scheduling import metrics_access, task_names
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 load_dotenv(os.environ.get("ENV_FILE", BASE_DIR / ".env"), override=False)
@@ -212,6 +212,29 @@ DELAY_WEBHOOK_CONCURRENCY = env_number("DELAY_WEBHOOK_CONCURRENCY", "8")
 DELAY_RELAY_QUEUE = os.environ.get("DELAY_RELAY_QUEUE") or "dp.relay"
 # The timeout manager publishes rows due within this window (beat runs it every second).
 DELAY_TIMEOUTS_LOOKAHEAD_MS = env_number("DELAY_TIMEOUTS_LOOKAHEAD_MS", "1500")
+
+# --- metrics (Prometheus, docs/metrics.md) ----------------------------------------------------
+# /metrics on the web server and each worker's metrics port answer clients on these networks only
+# (CIDRs; default: loopback and private ranges, where Prometheus scrapes from) and, when a token is
+# set, only requests with "Authorization: Bearer <DELAY_METRICS_TOKEN>".
+DELAY_METRICS_TOKEN = os.environ.get("DELAY_METRICS_TOKEN", "")
+DELAY_METRICS_ALLOWED_NETWORKS = env_list("DELAY_METRICS_ALLOWED_NETWORKS", metrics_access.DEFAULT_NETWORKS)
+try:
+    metrics_access.parse_networks(DELAY_METRICS_ALLOWED_NETWORKS)
+except ValueError as exc:
+    raise ImproperlyConfigured(f"DELAY_METRICS_ALLOWED_NETWORKS: {exc}") from None
+# The figures read from the database and the management API (outbox, in flight, unroutable,
+# overdue) are refreshed at most this often, in the background: a scrape never waits for them.
+DELAY_METRICS_CACHE_SECONDS = env_number("DELAY_METRICS_CACHE_SECONDS", "15", float)
+if not DELAY_METRICS_CACHE_SECONDS > 0:
+    raise ImproperlyConfigured(
+        f"DELAY_METRICS_CACHE_SECONDS must be more than 0, not {DELAY_METRICS_CACHE_SECONDS}")
+# Every Celery worker serves its metrics on this port (0: off) and address.
+DELAY_WORKER_METRICS_PORT = env_number("DELAY_WORKER_METRICS_PORT", "9808")
+if not 0 <= DELAY_WORKER_METRICS_PORT <= 65535:
+    raise ImproperlyConfigured(
+        f"DELAY_WORKER_METRICS_PORT must be 0 (off) to 65535, not {DELAY_WORKER_METRICS_PORT}")
+DELAY_WORKER_METRICS_ADDR = os.environ.get("DELAY_WORKER_METRICS_ADDR") or "127.0.0.1"
 
 CELERY_TASK_QUEUES = [
     Queue("celery", Exchange("celery", type="direct"), routing_key="celery", queue_arguments=_TASK_QUEUE_ARGUMENTS),

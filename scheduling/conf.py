@@ -19,6 +19,8 @@ from django.core.signals import setting_changed
 import rabbit
 from topology import cascade
 
+from . import metrics_access
+
 
 @dataclass(frozen=True)
 class DelaySettings:
@@ -47,6 +49,11 @@ class DelaySettings:
     relay_queue: str
     timeouts_lookahead_ms: int
     celery_threshold_seconds: float
+    metrics_token: str  # empty: no bearer token asked of metrics scrapers (networks still checked)
+    metrics_allowed_networks: tuple  # ip networks that may read /metrics and the workers' metrics ports
+    metrics_cache_seconds: float  # the database and management API figures are read at most this often
+    worker_metrics_port: int  # 0: a worker serves no metrics
+    worker_metrics_addr: str
     accuracy_report_dir: Path
     spark_master: str
     accuracy_spark_submit: str
@@ -80,6 +87,10 @@ def _read() -> DelaySettings:
             raise ImproperlyConfigured(f"the setting {name} is missing") from None
         values[f.name] = Path(value) if f.type == "Path" else value
     values["shards"] = parse_shards(values["shards"])
+    try:
+        values["metrics_allowed_networks"] = metrics_access.parse_networks(values["metrics_allowed_networks"])
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"DELAY_METRICS_ALLOWED_NETWORKS: {exc}") from None
     typed = DelaySettings(**values)
     if typed.default_version not in cascade.VERSIONS:
         raise ImproperlyConfigured(

@@ -30,7 +30,7 @@ from django.db import DatabaseError, close_old_connections
 
 import rabbit
 
-from . import selectors, wire
+from . import metrics, selectors, wire
 from .clock import from_epoch_ms, now_ms, to_epoch_ms
 from .conf import broker, conf
 from .holding import Held, Holding
@@ -73,6 +73,7 @@ class DeliveryLoop(threading.Thread):
                 time.sleep(1)
             finally:
                 self.holding.clear()  # unacked: the broker hands them back on the next connection
+                metrics.held(0)
 
     def _session(self) -> None:
         self.consumer = rabbit.Consumer(broker().url, prefetch=self.settings.delivery_prefetch,
@@ -86,6 +87,7 @@ class DeliveryLoop(threading.Thread):
                     next_sync = time.monotonic() + self.settings.consumer_sync_seconds
                 self._finish_webhooks()
                 self._deliver_due()
+                metrics.held(len(self.holding))
                 wait_s = 0.0 if not self.finished.empty() else self.holding.wait_seconds(now_ms(), LONGEST_WAIT_SECONDS)
                 self.consumer.wait(max(wait_s, 0.0005), then_take=self.settings.delivery_batch * 4)
 

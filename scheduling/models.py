@@ -169,7 +169,8 @@ class ScheduledMessageQuerySet(models.QuerySet):
             )
 
     # created_at: lateness counts from the later of due_at and it (lifecycle.lateness_ms)
-    LOCKED_FOR_DELIVERY = ("id", "endpoint_id", "due_at", "created_at", *DELIVERY_FIELDS)
+    # topology_id: the version a delivery is counted under (scheduling/metrics.py)
+    LOCKED_FOR_DELIVERY = ("id", "endpoint_id", "topology_id", "due_at", "created_at", *DELIVERY_FIELDS)
 
     def locked_for_delivery(self, ids) -> list["ScheduledMessage"]:
         """Lock a batch of rows (FOR UPDATE, one array parameter) and load only what delivering

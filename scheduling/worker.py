@@ -15,6 +15,7 @@ from celery import bootsteps
 from celery.exceptions import Ignore
 from celery.worker.control import control_command
 
+from . import metrics_worker  # noqa: F401  (every worker serves its metrics: the signals it connects)
 from .conf import conf
 from .task_names import DELIVER
 

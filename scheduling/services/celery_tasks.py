@@ -13,7 +13,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from .. import lifecycle
+from .. import lifecycle, metrics
 from ..errors import BulkValidationError
 from ..lifecycle import IN_FLIGHT, Arrival, Status
 from ..models import Endpoint, ScheduledMessage
@@ -87,4 +87,5 @@ def celery_task_claim(*, message_id: str, redelivered: bool, by: str = "") -> bo
         arrival, change = lifecycle.arrive(message, attempt=0, now=timezone.now(), redelivered=redelivered,
                                            rerun_redelivered=True, by=by)
         message.save(update_fields=lifecycle.apply(message, change))
+        metrics.record_on_commit([metrics.arrival(arrival, message, change)])
         return arrival is Arrival.DELIVER

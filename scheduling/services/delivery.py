@@ -17,7 +17,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from .. import backoff, lifecycle, wire
+from .. import backoff, lifecycle, metrics, wire
 from ..conf import conf
 from ..handlers import run_handler, send_celery_tasks
 from ..lifecycle import Arrival, Event
@@ -98,7 +98,7 @@ def delivery_receive_many(items: list[tuple[str, int]], *, defer_webhooks: bool 
             [message_id for message_id in {i for i, _ in items} if wire.is_row_id(message_id)])}
         now = timezone.now()
         outcomes: list[Outcome | None] = []
-        changed, to_handle = {}, []
+        changed, to_handle, counted = {}, [], []
         for index, (message_id, attempt) in enumerate(items):
             message = rows.get(message_id)
             if message is None:
@@ -114,6 +114,7 @@ def delivery_receive_many(items: list[tuple[str, int]], *, defer_webhooks: bool 
             arrival, change = lifecycle.arrive(message, attempt=attempt, now=now, by=by)
             lifecycle.apply(message, change)
             changed[message.id] = message
+            counted.append(metrics.arrival(arrival, message, change))
             outcomes.append(Outcome(_DROPPED[arrival]) if arrival in _DROPPED else None)
             if arrival is Arrival.DELIVER:
                 to_handle.append((index, message))
@@ -125,7 +126,11 @@ def delivery_receive_many(items: list[tuple[str, int]], *, defer_webhooks: bool 
             for message in with_handlers:
                 message.payload, message.endpoint = payloads[message.id], endpoints[message.endpoint_id]
         _handle_many(to_handle, outcomes)
+        for index, message in to_handle:
+            if outcomes[index].result in (Result.RETRY, Result.FAILED):
+                counted += metrics.handler_failed(message, retried=outcomes[index].result is Result.RETRY)
         ScheduledMessage.objects.save_delivery_state(list(changed.values()))
+        metrics.record_on_commit(counted)
     return outcomes
 
 

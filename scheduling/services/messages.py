@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from topology import cascade
 
-from .. import lifecycle
+from .. import lifecycle, metrics
 from ..conf import conf
 from ..errors import BulkValidationError, Conflict, NotFound
 from ..models import DeliveryMode, Endpoint, ScheduledMessage
@@ -188,6 +188,7 @@ def _save(rows: list[ScheduledMessage]) -> list[Scheduled]:
                 results.append(Scheduled(row, created=True))
         with transaction.atomic():
             ScheduledMessage.objects.insert_many(new)
+        metrics.scheduled(new)
         if any(row.delivery_mode == DeliveryMode.NATIVE for row in new):
             transaction.on_commit(lambda: relay_publish_rows(new))
     return results
@@ -238,6 +239,7 @@ def message_cancel(*, message_id) -> ScheduledMessage:
             raise Conflict(f"message {message.id} is already {message.status} and cannot be cancelled") from None
         if change:
             message.save(update_fields=lifecycle.apply(message, change))
+            metrics.cancelled(message)
     return message
 
 

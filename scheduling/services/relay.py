@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from rabbit import BrokerUnavailable
 
-from .. import lifecycle, wire
+from .. import lifecycle, metrics, wire
 from ..conf import broker, conf
 from ..lifecycle import Event, Status
 from ..models import DeliveryMode, Endpoint, ScheduledMessage
@@ -61,6 +61,7 @@ def _publish_batch(rows: list[ScheduledMessage], result: RelayResult, direct: bo
     except BrokerUnavailable as exc:
         reason = str(exc)
         ScheduledMessage.objects.filter(id__in=[r.id for r in rows]).update(last_error=reason)
+        metrics.relay_outcome([], rows)
         result.failed += len(rows)
         result.errors.append(reason)
         return
@@ -74,6 +75,7 @@ def _publish_batch(rows: list[ScheduledMessage], result: RelayResult, direct: bo
         else:
             row.last_error = f"publish failed: {outcome.failed.get(index, 'unknown')}"
             failed.append(row)
+    metrics.relay_outcome(published, failed)
     mark_published(published, now)
     for row in published:  # the caller's objects say what the database now says
         row.status, row.published_at = PUBLISHED, now

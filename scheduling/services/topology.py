@@ -225,3 +225,29 @@ def versions_in_flight() -> dict[str, int | None]:
                   if (parsed := cascade.parse_level_name(version.prefix, name)) and parsed[0] < version.levels]
         totals[version.name] = _sum(counts)
     return totals
+
+
+@dataclass(frozen=True)
+class VersionDepths:
+    levels: dict[int, int]  # level -> messages in it, every shard (levels without statistics yet left out)
+    unroutable: int | None
+
+
+def versions_depths() -> dict[str, VersionDepths]:
+    """Version name -> messages per level and in its unroutable queue, for every provisioned
+    version, from one management call (the metrics' figures; the admin's per-version view is
+    topology_in_flight)."""
+    on = broker()
+    depths = on.management.queue_depths(on.vhost)
+    found = {}
+    for version in TopologyVersion.objects.filter(provisioned_at__isnull=False):
+        plan_version = version.cascade
+        levels = {}
+        for number in range(version.levels):
+            counted = _sum([depths.get(cascade.level_name(version.prefix, number, shard), {}).get("messages")
+                            for shard in range(plan_version.shards)])
+            if counted is not None:
+                levels[number] = counted
+        found[version.name] = VersionDepths(levels, depths.get(cascade.unroutable_name(version.prefix), {})
+                                            .get("messages"))
+    return found

@@ -1,0 +1,31 @@
+"""gunicorn's settings, read from ./gunicorn.conf.py by default (scripts/run.sh, the Dockerfile and
+docker-compose all start gunicorn here). /metrics must count every worker process, whichever one
+answers a scrape: prometheus_client's multiprocess mode, in a directory of this server's own,
+emptied at start (scheduling/metrics_dir.py); a worker that exits is marked dead."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from scheduling import metrics_dir  # noqa: E402  (standard library only: no Django yet)
+
+_made = []
+
+
+def on_starting(server):
+    """In the master, before any worker is forked (and imports prometheus_client)."""
+    path, made = metrics_dir.set_up(prefix="dp-web-metrics-")
+    if made:
+        _made.append(path)
+
+
+def child_exit(server, worker):
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)
+
+
+def on_exit(server):
+    for path in _made:
+        metrics_dir.remove(path)
