@@ -97,6 +97,7 @@ def django_env(run_id: str, database_url: str, settings: str = "delayplatform.se
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "LOG_LEVEL": "WARNING",
         "TEST_DB_CONN_MAX_AGE": "60",  # with settings_test: keep connections, as production (DB_CONN_MAX_AGE)
+        "DELAY_API_RATE": "off",  # the bench measures the platform, not the per-user rate limit
         **overrides,
     }
 

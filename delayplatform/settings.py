@@ -3,6 +3,8 @@ names, is read too; real environment variables win). Secure by default: DEBUG is
 DEBUG a missing SECRET_KEY stops start-up."""
 
 import os
+import re
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -60,6 +62,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "axes",
     "scheduling",
 ]
 
@@ -75,6 +78,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as django-axes requires: answers a locked-out login
 ]
 
 ROOT_URLCONF = "delayplatform.urls"
@@ -135,6 +139,45 @@ if not DEBUG:
     SESSION_COOKIE_HTTPONLY = True
     SECURE_CONTENT_TYPE_NOSNIFF = True
     X_FRAME_OPTIONS = "DENY"
+
+# Production: HTTPS only, so that `manage.py check --deploy` is clean (README "Security").
+DELAY_PRODUCTION = env_bool("DELAY_PRODUCTION")
+# Behind a TLS-terminating proxy: the header it sets to "https" on requests that came in over TLS
+# (e.g. X-Forwarded-Proto). The proxy must set it on every request (and strip it from clients).
+DELAY_TLS_PROXY_HEADER = os.environ.get("DELAY_TLS_PROXY_HEADER", "").strip()
+if DELAY_TLS_PROXY_HEADER:
+    if not re.fullmatch(r"[A-Za-z0-9-]+", DELAY_TLS_PROXY_HEADER):
+        raise ImproperlyConfigured(f"DELAY_TLS_PROXY_HEADER must be a header name, not {DELAY_TLS_PROXY_HEADER!r}")
+    SECURE_PROXY_SSL_HEADER = ("HTTP_" + DELAY_TLS_PROXY_HEADER.upper().replace("-", "_"), "https")
+    # the proxy's X-Forwarded-For names the client, so a login lockout hits the client, not the proxy
+    AXES_IPWARE_PROXY_COUNT = 1
+    AXES_IPWARE_META_PRECEDENCE_ORDER = ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"]
+SECURE_REDIRECT_EXEMPT = [r"^(healthz|readyz|metrics)/?$"]  # probes and scrapers call over plain HTTP inside
+if DELAY_PRODUCTION:
+    if DEBUG:
+        raise ImproperlyConfigured("DELAY_PRODUCTION=1 and DEBUG=1 cannot go together")
+    if len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5 or SECRET_KEY.startswith("django-insecure-"):
+        raise ImproperlyConfigured("SECRET_KEY must be at least 50 random characters with DELAY_PRODUCTION=1 "
+                                   "(scripts/make-env.sh writes one)")
+    SECURE_SSL_REDIRECT = True
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = env_number("DELAY_HSTS_SECONDS", "31536000")
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DELAY_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("DELAY_HSTS_PRELOAD")
+    if not SECURE_HSTS_PRELOAD:  # a decision, not an oversight: preloading cannot be undone quickly
+        SILENCED_SYSTEM_CHECKS = ["security.W021"]
+
+# Failed logins (admin, and API basic auth) are limited by django-axes: after this many failures
+# for one username from one address, that pair is locked out for the cool-off time.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env_number("DELAY_LOGIN_FAILURE_LIMIT", "5")
+AXES_COOLOFF_TIME = timedelta(minutes=env_number("DELAY_LOGIN_COOLOFF_MINUTES", "15", float))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False  # its start-up banner in every process's log
+if AXES_FAILURE_LIMIT < 1 or AXES_COOLOFF_TIME <= timedelta(0):
+    raise ImproperlyConfigured("DELAY_LOGIN_FAILURE_LIMIT and DELAY_LOGIN_COOLOFF_MINUTES must be above 0")
 
 LOGGING = {
     "version": 1,
@@ -290,6 +333,25 @@ if ACCURACY_REPORT_AT.lower() != "off":
 
 # --- the API ----------------------------------------------------------------------------------
 
+# Per-user rate limit, "<number>/<second|minute|hour|day>" (a bulk request counts its messages),
+# or "off". Shared by every web process through the "throttle" cache below.
+_API_RATE = (os.environ.get("DELAY_API_RATE") or "6000/minute").strip()
+if _API_RATE.lower() == "off":
+    DELAY_API_RATE = None
+elif re.fullmatch(r"[1-9][0-9]*/(s|sec|second|m|min|minute|h|hour|d|day)", _API_RATE):
+    DELAY_API_RATE = _API_RATE
+else:
+    raise ImproperlyConfigured(f"DELAY_API_RATE must be like 6000/minute (or s, hour, day) or off, not {_API_RATE!r}")
+# JSON request bodies nest at most this deep (arrays and objects); deeper is a 400.
+DELAY_MAX_JSON_DEPTH = env_number("DELAY_MAX_JSON_DEPTH", "64")
+if DELAY_MAX_JSON_DEPTH < 4:
+    raise ImproperlyConfigured("DELAY_MAX_JSON_DEPTH must be at least 4 (a bulk request's payloads are at level 4)")
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    # a table in the platform's database (made by migrate, see scheduling/apps.py): every process sees it
+    "throttle": {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "dp_throttle_cache"},
+}
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.TokenAuthentication",  # first: 401 + WWW-Authenticate
@@ -300,6 +362,12 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "scheduling.api.exceptions.exception_handler",
+    "DEFAULT_PARSER_CLASSES": [
+        "scheduling.api.parsers.DepthLimitedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
+    "DEFAULT_THROTTLE_CLASSES": ["scheduling.api.throttles.ItemRateThrottle"],
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Delay platform API",

@@ -8,6 +8,8 @@ RUN_ID = os.environ.setdefault("DP_TEST_RUN_ID", uuid.uuid4().hex[:10])
 os.environ.setdefault("SECRET_KEY", "insecure-test-only-key")
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
 os.environ.setdefault("BROKER_URL", f"amqp://guest:guest@127.0.0.1:5672/dp-test-{RUN_ID}")
+# tests and benchmarks post thousands of messages; tests/scheduling/api/test_throttles.py turns it on
+os.environ.setdefault("DELAY_API_RATE", "off")
 
 from .settings import *  # noqa: E402,F401,F403
 from .settings import DATABASES  # noqa: E402

@@ -1,7 +1,18 @@
 from django.apps import AppConfig
+from django.core.management import call_command
+from django.db.models.signals import post_migrate
+
+
+def create_cache_tables(using="default", **kwargs):
+    """The API's rate limit keeps its counts in a database cache table; ``migrate`` makes it
+    (createcachetable is idempotent), so no deployment needs a step of its own for it."""
+    call_command("createcachetable", database=using, verbosity=0)
 
 
 class SchedulingConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "scheduling"
     verbose_name = "Delay platform"
+
+    def ready(self):
+        post_migrate.connect(create_cache_tables, sender=self, dispatch_uid="scheduling.create_cache_tables")

@@ -18,6 +18,7 @@ from .serializers import (
     MessageCreateSerializer,
     MessageSerializer,
     StatusSerializer,
+    MessageFilterSerializer,
     message_item,
 )
 
@@ -77,10 +78,9 @@ class MessageViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
     }
 
     def get_queryset(self):
-        return selectors.messages(
-            endpoint=self.request.query_params.get("endpoint"),
-            status=self.request.query_params.get("status"),
-        )
+        filters = MessageFilterSerializer(data=self.request.query_params)
+        filters.is_valid(raise_exception=True)
+        return selectors.messages(**filters.validated_data)
 
     @extend_schema(
         parameters=[

@@ -23,6 +23,9 @@ from ..models import DeliveryMode, Endpoint, ScheduledMessage
 from .relay import relay_publish_rows
 
 MS = timedelta(milliseconds=1)
+# Beyond any cascade's maximum delay (64 levels of 1 s): a delay is clamped to this before any
+# arithmetic, so "1e999999" seconds cannot overflow and is refused as over the maximum.
+_BEYOND_SECONDS = Decimal(2**70)
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,7 @@ def _delay_ms(delay) -> int:
         raise ValidationError({"delay": "must be a number of seconds"}) from None
     if not seconds.is_finite():
         raise ValidationError({"delay": "must be a finite number of seconds"})
-    return math.ceil(seconds * 1000)
+    return math.ceil(max(-_BEYOND_SECONDS, min(seconds, _BEYOND_SECONDS)) * 1000)
 
 
 def _ceil_ms(moment: datetime) -> datetime:
@@ -95,15 +98,19 @@ def _build(item: dict, endpoints: dict[str, Endpoint], now: datetime) -> Schedul
                 version = endpoint.topology.name if endpoint else "the default version"
                 errors["delay"] = f"is over the maximum delay of {limit_ms // 1000:,} s for topology {version}"
             else:
-                due_at = now + delay_ms * MS
+                due_at = _plus(now, delay_ms, errors, "delay")
     else:
         if not isinstance(deliver_at, datetime) or timezone.is_naive(deliver_at):
             errors["deliver_at"] = "must be a date-time with a timezone, e.g. 2026-11-21T12:00:00.250Z"
+        elif abs((deliver_at - now) // MS) > _limit_ms(endpoint):  # checked before rounding (it would overflow)
+            version = endpoint.topology.name if endpoint else "the default version"
+            errors["deliver_at"] = (f"is {'over' if deliver_at > now else 'further in the past than'} the maximum "
+                                    f"delay of {_limit_ms(endpoint) // 1000:,} s for topology {version}")
         else:
             due_at = _ceil_ms(deliver_at)
     if due_at is not None and endpoint is not None:
         limit_ms = endpoint.topology.max_delay_ms
-        if due_at - now > limit_ms * MS:
+        if (due_at - now) // MS > limit_ms:
             field = "delay" if delay is not None else "deliver_at"
             errors[field] = (f"is over the maximum delay of {limit_ms // 1000:,} s for topology "
                              f"{endpoint.topology.name}")
@@ -136,6 +143,19 @@ def _build(item: dict, endpoints: dict[str, Endpoint], now: datetime) -> Schedul
         idempotency_key=key,
         created_at=now,
     )
+
+
+def _limit_ms(endpoint: Endpoint | None) -> int:
+    return endpoint.topology.max_delay_ms if endpoint else cascade.V3.max_delay_ms
+
+
+def _plus(now: datetime, delay_ms: int, errors: dict, field: str) -> datetime | None:
+    """now + delay_ms, or None with an error when that is past the year 9999 (a cascade of many levels)."""
+    try:
+        return now + delay_ms * MS
+    except OverflowError:
+        errors[field] = "is past the largest date (9999-12-31)"
+        return None
 
 
 def _endpoint_name(value) -> str | None:

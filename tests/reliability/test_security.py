@@ -87,3 +87,99 @@ def test_webhook_secret_never_leaves_the_database(admin_client, api, versions, c
             admin_client.get(f"/admin/scheduling/endpoint/{endpoint.pk}/change/").content.decode()]
     assert all(SECRET not in text for text in seen)
     assert server.requests[0]["headers"]["X-Delay-Signature"].startswith("sha256=")  # it was used, not shown
+
+
+# --- production settings: Django's own deployment check is clean under DELAY_PRODUCTION=1 -------
+
+STRONG_KEY = "k3Q9-vX2m" * 8  # 72 characters, varied: what check --deploy asks of a key
+
+
+def _check_deploy(env: dict) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("SECRET_KEY", "DEBUG", "DJANGO_SETTINGS_MODULE") and not k.startswith("DELAY_")}
+    return subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=ROOT, env={**clean, "DJANGO_SETTINGS_MODULE": "delayplatform.settings", "ENV_FILE": os.devnull, **env},
+        capture_output=True, text=True, timeout=120,
+    )
+
+
+def test_check_deploy_is_clean_with_the_production_switch():
+    result = _check_deploy({"SECRET_KEY": STRONG_KEY, "DELAY_PRODUCTION": "1"})
+    assert result.returncode == 0, result.stderr
+    assert "System check identified no issues" in result.stdout and "WARNING" not in result.stderr + result.stdout
+
+
+def test_check_deploy_warns_without_it():
+    result = _check_deploy({"SECRET_KEY": STRONG_KEY})
+    assert result.returncode != 0
+    for warning in ("security.W004", "security.W008", "security.W012", "security.W016"):  # HSTS, redirect, cookies
+        assert warning in result.stderr
+
+
+def test_check_deploy_is_clean_behind_a_tls_proxy_too():
+    result = _check_deploy({"SECRET_KEY": STRONG_KEY, "DELAY_PRODUCTION": "1",
+                            "DELAY_TLS_PROXY_HEADER": "X-Forwarded-Proto"})
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(("env", "error"), [
+    ({"SECRET_KEY": "short", "DELAY_PRODUCTION": "1"}, "SECRET_KEY must be at least 50 random characters"),
+    ({"SECRET_KEY": STRONG_KEY, "DELAY_PRODUCTION": "1", "DEBUG": "1"}, "DELAY_PRODUCTION=1 and DEBUG=1"),
+    ({"SECRET_KEY": STRONG_KEY, "DELAY_TLS_PROXY_HEADER": "X-Forwarded-Proto: https"}, "must be a header name"),
+    ({"SECRET_KEY": STRONG_KEY, "DELAY_API_RATE": "lots"}, "DELAY_API_RATE must be like 6000/minute"),
+    ({"SECRET_KEY": STRONG_KEY, "DELAY_LOGIN_FAILURE_LIMIT": "0"}, "must be above 0"),
+    ({"SECRET_KEY": STRONG_KEY, "DELAY_MAX_JSON_DEPTH": "2"}, "DELAY_MAX_JSON_DEPTH must be at least 4"),
+])
+def test_bad_security_settings_stop_start_up_with_one_line(env, error):
+    result = _settings_in_subprocess(env)
+    assert result.returncode != 0 and error in result.stderr.strip().splitlines()[-1], result.stderr[-500:]
+
+
+@pytest.mark.django_db
+def test_production_redirects_to_https_but_not_the_probes(settings, client):
+    settings.SECURE_SSL_REDIRECT = True  # what DELAY_PRODUCTION=1 sets; the exemptions are always there
+    assert client.get("/admin/login/").status_code == 301
+    for path in ("/healthz", "/readyz", "/metrics"):
+        assert client.get(path).status_code != 301, path  # answered (or 404 until the URL exists), never redirected
+    assert client.get("/admin/login/", secure=True).status_code == 200
+
+
+# --- failed admin logins are limited (django-axes) ----------------------------------------------
+
+
+@pytest.mark.django_db
+def test_repeated_failed_logins_lock_the_user_out_and_others_stay_in(client, django_user_model, settings):
+    settings.AXES_FAILURE_LIMIT = 3
+    django_user_model.objects.create_superuser("boss", "b@example.com", "right-pw")
+    django_user_model.objects.create_superuser("other", "o@example.com", "other-pw")
+    login = "/admin/login/?next=/admin/"
+    for _ in range(2):
+        assert client.post(login, {"username": "boss", "password": "wrong"}).status_code == 200  # the form again
+    locked = client.post(login, {"username": "boss", "password": "wrong"})
+    assert locked.status_code == 429 and b"too many login attempts. Please try again later" in locked.content
+    refused = client.post(login, {"username": "boss", "password": "right-pw"})
+    assert refused.status_code == 429  # the right password is refused too while locked
+    assert "_auth_user_id" not in client.session
+    assert client.post(login, {"username": "other", "password": "other-pw"}).status_code == 302  # not affected
+
+
+@pytest.mark.django_db
+def test_a_successful_login_resets_the_count(client, django_user_model, settings):
+    settings.AXES_FAILURE_LIMIT = 3
+    django_user_model.objects.create_superuser("boss", "b@example.com", "right-pw")
+    login = "/admin/login/?next=/admin/"
+    for _ in range(2):
+        client.post(login, {"username": "boss", "password": "wrong"})
+    assert client.post(login, {"username": "boss", "password": "right-pw"}).status_code == 302
+    client.logout()
+    for _ in range(2):
+        assert client.post(login, {"username": "boss", "password": "wrong"}).status_code == 200
+    assert client.post(login, {"username": "boss", "password": "right-pw"}).status_code == 302
+
+
+@pytest.mark.django_db
+def test_the_api_still_authenticates_with_a_token_and_a_session(api, admin_user, client):
+    assert api.get("/api/endpoints/").status_code == 200
+    client.force_login(admin_user)
+    assert client.get("/api/endpoints/").status_code == 200

@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from decimal import Decimal
 
 import pytest
+from rest_framework import serializers
 
 from scheduling.api.serializers import (
     BulkCreateSerializer,
@@ -105,7 +106,7 @@ MESSAGES = st.dictionaries(st.sampled_from(["endpoint", "payload", "delay_second
 def test_the_short_path_agrees_with_the_fields(data):
     plain = _plain_message(data)
     serializer = MessageCreateSerializer(data=data)
-    full = MessageCreateSerializer.__mro__[1].run_validation  # the fields' way, without the short path
+    full = serializers.Serializer.run_validation  # the fields' way, without the short path
     try:
         expected = dict(full(serializer, data))
     except Exception:  # the fields refuse it: the short path must not accept it
@@ -118,5 +119,5 @@ def test_the_short_path_agrees_with_the_fields(data):
 @pytest.mark.parametrize("data", [item(), item(delay_seconds=2), item(delay_seconds=2.5, idempotency_key="k"),
                                   {"endpoint": "billing", "payload": [1], "delay_seconds": "0.001"}])
 def test_ordinary_messages_take_the_short_path(data):
-    full = MessageCreateSerializer.__mro__[1].run_validation
+    full = serializers.Serializer.run_validation
     assert _plain_message(data) == dict(full(MessageCreateSerializer(data=data), data))

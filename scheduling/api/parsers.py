@@ -1,0 +1,49 @@
+"""The API's JSON parser: DRF's, with a limit on nesting checked before parsing. Python's json
+parser recurses per level, so a body nested 10,000 deep raised RecursionError (a 500); a linear
+scan of the brackets outside strings refuses it first, without recursion."""
+
+import codecs
+import io
+import re
+
+from django.conf import settings
+from rest_framework.exceptions import ParseError
+from rest_framework.parsers import JSONParser, get_encoding
+
+# A JSON string, escapes included (the unrolled form: linear, no backtracking).
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_OPENING = frozenset(b"[{")
+
+
+def json_depth_exceeds(body: bytes, limit: int) -> bool:
+    """True if arrays/objects in ``body`` nest deeper than ``limit`` (stops at the first level over)."""
+    brackets = _STRING.sub(b"", body).translate(None, _NOT_BRACKETS)
+    depth = 0
+    for byte in brackets:
+        if byte in _OPENING:
+            depth += 1
+            if depth > limit:
+                return True
+        else:
+            depth -= 1
+    return False
+
+
+class DepthLimitedJSONParser(JSONParser):
+    """JSON bodies nested at most DELAY_MAX_JSON_DEPTH levels (arrays and objects); deeper: 400."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        parser_context, body = parser_context or {}, stream.read()
+        encoding = get_encoding(parser_context)
+        if codecs.lookup(encoding).name != "utf-8":  # scanned as UTF-8: no ASCII byte is part of another character
+            try:
+                body = body.decode(encoding).encode("utf-8", "surrogatepass")
+            except UnicodeError as exc:
+                raise ParseError(f"JSON parse error - {exc}") from None
+            parser_context = {**parser_context, "encoding": "utf-8"}
+        limit = settings.DELAY_MAX_JSON_DEPTH
+        if json_depth_exceeds(body, limit):
+            raise ParseError(f"JSON parse error - the body nests deeper than {limit} levels (DELAY_MAX_JSON_DEPTH)")
+        return super().parse(io.BytesIO(body), media_type, parser_context)
+

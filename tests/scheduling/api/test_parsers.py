@@ -1,0 +1,78 @@
+"""The JSON parser's depth limit: counted over brackets outside strings, without recursion, so a
+body nested 10,000 deep is a 400 naming the body (it was a RecursionError, a 500) and stores nothing."""
+
+import json
+import sys
+import time
+
+import pytest
+
+from scheduling.api.parsers import json_depth_exceeds
+from scheduling.models import ScheduledMessage
+
+
+def nested(depth: int, inner="1") -> str:
+    return "[" * depth + inner + "]" * depth
+
+
+@pytest.mark.parametrize(("body", "limit", "exceeds"), [
+    ("1", 0, False),
+    ("[]", 1, False), ("[]", 0, True),
+    (nested(64), 64, False), (nested(65), 64, True),
+    ('{"a": {"b": [1, 2, {"c": []}]}}', 5, False), ('{"a": {"b": [1, 2, {"c": []}]}}', 4, True),
+    ('["[[[[[[", "{{{{"]', 1, False),  # brackets inside strings do not count
+    (r'["\"[[[[[", "\\", [2]]', 2, False), (r'["\"[[[[[", "\\", [[2]]]', 2, True),  # escaped quotes, backslashes
+    ('[1], [2], [3]', 1, False),  # siblings do not add up
+])
+def test_depth_is_counted_outside_strings(body, limit, exceeds):
+    assert json_depth_exceeds(body.encode(), limit) is exceeds
+
+
+def test_ten_thousand_deep_is_found_at_once_and_without_recursion():
+    body = nested(10_000).encode()
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(100)  # the check must not need the stack the json parser needs
+    try:
+        started = time.perf_counter()
+        assert json_depth_exceeds(body, 64)
+        assert time.perf_counter() - started < 0.05
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def test_a_flat_large_body_is_scanned_in_linear_time():
+    body = json.dumps({"messages": [{"endpoint": "e", "payload": {"k": ["[" * 50, [1, 2]]}}] * 20_000}).encode()
+    started = time.perf_counter()
+    assert not json_depth_exceeds(body, 64)
+    assert time.perf_counter() - started < 1.0, len(body)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("path", "body"), [
+    ("/api/messages/", nested(10_000)),
+    ("/api/messages/", '{"endpoint": "e", "delay_seconds": 1, "payload": ' + nested(10_000) + "}"),
+    ("/api/messages/bulk/", '{"messages": [{"endpoint": "e", "delay_seconds": 1, "payload": ' + nested(70) + "}]}"),
+    ("/api/endpoints/", '{"name": ' + nested(10_000, '"x"') + "}"),
+])
+def test_a_body_nested_too_deep_is_400_naming_the_body(api, path, body):
+    response = api.post(path, body, content_type="application/json")
+    assert response.status_code == 400, response.content
+    assert "body nests deeper than 64 levels (DELAY_MAX_JSON_DEPTH)" in response.json()["detail"]
+    assert not ScheduledMessage.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_limit_is_the_setting(api, settings):
+    settings.DELAY_MAX_JSON_DEPTH = 4
+    deep = '{"endpoint": "nowhere", "delay_seconds": 1, "payload": [[[[1]]]]}'  # 5 levels
+    response = api.post("/api/messages/", deep, content_type="application/json")
+    assert response.status_code == 400 and "deeper than 4 levels" in response.json()["detail"]
+    response = api.post("/api/messages/", deep.replace("[[[[1]]]]", "[[[1]]]"), content_type="application/json")
+    assert response.status_code == 400 and "unknown endpoint" in response.json()["endpoint"][0]  # parsed, then judged
+
+
+@pytest.mark.django_db
+def test_another_charset_is_scanned_after_decoding(api):
+    body = nested(100).encode("utf-16")
+    response = api.post("/api/messages/", body, content_type="application/json; charset=utf-16")
+    assert response.status_code == 400 and "deeper than 64" in response.json()["detail"]
