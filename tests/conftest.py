@@ -148,6 +148,7 @@ def worker_env(django_db_setup, provisioned):
         "DATABASE_URL": database_url(connection.settings_dict),
         "BROKER_URL": settings.BROKER_URL,
         "DELAY_SWEEP_SECONDS": "1",
+        "DELAY_WORKER_METRICS_PORT": "0",  # tests/e2e/test_metrics.py gives its worker a port of its own
     }
 
 

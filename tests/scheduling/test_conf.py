@@ -54,6 +54,12 @@ EFFECTS = {
     "DELAY_RELAY_QUEUE": ("dp.relay2", "[conf().relay_queue, settings.CELERY_TASK_ROUTES['scheduling.relay.*']"
                           "['queue']]", ["dp.relay2"] * 2),
     "DELAY_CELERY_THRESHOLD_SECONDS": ("60", "conf().celery_threshold_seconds", 60.0),
+    "DELAY_METRICS_TOKEN": ("scrape-secret", "conf().metrics_token", "scrape-secret"),
+    "DELAY_METRICS_ALLOWED_NETWORKS": ("10.0.0.0/8, ::1", "[str(n) for n in conf().metrics_allowed_networks]",
+                                       ["10.0.0.0/8", "::1/128"]),
+    "DELAY_METRICS_CACHE_SECONDS": ("30", "conf().metrics_cache_seconds", 30.0),
+    "DELAY_WORKER_METRICS_PORT": ("9900", "conf().worker_metrics_port", 9900),
+    "DELAY_WORKER_METRICS_ADDR": ("0.0.0.0", "conf().worker_metrics_addr", "0.0.0.0"),
     "CELERY_DB_REUSE_MAX": ("10", "settings.CELERY_DB_REUSE_MAX", 10),
     "ACCURACY_REPORT_DIR": ("/tmp/dp-acc", "str(conf().accuracy_report_dir)", "/tmp/dp-acc"),
     "SPARK_MASTER": ("spark://s.example:7077", "conf().spark_master", "spark://s.example:7077"),
@@ -119,6 +125,10 @@ def test_each_variable_has_its_effect(tmp_path):
     ("DATABASE_URL", "sqlite:///x.db", "DATABASE_URL must name a PostgreSQL database"),
     ("DELAY_QUEUE_TYPE", "mirrored", "DELAY_QUEUE_TYPE must be classic or quorum, not 'mirrored'"),
     ("ACCURACY_REPORT_AT", "half past two", "ACCURACY_REPORT_AT must be HH:MM"),
+    ("DELAY_METRICS_ALLOWED_NETWORKS", "10.0.0.0/8,intranet",
+     "DELAY_METRICS_ALLOWED_NETWORKS: 'intranet' is not a network (CIDR such as 10.0.0.0/8 or 127.0.0.1/32)"),
+    ("DELAY_WORKER_METRICS_PORT", "70000", "DELAY_WORKER_METRICS_PORT must be 0 (off) to 65535, not 70000"),
+    ("DELAY_METRICS_CACHE_SECONDS", "0", "DELAY_METRICS_CACHE_SECONDS must be more than 0, not 0.0"),
 ])
 def test_bad_values_stop_start_up_with_one_line(name, value, says):
     result = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, capture_output=True, text=True,
