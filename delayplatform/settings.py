@@ -153,6 +153,10 @@ if DELAY_TLS_PROXY_HEADER:
     AXES_IPWARE_PROXY_COUNT = 1
     AXES_IPWARE_META_PRECEDENCE_ORDER = ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"]
 SECURE_REDIRECT_EXEMPT = [r"^(healthz|readyz|metrics)/?$"]  # probes and scrapers call over plain HTTP inside
+# HSTS under DELAY_PRODUCTION: a year; subdomains included; preload only when asked (it cannot be undone quickly)
+DELAY_HSTS_SECONDS = env_number("DELAY_HSTS_SECONDS", "31536000")
+DELAY_HSTS_INCLUDE_SUBDOMAINS = env_bool("DELAY_HSTS_INCLUDE_SUBDOMAINS", True)
+DELAY_HSTS_PRELOAD = env_bool("DELAY_HSTS_PRELOAD")
 if DELAY_PRODUCTION:
     if DEBUG:
         raise ImproperlyConfigured("DELAY_PRODUCTION=1 and DEBUG=1 cannot go together")
@@ -162,10 +166,10 @@ if DELAY_PRODUCTION:
     SECURE_SSL_REDIRECT = True
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
-    SECURE_HSTS_SECONDS = env_number("DELAY_HSTS_SECONDS", "31536000")
-    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DELAY_HSTS_INCLUDE_SUBDOMAINS", True)
-    SECURE_HSTS_PRELOAD = env_bool("DELAY_HSTS_PRELOAD")
-    if not SECURE_HSTS_PRELOAD:  # a decision, not an oversight: preloading cannot be undone quickly
+    SECURE_HSTS_SECONDS = DELAY_HSTS_SECONDS
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = DELAY_HSTS_INCLUDE_SUBDOMAINS
+    SECURE_HSTS_PRELOAD = DELAY_HSTS_PRELOAD
+    if not SECURE_HSTS_PRELOAD:  # a decision, not an oversight (README "Security")
         SILENCED_SYSTEM_CHECKS = ["security.W021"]
 
 # Failed logins (admin, and API basic auth) are limited by django-axes: after this many failures

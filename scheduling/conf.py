@@ -49,6 +49,8 @@ class DelaySettings:
     relay_queue: str
     timeouts_lookahead_ms: int
     celery_threshold_seconds: float
+    api_rate: str | None  # per-user API rate, "6000/minute" (a bulk counts its messages); None: off
+    max_json_depth: int  # JSON request bodies nest at most this deep
     metrics_token: str  # empty: no bearer token asked of metrics scrapers (networks still checked)
     metrics_allowed_networks: tuple  # ip networks that may read /metrics and the workers' metrics ports
     metrics_cache_seconds: float  # the database and management API figures are read at most this often

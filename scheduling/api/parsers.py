@@ -6,9 +6,10 @@ import codecs
 import io
 import re
 
-from django.conf import settings
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser, get_encoding
+
+from ..conf import conf
 
 # A JSON string, escapes included (the unrolled form: linear, no backtracking).
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
@@ -42,7 +43,7 @@ class DepthLimitedJSONParser(JSONParser):
             except UnicodeError as exc:
                 raise ParseError(f"JSON parse error - {exc}") from None
             parser_context = {**parser_context, "encoding": "utf-8"}
-        limit = settings.DELAY_MAX_JSON_DEPTH
+        limit = conf().max_json_depth
         if json_depth_exceeds(body, limit):
             raise ParseError(f"JSON parse error - the body nests deeper than {limit} levels (DELAY_MAX_JSON_DEPTH)")
         return super().parse(io.BytesIO(body), media_type, parser_context)

@@ -10,7 +10,6 @@ the entry stays small at any rate. Concurrent requests of one user may overlap a
 
 import math
 
-from django.conf import settings
 from django.core.cache import caches
 from rest_framework.exceptions import Throttled
 from rest_framework.throttling import SimpleRateThrottle
@@ -39,7 +38,7 @@ class ItemRateThrottle(SimpleRateThrottle):
     cache_format = "dp:throttle:%(scope)s:%(ident)s"
 
     def get_rate(self):
-        return settings.DELAY_API_RATE  # None: off
+        return conf().api_rate  # None: off
 
     @property
     def cache(self):

@@ -60,6 +60,17 @@ EFFECTS = {
     "DELAY_METRICS_CACHE_SECONDS": ("30", "conf().metrics_cache_seconds", 30.0),
     "DELAY_WORKER_METRICS_PORT": ("9900", "conf().worker_metrics_port", 9900),
     "DELAY_WORKER_METRICS_ADDR": ("0.0.0.0", "conf().worker_metrics_addr", "0.0.0.0"),
+    "DELAY_API_RATE": ("100/hour", "conf().api_rate", "100/hour"),
+    "DELAY_MAX_JSON_DEPTH": ("16", "conf().max_json_depth", 16),
+    "DELAY_LOGIN_FAILURE_LIMIT": ("3", "settings.AXES_FAILURE_LIMIT", 3),
+    "DELAY_LOGIN_COOLOFF_MINUTES": ("30", "settings.AXES_COOLOFF_TIME.total_seconds()", 1800.0),
+    # DEBUG=1 above: production cannot be on here (tests/reliability/test_security.py runs it)
+    "DELAY_PRODUCTION": ("off", "settings.DELAY_PRODUCTION", False),
+    "DELAY_TLS_PROXY_HEADER": ("X-Forwarded-Proto", "list(settings.SECURE_PROXY_SSL_HEADER)",
+                               ["HTTP_X_FORWARDED_PROTO", "https"]),
+    "DELAY_HSTS_SECONDS": ("600", "settings.DELAY_HSTS_SECONDS", 600),
+    "DELAY_HSTS_INCLUDE_SUBDOMAINS": ("0", "settings.DELAY_HSTS_INCLUDE_SUBDOMAINS", False),
+    "DELAY_HSTS_PRELOAD": ("1", "settings.DELAY_HSTS_PRELOAD", True),
     "CELERY_DB_REUSE_MAX": ("10", "settings.CELERY_DB_REUSE_MAX", 10),
     "ACCURACY_REPORT_DIR": ("/tmp/dp-acc", "str(conf().accuracy_report_dir)", "/tmp/dp-acc"),
     "SPARK_MASTER": ("spark://s.example:7077", "conf().spark_master", "spark://s.example:7077"),
@@ -129,6 +140,10 @@ def test_each_variable_has_its_effect(tmp_path):
      "DELAY_METRICS_ALLOWED_NETWORKS: 'intranet' is not a network (CIDR such as 10.0.0.0/8 or 127.0.0.1/32)"),
     ("DELAY_WORKER_METRICS_PORT", "70000", "DELAY_WORKER_METRICS_PORT must be 0 (off) to 65535, not 70000"),
     ("DELAY_METRICS_CACHE_SECONDS", "0", "DELAY_METRICS_CACHE_SECONDS must be more than 0, not 0.0"),
+    ("DELAY_API_RATE", "600 per minute", "DELAY_API_RATE must be like 6000/minute (or s, hour, day) or off"),
+    ("DELAY_MAX_JSON_DEPTH", "3", "DELAY_MAX_JSON_DEPTH must be at least 4"),
+    ("DELAY_LOGIN_COOLOFF_MINUTES", "0", "DELAY_LOGIN_FAILURE_LIMIT and DELAY_LOGIN_COOLOFF_MINUTES must be above 0"),
+    ("DELAY_TLS_PROXY_HEADER", "X-Forwarded-Proto=https", "DELAY_TLS_PROXY_HEADER must be a header name"),
 ])
 def test_bad_values_stop_start_up_with_one_line(name, value, says):
     result = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, capture_output=True, text=True,
