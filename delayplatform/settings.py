@@ -13,7 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 from dotenv import load_dotenv
 from kombu import Exchange, Queue
 
-from scheduling import metrics_access, task_names
+from scheduling import guards, metrics_access, task_names
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 load_dotenv(os.environ.get("ENV_FILE", BASE_DIR / ".env"), override=False)
@@ -259,6 +259,16 @@ DELAY_WEBHOOK_CONCURRENCY = env_number("DELAY_WEBHOOK_CONCURRENCY", "8")
 DELAY_RELAY_QUEUE = os.environ.get("DELAY_RELAY_QUEUE") or "dp.relay"
 # The timeout manager publishes rows due within this window (beat runs it every second).
 DELAY_TIMEOUTS_LOOKAHEAD_MS = env_number("DELAY_TIMEOUTS_LOOKAHEAD_MS", "1500")
+# What handlers may reach (scheduling/guards.py). Webhooks never go to loopback, private,
+# link-local (cloud metadata), multicast or reserved addresses unless a network here allows it
+# (CIDRs, e.g. 127.0.0.1/32 for local development); celery_task endpoints run only tasks whose
+# names match a pattern here (fnmatch, e.g. billing.tasks.*; empty: none).
+DELAY_WEBHOOK_ALLOWED_NETWORKS = env_list("DELAY_WEBHOOK_ALLOWED_NETWORKS", "")
+try:
+    guards.parse_networks(DELAY_WEBHOOK_ALLOWED_NETWORKS)
+except ValueError as exc:
+    raise ImproperlyConfigured(f"DELAY_WEBHOOK_ALLOWED_NETWORKS: {exc}") from None
+DELAY_CELERY_TASK_ALLOWLIST = env_list("DELAY_CELERY_TASK_ALLOWLIST", "")
 
 # --- metrics (Prometheus, docs/metrics.md) ----------------------------------------------------
 # /metrics on the web server and each worker's metrics port answer clients on these networks only

@@ -8,6 +8,9 @@ RUN_ID = os.environ.setdefault("DP_TEST_RUN_ID", uuid.uuid4().hex[:10])
 os.environ.setdefault("SECRET_KEY", "insecure-test-only-key")
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
 os.environ.setdefault("BROKER_URL", f"amqp://guest:guest@127.0.0.1:5672/dp-test-{RUN_ID}")
+# tests' webhook receivers listen on 127.0.0.1, and their celery_task endpoints run tests/testapp's tasks
+os.environ.setdefault("DELAY_WEBHOOK_ALLOWED_NETWORKS", "127.0.0.1/32")
+os.environ.setdefault("DELAY_CELERY_TASK_ALLOWLIST", "testapp.*")
 # tests and benchmarks post thousands of messages; tests/scheduling/api/test_throttles.py turns it on
 os.environ.setdefault("DELAY_API_RATE", "off")
 

@@ -19,7 +19,7 @@ from django.core.signals import setting_changed
 import rabbit
 from topology import cascade
 
-from . import metrics_access
+from . import guards, metrics_access
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,8 @@ class DelaySettings:
     celery_threshold_seconds: float
     api_rate: str | None  # per-user API rate, "6000/minute" (a bulk counts its messages); None: off
     max_json_depth: int  # JSON request bodies nest at most this deep
+    webhook_allowed_networks: tuple  # ip networks webhooks may reach though guards.py refuses them
+    celery_task_allowlist: tuple[str, ...]  # fnmatch patterns of the tasks celery_task endpoints may run
     metrics_token: str  # empty: no bearer token asked of metrics scrapers (networks still checked)
     metrics_allowed_networks: tuple  # ip networks that may read /metrics and the workers' metrics ports
     metrics_cache_seconds: float  # the database and management API figures are read at most this often
@@ -89,6 +91,13 @@ def _read() -> DelaySettings:
             raise ImproperlyConfigured(f"the setting {name} is missing") from None
         values[f.name] = Path(value) if f.type == "Path" else value
     values["shards"] = parse_shards(values["shards"])
+    try:
+        values["webhook_allowed_networks"] = guards.parse_networks(values["webhook_allowed_networks"])
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"DELAY_WEBHOOK_ALLOWED_NETWORKS: {exc}") from None
+    allowlist = values["celery_task_allowlist"]
+    values["celery_task_allowlist"] = tuple(p.strip() for p in (allowlist.split(",") if isinstance(allowlist, str)
+                                                                 else allowlist) if p.strip())
     try:
         values["metrics_allowed_networks"] = metrics_access.parse_networks(values["metrics_allowed_networks"])
     except ValueError as exc:

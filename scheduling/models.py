@@ -87,9 +87,10 @@ class Endpoint(models.Model):
     handler_target = models.CharField(
         max_length=500, blank=True, help_text="Celery task name, or the webhook's URL"
     )
-    webhook_secret = models.CharField(max_length=128, blank=True, editable=False)
+    # whsec_<base64 key> (Standard Webhooks); 256: a 128-character secret from before the format, converted
+    webhook_secret = models.CharField(max_length=256, blank=True, editable=False)
     webhook_secret_previous = models.CharField(
-        max_length=128, blank=True, editable=False,
+        max_length=256, blank=True, editable=False,
         help_text="the secret before the last rotation: signatures with it stay valid until the time below")
     webhook_secret_previous_expires_at = models.DateTimeField(null=True, blank=True, editable=False)
     is_active = models.BooleanField(default=True)

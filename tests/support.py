@@ -29,9 +29,10 @@ def wait_until(predicate, timeout: float, interval: float = 0.1, message: str = 
 
 
 class RecordingServer:
-    """A local HTTP server that records every POST; ``fail_first`` answers 500 that many times."""
+    """A local HTTP server that records every POST; ``fail_first`` answers 500 that many times;
+    ``answer`` (status, headers) replaces the 200 (a redirect, say)."""
 
-    def __init__(self, fail_first: int = 0):
+    def __init__(self, fail_first: int = 0, answer: tuple[int, dict] = (200, {})):
         self.requests: list[dict] = []
         self.fail_first = fail_first
         recorder = self
@@ -43,7 +44,10 @@ class RecordingServer:
                     recorder.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
                     failing = recorder.fail_first > 0
                     recorder.fail_first -= 1 if failing else 0
-                self.send_response(500 if failing else 200)
+                status, headers = (500, {}) if failing else answer
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
                 self.end_headers()
 
             def log_message(self, *args):

@@ -1,8 +1,9 @@
 """Endpoints: counts by status, create/edit through the services, activate/deactivate."""
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
@@ -34,8 +35,8 @@ class EndpointAdmin(ControlRoomAdmin):
     search_fields = ("name",)
     list_per_page = 50
     show_full_result_count = False  # a second COUNT(*) over the whole table per page
-    actions = ("activate", "deactivate")
-    object_actions = {"activate": "Activate", "deactivate": "Deactivate"}
+    actions = ("activate", "deactivate", "rotate_secret")
+    object_actions = {"activate": "Activate", "deactivate": "Deactivate", "rotate_secret": "Rotate webhook secret"}
     fields = ("name", "topology", "delivery_mode", "handler", "handler_target", "is_active", "created_at", "updated_at")
     readonly_fields = fields
 
@@ -55,6 +56,8 @@ class EndpointAdmin(ControlRoomAdmin):
         return selectors.endpoints_with_message_counts()
 
     def object_action_applies(self, obj, name):
+        if name == "rotate_secret":
+            return obj.handler == Endpoint.Handler.WEBHOOK
         return obj.is_active == (name == "deactivate")
 
     @admin.action(description="Activate selected endpoints (binds their queues)", permissions=["change"])
@@ -65,6 +68,24 @@ class EndpointAdmin(ControlRoomAdmin):
     def deactivate(self, request, queryset):
         self.run_each(request, queryset, lambda e: services.endpoint_set_active(endpoint=e, active=False),
                       "Deactivated")
+
+    @admin.action(description="Rotate the webhook secret (the current one signs for a day more)",
+                  permissions=["change"])
+    def rotate_secret(self, request, queryset):
+        """New secrets, shown on the page this answers (never stored in a message or cookie) and
+        nowhere else afterwards."""
+        rotated = []
+        for endpoint in queryset:
+            try:
+                rotated.append(services.endpoint_rotate_secret(endpoint=endpoint))
+            except ValidationError as exc:
+                self.message_user(request, f"{endpoint}: {'; '.join(exc.messages)}", messages.ERROR)
+        if not rotated:
+            return None
+        return TemplateResponse(request, "admin/scheduling/endpoint/rotated_secrets.html", {
+            **self.admin_site.each_context(request), "title": "New webhook secrets", "opts": self.opts,
+            "rotated": rotated,
+        })
 
     def add_view(self, request, form_url="", extra_context=None):
         if not self.has_add_permission(request):

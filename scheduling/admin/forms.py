@@ -36,8 +36,9 @@ class EndpointCreateForm(EndpointChangeForm):
         max_length=100, help_text="letters, digits, '-' and '_': it becomes the queue and its binding #.<name>"
     )
     webhook_secret = forms.CharField(
-        required=False, min_length=16, max_length=128, widget=forms.PasswordInput(render_value=True),
-        help_text="HMAC signing secret for webhooks; generated when left empty",
+        required=False, max_length=128, widget=forms.PasswordInput(render_value=True),
+        help_text="Standard Webhooks signing secret, whsec_<base64 of 24-64 random bytes>; generated when left "
+                  "empty (the endpoint's 'Rotate webhook secret' button shows a new one, once)",
     )
     is_active = forms.BooleanField(required=False, initial=True)
     field_order = ["name", "topology", "delivery_mode", "handler", "handler_target", "webhook_secret", "is_active"]

@@ -30,8 +30,9 @@ class EndpointSerializer(RefuseControlCharacters, serializers.ModelSerializer):
         help_text="cascade version for new messages (default: the setting DELAY_DEFAULT_VERSION, v2)",
     )
     webhook_secret = serializers.CharField(
-        write_only=True, required=False, min_length=16, max_length=128,
-        help_text="HMAC-SHA256 signing secret for webhooks (generated when omitted; never returned)",
+        write_only=True, required=False, max_length=128,
+        help_text="Standard Webhooks signing secret, whsec_<base64 of 24-64 random bytes> (generated when "
+                  "omitted; answered once, by the create call, never by reads)",
     )
     message_counts = serializers.SerializerMethodField()
 
@@ -44,6 +45,28 @@ class EndpointSerializer(RefuseControlCharacters, serializers.ModelSerializer):
     def get_message_counts(self, endpoint) -> dict[str, int]:
         """Per status; filled from the list/detail query's annotations (n_<status>)."""
         return {status.value: getattr(endpoint, f"n_{status}", 0) for status in Status}
+
+
+class EndpointCreatedSerializer(EndpointSerializer):
+    """The answer to creating an endpoint: a webhook endpoint's secret appears here, once."""
+
+    webhook_secret = serializers.CharField(read_only=True, help_text="webhook endpoints only: store it now")
+
+
+class RotateSecretSerializer(RefuseControlCharacters, serializers.Serializer):
+    secret = serializers.CharField(required=False, max_length=128,
+                                   help_text="the new secret, whsec_<base64 of 24-64 random bytes> (generated when omitted)")
+    previous_valid_seconds = serializers.IntegerField(
+        required=False, min_value=0, max_value=30 * 86400,
+        help_text="how long the current secret keeps signing beside the new one (default 86400; 0: not at all)",
+    )
+
+
+class SecretRotatedSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    webhook_secret = serializers.CharField(help_text="the new secret: shown here once")
+    previous_valid_until = serializers.DateTimeField(allow_null=True,
+                                                     help_text="until when the previous secret also signs")
 
 
 class EndpointUpdateSerializer(RefuseControlCharacters, serializers.Serializer):

@@ -9,14 +9,18 @@ from rest_framework.response import Response
 from .. import selectors, services
 from ..errors import BulkValidationError
 from ..lifecycle import Status
+from ..models import Endpoint
 from .permissions import ModelPermissions
 from .serializers import (
     BulkCreateSerializer,
+    EndpointCreatedSerializer,
     EndpointSerializer,
     EndpointUpdateSerializer,
     MessageCreatedSerializer,
     MessageCreateSerializer,
     MessageSerializer,
+    RotateSecretSerializer,
+    SecretRotatedSerializer,
     StatusSerializer,
     MessageFilterSerializer,
     message_item,
@@ -34,6 +38,7 @@ class EndpointViewSet(
     action_permissions = {
         "activate": ["scheduling.change_endpoint"],
         "deactivate": ["scheduling.change_endpoint"],
+        "rotate_secret": ["scheduling.change_endpoint"],
     }
     lookup_field = "name"
     lookup_value_regex = r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*"  # dotted names (v3) too
@@ -41,8 +46,17 @@ class EndpointViewSet(
     def get_queryset(self):
         return selectors.endpoints_with_message_counts()
 
-    def perform_create(self, serializer):
-        serializer.instance = services.endpoint_create(**serializer.validated_data)
+    @extend_schema(responses={201: EndpointCreatedSerializer})
+    def create(self, request, *args, **kwargs):
+        """Create and bind an endpoint. A webhook endpoint's signing secret is in this answer,
+        once: reads never show it (rotate-secret gives a new one)."""
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        endpoint = services.endpoint_create(**serializer.validated_data)
+        data = self.get_serializer(endpoint).data
+        if endpoint.handler == Endpoint.Handler.WEBHOOK:
+            data = {**data, "webhook_secret": endpoint.webhook_secret}
+        return Response(data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=EndpointUpdateSerializer, responses={200: EndpointSerializer})
     def partial_update(self, request, name=None):
@@ -65,6 +79,17 @@ class EndpointViewSet(
         """Pause delivery (messages wait in the queue) and refuse new messages."""
         endpoint = services.endpoint_set_active(endpoint=self.get_object(), active=False)
         return Response(self.get_serializer(endpoint).data)
+
+    @extend_schema(request=RotateSecretSerializer, responses={200: SecretRotatedSerializer})
+    @action(detail=True, methods=["post"], url_path="rotate-secret")
+    def rotate_secret(self, request, name=None):
+        """A new webhook signing secret, answered once; the current one keeps signing beside it
+        for previous_valid_seconds (default a day), so receivers switch without a gap."""
+        changes = RotateSecretSerializer(data=request.data)
+        changes.is_valid(raise_exception=True)
+        endpoint = services.endpoint_rotate_secret(endpoint=self.get_object(), **changes.validated_data)
+        return Response({"name": endpoint.name, "webhook_secret": endpoint.webhook_secret,
+                         "previous_valid_until": endpoint.webhook_secret_previous_expires_at})
 
 
 class MessageViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):

@@ -4,6 +4,7 @@ from .delays import delays_preview
 from .endpoints import (
     endpoint_bind,
     endpoint_create,
+    endpoint_rotate_secret,
     endpoint_set_active,
     endpoint_update,
     endpoints_bind_all,
@@ -24,6 +25,7 @@ __all__ = [
     "Scheduled",
     "endpoint_bind",
     "endpoint_create",
+    "endpoint_rotate_secret",
     "endpoint_set_active",
     "endpoint_update",
     "endpoints_bind_all",

@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import logging
-import secrets
+from datetime import timedelta
 
 from celery import current_app
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from rabbit import BrokerUnavailable, TopologyMissing
 from topology import cascade
 
-from .. import selectors
+from .. import guards, selectors, webhook_signing
 from ..conf import broker, conf
 from ..errors import Conflict, Unavailable
 from ..models import DeliveryMode, Endpoint, TopologyVersion
 
 log = logging.getLogger(__name__)
+
+MAX_SECRET_OVERLAP_SECONDS = 30 * 86400  # how long a rotated-out secret may keep signing
 
 
 def _version(topology: str | TopologyVersion | None) -> TopologyVersion:
@@ -58,6 +61,29 @@ def endpoint_bind(*, endpoint: Endpoint) -> list[str]:
     return [v.prefix for v in versions]
 
 
+def _check_handler(endpoint: Endpoint) -> None:
+    """What the handler would reach, by the guards (no webhook into the platform's own network,
+    only allowed Celery tasks); the worker checks again when it sends."""
+    settings = conf()
+    why = None
+    if endpoint.handler == Endpoint.Handler.WEBHOOK:
+        why = guards.webhook_url_refusal(endpoint.handler_target, settings.webhook_allowed_networks)
+    elif endpoint.handler == Endpoint.Handler.CELERY_TASK:
+        why = guards.task_refusal(endpoint.handler_target, settings.celery_task_allowlist)
+    if why:
+        raise ValidationError({"handler_target": why})
+
+
+def _new_secret(given: str | None, *, field: str) -> str:
+    """A given secret in the Standard Webhooks format, or a generated one."""
+    if not given:
+        return webhook_signing.generate_secret()
+    problem = webhook_signing.secret_problem(given)
+    if problem:
+        raise ValidationError({field: problem})
+    return given
+
+
 def _refresh_consumers(name: str) -> None:
     """Ask running workers' delivery loops to follow the endpoint table now (they also re-read
     it every few seconds, so a lost broadcast only delays this)."""
@@ -77,7 +103,9 @@ def endpoint_create(
     is_active: bool = True,
     delivery_mode: str = DeliveryMode.NATIVE,
 ) -> Endpoint:
-    """Validate, bind the queue on the broker, then save: no row exists for an unbound queue."""
+    """Validate, bind the queue on the broker, then save: no row exists for an unbound queue.
+    A webhook endpoint's secret (``whsec_...``) is generated unless given; the caller shows it
+    once, from the returned row."""
     endpoint = Endpoint(
         name=name,
         topology=_version(topology),
@@ -87,8 +115,9 @@ def endpoint_create(
         delivery_mode=delivery_mode,
     )
     if handler == Endpoint.Handler.WEBHOOK:
-        endpoint.webhook_secret = webhook_secret or secrets.token_hex(32)
+        endpoint.webhook_secret = _new_secret(webhook_secret, field="webhook_secret")
     endpoint.full_clean()
+    _check_handler(endpoint)
     endpoint_bind(endpoint=endpoint)
     try:
         with transaction.atomic():
@@ -134,11 +163,41 @@ def endpoint_update(
         if handler_target is not None:
             current.handler_target = handler_target
         if current.handler == Endpoint.Handler.WEBHOOK and not current.webhook_secret:
-            current.webhook_secret = secrets.token_hex(32)
+            current.webhook_secret = webhook_signing.generate_secret()
         current.full_clean()
+        _check_handler(current)
         if moved and current.is_active:
             endpoint_bind(endpoint=current)
         current.save()
+    return current
+
+
+def endpoint_rotate_secret(*, endpoint: Endpoint, secret: str | None = None,
+                           previous_valid_seconds: int = 86400) -> Endpoint:
+    """Give a webhook endpoint a new signing secret (generated unless given). The current one
+    keeps signing beside it for ``previous_valid_seconds`` (0: retired at once), so receivers
+    switch without a gap; a secret rotated out earlier stops at once. The caller shows the new
+    secret once, from the returned row."""
+    if isinstance(previous_valid_seconds, bool) or not isinstance(previous_valid_seconds, int) or \
+            not 0 <= previous_valid_seconds <= MAX_SECRET_OVERLAP_SECONDS:
+        raise ValidationError({"previous_valid_seconds": f"must be a whole number of seconds from 0 to "
+                                                         f"{MAX_SECRET_OVERLAP_SECONDS:,} (30 days)"})
+    new = _new_secret(secret, field="secret")
+    with transaction.atomic():
+        current = Endpoint.objects.select_for_update().get(pk=endpoint.pk)
+        if current.handler != Endpoint.Handler.WEBHOOK:
+            raise ValidationError({"handler": f"only webhook endpoints sign with a secret; this one is {current.handler}"})
+        if new == current.webhook_secret:
+            raise ValidationError({"secret": "is the current secret; give a new one or leave it out"})
+        overlap = previous_valid_seconds > 0 and bool(current.webhook_secret)
+        current.webhook_secret_previous = current.webhook_secret if overlap else ""
+        current.webhook_secret_previous_expires_at = (
+            timezone.now() + timedelta(seconds=previous_valid_seconds) if overlap else None)
+        current.webhook_secret = new
+        current.save(update_fields=["webhook_secret", "webhook_secret_previous", "webhook_secret_previous_expires_at",
+                                    "updated_at"])
+    log.info("webhook secret of endpoint %s rotated; the previous one signs until %s", current.name,
+             current.webhook_secret_previous_expires_at or "now")
     return current
 
 

@@ -2,15 +2,20 @@
 handler, with the worker as a separate process on this run's vhost and database. Every test
 runs on v2 (the seeds' topic cascade) and v3 (the platform's direct cascade)."""
 
+import base64
 import hashlib
 import hmac
 import os
 import subprocess
 import sys
-from datetime import timedelta
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
+from unittest import mock
 
 import pytest
 from django.utils import timezone
+from standardwebhooks import Webhook
+from standardwebhooks.webhooks import WebhookVerificationError
 
 from scheduling import wire
 from scheduling.conf import conf
@@ -127,17 +132,29 @@ def test_two_copies_in_the_endpoint_queue_run_the_handler_once(api, make_endpoin
     assert [r["headers"]["X-Delay-Message-Id"] for r in server.requests] == [message_id]
 
 
-def test_webhook_handler_posts_signed_json_once_per_message(api, make_endpoint, endpoint_name):
+def test_webhook_handler_posts_signed_json_once_per_message(api, make_endpoint, endpoint_name, version):
+    """Standard Webhooks: the receiver verifies each request with the published library and the
+    secret the create call answered, and refuses the same request replayed 6 minutes later."""
     with RecordingServer() as server:
-        name = make_endpoint(endpoint_name, handler="webhook", handler_target=server.url,
-                             webhook_secret="a-secret-of-sixteen-or-more")
-        ids = [schedule(api, name, payload={"n": n}, delay_seconds=0.5 + n / 2) for n in range(4)]
+        response = api.post("/api/endpoints/", {"name": endpoint_name, "topology": version,
+                                                "handler": "webhook", "handler_target": server.url}, format="json")
+        assert response.status_code == 201, response.content
+        secret = response.json()["webhook_secret"]
+        ids = [schedule(api, endpoint_name, payload={"n": n}, delay_seconds=0.5 + n / 2) for n in range(4)]
         wait_until(settled(ids), timeout=15)
-    assert sorted(r["headers"]["X-Delay-Message-Id"] for r in server.requests) == sorted(ids)
-    for request in server.requests:
-        digest = hmac.new(b"a-secret-of-sixteen-or-more", request["body"], hashlib.sha256).hexdigest()
-        assert request["headers"]["X-Delay-Signature"] == f"sha256={digest}"
+    assert sorted(r["headers"]["webhook-id"] for r in server.requests) == sorted(ids)
+    assert [Webhook(secret).verify(r["body"], r["headers"]) for r in server.requests] == server.bodies()
     assert sorted(b["n"] for b in server.bodies()) == [0, 1, 2, 3]
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    for request in server.requests:
+        assert request["headers"]["X-Delay-Signature"] == \
+            "sha256=" + hmac.new(key, request["body"], hashlib.sha256).hexdigest()
+    replay = server.requests[0]
+    with mock.patch("standardwebhooks.webhooks.datetime") as clock:  # the receiver's clock, 6 minutes on
+        clock.now.return_value = datetime.now(tz=dt_timezone.utc) + timedelta(minutes=6)
+        clock.fromtimestamp.side_effect = datetime.fromtimestamp
+        with pytest.raises(WebhookVerificationError, match="too old"):
+            Webhook(secret).verify(replay["body"], replay["headers"])
 
 
 def test_failing_webhook_is_retried_through_the_delivery_exchange(api, make_endpoint, endpoint_name, settings):

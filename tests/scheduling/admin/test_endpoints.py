@@ -4,6 +4,7 @@ broker before the row exists, activate/deactivate, and counts by status without 
 import pytest
 from django.urls import reverse
 
+from scheduling import webhook_signing
 from scheduling.conf import broker
 from scheduling.models import Endpoint, ScheduledMessage
 from topology import cascade
@@ -30,7 +31,8 @@ def test_create_binds_the_queue_then_saves(admin_client, platform, endpoint_name
     assert response.status_code == 302 and response.url == reverse("admin:scheduling_endpoint_change",
                                                                    args=[endpoint.pk])
     assert f"#.{endpoint_name}" in bound_keys()
-    assert len(endpoint.webhook_secret) == 64  # generated, as the API does
+    assert endpoint.webhook_secret.startswith("whsec_")  # generated, as the API does
+    assert endpoint.webhook_secret not in admin_client.get(response.url).content.decode()
 
 
 @pytest.mark.parametrize("data,field,text", [
@@ -40,6 +42,11 @@ def test_create_binds_the_queue_then_saves(admin_client, platform, endpoint_name
     ({"handler": "webhook"}, "handler_target", "required for the webhook handler"),
     ({"handler": "webhook", "handler_target": "ftp://x"}, "handler_target", "must be an http(s) URL"),
     ({"handler": "celery_task"}, "handler_target", "required for the celery_task handler"),
+    ({"handler": "webhook", "handler_target": "http://169.254.169.254/latest/meta-data/"}, "handler_target",
+     "169.254.169.254 is a link-local address; allow its network in DELAY_WEBHOOK_ALLOWED_NETWORKS"),
+    ({"handler": "celery_task", "handler_target": "os.system"}, "handler_target", "DELAY_CELERY_TASK_ALLOWLIST"),
+    ({"handler": "webhook", "handler_target": "http://127.0.0.1:9/hook", "webhook_secret": "plain-text-secret-1"},
+     "webhook_secret", "must be whsec_"),
 ])
 @pytest.mark.broker
 def test_create_refuses_what_the_api_refuses(admin_client, platform, endpoint_name, data, field, text):
@@ -68,10 +75,38 @@ def test_edit_validates_like_create_and_keeps_the_name(admin_client, endpoint_ro
     url = reverse("admin:scheduling_endpoint_change", args=[endpoint_row.pk])
     bad = admin_client.post(url, {"topology": "v2", "handler": "webhook", "handler_target": ""})
     assert "required for the webhook handler" in form_errors(bad)["handler_target"][0]
-    good = admin_client.post(url, {"topology": "v2", "handler": "celery_task", "handler_target": "app.tasks.go"})
+    inside = admin_client.post(url, {"topology": "v2", "handler": "webhook", "handler_target": "http://10.0.0.1/"})
+    assert "10.0.0.1 is a private address" in form_errors(inside)["handler_target"][0]
+    good = admin_client.post(url, {"topology": "v2", "handler": "celery_task", "handler_target": "testapp.record_receipt"})
     assert good.status_code == 302
     endpoint_row.refresh_from_db()
-    assert (endpoint_row.handler, endpoint_row.handler_target) == ("celery_task", "app.tasks.go")
+    assert (endpoint_row.handler, endpoint_row.handler_target) == ("celery_task", "testapp.record_receipt")
+
+
+def test_rotating_a_secret_shows_the_new_one_once(admin_client, endpoint_row, staff_client):
+    Endpoint.objects.filter(pk=endpoint_row.pk).update(handler="webhook", handler_target="http://127.0.0.1:9/hook",
+                                                       webhook_secret=webhook_signing.generate_secret())
+    change = reverse("admin:scheduling_endpoint_change", args=[endpoint_row.pk])
+    assert "Rotate webhook secret" in admin_client.get(change).content.decode()
+    old = Endpoint.objects.get(pk=endpoint_row.pk).webhook_secret
+    response = admin_client.post(reverse("admin:scheduling_endpoint_action", args=[endpoint_row.pk, "rotate_secret"]))
+    row = Endpoint.objects.get(pk=endpoint_row.pk)
+    assert response.status_code == 200 and row.webhook_secret != old and row.webhook_secret_previous == old
+    page = response.content.decode()
+    assert row.webhook_secret in page and old not in page and "no-store" in response["Cache-Control"]
+    assert row.webhook_secret not in admin_client.get(change).content.decode()
+    reader = staff_client("scheduling.view_endpoint")
+    assert reader.post(reverse("admin:scheduling_endpoint_action", args=[endpoint_row.pk, "rotate_secret"])) \
+        .status_code == 403
+    assert Endpoint.objects.get(pk=endpoint_row.pk).webhook_secret == row.webhook_secret
+
+
+def test_rotate_is_offered_for_webhook_endpoints_only(admin_client, endpoint_row):
+    change = reverse("admin:scheduling_endpoint_change", args=[endpoint_row.pk])
+    assert "Rotate webhook secret" not in admin_client.get(change).content.decode()
+    response = admin_client.post(LIST, {"action": "rotate_secret", "_selected_action": [endpoint_row.pk]}, follow=True)
+    assert any("only webhook endpoints" in str(m) for m in response.context["messages"])
+    assert Endpoint.objects.get(pk=endpoint_row.pk).webhook_secret == ""
 
 
 @pytest.mark.broker

@@ -62,15 +62,121 @@ def test_new_endpoints_are_on_v3_and_a_dotted_name_is_bound_on_v3_only(api, plat
         amqp.delete_queue(name)
 
 
-def test_webhook_secret_is_generated_and_never_returned(api, platform, endpoint_name, amqp):
+def test_webhook_secret_is_generated_answered_once_and_never_read(api, platform, endpoint_name, amqp):
     body = {"name": endpoint_name, "handler": "webhook", "handler_target": "https://example.com/hook"}
     try:
         response = api.post("/api/endpoints/", body, format="json")
-        assert response.status_code == 201 and "webhook_secret" not in response.json()
-        assert len(Endpoint.objects.get(name=endpoint_name).webhook_secret) == 64
-        assert "webhook_secret" not in api.get(f"/api/endpoints/{endpoint_name}/").json()
+        assert response.status_code == 201
+        secret = response.json()["webhook_secret"]
+        assert secret.startswith("whsec_") and secret == Endpoint.objects.get(name=endpoint_name).webhook_secret
+        assert secret not in api.get(f"/api/endpoints/{endpoint_name}/").content.decode()
+        assert secret not in api.get("/api/endpoints/").content.decode()
+        plain = api.post("/api/endpoints/", {"name": f"{endpoint_name}-2"}, format="json")
+        assert plain.status_code == 201 and "webhook_secret" not in plain.json()
     finally:
         amqp.delete_queue(endpoint_name)
+        amqp.delete_queue(f"{endpoint_name}-2")
+
+
+INSIDE = ["http://127.0.0.1:8000/hook", "http://10.0.0.1/", "http://169.254.169.254/latest/meta-data/",
+          "http://[::1]/", "http://localhost:8000/hook"]
+
+
+@pytest.mark.parametrize("target", INSIDE)
+def test_a_webhook_into_the_platforms_network_is_refused_until_allowed(api, platform, endpoint_name, amqp, settings,
+                                                                       target):
+    settings.DELAY_WEBHOOK_ALLOWED_NETWORKS = []
+    body = {"name": endpoint_name, "handler": "webhook", "handler_target": target}
+    response = api.post("/api/endpoints/", body, format="json")
+    assert response.status_code == 400 and list(response.json()) == ["handler_target"]
+    assert "DELAY_WEBHOOK_ALLOWED_NETWORKS" in response.json()["handler_target"][0]
+    assert not Endpoint.objects.exists()
+    settings.DELAY_WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.1/32", "10.0.0.0/8", "169.254.169.254/32", "::1/128"]
+    try:
+        assert api.post("/api/endpoints/", body, format="json").status_code == 201
+        assert Endpoint.objects.get(name=endpoint_name).handler_target == target
+    finally:
+        amqp.delete_queue(endpoint_name)
+
+
+@pytest.mark.parametrize(("target", "says"), [
+    ("http://user:pw@example.com/hook", "must not carry credentials"), ("file:///etc/passwd", "http(s) URL"),
+])
+def test_a_webhook_url_with_credentials_or_another_scheme_is_refused(api, platform, endpoint_name, target, says):
+    response = api.post("/api/endpoints/", {"name": endpoint_name, "handler": "webhook", "handler_target": target},
+                        format="json")
+    assert response.status_code == 400 and says in response.json()["handler_target"][0]
+    assert not Endpoint.objects.exists()
+
+
+def test_only_allowed_celery_tasks_can_be_handlers(api, platform, endpoint_name, amqp, settings):
+    body = {"name": endpoint_name, "handler": "celery_task"}
+    refused = api.post("/api/endpoints/", {**body, "handler_target": "billing.tasks.charge"}, format="json")
+    assert refused.status_code == 400 and "matches none of DELAY_CELERY_TASK_ALLOWLIST (testapp.*)" in \
+        refused.json()["handler_target"][0]
+    own = api.post("/api/endpoints/", {**body, "handler_target": "scheduling.relay.sweep"}, format="json")
+    assert own.status_code == 400 and "never a handler" in own.json()["handler_target"][0]
+    assert not Endpoint.objects.exists()
+    try:
+        allowed = api.post("/api/endpoints/", {**body, "handler_target": "testapp.record_receipt"}, format="json")
+        assert allowed.status_code == 201 and allowed.json()["handler_target"] == "testapp.record_receipt"
+    finally:
+        amqp.delete_queue(endpoint_name)
+    settings.DELAY_CELERY_TASK_ALLOWLIST = []
+    empty = api.post("/api/endpoints/", {**body, "name": f"{endpoint_name}-2", "handler_target": "testapp.x"},
+                     format="json")
+    assert empty.status_code == 400 and "DELAY_CELERY_TASK_ALLOWLIST is empty" in empty.json()["handler_target"][0]
+
+
+@pytest.fixture
+def webhook_endpoint(api, platform, endpoint_name, amqp):
+    name = f"{endpoint_name}-hook"
+    response = api.post("/api/endpoints/", {"name": name, "handler": "webhook",
+                                            "handler_target": "http://127.0.0.1:9/hook"}, format="json")
+    assert response.status_code == 201, response.content
+    yield name, response.json()["webhook_secret"]
+    amqp.delete_queue(name)
+
+
+def test_rotate_secret_answers_the_new_secret_once(api, webhook_endpoint):
+    name, first = webhook_endpoint
+    response = api.post(f"/api/endpoints/{name}/rotate-secret/", {"previous_valid_seconds": 600}, format="json")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    row = Endpoint.objects.get(name=name)
+    assert body["name"] == name and body["webhook_secret"] == row.webhook_secret != first
+    assert row.webhook_secret_previous == first
+    assert body["previous_valid_until"] == row.webhook_secret_previous_expires_at.isoformat().replace("+00:00", "Z")
+    assert body["webhook_secret"] not in api.get(f"/api/endpoints/{name}/").content.decode()
+    given = "whsec_" + "A" * 40
+    default = api.post(f"/api/endpoints/{name}/rotate-secret/", {"secret": given}, format="json")
+    assert default.status_code == 200 and default.json()["webhook_secret"] == given
+    row.refresh_from_db()
+    assert row.webhook_secret_previous == body["webhook_secret"]
+    assert 86000 < (row.webhook_secret_previous_expires_at - row.updated_at).total_seconds() <= 86400  # a day
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"secret": "not-a-standard-secret"}, "secret"), ({"secret": "whsec_" + "A" * 8}, "secret"),
+    ({"previous_valid_seconds": -5}, "previous_valid_seconds"), ({"previous_valid_seconds": "soon"},
+                                                                 "previous_valid_seconds"),
+    ({"previous_valid_seconds": 10**9}, "previous_valid_seconds"),
+])
+def test_rotate_secret_refuses_bad_input_and_changes_nothing(api, webhook_endpoint, body, field):
+    name, secret = webhook_endpoint
+    response = api.post(f"/api/endpoints/{name}/rotate-secret/", body, format="json")
+    assert response.status_code == 400 and list(response.json()) == [field], response.json()
+    row = Endpoint.objects.get(name=name)
+    assert (row.webhook_secret, row.webhook_secret_previous) == (secret, "")
+
+
+def test_rotate_secret_needs_change_permission_and_a_webhook(api, api_as, webhook_endpoint, endpoint):
+    name, secret = webhook_endpoint
+    reader = api_as("scheduling.view_endpoint")
+    assert reader.post(f"/api/endpoints/{name}/rotate-secret/", {}, format="json").status_code == 403
+    assert Endpoint.objects.get(name=name).webhook_secret == secret
+    response = api.post(f"/api/endpoints/{endpoint}/rotate-secret/", {}, format="json")
+    assert response.status_code == 400 and "only webhook endpoints" in response.json()["handler"][0]
 
 
 @pytest.mark.parametrize(

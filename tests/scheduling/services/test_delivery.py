@@ -4,11 +4,16 @@
 import hashlib
 import hmac
 import json
+import socket
+import time
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
+from standardwebhooks import Webhook
+from standardwebhooks.webhooks import WebhookVerificationError
 
+from scheduling import webhook_signing
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.services.delivery import Result, delivery_receive, delivery_receive_many, delivery_retry_unsent
 from tests.support import RecordingServer
@@ -101,14 +106,117 @@ def test_unknown_message():
 
 
 def test_webhook_is_signed_over_the_exact_body(make):
+    """Standard Webhooks: the published library verifies it with the endpoint's secret; the
+    secret of a row from before the format (plain text) signs with the same key as always."""
+    secret = webhook_signing.generate_secret()
     with RecordingServer() as server:
-        message = make(handler="webhook", target=server.url)
+        message = make(handler="webhook", target=server.url, secret=secret)
         assert delivery_receive(message_id=str(message.id)).result is Result.DELIVERED
     (request,) = server.requests
+    headers = request["headers"]
+    assert Webhook(secret).verify(request["body"], headers) == {"order": 7}
+    assert headers["webhook-id"] == headers["X-Delay-Message-Id"] == str(message.id)
+    assert abs(int(headers["webhook-timestamp"]) - time.time()) < 5 and headers["X-Delay-Attempt"] == "1"
+    key = webhook_signing.signing_key(secret)
+    assert headers["X-Delay-Signature"] == "sha256=" + hmac.new(key, request["body"], hashlib.sha256).hexdigest()
+    with pytest.raises(WebhookVerificationError):  # another key does not verify it
+        Webhook(webhook_signing.generate_secret()).verify(request["body"], headers)
+
+
+def test_a_secret_from_before_the_format_keeps_its_key(make):
+    with RecordingServer() as server:
+        message = make(handler="webhook", target=server.url, secret="s" * 32)
+        assert delivery_receive(message_id=str(message.id)).result is Result.DELIVERED
+    (request,) = server.requests
+    assert Webhook(webhook_signing.from_legacy("s" * 32)).verify(request["body"], request["headers"])
     expected = "sha256=" + hmac.new(b"s" * 32, request["body"], hashlib.sha256).hexdigest()
     assert request["headers"]["X-Delay-Signature"] == expected
-    assert json.loads(request["body"]) == {"order": 7}
-    assert request["headers"]["X-Delay-Message-Id"] == str(message.id)
+
+
+def test_a_retry_keeps_the_webhook_id_and_signs_its_own_timestamp(make, monkeypatch):
+    secret = webhook_signing.generate_secret()
+    with RecordingServer(fail_first=1) as server:
+        message = make(handler="webhook", target=server.url, secret=secret)
+        assert delivery_receive(message_id=str(message.id)).result is Result.RETRY
+        monkeypatch.setattr(time, "time", lambda real=time.time: real() + 3)  # the retry is seconds later
+        assert delivery_receive(message_id=str(message.id), attempt=1).result is Result.DELIVERED
+    first, second = (r["headers"] for r in server.requests)
+    assert first["webhook-id"] == second["webhook-id"] == str(message.id)
+    assert int(second["webhook-timestamp"]) >= int(first["webhook-timestamp"]) + 2
+    assert (first["X-Delay-Attempt"], second["X-Delay-Attempt"]) == ("1", "2")
+    for request in server.requests:
+        Webhook(secret).verify(request["body"], request["headers"])
+
+
+@pytest.mark.parametrize(("expires_in", "old_verifies"), [(timedelta(hours=1), True), (timedelta(seconds=-1), False)])
+def test_during_a_rotation_both_secrets_sign_and_after_it_only_the_new(make, expires_in, old_verifies):
+    old, new = webhook_signing.generate_secret(), webhook_signing.generate_secret()
+    with RecordingServer() as server:
+        message = make(handler="webhook", target=server.url, secret=new)
+        Endpoint.objects.filter(id=message.endpoint_id).update(
+            webhook_secret_previous=old, webhook_secret_previous_expires_at=timezone.now() + expires_in)
+        assert delivery_receive(message_id=str(message.id)).result is Result.DELIVERED
+    (request,) = server.requests
+    assert Webhook(new).verify(request["body"], request["headers"])
+    assert len(request["headers"]["webhook-signature"].split(" ")) == (2 if old_verifies else 1)
+    if old_verifies:
+        assert Webhook(old).verify(request["body"], request["headers"])
+    else:
+        with pytest.raises(WebhookVerificationError, match="No matching signature"):
+            Webhook(old).verify(request["body"], request["headers"])
+
+
+def test_a_target_refused_at_send_is_a_handler_failure_and_nothing_connects(make, settings):
+    """Saved while 127.0.0.1 was allowed; the allowance is gone when the message is due."""
+    with RecordingServer() as server:
+        message = make(handler="webhook", target=server.url)
+        settings.DELAY_WEBHOOK_ALLOWED_NETWORKS = []
+        outcome = delivery_receive(message_id=str(message.id))
+    assert (outcome.result, outcome.attempt) == (Result.RETRY, 1)
+    message.refresh_from_db()
+    assert "TargetRefused: webhook target 127.0.0.1 is a loopback address" in message.last_error
+    assert "DELAY_WEBHOOK_ALLOWED_NETWORKS" in message.last_error and server.requests == []
+
+
+def test_a_name_that_now_resolves_inside_is_refused_at_send(make, settings, monkeypatch):
+    with RecordingServer() as server:
+        message = make(handler="webhook", target=server.url.replace("127.0.0.1", "localhost"))
+        settings.DELAY_WEBHOOK_ALLOWED_NETWORKS = ["10.0.0.0/8"]
+        assert delivery_receive(message_id=str(message.id)).result is Result.RETRY
+    message.refresh_from_db()
+    assert "webhook target localhost resolves to 127.0.0.1, a loopback address" in message.last_error
+    assert server.requests == []
+
+
+def test_the_checked_address_is_the_one_connected_to(make, settings, monkeypatch):
+    """DNS rebinding: the name resolves to the (allowed) receiver for the check and inside for
+    any later lookup. The request reaches the checked address, with the name as its Host."""
+    real = socket.getaddrinfo
+    lookups = []
+
+    def rebinding(host, *args, **kwargs):
+        if host == "rebind.test":
+            lookups.append(host)
+            host = "127.0.0.1" if len(lookups) == 1 else "10.255.255.1"
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    settings.DELAY_WEBHOOK_TIMEOUT_SECONDS = 2
+    with RecordingServer() as server:
+        message = make(handler="webhook", target=server.url.replace("127.0.0.1", "rebind.test"))
+        assert delivery_receive(message_id=str(message.id)).result is Result.DELIVERED
+    assert lookups == ["rebind.test"]
+    (request,) = server.requests
+    assert request["headers"]["Host"] == f"rebind.test:{server.server.server_port}"
+
+
+def test_a_redirect_is_not_followed(make, settings):
+    """A public receiver could otherwise send the worker on to an address inside."""
+    with RecordingServer() as inside, RecordingServer(answer=(302, {"Location": inside.url})) as server:
+        message = make(handler="webhook", target=server.url)
+        assert delivery_receive(message_id=str(message.id)).result is Result.RETRY
+    message.refresh_from_db()
+    assert "webhook answered 302" in message.last_error and inside.requests == []
 
 
 def test_handler_failure_retries_with_backoff_then_fails(make, settings):
@@ -230,6 +338,29 @@ def test_handler_tasks_of_a_batch_are_sent_together_as_celery_messages(make, end
     task = got[str(second.id)]
     assert task.headers["task"] == "testapp.record_receipt" and task.headers["dp_due_at"] == second.due_at.isoformat()
     assert json.loads(task.body)[0] == [{"order": 8}] and task.properties["content_type"] == "application/json"
+
+
+def test_a_handler_task_the_allowlist_no_longer_allows_is_not_sent(make, endpoint_name, settings):
+    """Checked again in the worker: in one batch, the task the allowlist now refuses is a failed
+    attempt (retried as any other), the allowed one still goes out."""
+    from scheduling.conf import broker
+
+    refused = make(handler="celery_task", target="testapp.record_receipt")
+    other = Endpoint.objects.create(name=f"{endpoint_name}-2", topology=refused.topology, handler="celery_task",
+                                    handler_target="testapp.plain_receipt")
+    allowed = ScheduledMessage.objects.create(endpoint=other, topology=refused.topology, payload={"order": 9},
+                                              due_at=refused.due_at, requested_delay_ms=0, status=Status.PUBLISHED)
+    settings.DELAY_CELERY_TASK_ALLOWLIST = ["testapp.plain_*"]
+    outcomes = delivery_receive_many([(str(refused.id), 0), (str(allowed.id), 0)])
+    assert [o.result for o in outcomes] == [Result.RETRY, Result.DELIVERED]
+    refused.refresh_from_db()
+    assert ("task not sent: task 'testapp.record_receipt' is not allowed: it matches none of "
+            "DELAY_CELERY_TASK_ALLOWLIST (testapp.plain_*)") in refused.last_error
+    with broker().session() as session, session.reader("celery") as reader:
+        sent = [m for m in reader.get(10) if m.headers.get("dp_message_id") in (str(refused.id), str(allowed.id))]
+        for m in sent:
+            reader.ack(m)
+    assert [m.headers["id"] for m in sent] == [str(allowed.id)]
 
 
 def test_a_handler_task_the_broker_does_not_take_is_a_failed_attempt_retried(make, settings):

@@ -1,12 +1,17 @@
 """Endpoints: create with the configured default version, the create rules on edit, moving an
-active endpoint binds it first."""
+active endpoint binds it first; the guards on handler targets; rotating a webhook secret."""
+
+from datetime import timedelta
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.utils import timezone
 
+from scheduling import webhook_signing
 from scheduling.conf import broker
 from scheduling.errors import Conflict
-from scheduling.services import endpoint_create, endpoint_update
+from scheduling.models import Endpoint
+from scheduling.services import endpoint_create, endpoint_rotate_secret, endpoint_update
 from topology import cascade
 
 pytestmark = [pytest.mark.django_db, pytest.mark.broker]
@@ -22,8 +27,16 @@ def test_update_validates_like_create(platform, endpoint_name):
     with pytest.raises(ValidationError) as error:
         endpoint_update(endpoint=endpoint, handler="webhook", handler_target="not a url")
     assert error.value.message_dict == {"handler_target": ["must be an http(s) URL"]}
+    with pytest.raises(ValidationError) as error:
+        endpoint_update(endpoint=endpoint, handler="webhook", handler_target="http://169.254.169.254/latest/")
+    assert "169.254.169.254 is a link-local address" in error.value.message_dict["handler_target"][0]
+    with pytest.raises(ValidationError) as error:
+        endpoint_update(endpoint=endpoint, handler="celery_task", handler_target="os.system")
+    assert "DELAY_CELERY_TASK_ALLOWLIST" in error.value.message_dict["handler_target"][0]
+    assert Endpoint.objects.get(pk=endpoint.pk).handler == "none"
     updated = endpoint_update(endpoint=endpoint, handler="webhook", handler_target="https://example.invalid/h")
-    assert updated.handler == "webhook" and len(updated.webhook_secret) == 64  # a secret appears with the webhook
+    assert updated.handler == "webhook"  # a secret appears with the webhook
+    assert webhook_signing.secret_problem(updated.webhook_secret) is None
 
 
 def test_moving_to_a_version_binds_there_or_refuses(platform, versions, endpoint_name, unique_prefix):
@@ -44,3 +57,61 @@ def test_new_endpoints_use_the_configured_default_version(platform, endpoint_nam
     settings.DELAY_DEFAULT_VERSION = "v2"
     assert endpoint_create(name=f"{endpoint_name}-2").topology.name == "v2"
     assert endpoint_create(name=f"{endpoint_name}-3", topology="v1").topology.name == "v1"  # asked for wins
+
+
+@pytest.fixture
+def webhook(platform, endpoint_name):
+    return endpoint_create(name=endpoint_name, handler="webhook", handler_target="http://127.0.0.1:9/hook")
+
+
+def test_a_given_secret_must_be_in_the_standard_format(platform, endpoint_name):
+    with pytest.raises(ValidationError) as error:
+        endpoint_create(name=endpoint_name, handler="webhook", handler_target="http://127.0.0.1:9/hook",
+                        webhook_secret="a-secret-of-sixteen-or-more")
+    assert "must be whsec_ followed by the base64" in error.value.message_dict["webhook_secret"][0]
+    assert not Endpoint.objects.exists()
+    secret = webhook_signing.generate_secret()
+    endpoint = endpoint_create(name=endpoint_name, handler="webhook", handler_target="http://127.0.0.1:9/hook",
+                               webhook_secret=secret)
+    assert endpoint.webhook_secret == secret
+
+
+def test_rotation_keeps_the_previous_secret_for_the_overlap(webhook):
+    before, started = webhook.webhook_secret, timezone.now()
+    rotated = endpoint_rotate_secret(endpoint=webhook, previous_valid_seconds=3600)
+    row = Endpoint.objects.get(pk=webhook.pk)
+    assert row.webhook_secret == rotated.webhook_secret != before
+    assert webhook_signing.secret_problem(row.webhook_secret) is None
+    assert row.webhook_secret_previous == before
+    assert started + timedelta(hours=1) <= row.webhook_secret_previous_expires_at <= timezone.now() + timedelta(hours=1)
+
+
+def test_a_second_rotation_ends_the_first_overlap_and_zero_ends_it_at_once(webhook):
+    first = endpoint_rotate_secret(endpoint=webhook).webhook_secret
+    given = webhook_signing.generate_secret()
+    row = endpoint_rotate_secret(endpoint=webhook, secret=given)
+    assert (row.webhook_secret, row.webhook_secret_previous) == (given, first)
+    row = endpoint_rotate_secret(endpoint=webhook, previous_valid_seconds=0)
+    assert row.webhook_secret_previous == "" and row.webhook_secret_previous_expires_at is None
+
+
+@pytest.mark.parametrize(("kwargs", "field", "says"), [
+    ({"secret": "plain-text-secret-123"}, "secret", "must be whsec_"),
+    ({"previous_valid_seconds": -1}, "previous_valid_seconds", "from 0 to 2,592,000"),
+    ({"previous_valid_seconds": 31 * 86400}, "previous_valid_seconds", "from 0 to 2,592,000"),
+])
+def test_rotation_refuses_bad_input_and_changes_nothing(webhook, kwargs, field, says):
+    with pytest.raises(ValidationError) as error:
+        endpoint_rotate_secret(endpoint=webhook, **kwargs)
+    assert says in error.value.message_dict[field][0]
+    row = Endpoint.objects.get(pk=webhook.pk)
+    assert (row.webhook_secret, row.webhook_secret_previous) == (webhook.webhook_secret, "")
+
+
+def test_rotation_refuses_the_current_secret_and_endpoints_without_one(webhook, endpoint_name):
+    with pytest.raises(ValidationError, match="is the current secret"):
+        endpoint_rotate_secret(endpoint=webhook, secret=webhook.webhook_secret)
+    plain = endpoint_create(name=f"{endpoint_name}-none")
+    with pytest.raises(ValidationError) as error:
+        endpoint_rotate_secret(endpoint=plain)
+    assert "only webhook endpoints" in error.value.message_dict["handler"][0]
