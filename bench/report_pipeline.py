@@ -32,12 +32,12 @@ from bench.harness import ARTIFACTS, ROOT, django_env, idle_share, manage, throw
 ENDPOINTS = 20
 TABLE = "scheduling_scheduledmessage"
 ENDPOINTS_SQL = """
-    INSERT INTO scheduling_endpoint (name, topology_id, handler, handler_target, webhook_secret, is_active,
-                                     created_at, updated_at)
+    INSERT INTO scheduling_endpoint (name, topology_id, handler, handler_target, webhook_secret,
+                                     webhook_secret_previous, delivery_mode, is_active, created_at, updated_at)
     SELECT 'bench-' || lpad(i::text, 2, '0'),
            (SELECT id FROM scheduling_topologyversion
             WHERE name = CASE WHEN i %% 2 = 0 THEN 'v2' ELSE 'v1' END),
-           'none', '', '', true, now(), now()
+           'none', '', '', '', 'native', true, now(), now()
     FROM generate_series(0, %(endpoints)s - 1) i
 """
 # Delays log-uniform from 1 ms to 2 days; 1% cancelled, 0.1% failed, 0.01% lost (published, never
