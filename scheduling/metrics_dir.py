@@ -43,8 +43,10 @@ def prepare(directory: str | None, *, prefix: str) -> tuple[str, bool]:
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
         if str(path) in _locks or _lock(path):
+            own = f"_{os.getpid()}.db"
             for stale in path.glob("*.db"):
-                stale.unlink()
+                if not stale.name.endswith(own):  # this process's own files, if it counted already
+                    stale.unlink()
             return str(path), False
         log.warning("%s=%s is in use by another running server; this one keeps its metrics in a directory "
                     "of its own (give each instance its own)", ENV, directory)

@@ -2,10 +2,12 @@
 counting both its main process (the delivery loop thread) and its prefork children (where
 tasks out of the cascade are claimed), through prometheus_client's multiprocess mode.
 
-The order matters: prometheus_client picks its mode when it is first imported, so the
-directory is set up on ``celeryd_init``, before Django and the platform's modules load (this
-module imports neither); the server starts on ``worker_ready``, once the pool has forked, so no
-child inherits it. A child that exits is marked dead (its live gauges leave the sums).
+The order matters. prometheus_client picks its mode when it is first imported, and a worker
+sets Django up (which imports the platform's modules) before any Celery signal fires, so the
+directory is set up when this module is imported: by the Celery app's module, in a process
+started as ``celery ... worker``, before anything else. The server starts on ``worker_ready``,
+once the pool has forked, so no child inherits it. A child that exits is marked dead (its live
+gauges leave the sums).
 """
 
 from __future__ import annotations
@@ -22,20 +24,36 @@ log = logging.getLogger(__name__)
 _state: dict = {}  # "dir", "made", "server": this worker's
 
 
-def _port() -> int:
-    from .conf import conf
+def is_worker(argv: list[str]) -> bool:
+    """Whether this process was started as a Celery worker (``celery -A app worker``, ``python -m
+    celery ... worker``)."""
+    return bool(argv) and "celery" in argv[0] and "worker" in argv[1:]
 
-    return conf().worker_metrics_port
+
+def prepare(argv: list[str]) -> None:
+    """Name this worker's directory in the environment before prometheus_client is imported
+    (imported already without one, it is too late: _check_mode says so)."""
+    if not is_worker(argv) or ("prometheus_client" in sys.modules and metrics_dir.ENV not in os.environ):
+        return
+    from django.conf import settings
+
+    if settings.DELAY_WORKER_METRICS_PORT:
+        _state["dir"], _state["made"] = metrics_dir.set_up(prefix="dp-worker-metrics-")
+
+
+prepare(sys.argv)
 
 
 @signals.celeryd_init.connect
-def _prepare_directory(sender=None, **kwargs) -> None:
-    if not _port():
-        return
-    if "prometheus_client" in sys.modules and metrics_dir.ENV not in os.environ:
-        log.error("prometheus_client was imported before the worker set up %s: the prefork children's "
-                  "counts will be missing from the worker's metrics", metrics_dir.ENV)
-    _state["dir"], _state["made"] = metrics_dir.set_up(prefix="dp-worker-metrics-")
+def _check_mode(sender=None, **kwargs) -> None:
+    from prometheus_client import values
+
+    from .conf import conf
+
+    if conf().worker_metrics_port and not values.ValueClass._multiprocess:
+        log.error("worker metrics: prometheus_client was imported before %s was set; the counts of the "
+                  "prefork children will be missing (start the worker with `celery -A delayplatform worker`)",
+                  metrics_dir.ENV)
 
 
 @signals.worker_ready.connect
@@ -53,7 +71,8 @@ def _serve(sender=None, **kwargs) -> None:
         log.error("worker metrics not served on %s:%s (%s); give each worker its own DELAY_WORKER_METRICS_PORT",
                   settings.worker_metrics_addr, settings.worker_metrics_port, exc)
         return
-    log.info("worker metrics on http://%s:%s/metrics", settings.worker_metrics_addr, settings.worker_metrics_port)
+    log.info("worker metrics on http://%s:%s/metrics (every process's counts in %s)", settings.worker_metrics_addr,
+             settings.worker_metrics_port, os.environ.get(metrics_dir.ENV))
 
 
 @signals.worker_process_shutdown.connect

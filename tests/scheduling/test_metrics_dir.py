@@ -8,11 +8,14 @@ from scheduling import metrics_dir
 
 def test_a_given_directory_is_emptied_of_an_earlier_runs_files(tmp_path):
     (tmp_path / "counter_4242.db").write_bytes(b"old counts")
+    (tmp_path / "gauge_livesum_4243.db").write_bytes(b"old gauge")
+    (tmp_path / f"counter_{os.getpid()}.db").write_bytes(b"this process counted already: kept")
     (tmp_path / "notes.txt").write_text("not ours")
     path, made = metrics_dir.prepare(str(tmp_path), prefix="dp-test-")
     try:
         assert (path, made) == (str(tmp_path), False)
-        assert not (tmp_path / "counter_4242.db").exists() and (tmp_path / "notes.txt").exists()
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+            [metrics_dir.LOCK_NAME, f"counter_{os.getpid()}.db", "notes.txt"])
     finally:
         os.close(metrics_dir._locks.pop(str(tmp_path)))
 
