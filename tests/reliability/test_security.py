@@ -183,3 +183,16 @@ def test_the_api_still_authenticates_with_a_token_and_a_session(api, admin_user,
     assert api.get("/api/endpoints/").status_code == 200
     client.force_login(admin_user)
     assert client.get("/api/endpoints/").status_code == 200
+
+
+@pytest.mark.django_db
+def test_a_rotated_secret_is_answered_once_and_never_logged(api, versions, caplog):
+    caplog.set_level(logging.DEBUG)
+    Endpoint.objects.create(name="rotating", topology=versions["v2"], handler="webhook",
+                            handler_target="https://example.com/hook", webhook_secret=SECRET)
+    response = api.post("/api/endpoints/rotating/rotate-secret/", {}, format="json")
+    assert response.status_code == 200
+    new = response.json()["webhook_secret"]
+    assert new == Endpoint.objects.get(name="rotating").webhook_secret
+    seen = [caplog.text, api.get("/api/endpoints/rotating/").content.decode(), api.get("/api/endpoints/").content.decode()]
+    assert all(new not in text and SECRET not in text for text in seen)

@@ -5,6 +5,8 @@ import hashlib
 import hmac
 import json
 import socket
+import ssl
+import subprocess
 import time
 from datetime import timedelta
 
@@ -208,6 +210,33 @@ def test_the_checked_address_is_the_one_connected_to(make, settings, monkeypatch
     assert lookups == ["rebind.test"]
     (request,) = server.requests
     assert request["headers"]["Host"] == f"rebind.test:{server.server.server_port}"
+
+
+def self_signed(tmp_path, name: str) -> tuple[str, str]:
+    """A certificate for ``name`` (and its key), made by openssl."""
+    cert, key = tmp_path / f"{name}.pem", tmp_path / f"{name}.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", f"/CN={name}",
+                    "-addext", f"subjectAltName=DNS:{name}", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    return str(cert), str(key)
+
+
+@pytest.mark.parametrize("certified", ["localhost", "elsewhere.test"])
+def test_https_to_the_checked_address_still_verifies_the_name(make, tmp_path, monkeypatch, certified):
+    """Connected by IP, TLS still sends the URL's name (SNI) and checks the certificate for it."""
+    cert, key = self_signed(tmp_path, certified)
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", cert)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    with RecordingServer() as server:
+        server.server.socket = context.wrap_socket(server.server.socket, server_side=True)
+        message = make(handler="webhook", target=f"https://localhost:{server.server.server_port}/hook")
+        outcome = delivery_receive(message_id=str(message.id))
+    message.refresh_from_db()
+    if certified == "localhost":
+        assert outcome.result is Result.DELIVERED and len(server.requests) == 1, message.last_error
+    else:
+        assert outcome.result is Result.RETRY and "certificate" in message.last_error and not server.requests
 
 
 def test_a_redirect_is_not_followed(make, settings):
