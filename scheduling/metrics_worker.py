@@ -36,8 +36,13 @@ def prepare(argv: list[str]) -> None:
     if not is_worker(argv) or ("prometheus_client" in sys.modules and metrics_dir.ENV not in os.environ):
         return
     from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
 
-    if settings.DELAY_WORKER_METRICS_PORT:
+    try:
+        port = settings.DELAY_WORKER_METRICS_PORT
+    except ImproperlyConfigured:  # Django's start-up says so, in its own words, a moment later
+        return
+    if port:
         _state["dir"], _state["made"] = metrics_dir.set_up(prefix="dp-worker-metrics-")
 
 
