@@ -10,6 +10,12 @@ app = Celery("delayplatform")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
+# Django's LOGGING applies to the worker too (CELERY_WORKER_HIJACK_ROOT_LOGGER is False); in
+# JSON mode Celery's own handlers and banner follow it (delayplatform/logs.py).
+from delayplatform.logs import connect_celery  # noqa: E402
+
+connect_celery()
+
 
 # Platform workers run the delivery loop over every active endpoint's queue.
 from scheduling.worker import DeliveryLoopStep  # noqa: E402

@@ -13,6 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 from dotenv import load_dotenv
 from kombu import Exchange, Queue
 
+from delayplatform import logs
 from scheduling import guards, metrics_access, task_names
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -183,13 +184,14 @@ AXES_VERBOSE = False  # its start-up banner in every process's log
 if AXES_FAILURE_LIMIT < 1 or AXES_COOLOFF_TIME <= timedelta(0):
     raise ImproperlyConfigured("DELAY_LOGIN_FAILURE_LIMIT and DELAY_LOGIN_COOLOFF_MINUTES must be above 0")
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-}
+# Web and worker log through this (delayplatform/logs.py): LOG_FORMAT plain or json; Celery's lines
+# about idle runs of the periodic tasks are dropped; one line per delivery (scheduling.deliveries).
+LOG_FORMAT = logs.log_format(os.environ.get("LOG_FORMAT"))
+LOGGING = logs.config(
+    log_format=LOG_FORMAT,
+    root_level=logs.level("LOG_LEVEL", os.environ.get("LOG_LEVEL"), "INFO"),
+    deliveries_level=logs.level("LOG_DELIVERIES_LEVEL", os.environ.get("LOG_DELIVERIES_LEVEL"), "INFO"),
+)
 
 # --- the broker -------------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from .. import lifecycle, metrics
 from ..errors import BulkValidationError
 from ..lifecycle import IN_FLIGHT, Arrival, Status
 from ..models import Endpoint, ScheduledMessage
+from .delivery_log import deliveries_logged
 from .endpoints import endpoint_create
 from .messages import message_cancel, message_schedule_many
 
@@ -88,4 +89,6 @@ def celery_task_claim(*, message_id: str, redelivered: bool, by: str = "") -> bo
                                            rerun_redelivered=True, by=by)
         message.save(update_fields=lifecycle.apply(message, change))
         metrics.record_on_commit([metrics.arrival(arrival, message, change)])
-        return arrival is Arrival.DELIVER
+    if arrival is Arrival.DELIVER:
+        deliveries_logged([message], by=by)
+    return arrival is Arrival.DELIVER

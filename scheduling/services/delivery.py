@@ -22,6 +22,7 @@ from ..conf import conf
 from ..handlers import run_handler, send_celery_tasks
 from ..lifecycle import Arrival, Event
 from ..models import Endpoint, ScheduledMessage
+from .delivery_log import deliveries_logged
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +132,7 @@ def delivery_receive_many(items: list[tuple[str, int]], *, defer_webhooks: bool 
                 counted += metrics.handler_failed(message, retried=outcomes[index].result is Result.RETRY)
         ScheduledMessage.objects.save_delivery_state(list(changed.values()))
         metrics.record_on_commit(counted)
+    deliveries_logged([m for index, m in to_handle if outcomes[index].result is Result.DELIVERED], by=by)
     return outcomes
 
 

@@ -182,6 +182,9 @@ def timeouts_publish_due() -> RelayResult:
     timer holds the rest). SKIP LOCKED lets any number of these run at once without two ever
     publishing the same row."""
     horizon = timezone.now() + timedelta(milliseconds=conf().timeouts_lookahead_ms)
-    return _relay(
+    result = _relay(
         lambda qs: qs.filter(delivery_mode=DeliveryMode.TIMEOUT_MANAGER, due_at__lte=horizon), direct=True
     )
+    if result.published or result.failed:  # like the sweeper: a line only for a run that did something
+        log.info("timeout manager: published %d, failed %d %s", result.published, result.failed, result.errors[:1])
+    return result

@@ -25,6 +25,11 @@ EFFECTS = {
                      "('HOST', 'PORT', 'NAME')]", ["db.example", 5433, "dp"]),
     "DB_CONN_MAX_AGE": ("7", "settings.DATABASES['default']['CONN_MAX_AGE']", 7),
     "LOG_LEVEL": ("WARNING", "settings.LOGGING['root']['level']", "WARNING"),
+    "LOG_FORMAT": ("json", "[settings.LOG_FORMAT, settings.LOGGING['formatters']['console']]",
+                   ["json", {"()": "delayplatform.logs.json_formatter"}]),
+    "LOG_DELIVERIES_LEVEL": ("warning", "settings.LOGGING['loggers']['scheduling.deliveries']['level']", "WARNING"),
+    "DELAY_READYZ_TIMEOUT_SECONDS": ("1.5", "conf().readyz_timeout_seconds", 1.5),
+    "DELAY_READYZ_CACHE_SECONDS": ("0", "conf().readyz_cache_seconds", 0.0),
     "BROKER_URL": ("amqp://u:p@mq.example:5673/v", "[conf().broker_url, settings.CELERY_BROKER_URL]",
                    ["amqp://u:p@mq.example:5673/v"] * 2),
     "RABBITMQ_MANAGEMENT_URL": ("http://u:p@mq.example:15673", "broker().management_url",
@@ -150,6 +155,9 @@ def test_each_variable_has_its_effect(tmp_path):
     ("DELAY_MAX_JSON_DEPTH", "3", "DELAY_MAX_JSON_DEPTH must be at least 4"),
     ("DELAY_LOGIN_COOLOFF_MINUTES", "0", "DELAY_LOGIN_FAILURE_LIMIT and DELAY_LOGIN_COOLOFF_MINUTES must be above 0"),
     ("DELAY_TLS_PROXY_HEADER", "X-Forwarded-Proto=https", "DELAY_TLS_PROXY_HEADER must be a header name"),
+    ("LOG_FORMAT", "xml", "LOG_FORMAT must be plain or json, not 'xml'"),
+    ("LOG_LEVEL", "loud", "LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL, not 'LOUD'"),
+    ("DELAY_READYZ_TIMEOUT_SECONDS", "0", "DELAY_READYZ_TIMEOUT_SECONDS must be more than 0, not 0.0"),
 ])
 def test_bad_values_stop_start_up_with_one_line(name, value, says):
     result = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, capture_output=True, text=True,

@@ -1,0 +1,119 @@
+"""Logging for web and worker: Django's LOGGING, built here from the environment.
+
+- ``LOG_FORMAT=plain`` (default) or ``json`` (one JSON object per line, python-json-logger, with a
+  record's extra fields as keys: a delivery line carries message_id, endpoint, version and
+  lateness_ms). In a worker, Celery's own task logger and its banner follow suit (see
+  :func:`connect_celery`).
+- Beat runs the sweeper, the timeout manager and the unroutable drain every 1-5 s. Celery logs three
+  INFO lines per run (beat's "Sending due task", the worker's "received" and "succeeded"), which
+  made ``make run``'s console unreadable: :class:`QuietIdlePeriodicTasks` drops them for those
+  tasks, except the "succeeded" line of a run that did something (it returns a count). With the
+  root level at DEBUG (LOG_LEVEL=DEBUG, or ``celery worker -l DEBUG``) every line shows again.
+- One INFO line per delivery under the logger ``scheduling.deliveries``; ``LOG_DELIVERIES_LEVEL``
+  (default INFO; WARNING silences them) sets its level.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.core.exceptions import ImproperlyConfigured
+
+from scheduling import task_names
+
+FORMATS = ("plain", "json")
+PERIODIC_TASKS = frozenset({task_names.RELAY_SWEEP, task_names.RELAY_TIMEOUTS, task_names.DRAIN_UNROUTABLE})
+PLAIN = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
+class QuietIdlePeriodicTasks(logging.Filter):
+    """Drop Celery's INFO lines about the platform's periodic tasks, unless a run did work."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.INFO or logging.getLogger().isEnabledFor(logging.DEBUG):
+            return True
+        if record.name == "celery.beat":
+            args = record.args if isinstance(record.args, tuple) else ()
+            return not (str(record.msg).startswith("Scheduler: Sending due task") and args[-1:]
+                        and args[-1] in PERIODIC_TASKS)
+        if record.name in ("celery.worker.strategy", "celery.app.trace"):
+            context = getattr(record, "data", None)
+            if not isinstance(context, dict) or context.get("name") not in PERIODIC_TASKS:
+                return True
+            return context.get("return_value", "0") not in ("0", "None")  # "received" has none: dropped
+        return True
+
+
+def json_formatter() -> logging.Formatter:
+    from pythonjsonlogger.json import JsonFormatter
+
+    return JsonFormatter("%(levelname)s %(name)s %(message)s", timestamp="time",
+                         rename_fields={"levelname": "level", "name": "logger"})
+
+
+def log_format(value: str | None) -> str:
+    value = (value or "plain").strip().lower()
+    if value not in FORMATS:
+        raise ImproperlyConfigured(f"LOG_FORMAT must be plain or json, not {value!r}")
+    return value
+
+
+def level(name: str, value: str | None, default: str) -> str:
+    value = (value or default).strip().upper()
+    if not isinstance(logging.getLevelName(value), int):
+        raise ImproperlyConfigured(f"{name} must be DEBUG, INFO, WARNING, ERROR or CRITICAL, not {value!r}")
+    return value
+
+
+def config(*, log_format: str, root_level: str, deliveries_level: str) -> dict:
+    """The LOGGING dict: one console handler with the chosen formatter and the quiet filter."""
+    formatter = {"()": "delayplatform.logs.json_formatter"} if log_format == "json" else {"format": PLAIN}
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"console": formatter},
+        "filters": {"quiet_idle_periodic_tasks": {"()": "delayplatform.logs.QuietIdlePeriodicTasks"}},
+        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "console",
+                                 "filters": ["quiet_idle_periodic_tasks"]}},
+        "root": {"handlers": ["console"], "level": root_level},
+        "loggers": {"scheduling.deliveries": {"level": deliveries_level}},
+    }
+
+
+def _json() -> bool:
+    from django.conf import settings
+
+    return getattr(settings, "LOG_FORMAT", "plain") == "json"
+
+
+def _json_handlers(**kwargs) -> None:
+    """Celery gives its task logger (and multiprocessing's) a handler of its own: JSON too."""
+    if _json():
+        for name in ("celery.task", "multiprocessing"):
+            for handler in logging.getLogger(name).handlers:
+                handler.setFormatter(json_formatter())
+
+
+def _say(msg, f=None) -> None:
+    logging.getLogger("celery.apps.worker").warning(str(msg).strip())
+
+
+def _no_banner(sender=None, instance=None, **kwargs) -> None:
+    """The banner is plain text on stdout: in JSON mode, one log line instead; and the shutdown
+    notices Celery prints ("worker: Warm shutdown") are logged."""
+    if _json():
+        from celery.apps import worker as celery_worker
+
+        instance.quiet = True
+        celery_worker.safe_say = _say
+        logging.getLogger("celery.apps.worker").info("worker %s starting", sender)
+
+
+def connect_celery() -> None:
+    """Called by the Celery app (delayplatform/celery.py); each receiver checks LOG_FORMAT when
+    the worker starts, so nothing reads settings while the app is imported."""
+    from celery import signals
+
+    signals.after_setup_logger.connect(_json_handlers, weak=False)
+    signals.after_setup_task_logger.connect(_json_handlers, weak=False)
+    signals.celeryd_after_setup.connect(_no_banner, weak=False)
