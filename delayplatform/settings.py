@@ -151,8 +151,7 @@ if DELAY_TLS_PROXY_HEADER:
         raise ImproperlyConfigured(f"DELAY_TLS_PROXY_HEADER must be a header name, not {DELAY_TLS_PROXY_HEADER!r}")
     SECURE_PROXY_SSL_HEADER = ("HTTP_" + DELAY_TLS_PROXY_HEADER.upper().replace("-", "_"), "https")
     # the proxy's X-Forwarded-For names the client, so a login lockout hits the client, not the proxy
-    AXES_IPWARE_PROXY_COUNT = 1
-    AXES_IPWARE_META_PRECEDENCE_ORDER = ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"]
+    AXES_CLIENT_IP_CALLABLE = "scheduling.client_ip.client_ip"
 SECURE_REDIRECT_EXEMPT = [r"^(healthz|readyz|metrics)/?$"]  # probes and scrapers call over plain HTTP inside
 # HSTS under DELAY_PRODUCTION: a year; subdomains included; preload only when asked (it cannot be undone quickly)
 DELAY_HSTS_SECONDS = env_number("DELAY_HSTS_SECONDS", "31536000")
