@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import logging
+import logging.config
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -80,6 +81,14 @@ def config(*, log_format: str, root_level: str, deliveries_level: str) -> dict:
     }
 
 
+def configure(config: dict) -> None:
+    """Django's LOGGING_CONFIG: the dict, and in JSON mode Python's warnings as log records (a
+    warning printed as is would be a plain-text line among the JSON ones)."""
+    logging.config.dictConfig(config)
+    if _json():
+        logging.captureWarnings(True)
+
+
 def _json() -> bool:
     from django.conf import settings
 
@@ -96,6 +105,16 @@ def _json_handlers(**kwargs) -> None:
 
 def _say(msg, f=None) -> None:
     logging.getLogger("celery.apps.worker").warning(str(msg).strip())
+
+
+def _early(**kwargs) -> None:
+    """A worker warns (running as root, say) before Django sets logging up: in JSON mode, set it
+    up first (Django does it again, the same way, when Celery sets Django up)."""
+    if _json():
+        from django.conf import settings
+        from django.utils.log import configure_logging
+
+        configure_logging(settings.LOGGING_CONFIG, settings.LOGGING)
 
 
 def _no_banner(sender=None, instance=None, **kwargs) -> None:
@@ -116,4 +135,5 @@ def connect_celery() -> None:
 
     signals.after_setup_logger.connect(_json_handlers, weak=False)
     signals.after_setup_task_logger.connect(_json_handlers, weak=False)
+    signals.celeryd_init.connect(_early, weak=False)
     signals.celeryd_after_setup.connect(_no_banner, weak=False)

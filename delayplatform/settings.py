@@ -186,6 +186,7 @@ if AXES_FAILURE_LIMIT < 1 or AXES_COOLOFF_TIME <= timedelta(0):
 # Web and worker log through this (delayplatform/logs.py): LOG_FORMAT plain or json; Celery's lines
 # about idle runs of the periodic tasks are dropped; one line per delivery (scheduling.deliveries).
 LOG_FORMAT = logs.log_format(os.environ.get("LOG_FORMAT"))
+LOGGING_CONFIG = "delayplatform.logs.configure"
 LOGGING = logs.config(
     log_format=LOG_FORMAT,
     root_level=logs.level("LOG_LEVEL", os.environ.get("LOG_LEVEL"), "INFO"),

@@ -52,8 +52,17 @@ class DeliveryLoop(threading.Thread):
         self.holding = Holding()
         self.consumer: rabbit.Consumer | None = None
         self.unknown_reported: set[str] = set()
+        self.beat_at = time.monotonic()  # the last turn of the loop (the worker health check reads it)
 
     # --- lifecycle of the thread --------------------------------------------------------------
+
+    def health(self) -> dict:
+        """What ``manage.py worker_health`` asks (through the dp_health control command)."""
+        consumer = self.consumer
+        return {"loop": "running" if self.is_alive() else "stopped",
+                "connected": consumer is not None and consumer.conn is not None,
+                "idle_seconds": round(time.monotonic() - self.beat_at, 3),
+                "consuming": len(consumer.queues) if consumer is not None else 0}
 
     def stop(self, timeout: float = 10) -> None:
         self.stopping.set()
@@ -81,6 +90,7 @@ class DeliveryLoop(threading.Thread):
         with self.consumer.connected():
             next_sync = 0.0
             while not self.stopping.is_set():
+                self.beat_at = time.monotonic()
                 if self.sync_now.is_set() or time.monotonic() >= next_sync:
                     self.sync_now.clear()
                     self._sync()

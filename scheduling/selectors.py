@@ -51,12 +51,6 @@ def endpoint_consumption() -> dict[str, bool]:
 SCHEDULED_IN_PAST = Q(due_at__lt=F("created_at"))
 
 
-def message_routes(ids) -> dict:
-    """Message id -> (endpoint name, version name), for log lines of a batch (one query)."""
-    rows = ScheduledMessage.objects.filter(id__in=list(ids)).values_list("id", "endpoint__name", "topology__name")
-    return {message_id: (endpoint, version) for message_id, endpoint, version in rows}
-
-
 def messages(*, endpoint: str | None = None, status: str | None = None):
     qs = ScheduledMessage.objects.select_related("endpoint", "topology")
     if endpoint:

@@ -3,6 +3,7 @@
 - A bootstep that runs the delivery loop (scheduling/delivery_loop.py) inside every platform
   worker, and a remote-control command that makes it follow endpoint changes at once (it also
   re-reads the endpoint table every few seconds, so a missed broadcast only delays the change).
+  Another, ``dp_health``, answers how the loop is, for ``manage.py worker_health``.
 - A Celery task annotation (setting ``CELERY_TASK_ANNOTATIONS``) that puts every task class —
   plain ``@shared_task``, ``DelayedTask`` or a base of your own — through the message lifecycle
   when it comes out of the cascade: its row is recorded ``delivered``, and a task that was
@@ -51,6 +52,14 @@ def dp_sync_endpoints(state):
     if _loop is not None:
         _loop.sync_now.set()
     return {"ok": "syncing"}
+
+
+@control_command()
+def dp_health(state):
+    """This worker answers (its consumer is up) and how its delivery loop is (manage.py worker_health)."""
+    if not conf().delivery_loop:
+        return {"loop": "off"}
+    return _loop.health() if _loop is not None else {"loop": "not started"}
 
 
 def claim_around(before_start):

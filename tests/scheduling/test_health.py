@@ -4,7 +4,6 @@ a socket that accepts and never answers for the deadline."""
 
 import socket
 import time
-import uuid
 
 import pytest
 from django.db import connections
@@ -28,15 +27,6 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def empty_vhost(rabbit_vhost):
-    """A vhost of its own on the real broker, with nothing declared in it."""
-    vhost = f"dp-test-empty-{uuid.uuid4().hex[:8]}"
-    broker().management.create_vhost(vhost)
-    yield f"amqp://guest:guest@127.0.0.1:5672/{vhost}"
-    broker().management.delete_vhost(vhost)
-
-
 def test_all_parts_ok(platform):
     result = health.check_now()
     assert result.ok and result.checks == {"database": "ok", "broker": "ok", "cascade": "ok"}
@@ -52,26 +42,33 @@ def test_database_on_a_closed_port_is_named(platform, monkeypatch):
     assert result.checks["cascade"] == "not checked (needs the database)"
 
 
-def test_a_vhost_without_the_cascade_is_named(platform, settings, empty_vhost):
-    settings.BROKER_URL = empty_vhost
+def under_prefix(row, prefix):
+    """The default version's row moved to a prefix of the test's own (as for a cascade shared
+    with another system): what the check looks for is then only what the test declared."""
+    row.prefix = prefix
+    row.save(update_fields=["prefix"])
+
+
+def test_a_cascade_not_on_the_broker_is_named(platform, unique_prefix):
+    under_prefix(platform["v3"], unique_prefix)
     result = health.check_now()
     assert set(result.failed) == {"cascade"}
-    assert result.failed["cascade"].startswith("v3 is incomplete on the broker (missing dp.v3.delay-unroutable, ")
+    assert result.failed["cascade"].startswith(f"v3 is incomplete on the broker (missing {unique_prefix}delay-unroutable, ")
     assert result.failed["cascade"].endswith("run manage.py provision_delays --version v3")
 
 
-def test_a_cascade_missing_one_level_is_named(platform, settings, empty_vhost):
+def test_a_cascade_missing_one_level_is_named(platform, declared, amqp, unique_prefix):
     """Everything declared but one level queue: the names checked are the whole cascade."""
     from topology import cascade
 
-    settings.BROKER_URL = empty_vhost
-    version = cascade.get_version("v3")
-    with broker().session() as session:
-        session.declare(cascade.cascade_plan(version))
-        session.delete_queue(cascade.level_name(version.prefix, 17))
+    declared(cascade.V3)
+    amqp.delete_queue(cascade.level_name(unique_prefix, 17))
+    under_prefix(platform["v3"], unique_prefix)
     result = health.check_now()
-    assert set(result.failed) == {"cascade"}
-    assert "(missing dp.v3.delay-level-17)" in result.failed["cascade"]
+    assert result.failed == {"cascade": f"v3 is incomplete on the broker (missing {unique_prefix}delay-level-17): "
+                                        "run manage.py provision_delays --version v3"}
+    amqp.declare_queue(cascade.level_queue(cascade.V3.with_(prefix=unique_prefix), 17))
+    assert health.check_now().ok
 
 
 def test_a_version_not_recorded_provisioned_is_named(versions, provisioned):

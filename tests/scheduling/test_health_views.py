@@ -44,7 +44,7 @@ def test_readyz_ok_on_the_test_platform(client, platform):
 
 @pytest.mark.django_db(transaction=True)
 def test_readyz_names_the_broker_and_shows_no_url(client, platform, settings):
-    settings.BROKER_URL = "amqp://guest:secret-pw@127.0.0.1:5672/dp-test-no-such-vhost"
+    settings.BROKER_URL = f"{settings.BROKER_URL.rsplit('/', 1)[0]}/dp-test-no-such-vhost"  # the real broker
     response = client.get("/readyz")
     assert response.status_code == 503
     body = response.json()
@@ -52,4 +52,4 @@ def test_readyz_names_the_broker_and_shows_no_url(client, platform, settings):
     assert set(body["failed"]) == {"broker"}
     assert body["checks"]["database"] == "ok"
     assert body["checks"]["cascade"] == "not checked (needs the broker)"
-    assert not any(word in response.content.decode() for word in ("amqp", "secret-pw", "guest", "127.0.0.1"))
+    assert not any(word in response.content.decode() for word in ("amqp", "guest", "127.0.0.1", "no-such-vhost"))

@@ -1,5 +1,6 @@
 """One INFO line per recorded delivery under ``scheduling.deliveries``, with the fields a JSON log
-carries; none for a duplicate; no query at all when the logger is silenced."""
+carries, written when the transaction commits; none for a duplicate; names learnt once per process,
+so a warm batch costs no query, and a silenced logger costs nothing."""
 
 import logging
 from datetime import timedelta
@@ -8,8 +9,8 @@ import pytest
 from django.utils import timezone
 
 from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.services import delivery_log
 from scheduling.services.delivery import Result, delivery_receive_many
-from scheduling.services.delivery_log import deliveries_logged
 
 pytestmark = pytest.mark.django_db
 
@@ -23,15 +24,21 @@ def rows(versions, endpoint_name):
                                             status=ScheduledMessage.Status.PUBLISHED) for _ in range(2)]
 
 
-def delivery_records(caplog):
-    return [r for r in caplog.records if r.name == "scheduling.deliveries"]
-
-
-def test_a_line_per_delivery_with_its_fields(rows, caplog, endpoint_name):
+@pytest.fixture
+def deliveries(caplog):
     caplog.set_level(logging.INFO, logger="scheduling.deliveries")
-    outcomes = delivery_receive_many([(str(r.id), 0) for r in rows], by="w1@host")
+    delivery_log._endpoints.clear()
+    delivery_log._versions.clear()
+    return lambda: [r for r in caplog.records if r.name == "scheduling.deliveries"]
+
+
+def test_a_line_per_delivery_with_its_fields_once_committed(rows, deliveries, endpoint_name,
+                                                             django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        outcomes = delivery_receive_many([(str(r.id), 0) for r in rows], by="w1@host")
+        assert deliveries() == []  # not before the commit
     assert [o.result for o in outcomes] == [Result.DELIVERED, Result.DELIVERED]
-    records = delivery_records(caplog)
+    records = deliveries()
     assert [r.message_id for r in records] == [str(r.id) for r in rows]
     for record, row in zip(records, rows):
         row.refresh_from_db()
@@ -41,19 +48,24 @@ def test_a_line_per_delivery_with_its_fields(rows, caplog, endpoint_name):
         assert record.getMessage() == f"delivered {row.id} to {endpoint_name} (v2), {row.lateness_ms} ms late"
 
 
-def test_a_duplicate_logs_no_delivery(rows, caplog):
-    caplog.set_level(logging.INFO, logger="scheduling.deliveries")
+def test_a_duplicate_logs_no_delivery(rows, deliveries, django_capture_on_commit_callbacks):
     items = [(str(rows[0].id), 0)]
-    delivery_receive_many(items)
-    assert delivery_receive_many(items)[0].result is Result.DUPLICATE
-    assert len(delivery_records(caplog)) == 1
+    with django_capture_on_commit_callbacks(execute=True):
+        delivery_receive_many(items)
+        assert delivery_receive_many(items)[0].result is Result.DUPLICATE
+    assert len(deliveries()) == 1
 
 
-def test_silenced_it_costs_no_query(rows, caplog, django_assert_num_queries):
+def test_names_are_learnt_once(rows, deliveries, django_assert_num_queries, django_capture_on_commit_callbacks):
+    with django_assert_num_queries(2), django_capture_on_commit_callbacks(execute=True):
+        delivery_log.deliveries_logged(rows[:1])
+    with django_assert_num_queries(0), django_capture_on_commit_callbacks(execute=True):
+        delivery_log.deliveries_logged(rows)
+    assert len(deliveries()) == 3
+
+
+def test_silenced_it_costs_nothing(rows, deliveries, caplog, django_capture_on_commit_callbacks):
     caplog.set_level(logging.WARNING, logger="scheduling.deliveries")
-    with django_assert_num_queries(0):
-        deliveries_logged(rows)
-    caplog.set_level(logging.INFO, logger="scheduling.deliveries")
-    with django_assert_num_queries(1):
-        deliveries_logged(rows)
-    assert len(delivery_records(caplog)) == 2
+    with django_capture_on_commit_callbacks() as callbacks:
+        delivery_log.deliveries_logged(rows)
+    assert callbacks == [] and deliveries() == []
