@@ -61,6 +61,11 @@ def test_deliver_at_in_the_past_is_due_now(endpoint):
         ({"delay": -1}, "delay", "must not be negative"),
         ({"delay": 268_435_455.001}, "delay", "over the maximum delay of 268,435,455 s"),
         ({"delay": 10**30}, "delay", "over the maximum delay"),  # found by the fuzzer: overflowed
+        ({"delay": "1e999999"}, "delay", "over the maximum delay"),  # Decimal overflow once: clamped first
+        ({"delay": Decimal("-1e999999")}, "delay", "must not be negative"),
+        ({"deliver_at": datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=dt_timezone.utc)}, "deliver_at",
+         "over the maximum delay"),  # rounding it up to the millisecond overflowed
+        ({"deliver_at": datetime(1, 1, 1, tzinfo=dt_timezone.utc)}, "deliver_at", "further in the past than"),
         ({}, "delay", "exactly one"),
         ({"delay": 1, "deliver_at": datetime(2030, 1, 1, tzinfo=dt_timezone.utc)}, "delay", "exactly one"),
         ({"deliver_at": datetime(2030, 1, 1)}, "deliver_at", "with a timezone"),

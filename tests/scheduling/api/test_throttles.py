@@ -1,0 +1,96 @@
+"""The per-user rate limit (DELAY_API_RATE; off in the other tests): a bulk request counts its
+messages, one that does not fit is refused whole (429 with Retry-After) and stores nothing,
+users do not share a budget, and the window slides."""
+
+import pytest
+
+from scheduling.api.throttles import ItemRateThrottle
+from scheduling.models import ScheduledMessage
+
+pytestmark = [pytest.mark.django_db, pytest.mark.broker]
+
+
+@pytest.fixture
+def endpoint(api, platform, endpoint_name, amqp):
+    assert api.post("/api/endpoints/", {"name": endpoint_name}, format="json").status_code == 201
+    yield endpoint_name
+    amqp.delete_queue(endpoint_name)
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """The throttle's time, moved by hand."""
+    now = {"t": 1_000_000.0}
+    monkeypatch.setattr(ItemRateThrottle, "timer", lambda self: now["t"])
+    return now
+
+
+@pytest.fixture
+def rate(settings, endpoint, clock):
+    settings.DELAY_API_RATE = "5/minute"
+
+
+def bulk(api, endpoint, n):
+    return api.post("/api/messages/bulk/", {"messages": [{"endpoint": endpoint, "payload": i, "delay_seconds": 60}
+                                                         for i in range(n)]}, format="json")
+
+
+def test_a_bulk_counts_its_messages_and_one_that_does_not_fit_is_refused_whole(api, endpoint, rate):
+    assert bulk(api, endpoint, 3).status_code == 201
+    refused = bulk(api, endpoint, 3)
+    assert refused.status_code == 429, refused.content
+    assert 1 <= int(refused["Retry-After"]) <= 61 and "throttled" in refused.json()["detail"]
+    assert ScheduledMessage.objects.count() == 3
+    assert bulk(api, endpoint, 2).status_code == 201  # what is left of the window still fits
+    assert api.get("/api/messages/").status_code == 429  # every request counts, reads too
+    assert ScheduledMessage.objects.count() == 5
+
+
+def test_the_window_slides_and_retry_after_says_when(api, endpoint, rate, clock):
+    assert bulk(api, endpoint, 4).status_code == 201
+    clock["t"] += 30
+    assert bulk(api, endpoint, 1).status_code == 201
+    refused = bulk(api, endpoint, 2)
+    assert refused.status_code == 429 and int(refused["Retry-After"]) in (30, 31)  # when the first 4 expire
+    clock["t"] += 31
+    assert bulk(api, endpoint, 4).status_code == 201  # the 4 expired; the 1 of 30 s ago remains
+    assert bulk(api, endpoint, 1).status_code == 429
+    assert ScheduledMessage.objects.count() == 9
+
+
+def test_users_do_not_share_a_budget(api, api_as, endpoint, rate):
+    assert bulk(api, endpoint, 5).status_code == 201
+    assert bulk(api, endpoint, 1).status_code == 429
+    other = api_as("scheduling.add_scheduledmessage")
+    assert other.post("/api/messages/", {"endpoint": endpoint, "payload": 1, "delay_seconds": 9},
+                      format="json").status_code == 201
+
+
+def test_a_bulk_larger_than_the_whole_rate_says_so(api, endpoint, rate):
+    refused = bulk(api, endpoint, 6)
+    assert refused.status_code == 429 and "more than the rate limit allows in a whole minute (5" in refused.json()["detail"]
+    assert "Retry-After" not in refused  # waiting would not help
+    assert not ScheduledMessage.objects.exists()
+    assert bulk(api, endpoint, 5).status_code == 201  # the refused one cost nothing
+
+
+def test_a_bulk_over_the_bulk_limit_is_a_400_not_a_429(api, endpoint, rate, settings):
+    settings.DELAY_BULK_MAX = 10
+    response = bulk(api, endpoint, 11)
+    assert response.status_code == 400 and "no more than 10" in str(response.json())
+
+
+def test_off_means_no_limit(api, endpoint, settings, clock):
+    settings.DELAY_API_RATE = None
+    for _ in range(3):
+        assert bulk(api, endpoint, 1000).status_code == 201
+    assert ScheduledMessage.objects.count() == 3000
+
+
+def test_the_counts_live_in_the_shared_cache_table(api, endpoint, rate):
+    from django.db import connection
+
+    assert bulk(api, endpoint, 2).status_code == 201
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM dp_throttle_cache WHERE cache_key LIKE %s", ["%throttle:api:%"])
+        assert cursor.fetchone()[0] == 1
