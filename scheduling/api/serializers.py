@@ -154,6 +154,13 @@ def message_item(data: dict) -> dict:
     }
 
 
+class MessageFilterSerializer(RefuseControlCharacters, serializers.Serializer):
+    """The message list's query parameters (a NUL in one reached PostgreSQL: a 500)."""
+
+    endpoint = serializers.CharField(required=False, max_length=100)
+    status = serializers.ChoiceField(choices=[s.value for s in Status], required=False)
+
+
 class BulkCreateSerializer(RefuseControlCharacters, serializers.Serializer):
     messages = MessageCreateSerializer(many=True, allow_empty=False, help_text="at most DELAY_BULK_MAX (1,000)")
 
@@ -177,13 +184,6 @@ class MessageSerializer(serializers.ModelSerializer):
                   "lateness_ms", "scheduled_in_past", "delivery_count", "idempotency_key", "last_error",
                   "payload"]
         read_only_fields = fields
-class MessageFilterSerializer(RefuseControlCharacters, serializers.Serializer):
-    """The message list's query parameters (a NUL in one reached PostgreSQL: a 500)."""
-
-    endpoint = serializers.CharField(required=False, max_length=100)
-    status = serializers.ChoiceField(choices=[s.value for s in Status], required=False)
-
-
 
     def get_scheduled_in_past(self, message) -> bool:
         return scheduled_in_past(message.due_at, message.created_at)

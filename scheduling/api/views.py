@@ -18,11 +18,11 @@ from .serializers import (
     EndpointUpdateSerializer,
     MessageCreatedSerializer,
     MessageCreateSerializer,
+    MessageFilterSerializer,
     MessageSerializer,
     RotateSecretSerializer,
     SecretRotatedSerializer,
     StatusSerializer,
-    MessageFilterSerializer,
     message_item,
 )
 
