@@ -62,6 +62,19 @@ def test_operator_creates_an_endpoint_schedules_a_message_and_watches_it_deliver
     assert int(delivered) == ScheduledMessage.objects.filter(status="delivered").count() >= 1
     assert browser.find('#dp-last-hour [data-figure="p50"] .dp-value').text.endswith(" ms")
     assert len(browser.find_all("#dp-charts svg.dp-chart")) == 2
+    # every label as Chromium lays it out lies inside its chart (none clipped at the left edge)
+    outside = browser.driver.execute_script("""
+        const out = [];
+        for (const svg of document.querySelectorAll('#dp-charts svg.dp-chart')) {
+          const box = svg.getBoundingClientRect();
+          for (const t of svg.querySelectorAll('text')) {
+            const r = t.getBoundingClientRect();
+            if (r.left < box.left - 0.5 || r.right > box.right + 0.5) out.push(t.textContent);
+          }
+        }
+        return out;""")
+    assert outside == []
+    assert "e+" not in browser.find("#dp-charts").get_attribute("innerHTML")
     browser.screenshot("09-dashboard")
 
 
