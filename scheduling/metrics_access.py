@@ -9,24 +9,10 @@ import hmac
 import ipaddress
 from http import HTTPStatus
 
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+from .guards import Network, parse_networks  # noqa: F401 (the same CIDR list as the webhook guard's)
 
 # Loopback and the private ranges, where a Prometheus server usually scrapes from.
 DEFAULT_NETWORKS = "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7"
-
-
-def parse_networks(values) -> tuple[Network, ...]:
-    """CIDRs (a comma-separated string or a list) -> networks; ValueError names the bad one."""
-    items = values.split(",") if isinstance(values, str) else values
-    networks = []
-    for item in (str(v).strip() for v in items):
-        if not item:
-            continue
-        try:
-            networks.append(ipaddress.ip_network(item, strict=False))
-        except ValueError:
-            raise ValueError(f"{item!r} is not a network (CIDR such as 10.0.0.0/8 or 127.0.0.1/32)") from None
-    return tuple(networks)
 
 
 def refusal(remote_addr: str | None, authorization: str | None, *, networks: tuple[Network, ...],

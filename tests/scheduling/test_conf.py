@@ -146,7 +146,7 @@ def test_each_variable_has_its_effect(tmp_path):
     ("DELAY_QUEUE_TYPE", "mirrored", "DELAY_QUEUE_TYPE must be classic or quorum, not 'mirrored'"),
     ("ACCURACY_REPORT_AT", "half past two", "ACCURACY_REPORT_AT must be HH:MM"),
     ("DELAY_METRICS_ALLOWED_NETWORKS", "10.0.0.0/8,intranet",
-     "DELAY_METRICS_ALLOWED_NETWORKS: 'intranet' is not a network (CIDR such as 10.0.0.0/8 or 127.0.0.1/32)"),
+     "DELAY_METRICS_ALLOWED_NETWORKS: 'intranet' is not a network (CIDR such as 127.0.0.1/32 or fd00::/8)"),
     ("DELAY_WORKER_METRICS_PORT", "70000", "DELAY_WORKER_METRICS_PORT must be 0 (off) to 65535, not 70000"),
     ("DELAY_METRICS_CACHE_SECONDS", "0", "DELAY_METRICS_CACHE_SECONDS must be more than 0, not 0.0"),
     ("DELAY_WEBHOOK_ALLOWED_NETWORKS", "127.0.0.1/32,localhost",
