@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from django.db import DatabaseError, transaction
 from prometheus_client import Counter, Gauge, Histogram
 
-from . import lifecycle
+from . import lifecycle, names
 from .lifecycle import Arrival
 
 log = logging.getLogger(__name__)
@@ -53,25 +53,6 @@ HELD = Gauge(
     "delay_delivery_loop_held_messages", "Messages the delivery loop holds until they are due.",
     multiprocess_mode="livesum")
 
-_endpoint_names: dict[int, str] = {}
-_version_names: dict[int, str] = {}
-
-
-def _names(endpoint_ids: set[int], topology_ids: set[int]) -> None:
-    """Learn the names of ids not seen before (one query each, then never again)."""
-    from .selectors import endpoint_names, topology_version_names
-
-    if missing := endpoint_ids - _endpoint_names.keys():
-        _endpoint_names.update(endpoint_names(missing))
-    if missing := topology_ids - _version_names.keys():
-        _version_names.update(topology_version_names(missing))
-
-
-def _labels(row) -> tuple[str, str]:
-    return (_endpoint_names.get(row.endpoint_id, str(row.endpoint_id)),
-            _version_names.get(row.topology_id, str(row.topology_id)))
-
-
 @dataclass(frozen=True)
 class Counted:
     """One event of a message (``row``: anything with endpoint_id and topology_id)."""
@@ -87,12 +68,12 @@ def record(events: list[Counted]) -> None:
     if not events:
         return
     try:
-        _names({e.row.endpoint_id for e in events}, {e.row.topology_id for e in events})
+        names.learn([e.row for e in events])
     except DatabaseError as exc:
         log.warning("metrics: endpoint and version names not read (%s); ids used as labels", exc)
     tally = Tally()
     for event in events:
-        labels = _labels(event.row)
+        labels = names.of(event.row)
         tally[(event.metric, labels)] += 1
         if event.lateness_ms is not None:  # never early by design; an early one counts as on time
             LATENESS.labels(*labels).observe(max(event.lateness_ms, 0) / 1000)

@@ -13,28 +13,18 @@ import logging
 
 from django.db import DatabaseError, transaction
 
-from .. import selectors
+from .. import names
 
 log = logging.getLogger("scheduling.deliveries")
-_endpoints: dict[int, str] = {}
-_versions: dict[int, str] = {}
-
-
-def _learn(messages) -> None:
-    if missing := {m.endpoint_id for m in messages} - _endpoints.keys():
-        _endpoints.update(selectors.endpoint_names(missing))
-    if missing := {m.topology_id for m in messages} - _versions.keys():
-        _versions.update(selectors.topology_version_names(missing))
 
 
 def _write(messages, by: str) -> None:
     try:
-        _learn(messages)
+        names.learn(messages)
     except DatabaseError:  # the lines still go out, with ids for names
         pass
     for message in messages:
-        endpoint = _endpoints.get(message.endpoint_id, str(message.endpoint_id))
-        version = _versions.get(message.topology_id, str(message.topology_id))
+        endpoint, version = names.of(message)
         log.info("delivered %s to %s (%s), %s ms late", message.id, endpoint, version, message.lateness_ms,
                  extra={"message_id": str(message.id), "endpoint": endpoint, "version": version,
                         "lateness_ms": message.lateness_ms, "attempt": message.attempts, "worker": by})

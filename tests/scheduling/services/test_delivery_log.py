@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from scheduling import names
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.services import delivery_log
 from scheduling.services.delivery import Result, delivery_receive_many
@@ -27,8 +28,7 @@ def rows(versions, endpoint_name):
 @pytest.fixture
 def deliveries(caplog):
     caplog.set_level(logging.INFO, logger="scheduling.deliveries")
-    delivery_log._endpoints.clear()
-    delivery_log._versions.clear()
+    names.forget()
     return lambda: [r for r in caplog.records if r.name == "scheduling.deliveries"]
 
 
