@@ -14,7 +14,7 @@ from dotenv import load_dotenv
 from kombu import Exchange, Queue
 
 from delayplatform import logs
-from scheduling import guards, metrics_access, task_names
+from scheduling import durations, guards, metrics_access, task_names
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 load_dotenv(os.environ.get("ENV_FILE", BASE_DIR / ".env"), override=False)
@@ -345,6 +345,40 @@ if ACCURACY_REPORT_AT.lower() != "off":
         "task": task_names.ACCURACY_NIGHTLY,
         "schedule": _nightly,
         "options": {"expires": 6 * 3600},  # a beat that was down all night does not pile up runs
+    }
+
+# --- retention: finished messages move to a Parquet archive, then leave the table ------------
+
+
+def env_duration(name: str, default: str, *, off: bool = False) -> timedelta | None:
+    """A duration such as 90s, 15m, 12h or 7d (``off`` where allowed); a bad one stops start-up."""
+    value = os.environ.get(name) or default
+    try:
+        return durations.parse_duration_or_off(value, name=name) if off else durations.parse_duration(value, name=name)
+    except ValueError as exc:
+        raise ImproperlyConfigured(str(exc)) from None
+
+
+# How long a delivered or cancelled message stays in PostgreSQL after it finished, and a failed
+# one (people may still republish it). An idempotency key is unique within this window.
+DELAY_RETENTION = env_duration("DELAY_RETENTION", "7d")
+DELAY_FAILED_RETENTION = env_duration("DELAY_FAILED_RETENTION", "30d")
+# Where finished messages go before they leave the table: Parquet, one due_date=YYYY-MM-DD
+# directory per day (empty: ACCURACY_REPORT_DIR/archive, beside the report's files). On a Spark
+# cluster, storage the executors see under the same path.
+DELAY_ARCHIVE_DIR = os.environ.get("DELAY_ARCHIVE_DIR", "")
+DELAY_ARCHIVE_PAYLOADS = env_bool("DELAY_ARCHIVE_PAYLOADS", True)
+# Days of the archive older than this are deleted by the prune (off: kept for ever).
+DELAY_ARCHIVE_RETENTION = env_duration("DELAY_ARCHIVE_RETENTION", "400d", off=True)
+# Rows archived into one file and deleted in one transaction.
+DELAY_PRUNE_BATCH = env_number("DELAY_PRUNE_BATCH", "100000")
+# How often beat runs the prune (off: only by hand, manage.py prune_messages).
+DELAY_PRUNE_EVERY = env_duration("DELAY_PRUNE_EVERY", "1h", off=True)
+if DELAY_PRUNE_EVERY is not None:
+    CELERY_BEAT_SCHEDULE["prune-finished-messages"] = {
+        "task": task_names.PRUNE,
+        "schedule": DELAY_PRUNE_EVERY.total_seconds(),
+        "options": {"expires": DELAY_PRUNE_EVERY.total_seconds()},  # never a backlog of runs
     }
 
 # --- the API ----------------------------------------------------------------------------------

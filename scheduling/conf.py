@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, fields
+from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
@@ -62,6 +63,12 @@ class DelaySettings:
     spark_master: str
     accuracy_spark_submit: str
     accuracy_lost_after_seconds: float
+    retention: timedelta  # delivered and cancelled messages stay in the table this long after they finished
+    failed_retention: timedelta  # failed ones (which people may still republish)
+    archive_dir: Path  # Parquet, due_date=YYYY-MM-DD/part-*.parquet, listed in ArchiveFile (default: beside the report's)
+    archive_payloads: bool
+    archive_retention: timedelta | None  # archive days older than this are deleted; None: kept for ever
+    prune_batch: int  # rows archived into one file and deleted in one transaction
 
 
 # field -> Django setting, where the setting's name is not DELAY_<FIELD>
@@ -74,7 +81,7 @@ _NAMES = {
     "accuracy_lost_after_seconds": "ACCURACY_LOST_AFTER_SECONDS",
 }
 _AT_LEAST_ONE = ("bulk_max", "publish_window", "publish_batch", "webhook_concurrency", "delivery_prefetch",
-                 "delivery_batch")
+                 "delivery_batch", "prune_batch")
 
 
 def setting_name(field: str) -> str:
@@ -89,8 +96,10 @@ def _read() -> DelaySettings:
             value = getattr(settings, name)
         except AttributeError:
             raise ImproperlyConfigured(f"the setting {name} is missing") from None
-        values[f.name] = Path(value) if f.type == "Path" else value
+        values[f.name] = Path(value) if f.type == "Path" and value != "" else value
     values["shards"] = parse_shards(values["shards"])
+    if values["archive_dir"] == "":
+        values["archive_dir"] = values["accuracy_report_dir"] / "archive"
     try:
         values["webhook_allowed_networks"] = guards.parse_networks(values["webhook_allowed_networks"])
     except ValueError as exc:

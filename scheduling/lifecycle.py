@@ -36,6 +36,9 @@ class Status(enum.StrEnum):
 # Waiting to be delivered: what the relay may still publish, a cancel may still stop, and the
 # accuracy report counts as in flight (or lost, once overdue by its grace).
 IN_FLIGHT = frozenset({Status.PENDING, Status.PUBLISHED})
+# Done, for now: ``finished_at`` says since when, and the prune archives and removes the row once
+# its retention has passed (a failed one can still be republished until then).
+FINISHED = frozenset({Status.DELIVERED, Status.CANCELLED, Status.FAILED})
 
 
 class Event(enum.StrEnum):
@@ -129,7 +132,7 @@ def arrive(state: State, *, attempt: int, now: datetime, redelivered: bool = Fal
     if state.status == Status.CANCELLED:
         return Arrival.CANCELLED, counted
     if state.status in _DELIVERABLE and attempt == state.attempts:
-        change = {**counted, "status": transition(state.status, Event.DELIVER)}
+        change = {**counted, "status": transition(state.status, Event.DELIVER), "finished_at": now}
         if attempt == 0:
             late = lateness_ms(state.due_at, now, accepted_at=state.created_at)
             change |= {"delivered_at": now, "lateness_ms": late}
@@ -141,12 +144,14 @@ def arrive(state: State, *, attempt: int, now: datetime, redelivered: bool = Fal
     return Arrival.DUPLICATE, counted
 
 
-def handler_failed(state: State, *, error: str, max_retries: int) -> tuple[Event, dict]:
-    """After a delivered message's handler raised: another attempt (RETRY) or GIVE_UP."""
+def handler_failed(state: State, *, error: str, max_retries: int, now: datetime) -> tuple[Event, dict]:
+    """After a delivered message's handler raised: another attempt (RETRY: in flight again) or
+    GIVE_UP (finished now)."""
     attempts = state.attempts + 1
     event = Event.GIVE_UP if attempts > max_retries else Event.RETRY
     return event, {"status": transition(state.status, event), "attempts": attempts,
-                   "last_error": f"handler attempt {attempts}: {error}"[:2000]}
+                   "last_error": f"handler attempt {attempts}: {error}"[:2000],
+                   "finished_at": now if event is Event.GIVE_UP else None}
 
 
 def retry_unsent(state: State, *, attempt: int) -> dict:
@@ -166,14 +171,20 @@ def cancel(state: State, *, now: datetime) -> dict:
     """Cancelling twice changes nothing; cancelling a delivered or failed message is illegal."""
     if state.status == Status.CANCELLED:
         return {}
-    return {"status": transition(state.status, Event.CANCEL), "cancelled_at": now}
+    return {"status": transition(state.status, Event.CANCEL), "cancelled_at": now, "finished_at": now}
 
 
 def republish(state: State) -> dict:
     """A failed message starts over at its original due time: its handler attempts and the
     delivery it may have had are forgotten (the broker's hand-overs stay counted)."""
     return {"status": transition(state.status, Event.REPUBLISH), "attempts": 0, "delivered_at": None,
-            "lateness_ms": None}
+            "lateness_ms": None, "finished_at": None}
+
+
+def unroutable(*, reason: str, now: datetime) -> dict:
+    """The broker could not route it to any endpoint queue: failed, with the reason (from
+    pending or published: the WHERE of the caller's UPDATE is ``sources(Event.UNROUTABLE)``)."""
+    return {"status": transition(Status.PUBLISHED, Event.UNROUTABLE), "last_error": reason, "finished_at": now}
 
 
 def apply(row, change: dict) -> list[str]:

@@ -1,11 +1,10 @@
 """The platform's data. Models hold data and their invariants; writes live in services."""
 
-import uuid
-
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator, URLValidator
 from django.db import connection, models
 from django.utils import timezone
+from uuid_utils.compat import uuid7
 
 from topology import cascade
 
@@ -150,7 +149,7 @@ class ScheduledMessageQuerySet(models.QuerySet):
                     copy.write_row([prep(getattr(row, name)) if prep else getattr(row, name) for name, prep in prepare])
 
     DELIVERY_FIELDS = ("status", "delivered_at", "lateness_ms", "delivery_count", "attempts", "last_error",
-                       "delivered_by")
+                       "delivered_by", "finished_at")
 
     def save_delivery_state(self, rows: list["ScheduledMessage"]) -> None:
         """Write what the delivery path changed on a batch of locked rows, in one statement
@@ -158,7 +157,7 @@ class ScheduledMessageQuerySet(models.QuerySet):
         if not rows:
             return
         table = self.model._meta.db_table
-        types = ("uuid", "text", "timestamptz", "bigint", "integer", "integer", "text", "text")
+        types = ("uuid", "text", "timestamptz", "bigint", "integer", "integer", "text", "text", "timestamptz")
         columns = [[r.id for r in rows], *([getattr(r, f) for r in rows] for f in self.DELIVERY_FIELDS)]
         arrays = ", ".join(f"%s::{kind}[]" for kind in types)
         sets = ", ".join(f"{f} = v.{f}" for f in self.DELIVERY_FIELDS)
@@ -211,6 +210,15 @@ class ScheduledMessageQuerySet(models.QuerySet):
             )
             return {row[0] for row in cursor.fetchall()}
 
+    def delete_ids(self, ids: list) -> int:
+        """Delete these rows (one array parameter: a batch of 100,000 is past the 65,535 parameters
+        a statement may have); returns how many went."""
+        if not ids:
+            return 0
+        with connection.cursor() as cursor:
+            cursor.execute(f"DELETE FROM {self.model._meta.db_table} WHERE id = ANY(%s::uuid[])", [list(ids)])
+            return cursor.rowcount
+
     def set_published(self, rows: list["ScheduledMessage"], *, status: str, published_at, from_statuses,
                       topology=None) -> int:
         """Record a confirmed batch (routing key and first exchange per row) as ``status``, on
@@ -240,7 +248,9 @@ class ScheduledMessage(models.Model):
 
     Status = Status  # the lifecycle's statuses (scheduling/lifecycle.py)
 
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    # UUIDv7: time-ordered, so new rows extend the primary key's index at its right edge instead of
+    # touching a random page of it (rows from before keep their v4 ids; docs/performance.md).
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     # No single-column indexes on the two keys: (endpoint, status) serves endpoint lookups, and
     # every index is written again at each status change (pending, published, delivered).
     endpoint = models.ForeignKey(Endpoint, on_delete=models.PROTECT, related_name="messages", db_index=False)
@@ -261,6 +271,8 @@ class ScheduledMessage(models.Model):
     delivered_by = models.CharField(max_length=255, blank=True, default="",
                                     help_text="the worker that received the message (its Celery node name)")
     cancelled_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(
+        null=True, blank=True, help_text="delivered, cancelled or failed at; the retention counts from here")
     lateness_ms = models.BigIntegerField(null=True, blank=True)
     delivery_count = models.PositiveIntegerField(default=0)
     attempts = models.PositiveIntegerField(default=0, help_text="handler attempts that failed")
@@ -358,3 +370,22 @@ class AccuracyReport(models.Model):
     def problems(self) -> int:
         """Lost, duplicated and early messages: what an operator must look at."""
         return self.lost + self.duplicates + self.early
+
+
+class ArchiveFile(models.Model):
+    """One Parquet file of the archive (DELAY_ARCHIVE_DIR), listed in the transaction that deleted
+    its rows, after it was written, made durable and read back. The archive is what this table
+    lists: a file on disk that it does not list was left by a prune killed before its commit (its
+    rows are still in the messages table), and the next prune removes it."""
+
+    path = models.CharField(max_length=255, unique=True, help_text="relative to DELAY_ARCHIVE_DIR")
+    day = models.DateField(db_index=True, help_text="due date (UTC) of its messages: the accuracy report's day")
+    rows = models.PositiveBigIntegerField()
+    bytes = models.PositiveBigIntegerField()
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        ordering = ["day", "path"]
+
+    def __str__(self) -> str:
+        return self.path

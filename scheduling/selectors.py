@@ -4,13 +4,14 @@ themselves. Nothing here talks to the broker (see services/topology.py for its f
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
+from django.db import connection
 from django.db.models import Aggregate, Count, F, Max, Min, Q
-from django.db.models.functions import TruncHour
+from django.db.models.functions import Coalesce, TruncHour
 from django.utils import timezone
 
 from .conf import conf
-from .lifecycle import IN_FLIGHT, Status
-from .models import AccuracyReport, DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
+from .lifecycle import FINISHED, IN_FLIGHT, Status
+from .models import AccuracyReport, ArchiveFile, DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
 
 
 def topology_versions():
@@ -172,24 +173,55 @@ def dashboard(now: datetime | None = None) -> Dashboard:
 # --- the accuracy report's facts -------------------------------------------------------------
 
 
-def delivery_facts(*, since: datetime, until: datetime):
-    """The accuracy report's facts for messages due in [since, until), as dicts; due is the later
-    of due_at and created_at (the lifecycle's rule), so a message scheduled in the past counts on
-    the day it was accepted, not on a day whose report ran long ago. ``endpoint_name`` because a
-    values() key may not shadow the ``endpoint`` foreign key."""
+def messages_due_between(*, since: datetime, until: datetime):
+    """The messages the accuracy report counts on the days of [since, until): due in it, where due
+    is the later of due_at and created_at (the lifecycle's rule), so a message scheduled in the
+    past counts on the day it was accepted, not on a day whose report ran long ago. Filters on
+    the message's own columns only (archive/parquet.py reads them through COPY)."""
     due_in_range = Q(due_at__gte=since, due_at__lt=until, created_at__lt=until)
     # status IN (every status) lets PostgreSQL range-scan the (status, created_at) index for the
     # few backdated rows instead of reading the whole table (there is no index on created_at alone)
     accepted_in_range = Q(due_at__lt=since, status__in=list(Status), created_at__gte=since, created_at__lt=until)
-    return (
-        ScheduledMessage.objects.filter(due_in_range | accepted_in_range)
-        .order_by()
-        .values(
-            "id", "requested_delay_ms", "due_at", "published_at", "delivered_at", "status", "lateness_ms",
-            "delivery_count", "cancelled_at", "created_at", "delivery_mode",  # as recorded when scheduled
-            endpoint_name=F("endpoint__name"), version=F("topology__name"),
-        )
-    )
+    return ScheduledMessage.objects.filter(due_in_range | accepted_in_range).order_by()
+
+
+# --- retention (services/retention.py) ---------------------------------------------------------
+
+# When a finished message finished: finished_at, or for rows from before it was recorded the
+# latest moment the row has (a failed one: its delivery, or its publishing if it was unroutable).
+FINISHED_AT = Coalesce("finished_at", "cancelled_at", "delivered_at", "published_at", "created_at")
+
+
+def messages_past_retention(*, status: Status, cutoff: datetime):
+    """Finished messages of one status that finished before ``cutoff``. A message finishes after
+    it was accepted, so ``created_at < cutoff`` bounds the (status, created_at) index's range."""
+    assert status in FINISHED, status
+    return (ScheduledMessage.objects.filter(status=status, created_at__lt=cutoff)
+            .alias(done_at=FINISHED_AT).filter(done_at__lt=cutoff).order_by())
+
+
+def messages_in_flight_created_before(cutoff: datetime) -> int:
+    """Pending or published messages accepted before ``cutoff``: old, but never pruned."""
+    return ScheduledMessage.objects.filter(status__in=IN_FLIGHT, created_at__lt=cutoff).order_by().count()
+
+
+def message_table_bytes_per_row() -> float | None:
+    """The messages table with its indexes (and TOAST) over its rows, by PostgreSQL's own
+    figures: what a deleted row gives back for new ones. None while the table is empty."""
+    table = ScheduledMessage._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_total_relation_size(%s::regclass), reltuples FROM pg_class WHERE oid = %s::regclass",
+                       [table, table])
+        size, rows = cursor.fetchone()
+        if rows <= 0:  # never analysed
+            cursor.execute(f"SELECT count(*) FROM {table}")
+            rows = cursor.fetchone()[0]
+    return size / rows if rows > 0 else None
+
+
+def archive_files(*, first_day: date, last_day: date) -> list[ArchiveFile]:
+    """The archive's files of messages due on these days (its list: what a prune committed)."""
+    return list(ArchiveFile.objects.filter(day__range=(first_day, last_day)).order_by("day", "path"))
 
 
 # --- the accuracy report --------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from . import backoff, task_names
 from .services.delivery import Result, delivery_receive
 from .services.relay import relay_sweep, timeouts_publish_due
 from .services.reports import accuracy_report_run
+from .services.retention import messages_prune
 from .services.unroutable import unroutable_drain
 
 
@@ -56,3 +57,12 @@ def accuracy_report_nightly() -> int:
     """Beat runs this at ACCURACY_REPORT_AT: yesterday's (UTC) report."""
     yesterday = timezone.now().date() - timedelta(days=1)
     return accuracy_report_run(first_day=yesterday).report_rows
+
+
+@shared_task(name=task_names.PRUNE)
+def prune_finished_messages() -> dict:
+    """Beat runs this every DELAY_PRUNE_EVERY (hourly): archive, then delete, finished messages
+    past their retention. A run that finds another one holding the lock does nothing."""
+    result = messages_prune()
+    return {"skipped": result.skipped, "archived": result.archived, "deleted": result.deleted,
+            "files": result.files, "kept_in_flight": result.kept_in_flight, "seconds": round(result.seconds, 1)}

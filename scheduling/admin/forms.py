@@ -5,6 +5,7 @@ from django import forms
 
 from .. import selectors
 from ..models import DeliveryMode, Endpoint, TopologyVersion
+from ..services.retention import retention_window
 
 ISO_HELP = "UTC unless it names an offset, e.g. 2026-11-21T12:00:00.250Z"
 
@@ -70,3 +71,7 @@ class ScheduleMessageForm(forms.Form):
     idempotency_key = forms.CharField(
         required=False, max_length=255, help_text="the same key on the same endpoint returns the existing message"
     )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["idempotency_key"].help_text += f" while that message is kept ({retention_window()})"

@@ -19,6 +19,7 @@ from .. import selectors, services, wire
 from ..conf import conf
 from ..lifecycle import IN_FLIGHT, Status, scheduled_in_past
 from ..models import ScheduledMessage
+from ..services.retention import retention_window
 from . import dashboard, html
 from .base import ControlRoomAdmin, has_model_perm
 from .forms import ScheduleMessageForm
@@ -142,6 +143,9 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
             title="Schedule a message", initial={"endpoint": request.GET.get("endpoint")},
             field_map={"delay": "delay_seconds"}, done="Scheduled",
         )
+
+    def changelist_view(self, request, extra_context=None):
+        return super().changelist_view(request, {"retention_window": retention_window(), **(extra_context or {})})
 
     def get_urls(self):
         view = self.admin_site.admin_view(lambda request: dashboard.dashboard_view(self, request))

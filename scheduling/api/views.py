@@ -1,15 +1,17 @@
 """Thin API views: parse, call one service, format."""
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import Http404
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from .. import selectors, services
-from ..errors import BulkValidationError
+from ..errors import BulkValidationError, NotFound
 from ..lifecycle import Status
 from ..models import Endpoint
+from ..services.retention import message_gone
 from .permissions import ModelPermissions
 from .serializers import (
     BulkCreateSerializer,
@@ -101,6 +103,13 @@ class MessageViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         "cancel": ["scheduling.cancel_scheduledmessage"],
         "republish": ["scheduling.republish_scheduledmessage"],
     }
+
+    def get_object(self):
+        """A 404 that says where a finished message goes after its retention."""
+        try:
+            return super().get_object()
+        except Http404:
+            raise NotFound(message_gone(self.kwargs.get(self.lookup_field))) from None
 
     def get_queryset(self):
         filters = MessageFilterSerializer(data=self.request.query_params)

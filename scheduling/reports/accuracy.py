@@ -4,7 +4,7 @@ rows per endpoint, per version, per delay bucket and per day (``*`` marks "all")
 
 Runs as a plain file, locally or on a cluster, so it imports nothing from Django:
 
-    python scheduling/reports/accuracy.py --facts DIR --out DIR --since 2026-11-20 [--until ...]
+    python scheduling/reports/accuracy.py --facts DIR [--archive DIR] --out DIR --since 2026-11-20 [--until ...]
     spark-submit --master spark://host:7077 scheduling/reports/accuracy.py --facts ... --out ...
 
 Lateness follows the platform's rule (scheduling/lifecycle.py, which the job cannot import):
@@ -181,6 +181,32 @@ def read_facts(spark: SparkSession, path: str, first_day: date, last_day: date) 
     )
 
 
+def archive_paths(archive_dir: str, first_day: date, last_day: date, listed: list[str] | None = None) -> list[str]:
+    """The archive's files of [first_day, last_day]: those ``listed`` (relative paths, as the
+    platform's list of archive files gives them), or else every day directory that exists."""
+    if listed is not None:
+        return [os.path.join(archive_dir, name) for name in listed]
+    days = (first_day + timedelta(days=i) for i in range((last_day - first_day).days + 1))
+    candidates = (os.path.join(archive_dir, f"due_date={day.isoformat()}") for day in days)
+    return [path for path in candidates if os.path.isdir(path)]
+
+
+def read_archive(spark: SparkSession, archive_dir: str, paths: list[str]) -> DataFrame | None:
+    """Archived messages (finished, pruned from the table): the same columns as the facts, the
+    day from the partition directory. None when there are none."""
+    if not paths:
+        return None
+    return spark.read.schema(FACTS_SCHEMA).option("basePath", archive_dir).parquet(*paths)
+
+
+def facts_with_archive(facts: DataFrame, archived: DataFrame | None, first_day: date, last_day: date) -> DataFrame:
+    """Live rows and archived ones: a message is in exactly one of them (the prune deletes a row
+    in the transaction that lists its file, and the platform takes both in one snapshot)."""
+    if archived is None:
+        return facts
+    return facts.unionByName(archived.where(F.col("due_date").between(F.lit(first_day), F.lit(last_day))))
+
+
 def spark_session(app_name: str = "delay-accuracy-report", master: str | None = None, **conf) -> SparkSession:
     """SPARK_MASTER picks the cluster (default local[*]); under spark-submit its --master wins."""
     builder = SparkSession.builder.appName(app_name).config("spark.sql.session.timeZone", "UTC")
@@ -195,6 +221,10 @@ def _arguments(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--facts", required=True, help="directory of the exported facts (due_date=... partitions)"
+    )
+    parser.add_argument("--archive", help="the archive's directory (DELAY_ARCHIVE_DIR): its days are read too")
+    parser.add_argument(
+        "--archive-files", help="a file listing the archive's files to read (one path relative to --archive a line)"
     )
     parser.add_argument("--out", required=True, help="directory for the report rows (Parquet, replaced)")
     parser.add_argument("--since", required=True, type=date.fromisoformat, help="first due date, YYYY-MM-DD")
@@ -221,7 +251,15 @@ def main(argv=None) -> int:
     spark = spark_session(**{"spark.ui.showConsoleProgress": "false"})
     spark.sparkContext.setLogLevel("WARN")
     try:
-        facts = read_facts(spark, args.facts, args.since, args.until or args.since)
+        first_day, last_day = args.since, args.until or args.since
+        facts = read_facts(spark, args.facts, first_day, last_day)
+        if args.archive:
+            listed = None
+            if args.archive_files:
+                with open(args.archive_files) as listing:
+                    listed = [line.strip() for line in listing if line.strip()]
+            paths = archive_paths(args.archive, first_day, last_day, listed)
+            facts = facts_with_archive(facts, read_archive(spark, args.archive, paths), first_day, last_day)
         report = accuracy_report(facts, as_of=as_of, lost_after=timedelta(seconds=args.lost_after_seconds))
         report.coalesce(1).write.mode("overwrite").parquet(args.out)
     finally:

@@ -20,12 +20,17 @@ class SparkJobFailed(Exception):
 
 
 def job_command(
-    *, facts_dir: Path, out_dir: Path, first_day: date, last_day: date, as_of: datetime, lost_after: timedelta
+    *, facts_dir: Path, out_dir: Path, first_day: date, last_day: date, as_of: datetime, lost_after: timedelta,
+    archive_dir: Path | None = None, archive_files: Path | None = None,
 ) -> list[str]:
+    """``archive_files``: a listing of the archive files to read with the live facts (relative to
+    ``archive_dir``)."""
     launcher = shlex.split(conf().accuracy_spark_submit) or [sys.executable]
+    archive = ["--archive", str(archive_dir), "--archive-files", str(archive_files)] if archive_dir else []
     return [
         *launcher,
         str(JOB_FILE),
+        *archive,
         "--facts",
         str(facts_dir),
         "--out",

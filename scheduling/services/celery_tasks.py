@@ -12,6 +12,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
+from uuid_utils.compat import uuid7
 
 from .. import lifecycle, metrics
 from ..errors import BulkValidationError
@@ -49,9 +50,9 @@ def _key(task_id: str, retries: int) -> str:
 def celery_task_schedule(*, queue: str, task_id: str, retries: int, due_at: datetime, captured: dict) -> ScheduledMessage:
     endpoint = celery_queue_endpoint(queue)
     try:
-        row_id = uuid.UUID(task_id) if not retries else uuid.uuid4()
+        row_id = uuid.UUID(task_id) if not retries else uuid7()
     except ValueError:
-        row_id = uuid.uuid4()
+        row_id = uuid7()
     item = {"endpoint": endpoint, "payload": {"celery": captured}, "deliver_at": due_at,
             "idempotency_key": _key(task_id, retries), "id": row_id}
     try:
@@ -59,7 +60,7 @@ def celery_task_schedule(*, queue: str, task_id: str, retries: int, due_at: date
     except BulkValidationError as exc:
         raise ValidationError(exc.errors[0]) from None
     except IntegrityError:  # the same UUID task id used on another queue
-        item["id"] = uuid.uuid4()
+        item["id"] = uuid7()
         (result,) = message_schedule_many(items=[item])
     return result.message
 

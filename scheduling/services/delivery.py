@@ -60,7 +60,8 @@ def _handle(message: ScheduledMessage) -> Outcome:
 
 def _handler_failed(message: ScheduledMessage, error: str) -> Outcome:
     settings = conf()
-    event, change = lifecycle.handler_failed(message, error=error, max_retries=settings.handler_max_retries)
+    event, change = lifecycle.handler_failed(message, error=error, max_retries=settings.handler_max_retries,
+                                             now=timezone.now())
     lifecycle.apply(message, change)
     if event is Event.GIVE_UP:
         log.error("message %s failed after %d attempts: %s", message.id, message.attempts, error)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
@@ -13,6 +12,7 @@ from decimal import Decimal, InvalidOperation
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from uuid_utils.compat import uuid7
 
 from topology import cascade
 
@@ -21,6 +21,7 @@ from ..conf import conf
 from ..errors import BulkValidationError, Conflict, NotFound
 from ..models import DeliveryMode, Endpoint, ScheduledMessage
 from .relay import relay_publish_rows
+from .retention import message_gone
 
 MS = timedelta(milliseconds=1)
 # Beyond any cascade's maximum delay (64 levels of 1 s): a delay is clamped to this before any
@@ -133,7 +134,7 @@ def _build(item: dict, endpoints: dict[str, Endpoint], now: datetime) -> Schedul
     if errors:
         raise ValidationError(errors)
     return ScheduledMessage.new(
-        id=item.get("id") or uuid.uuid4(),  # a Celery task keeps its task id
+        id=item.get("id") or uuid7(),  # a Celery task keeps its task id
         status=lifecycle.transition(lifecycle.NEW, lifecycle.Event.SCHEDULE),
         endpoint=endpoint,
         delivery_mode=endpoint.delivery_mode,
@@ -245,7 +246,7 @@ def _locked(message_id) -> ScheduledMessage:
     try:
         return ScheduledMessage.objects.select_for_update().get(id=message_id)
     except (ScheduledMessage.DoesNotExist, ValidationError, ValueError):
-        raise NotFound(f"no message {message_id}") from None
+        raise NotFound(message_gone(message_id)) from None
 
 
 def message_cancel(*, message_id) -> ScheduledMessage:

@@ -11,9 +11,10 @@ from pathlib import Path
 from time import perf_counter
 
 import pyarrow.dataset as pa_dataset
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
+from .. import selectors
 from ..conf import conf
 from ..models import AccuracyReport
 from ..reports.export import deliveries_export
@@ -24,7 +25,8 @@ from ..reports.spark_job import job_run
 class AccuracyRun:
     first_day: date
     last_day: date
-    facts: int
+    facts: int  # live rows exported
+    archived: int  # rows read from the archive's files of those days
     report_rows: int
     export_seconds: float
     spark_seconds: float
@@ -35,28 +37,46 @@ class AccuracyRun:
         return self.export_seconds + self.spark_seconds + self.load_seconds
 
 
+SPARK_LOGS_KEPT = 30  # the job's logs of the latest runs (one a night): older ones are removed
+
+
 def accuracy_report_run(
     *, first_day: date, last_day: date | None = None, progress: bool = False
 ) -> AccuracyRun:
-    """Raises ExportError or SparkJobFailed (one-line messages) when a stage cannot run."""
+    """Raises ExportError or SparkJobFailed (one-line messages) when a stage cannot run. The
+    live rows of the days and the list of their archived files are taken in one snapshot: a
+    prune commits its delete and its file's listing together, so each message is counted once,
+    and the report of a day is the same before and after its messages are pruned."""
     last_day = last_day or first_day
     as_of = timezone.now()
-    work = conf().accuracy_report_dir
+    settings = conf()
+    work = settings.accuracy_report_dir
     run_id = f"{as_of:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
+    run_dir = work / "runs" / run_id  # scratch: the live facts, the archive listing, Spark's output
     started = perf_counter()
-    exported = deliveries_export(
-        first_day=first_day, last_day=last_day, out_dir=work / "facts", progress=progress
-    )
-    exported_at = perf_counter()
-    results = work / "results" / run_id
     try:
+        own_transaction = not connection.in_atomic_block  # (a test's transaction wraps everything)
+        with transaction.atomic():
+            if own_transaction:
+                with connection.cursor() as cursor:
+                    cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            archived = selectors.archive_files(first_day=first_day, last_day=last_day)
+            exported = deliveries_export(
+                first_day=first_day, last_day=last_day, out_dir=run_dir / "facts", progress=progress
+            )
+        listing = run_dir / "archive-files.txt"
+        listing.write_text("".join(f"{f.path}\n" for f in archived))
+        exported_at = perf_counter()
+        results = run_dir / "results"
         job_run(
             facts_dir=exported.out_dir,
+            archive_dir=settings.archive_dir,
+            archive_files=listing,
             out_dir=results,
             first_day=first_day,
             last_day=last_day,
             as_of=as_of,
-            lost_after=timedelta(seconds=conf().accuracy_lost_after_seconds),
+            lost_after=timedelta(seconds=settings.accuracy_lost_after_seconds),
             log_path=work / "logs" / f"spark-{run_id}.log",
         )
         spark_done_at = perf_counter()
@@ -64,16 +84,24 @@ def accuracy_report_run(
             results_dir=results, first_day=first_day, last_day=last_day, computed_at=as_of
         )
     finally:
-        shutil.rmtree(results, ignore_errors=True)
+        shutil.rmtree(run_dir, ignore_errors=True)
+        _remove_old_logs(work / "logs")
     return AccuracyRun(
         first_day,
         last_day,
         exported.rows,
+        sum(f.rows for f in archived),
         loaded,
         exported_at - started,
         spark_done_at - exported_at,
         perf_counter() - spark_done_at,
     )
+
+
+def _remove_old_logs(logs: Path) -> None:
+    if logs.is_dir():
+        for old in sorted(logs.glob("spark-*.log"), key=lambda p: p.stat().st_mtime)[:-SPARK_LOGS_KEPT]:
+            old.unlink(missing_ok=True)
 
 
 def accuracy_report_load(*, results_dir: Path, first_day: date, last_day: date, computed_at: datetime) -> int:

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import logging
 
+from django.utils import timezone
+
 from topology import cascade
 
 from .. import lifecycle, selectors, wire
 from ..conf import broker
-from ..lifecycle import Event, Status
+from ..lifecycle import Event
 from ..models import ScheduledMessage
 
 log = logging.getLogger(__name__)
@@ -19,9 +21,9 @@ log = logging.getLogger(__name__)
 def mark_unroutable(message_id: str, reason: str) -> int:
     """The lifecycle's ``unroutable`` for a message the broker cannot carry to its destination
     (here, or parked by a migration): ``failed`` with the reason, ready to republish."""
+    change = lifecycle.unroutable(reason=reason, now=timezone.now())
     return ScheduledMessage.objects.filter(id=message_id, status__in=lifecycle.sources(Event.UNROUTABLE)).update(
-        status=lifecycle.transition(Status.PUBLISHED, Event.UNROUTABLE), last_error=reason,
-    )
+        **change)
 
 
 def _mark_failed(message_id: str, destination: str, prefix: str) -> int:

@@ -87,6 +87,13 @@ EFFECTS = {
                               "spark-submit --master yarn"),
     "ACCURACY_LOST_AFTER_SECONDS": ("60", "conf().accuracy_lost_after_seconds", 60.0),
     "ACCURACY_REPORT_AT": ("off", "'accuracy-report-nightly' in settings.CELERY_BEAT_SCHEDULE", False),
+    "DELAY_RETENTION": ("90s", "conf().retention.total_seconds()", 90.0),
+    "DELAY_FAILED_RETENTION": ("12h", "conf().failed_retention.total_seconds()", 43200.0),
+    "DELAY_ARCHIVE_DIR": ("/tmp/dp-archive", "str(conf().archive_dir)", "/tmp/dp-archive"),
+    "DELAY_ARCHIVE_PAYLOADS": ("off", "conf().archive_payloads", False),
+    "DELAY_ARCHIVE_RETENTION": ("off", "conf().archive_retention", None),
+    "DELAY_PRUNE_BATCH": ("5000", "conf().prune_batch", 5000),
+    "DELAY_PRUNE_EVERY": ("15m", "settings.CELERY_BEAT_SCHEDULE['prune-finished-messages']['schedule']", 900.0),
 }
 ENV_FILE_SETS = ("DELAY_PUBLISH_BATCH", "77")  # ENV_FILE: a file of NAME=value lines; the environment wins
 
@@ -112,7 +119,8 @@ def readme_variables() -> set[str]:
 
 def settings_variables() -> set[str]:
     source = (ROOT / "delayplatform" / "settings.py").read_text()
-    return set(re.findall(r"""(?:environ\.get|env_bool|env_list|env_number)\(\s*["']([A-Z_]+)["']""", source)) | set(
+    return set(re.findall(r"""(?:environ\.get|env_bool|env_list|env_number|env_duration)\(\s*["']([A-Z_]+)["']""",
+                          source)) | set(
         re.findall(r"""\benv=["']([A-Z_]+)["']""", source))
 
 
@@ -158,6 +166,11 @@ def test_each_variable_has_its_effect(tmp_path):
     ("LOG_FORMAT", "xml", "LOG_FORMAT must be plain or json, not 'xml'"),
     ("LOG_LEVEL", "loud", "LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL, not 'LOUD'"),
     ("DELAY_READYZ_TIMEOUT_SECONDS", "0", "DELAY_READYZ_TIMEOUT_SECONDS must be more than 0, not 0.0"),
+    ("DELAY_RETENTION", "7 days", "DELAY_RETENTION must be a duration such as 90s, 15m, 12h or 7d, not '7 days'"),
+    ("DELAY_FAILED_RETENTION", "off", "DELAY_FAILED_RETENTION must be a duration such as 90s, 15m, 12h or 7d"),
+    ("DELAY_PRUNE_EVERY", "hourly",
+     "DELAY_PRUNE_EVERY must be a duration such as 90s, 15m, 12h or 7d, or off, not 'hourly'"),
+    ("DELAY_ARCHIVE_RETENTION", "-1d", "DELAY_ARCHIVE_RETENTION must be a duration such as 90s, 15m, 12h or 7d"),
 ])
 def test_bad_values_stop_start_up_with_one_line(name, value, says):
     result = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, capture_output=True, text=True,
@@ -215,6 +228,19 @@ def test_a_bad_shard_count_stops_a_command_with_one_line():
                                  "DELAY_SHARDS": "v3=x"})
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert result.stderr.strip() == "configuration error: DELAY_SHARDS: the shards of v3 must be a whole number, not 'x'"
+
+
+def test_the_archive_lives_beside_the_reports_files_unless_set(settings, tmp_path):
+    settings.DELAY_ARCHIVE_DIR, settings.ACCURACY_REPORT_DIR = "", tmp_path
+    assert conf().archive_dir == tmp_path / "archive"
+    settings.DELAY_ARCHIVE_DIR = str(tmp_path / "elsewhere")
+    assert conf().archive_dir == tmp_path / "elsewhere"
+
+
+def test_a_prune_batch_of_nothing_is_refused(settings):
+    settings.DELAY_PRUNE_BATCH = 0
+    with pytest.raises(ImproperlyConfigured, match="DELAY_PRUNE_BATCH must be at least 1, not 0"):
+        conf()
 
 
 def test_override_settings_reaches_the_typed_object(settings):

@@ -90,15 +90,17 @@ def test_a_backdated_arrival_records_the_requested_time_untouched_and_a_small_la
 ARRIVALS = [
     # the copy that came through the cascade
     ((U, 0, 0, 0, False, False),
-     (Arrival.DELIVER, {"delivery_count": 1, "status": D, "delivered_at": NOW, "lateness_ms": 40})),
+     (Arrival.DELIVER, {"delivery_count": 1, "status": D, "delivered_at": NOW, "lateness_ms": 40,
+                        "finished_at": NOW})),
     ((P, 0, 0, 0, False, False),  # the broker was faster than the relay's commit
-     (Arrival.DELIVER, {"delivery_count": 1, "status": D, "delivered_at": NOW, "lateness_ms": 40})),
+     (Arrival.DELIVER, {"delivery_count": 1, "status": D, "delivered_at": NOW, "lateness_ms": 40,
+                        "finished_at": NOW})),
     # another copy of it: counted, dropped
     ((D, 0, 1, 0, False, False), (Arrival.DUPLICATE, {"delivery_count": 2})),
     ((F, 6, 1, 0, False, False), (Arrival.DUPLICATE, {"delivery_count": 2})),
     ((C, 0, 0, 0, False, False), (Arrival.CANCELLED, {"delivery_count": 1})),
     # handler retries: attempt n is delivered only while it is the current one; not counted again
-    ((U, 1, 1, 1, False, False), (Arrival.DELIVER, {"status": D})),
+    ((U, 1, 1, 1, False, False), (Arrival.DELIVER, {"status": D, "finished_at": NOW})),
     ((U, 2, 1, 1, False, False), (Arrival.DUPLICATE, {})),  # a stale retry
     ((U, 1, 1, 0, False, False), (Arrival.DUPLICATE, {"delivery_count": 2})),  # attempt 0 again, mid-retry
     ((C, 1, 1, 1, False, False), (Arrival.CANCELLED, {})),
@@ -127,14 +129,15 @@ def test_two_copies_in_one_batch_deliver_once():
     assert (first, second) == (Arrival.DELIVER, Arrival.DUPLICATE) and change == {"delivery_count": 2}
 
 
-@pytest.mark.parametrize(("attempts", "max_retries", "event", "status"), [
-    (0, 5, Event.RETRY, U), (4, 5, Event.RETRY, U), (5, 5, Event.GIVE_UP, F), (0, 0, Event.GIVE_UP, F),
+@pytest.mark.parametrize(("attempts", "max_retries", "event", "status", "finished_at"), [
+    (0, 5, Event.RETRY, U, None), (4, 5, Event.RETRY, U, None),  # in flight again
+    (5, 5, Event.GIVE_UP, F, NOW), (0, 0, Event.GIVE_UP, F, NOW),  # finished: its retention starts
 ])
-def test_a_failing_handler_retries_then_gives_up(attempts, max_retries, event, status):
+def test_a_failing_handler_retries_then_gives_up(attempts, max_retries, event, status, finished_at):
     state = State(status=D, due_at=DUE, attempts=attempts)
-    assert lifecycle.handler_failed(state, error="RuntimeError: 500", max_retries=max_retries) == (
+    assert lifecycle.handler_failed(state, error="RuntimeError: 500", max_retries=max_retries, now=NOW) == (
         event, {"status": status, "attempts": attempts + 1,
-                "last_error": f"handler attempt {attempts + 1}: RuntimeError: 500"})
+                "last_error": f"handler attempt {attempts + 1}: RuntimeError: 500", "finished_at": finished_at})
 
 
 @pytest.mark.parametrize(("status", "attempts", "attempt", "change"), [
@@ -149,7 +152,7 @@ def test_a_retry_the_broker_never_took_is_forgotten(status, attempts, attempt, c
 
 def test_after_an_unsent_retry_the_copy_handed_back_delivers_again():
     row = State(status=D, due_at=DUE, delivery_count=1)
-    _, failed = lifecycle.handler_failed(row, error="OperationalError: broker down", max_retries=5)
+    _, failed = lifecycle.handler_failed(row, error="OperationalError: broker down", max_retries=5, now=NOW)
     row = State(status=failed["status"], due_at=DUE, attempts=failed["attempts"], delivery_count=1)
     assert lifecycle.arrive(row, attempt=0, now=NOW)[0] is Arrival.DUPLICATE  # what lost messages before
     row = State(status=row.status, due_at=DUE, attempts=lifecycle.retry_unsent(row, attempt=1)["attempts"],
@@ -158,12 +161,14 @@ def test_after_an_unsent_retry_the_copy_handed_back_delivers_again():
 
 
 def test_handler_errors_are_cut_to_2000_characters():
-    _, change = lifecycle.handler_failed(State(status=D, due_at=DUE), error="x" * 5000, max_retries=1)
+    _, change = lifecycle.handler_failed(State(status=D, due_at=DUE), error="x" * 5000, max_retries=1, now=NOW)
     assert len(change["last_error"]) == 2000
 
 
 @pytest.mark.parametrize(("status", "change"), [
-    (P, {"status": C, "cancelled_at": NOW}), (U, {"status": C, "cancelled_at": NOW}), (C, {}),
+    (P, {"status": C, "cancelled_at": NOW, "finished_at": NOW}),
+    (U, {"status": C, "cancelled_at": NOW, "finished_at": NOW}),
+    (C, {}),
 ])
 def test_cancel(status, change):
     assert lifecycle.cancel(State(status=status, due_at=DUE), now=NOW) == change
@@ -177,10 +182,20 @@ def test_what_happened_cannot_be_cancelled(status):
 
 def test_republish_starts_a_failed_message_over():
     assert lifecycle.republish(State(status=F, due_at=DUE, attempts=6, delivery_count=2)) == {
-        "status": P, "attempts": 0, "delivered_at": None, "lateness_ms": None}
+        "status": P, "attempts": 0, "delivered_at": None, "lateness_ms": None, "finished_at": None}
     for status in (P, U, D, C):
         with pytest.raises(lifecycle.IllegalTransition):
             lifecycle.republish(State(status=status, due_at=DUE))
+
+
+def test_unroutable_fails_a_message_and_finishes_it():
+    assert lifecycle.unroutable(reason="no queue", now=NOW) == {"status": F, "last_error": "no queue",
+                                                               "finished_at": NOW}
+
+
+def test_every_status_is_in_flight_or_finished():
+    """In flight: never pruned. Finished: pruned once its retention has passed since finished_at."""
+    assert lifecycle.FINISHED | lifecycle.IN_FLIGHT == set(Status) and not lifecycle.FINISHED & lifecycle.IN_FLIGHT
 
 
 def test_apply_sets_fields_and_names_them():

@@ -10,8 +10,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 def progress_bar(stream, description: str, total: int | None):
     console = Console(file=stream, force_terminal=None)
     if not console.is_terminal:
-        def update(done: int, detail: str = "") -> None:
-            stream.write(f"{description}: {done}/{total if total is not None else '?'} {detail}\n")
+        def update(done: int, detail: str = "", *, of: int | None = None) -> None:
+            shown = of if of is not None else total
+            stream.write(f"{description}: {done}/{shown if shown is not None else '?'} {detail}\n")
             stream.flush()
 
         yield update
@@ -21,7 +22,7 @@ def progress_bar(stream, description: str, total: int | None):
     with Progress(*columns, console=console) as bar:
         task = bar.add_task(description, total=total, detail="")
 
-        def update(done: int, detail: str = "") -> None:
-            bar.update(task, completed=done, detail=detail)
+        def update(done: int, detail: str = "", *, of: int | None = None) -> None:
+            bar.update(task, completed=done, detail=detail, **({"total": of} if of is not None else {}))
 
         yield update

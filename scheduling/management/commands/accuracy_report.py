@@ -38,7 +38,8 @@ class Command(PlatformCommand):
             raise CommandError(one_line(exc)) from None
         days = str(first) if first == last else f"{first}..{last}"
         self.stdout.write(
-            f"accuracy report {days}: {run.facts:,} messages -> {run.report_rows:,} report rows"
+            f"accuracy report {days}: {run.facts + run.archived:,} messages ({run.facts:,} live, {run.archived:,} "
+            f"archived) -> {run.report_rows:,} report rows"
         )
         for stage, seconds in (
             ("export", run.export_seconds),

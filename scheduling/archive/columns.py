@@ -1,0 +1,60 @@
+"""The columns of a message row in Parquet: every column of ScheduledMessage, with its endpoint's
+and version's names beside their ids, the shard its id travels on, and the payload as JSON text
+(null where DELAY_ARCHIVE_PAYLOADS is off). Files carry no ``due_date`` column: it is the
+partition directory (``due_date=YYYY-MM-DD``), the day the accuracy report counts a message on:
+the date (UTC) of the later of its due time and the time it was accepted."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+M, E, T = '"scheduling_scheduledmessage"', '"scheduling_endpoint"', '"scheduling_topologyversion"'
+# column -> (SQL over the message table M, its endpoint E and its version T; Arrow type)
+COLUMNS: dict[str, tuple[str, pa.DataType]] = {
+    "id": (f'{M}."id"', pa.string()),
+    "endpoint": (f'{E}."name"', pa.string()),
+    "endpoint_id": (f'{M}."endpoint_id"', pa.int64()),
+    "version": (f'{T}."name"', pa.string()),
+    "topology_id": (f'{M}."topology_id"', pa.int64()),
+    "delivery_mode": (f'{M}."delivery_mode"', pa.string()),
+    "requested_delay_ms": (f'{M}."requested_delay_ms"', pa.int64()),
+    "due_at": (f'{M}."due_at"', TIMESTAMP),
+    "created_at": (f'{M}."created_at"', TIMESTAMP),
+    "published_at": (f'{M}."published_at"', TIMESTAMP),
+    "delivered_at": (f'{M}."delivered_at"', TIMESTAMP),
+    "cancelled_at": (f'{M}."cancelled_at"', TIMESTAMP),
+    "finished_at": (f'{M}."finished_at"', TIMESTAMP),
+    "status": (f'{M}."status"', pa.string()),
+    "lateness_ms": (f'{M}."lateness_ms"', pa.int64()),
+    "delivery_count": (f'{M}."delivery_count"', pa.int32()),
+    "attempts": (f'{M}."attempts"', pa.int32()),
+    "delivered_by": (f'{M}."delivered_by"', pa.string()),
+    "routing_key": (f'{M}."routing_key"', pa.string()),
+    "first_exchange": (f'{M}."first_exchange"', pa.string()),
+    "idempotency_key": (f'{M}."idempotency_key"', pa.string()),
+    "last_error": (f'{M}."last_error"', pa.string()),
+    "payload": (f'{M}."payload"::text', pa.string()),
+}
+NO_PAYLOAD_SQL = "NULL::text"
+# Computed from a row after reading it: the shard of its version its id picks (with the shard
+# counts configured when it was written), so deliveries of every shard can be told apart.
+DERIVED: dict[str, pa.DataType] = {"shard": pa.int32()}
+SCHEMA = pa.schema([pa.field(name, kind) for name, (_, kind) in COLUMNS.items()]
+                   + [pa.field(name, kind) for name, kind in DERIVED.items()])
+
+DAY_COLUMN = "due_date"
+DAY_SQL = f"""(greatest({M}."due_at", {M}."created_at") AT TIME ZONE 'UTC')::date"""
+FROM_SQL = f'{M} JOIN {E} ON {E}."id" = {M}."endpoint_id" JOIN {T} ON {T}."id" = {M}."topology_id"'
+
+
+def select_sql(*, where: str, payloads: bool) -> str:
+    """The rows of ``where`` in COLUMNS' order, then their day (read to split a batch by day)."""
+    columns = [f'{NO_PAYLOAD_SQL if name == "payload" and not payloads else sql} AS "{name}"'
+               for name, (sql, _) in COLUMNS.items()]
+    return f"SELECT {', '.join(columns)}, {DAY_SQL} AS {DAY_COLUMN} FROM {FROM_SQL} WHERE {where}"
+
+
+def partition_name(day) -> str:
+    return f"{DAY_COLUMN}={day.isoformat()}"

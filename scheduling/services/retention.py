@@ -1,0 +1,266 @@
+"""Bounded history: a finished message stays in PostgreSQL for its retention (DELAY_RETENTION,
+DELAY_FAILED_RETENTION for failed ones), then the prune moves it to the Parquet archive
+(DELAY_ARCHIVE_DIR) and deletes its row. Pending and published messages are never pruned,
+however old: a message due in eight years waits in the table for eight years.
+
+Crash-safe and exact. Each batch is one transaction: its rows are locked, written to one file
+per due date beside the file's final name, flushed, read back (row count and ids), renamed into
+place, then listed in ArchiveFile and deleted in the same commit. Killed before that commit, the
+rows are still in the table and the file is not listed: the next prune removes such files
+before it writes anything, so no message is lost and none is archived twice. One prune runs at
+a time per database (an advisory lock, released by PostgreSQL when its session dies): a second
+one started meanwhile (two beats) does nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import pyarrow as pa
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+from uuid_utils.compat import uuid7
+
+from .. import selectors
+from ..archive import columns, parquet
+from ..conf import conf
+from ..durations import format_duration
+from ..lifecycle import Status
+from ..models import ArchiveFile, ScheduledMessage
+
+log = logging.getLogger(__name__)
+
+PRUNE_LOCK = int.from_bytes(b"dp.prune", "big") & (2**63 - 1)  # pg advisory lock key (bigint)
+FILE_PREFIX, FILE_SUFFIX = "part-", ".parquet"
+
+Progress = Callable[[int, int], None]  # (messages done, messages to do)
+
+
+class PruneError(Exception):
+    """The prune stopped; what it committed before stays committed, the rest is untouched."""
+
+
+@dataclass
+class PruneResult:
+    dry_run: bool
+    skipped: bool = False  # another prune holds the lock: this one did nothing
+    candidates: int = 0  # finished messages past their retention when the run started
+    archived: int = 0  # rows written to archive files that were committed
+    deleted: int = 0  # rows deleted from the table
+    files: int = 0
+    archive_bytes: int = 0
+    kept_in_flight: int = 0  # pending or published, accepted before the retention: never pruned
+    reusable_bytes: int | None = None  # table + index space the deleted rows leave for new ones
+    orphans_removed: int = 0  # files of killed runs, removed before writing
+    archive_days_removed: int = 0  # days past DELAY_ARCHIVE_RETENTION
+    seconds: float = 0.0
+
+
+def message_gone(message_id) -> str:
+    """What a client reads for an id the table does not have: it may have been archived."""
+    settings = conf()
+    return (f"no message {message_id}: finished messages are archived and removed "
+            f"{format_duration(settings.retention)} after they finish (DELAY_RETENTION; failed ones after "
+            f"{format_duration(settings.failed_retention)}, DELAY_FAILED_RETENTION)")
+
+
+def retention_window() -> str:
+    """The window, in words, for pages that show messages and idempotency keys."""
+    settings = conf()
+    return (f"Finished messages stay here {format_duration(settings.retention)} after they finish (failed ones "
+            f"{format_duration(settings.failed_retention)}), then move to the archive; an idempotency key is "
+            f"unique per endpoint within that window.")
+
+
+def prune_rules(now: datetime) -> list[tuple[Status, datetime]]:
+    """(status, cutoff): messages of that status that finished before the cutoff go."""
+    settings = conf()
+    return [(Status.DELIVERED, now - settings.retention), (Status.CANCELLED, now - settings.retention),
+            (Status.FAILED, now - settings.failed_retention)]
+
+
+def messages_prune(*, now: datetime | None = None, dry_run: bool = False,
+                   progress: Progress | None = None) -> PruneResult:
+    """Archive, then delete, every finished message past its retention (see the module's doc).
+    ``dry_run`` counts what would go and changes nothing."""
+    started = time.monotonic()
+    now = now or timezone.now()
+    result = PruneResult(dry_run=dry_run)
+    with _prune_lock() as held:
+        if not held:
+            result.skipped = True
+            return result
+        rules = prune_rules(now)
+        result.kept_in_flight = selectors.messages_in_flight_created_before(max(cutoff for _, cutoff in rules))
+        result.candidates = sum(selectors.messages_past_retention(status=s, cutoff=c).count() for s, c in rules)
+        per_row = selectors.message_table_bytes_per_row()
+        if dry_run:
+            result.reusable_bytes = round(result.candidates * per_row) if per_row else 0
+        else:
+            _prune(rules, now, result, progress or (lambda done, total: None))
+            result.reusable_bytes = round(result.deleted * per_row) if per_row else 0
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _prune(rules, now: datetime, result: PruneResult, progress: Progress) -> None:
+    settings = conf()
+    archive = settings.archive_dir
+    try:
+        archive.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PruneError(f"cannot write to the archive {archive}: {exc.strerror or exc}") from None
+    result.orphans_removed = archive_orphans_remove(archive)
+    progress(0, result.candidates)
+    for status, cutoff in rules:
+        after = None
+        while batch := prune_batch(status=status, cutoff=cutoff, after=after, limit=settings.prune_batch,
+                                   archive=archive, payloads=settings.archive_payloads):
+            after = batch.last
+            result.archived += batch.rows
+            result.deleted += batch.rows
+            result.files += len(batch.files)
+            result.archive_bytes += sum(f.bytes for f in batch.files)
+            progress(result.deleted, max(result.candidates, result.deleted))
+            log.info("pruned %s: %d messages archived to %s and deleted (%d/%d)", status, batch.rows,
+                     ", ".join(f.path for f in batch.files), result.deleted, result.candidates)
+    result.archive_days_removed = archive_days_expire(now=now, archive=archive)
+
+
+@dataclass(frozen=True)
+class Batch:
+    rows: int
+    files: list[ArchiveFile]
+    last: tuple[datetime, object]  # (created_at, id) of its last row: where the next batch starts
+
+
+def prune_batch(*, status: Status, cutoff: datetime, after, limit: int, archive: Path, payloads: bool) -> Batch | None:
+    """One transaction: lock up to ``limit`` rows past the cutoff (in created_at, id order, after
+    ``after``), archive them, list the files and delete the rows; None when none are left.
+    Rows another transaction holds are skipped (the next prune takes them)."""
+    with transaction.atomic():
+        candidates = selectors.messages_past_retention(status=status, cutoff=cutoff)
+        if after is not None:
+            created, last_id = after
+            candidates = candidates.filter(Q(created_at__gt=created) | Q(created_at=created, id__gt=last_id),
+                                           created_at__gte=created)
+        locked = list(candidates.order_by("created_at", "id").select_for_update(skip_locked=True)
+                      .values_list("id", "created_at")[:limit])
+        if not locked:
+            return None
+        ids = [message_id for message_id, _ in locked]
+        files = archive_write(ids=ids, archive=archive, payloads=payloads)
+        try:
+            archive_commit(files=files, ids=ids)
+        except BaseException:
+            for f in files:  # not committed: the rows stay, their files go (else the next prune's orphans)
+                (archive / f.path).unlink(missing_ok=True)
+            raise
+    return Batch(len(ids), files, (locked[-1][1], locked[-1][0]))
+
+
+def archive_write(*, ids: list, archive: Path, payloads: bool) -> list[ArchiveFile]:
+    """The rows of ``ids`` (locked by the caller) in durable files, one per due date; unsaved
+    ArchiveFile rows describe them."""
+    where = f'{columns.M}."id" = ANY(%s::uuid[])'
+    table = pa.Table.from_batches(list(parquet.message_batches(where=where, params=[ids], payloads=payloads)),
+                                  schema=parquet.SCHEMA_WITH_DAY)
+    if table.num_rows != len(ids):
+        raise PruneError(f"read {table.num_rows} of the {len(ids)} locked messages back; nothing was deleted")
+    name = f"{FILE_PREFIX}{uuid7().hex}{FILE_SUFFIX}"  # time-ordered: a day's files list in the order written
+    files, written = [], []
+    try:
+        for day, rows in parquet.split_by_day(table).items():
+            relative = Path(columns.partition_name(day)) / name
+            size = parquet.write_durable(rows, archive / relative)
+            written.append(archive / relative)
+            files.append(ArchiveFile(path=str(relative), day=day, rows=rows.num_rows, bytes=size))
+    except parquet.ArchiveWriteError as exc:
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise PruneError(str(exc)) from None
+    return files
+
+
+def archive_commit(*, files: list[ArchiveFile], ids: list) -> None:
+    """List the files and delete their rows, in the caller's transaction: both or neither."""
+    ArchiveFile.objects.bulk_create(files)
+    deleted = ScheduledMessage.objects.delete_ids(ids)
+    if deleted != len(ids):
+        raise PruneError(f"deleted {deleted} of the {len(ids)} archived messages; rolled back")
+
+
+def archive_orphans_remove(archive: Path) -> int:
+    """Remove what killed prunes left: temporary files, and files no committed batch lists (their
+    rows are still in the table). Only under the prune lock: no other prune is writing."""
+    removed = 0
+    for day_dir in sorted(archive.glob(f"{columns.DAY_COLUMN}=*")):
+        if not day_dir.is_dir():
+            continue
+        listed = set(ArchiveFile.objects.filter(path__startswith=f"{day_dir.name}/").values_list("path", flat=True))
+        for entry in day_dir.iterdir():
+            temporary = entry.name.startswith(f".{FILE_PREFIX}") and entry.name.endswith(".tmp")
+            unlisted = (entry.name.startswith(FILE_PREFIX) and entry.name.endswith(FILE_SUFFIX)
+                        and f"{day_dir.name}/{entry.name}" not in listed)
+            if temporary or unlisted:
+                entry.unlink()
+                removed += 1
+                log.warning("removed %s, left by a prune that did not commit", entry)
+        _remove_if_empty(day_dir)
+    return removed
+
+
+def archive_days_expire(*, now: datetime, archive: Path) -> int:
+    """Delete the archive's days older than DELAY_ARCHIVE_RETENTION: unlisted first (committed),
+    then their files (a crash between leaves unlisted files, which the next prune removes)."""
+    retention = conf().archive_retention
+    if retention is None:
+        return 0
+    old = ArchiveFile.objects.filter(day__lt=(now - retention).date())
+    expired = list(old.values_list("path", flat=True))
+    if not expired:
+        return 0
+    old.delete()
+    days = {Path(path).parent for path in expired}
+    for path in expired:
+        (archive / path).unlink(missing_ok=True)
+    for day in days:
+        _remove_if_empty(archive / day)
+    return len(days)
+
+
+def _remove_if_empty(directory: Path) -> None:
+    try:
+        os.rmdir(directory)
+    except OSError:
+        pass  # not empty (or gone)
+
+
+def _prune_lock() -> _AdvisoryLock:
+    return _AdvisoryLock(PRUNE_LOCK)
+
+
+class _AdvisoryLock:
+    """A session-level advisory lock on Django's connection: held until released or until the
+    session ends (a killed process releases it)."""
+
+    def __init__(self, key: int):
+        self.key, self.held = key, False
+
+    def __enter__(self) -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_lock(%s)", [self.key])
+            self.held = cursor.fetchone()[0]
+        return self.held
+
+    def __exit__(self, *exc) -> None:
+        if self.held and connection.connection is not None:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [self.key])

@@ -1,0 +1,51 @@
+"""A prune in a process of its own that SIGKILLs itself at a chosen point (tests of the prune's
+crash safety): ``python -m tests.reliability.prune_child POINT``. The points wrap the prune's own
+steps from outside; the platform's code has no hook for this."""
+
+import os
+import signal
+import sys
+
+import django
+
+
+def die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main(point: str) -> None:
+    django.setup()
+    from scheduling.archive import parquet
+    from scheduling.services import retention
+
+    if point == "writing":  # the first file is written, not yet flushed, checked or renamed
+        parquet._fsync_file = lambda path: die()
+    elif point == "renamed":  # the first batch's files are in place, not yet listed; rows not deleted
+        retention.archive_commit = lambda **kwargs: die()
+    elif point == "deleted":  # listed and deleted, the COMMIT not sent
+        commit = retention.archive_commit
+
+        def commit_then_die(**kwargs):
+            commit(**kwargs)
+            die()
+
+        retention.archive_commit = commit_then_die
+    elif point == "committed":  # the first batch committed, the second not started
+        prune_batch = retention.prune_batch
+        calls = []
+
+        def batch_then_die(**kwargs):
+            if calls:
+                die()
+            calls.append(1)
+            return prune_batch(**kwargs)
+
+        retention.prune_batch = batch_then_die
+    elif point != "none":
+        raise SystemExit(f"unknown point {point!r}")
+    result = retention.messages_prune()
+    print(f"skipped={result.skipped} archived={result.archived} deleted={result.deleted}", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
