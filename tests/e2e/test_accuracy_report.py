@@ -2,6 +2,7 @@
 accuracy_report (export + Spark job in its own process + load), then every number of the
 endpoint's rows checked against the messages table."""
 
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -138,3 +139,49 @@ def test_accuracy_report_matches_the_messages_table(api, platform, worker, endpo
     overall = [r for r in rows if (r.endpoint, r.version, r.delay_bucket) == (ALL, ALL, ALL)]
     assert sum(r.scheduled for r in overall) == len(messages) and checked >= len(overall) + 3
     assert len(rows) == len({(r.day, r.endpoint, r.version, r.delivery_mode, r.delay_bucket) for r in rows})
+
+
+REPORT_FIELDS = [f.name for f in AccuracyReport._meta.fields if f.name not in ("id", "computed_at")]
+
+
+def report_rows(days) -> list[tuple]:
+    return sorted(tuple(getattr(r, name) for name in REPORT_FIELDS) for r in AccuracyReport.objects.filter(day__in=days))
+
+
+def test_a_days_report_is_the_same_after_its_messages_are_pruned(api, platform, worker, endpoint_name, settings,
+                                                                 tmp_path):
+    """Delivered, cancelled and failed messages go to the archive; the report of their day,
+    run again, reads them there: the same figures, row for row. The message still in flight
+    stays in the table and is counted from there."""
+    settings.ACCURACY_REPORT_DIR = tmp_path
+    assert api.post("/api/endpoints/", {"name": endpoint_name}, format="json").status_code == 201
+    delays = [0, 0.2, 0.5, 1, 1.5, 2]
+    response = api.post("/api/messages/bulk/", {"messages": [
+        {"endpoint": endpoint_name, "payload": {"n": n}, "delay_seconds": d} for n, d in enumerate(delays)]},
+        format="json")
+    delivered = [m["id"] for m in response.json()["messages"]]
+    later, waiting = (api.post("/api/messages/", {"endpoint": endpoint_name, "payload": {}, "delay_seconds": d},
+                               format="json").json()["id"] for d in (30, 3600))
+    assert api.post(f"/api/messages/{later}/cancel/").json()["status"] == "cancelled"
+    backdated = api.post("/api/messages/", {"endpoint": endpoint_name, "payload": {"n": "past"},
+                                            "deliver_at": (timezone.now() - timedelta(days=1)).isoformat()},
+                         format="json").json()["id"]
+    delivered.append(backdated)
+    wait_until(lambda: ScheduledMessage.objects.filter(id__in=delivered, status=Status.DELIVERED).count()
+               == len(delivered), timeout=30, message="every message delivered by the worker")
+    failed = ScheduledMessage.objects.get(id=delivered[0])  # as a handler that gave up leaves it
+    ScheduledMessage.objects.filter(id=failed.id).update(status=Status.FAILED, attempts=6, last_error="gave up")
+    wait_until(lambda: ScheduledMessage.objects.get(id=waiting).status == Status.PUBLISHED, timeout=30)
+
+    mine = ScheduledMessage.objects.filter(endpoint__name=endpoint_name)
+    days = sorted({due(m).date() for m in mine})
+    call_command("accuracy_report", "--since", str(days[0]), "--until", str(days[-1]), "--no-progress")
+    before = report_rows(days)
+    assert any(row[REPORT_FIELDS.index("endpoint")] == endpoint_name for row in before)
+
+    settings.DELAY_RETENTION = settings.DELAY_FAILED_RETENTION = timedelta(0)
+    call_command("prune_messages", "--no-progress")
+    assert set(mine.values_list("id", flat=True)) == {uuid.UUID(waiting)}  # only the one in flight is left
+    call_command("accuracy_report", "--since", str(days[0]), "--until", str(days[-1]), "--no-progress")
+
+    assert report_rows(days) == before
