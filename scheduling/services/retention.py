@@ -33,7 +33,7 @@ from ..archive import columns, parquet
 from ..conf import conf
 from ..durations import format_duration
 from ..lifecycle import Status
-from ..models import ArchiveFile, ScheduledMessage
+from ..models import AccuracyReport, ArchiveFile, ScheduledMessage
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,7 @@ class PruneResult:
     reusable_bytes: int | None = None  # table + index space the deleted rows leave for new ones
     orphans_removed: int = 0  # files of killed runs, removed before writing
     archive_days_removed: int = 0  # days past DELAY_ARCHIVE_RETENTION
+    report_rows_removed: int = 0  # accuracy report rows of those days
     seconds: float = 0.0
 
 
@@ -132,6 +133,8 @@ def _prune(rules, now: datetime, result: PruneResult, progress: Progress) -> Non
             log.info("pruned %s: %d messages archived to %s and deleted (%d/%d)", status, batch.rows,
                      ", ".join(f.path for f in batch.files), result.deleted, result.candidates)
     result.archive_days_removed = archive_days_expire(now=now, archive=archive)
+    result.report_rows_removed = accuracy_reports_expire(now=now)
+    _expired_sessions_remove()
 
 
 @dataclass(frozen=True)
@@ -234,6 +237,23 @@ def archive_days_expire(*, now: datetime, archive: Path) -> int:
     for day in days:
         _remove_if_empty(archive / day)
     return len(days)
+
+
+def accuracy_reports_expire(*, now: datetime) -> int:
+    """The report's rows of days older than DELAY_ARCHIVE_RETENTION: their facts are gone too."""
+    retention = conf().archive_retention
+    if retention is None:
+        return 0
+    return AccuracyReport.objects.filter(day__lt=(now - retention).date()).delete()[0]
+
+
+def _expired_sessions_remove() -> None:
+    """Admin logins' expired sessions (what ``clearsessions`` does; nothing else runs it)."""
+    from importlib import import_module
+
+    from django.conf import settings
+
+    import_module(settings.SESSION_ENGINE).SessionStore.clear_expired()
 
 
 def _remove_if_empty(directory: Path) -> None:

@@ -54,6 +54,7 @@ class Command(PlatformCommand):
         reusable = "unknown" if result.reusable_bytes is None else f"≈ {size(result.reusable_bytes)}"
         self.stdout.write(f"  space      {reusable} of the table (with its indexes) reused for new rows once "
                           "autovacuum has passed; its files do not shrink")
-        if result.orphans_removed or result.archive_days_removed:
+        if result.orphans_removed or result.archive_days_removed or result.report_rows_removed:
             self.stdout.write(f"  removed    {result.orphans_removed:,} file(s) of interrupted runs, "
-                              f"{result.archive_days_removed:,} archive day(s) past DELAY_ARCHIVE_RETENTION")
+                              f"{result.archive_days_removed:,} archive day(s) and {result.report_rows_removed:,} "
+                              "accuracy report row(s) past DELAY_ARCHIVE_RETENTION")

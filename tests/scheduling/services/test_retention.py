@@ -14,7 +14,8 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from scheduling.archive import columns
-from scheduling.models import ArchiveFile, ScheduledMessage
+from scheduling.models import AccuracyReport, ArchiveFile, ScheduledMessage
+from scheduling.reports.accuracy import COUNTS
 from scheduling.services import retention
 from tests.support import database_url
 
@@ -182,11 +183,16 @@ def test_archive_days_past_their_retention_are_deleted(archive, settings):
         (archive / path).write_bytes(b"x")
         ArchiveFile.objects.create(path=path, day=day, rows=1, bytes=1)
 
+    for day in days.values():
+        AccuracyReport.objects.create(day=day, endpoint="*", version="*", delivery_mode="*", delay_bucket="*",
+                                      computed_at=NOW, **dict.fromkeys(COUNTS, 0))
+
     result = retention.messages_prune(now=NOW)
 
-    assert result.archive_days_removed == 1
+    assert result.archive_days_removed == 1 and result.report_rows_removed == 1
     assert [f.day for f in ArchiveFile.objects.all()] == [days["kept"]]
     assert sorted(p.name for p in archive.iterdir()) == [f"due_date={days['kept'].isoformat()}"]
+    assert [r.day for r in AccuracyReport.objects.all()] == [days["kept"]]  # its facts are gone with the archive
 
 
 def test_an_archive_that_cannot_be_written_deletes_nothing(settings, tmp_path, row):
@@ -229,3 +235,14 @@ def test_the_columns_name_every_field_of_a_message():
     fields = {f.attname for f in ScheduledMessage._meta.concrete_fields}
     named = {name for name in columns.COLUMNS} | {"endpoint_id", "topology_id"}
     assert fields <= named, fields - named
+
+
+def test_expired_admin_sessions_go_with_the_prune(archive):
+    from django.contrib.sessions.models import Session
+    from django.utils import timezone
+
+    now = timezone.now()  # sessions expire by the clock, not by the prune's cutoff
+    Session.objects.create(session_key="old" * 8, session_data="", expire_date=now - timedelta(minutes=1))
+    Session.objects.create(session_key="new" * 8, session_data="", expire_date=now + timedelta(days=1))
+    retention.messages_prune(now=NOW)
+    assert list(Session.objects.values_list("session_key", flat=True)) == ["new" * 8]
