@@ -3,7 +3,7 @@
 Rows arrive through ``COPY (SELECT ...) TO STDOUT`` and pyarrow parses that CSV stream block by
 block, so memory stays flat however many rows a query has. A file is written beside its final
 name, flushed to disk, read back and checked, then renamed into place (and the directory
-flushed): whoever deletes rows after ``write_durable`` returned has them on disk.
+flushed): whoever deletes rows after ``DurableFile.finish`` returned has them on disk.
 """
 
 from __future__ import annotations
@@ -83,8 +83,10 @@ def _with_shard(batch: pa.RecordBatch, shards: dict[str, int]) -> pa.RecordBatch
 SCHEMA_WITH_DAY = columns.SCHEMA.append(pa.field(columns.DAY_COLUMN, pa.date32()))
 
 
-def split_by_day(table: pa.Table) -> dict:
+def split_by_day(table: pa.Table | pa.RecordBatch) -> dict:
     """{day: that day's rows without the due_date column}, days in order."""
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
     days = sorted(pc.unique(table.column(columns.DAY_COLUMN)).to_pylist())
     return {day: table.filter(pc.equal(table.column(columns.DAY_COLUMN), day)).drop_columns([columns.DAY_COLUMN])
             for day in days}
@@ -99,36 +101,62 @@ def temp_name(final: Path) -> Path:
     return final.with_name(f".{final.name}.tmp")
 
 
-def write_durable(table: pa.Table, final: Path) -> int:
-    """Write ``table`` to ``final`` so that it survives a crash once this returns: written to a
-    temporary name, fsynced, read back (row count and every id), renamed, the directory fsynced.
-    Returns the file's size. Raises ArchiveWriteError if anything differs."""
-    directory = final.parent
-    if not directory.exists():
-        directory.mkdir(parents=True, exist_ok=True)
-        _fsync_dir(directory.parent)
-    temp = temp_name(final)
-    try:
-        pq.write_table(table, temp, compression=COMPRESSION)
-        _fsync_file(temp)
-        _check(temp, table)
-        os.rename(temp, final)
-    except (OSError, pa.ArrowException) as exc:
-        temp.unlink(missing_ok=True)
-        raise ArchiveWriteError(f"cannot write {final}: {exc}") from None
-    except ArchiveWriteError:
-        temp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(directory)
-    return final.stat().st_size
+class DurableFile:
+    """A Parquet file that survives a crash once ``finish`` returns: written batch by batch under a
+    temporary name (memory stays at a batch, whatever the payloads weigh), then flushed, read back
+    (row count and every id), renamed into place, and its directory flushed. ``abort`` removes
+    it. Raises ArchiveWriteError if anything fails or differs."""
 
+    def __init__(self, final: Path, schema: pa.Schema = columns.SCHEMA):
+        self.final, self.temp = final, temp_name(final)
+        self.rows, self._ids = 0, []
+        try:
+            if not final.parent.exists():
+                final.parent.mkdir(parents=True, exist_ok=True)
+                _fsync_dir(final.parent.parent)
+            self._writer = pq.ParquetWriter(self.temp, schema, compression=COMPRESSION)
+        except (OSError, pa.ArrowException) as exc:
+            raise ArchiveWriteError(f"cannot write {final}: {exc}") from None
 
-def _check(path: Path, table: pa.Table) -> None:
-    rows = pq.read_metadata(path).num_rows
-    if rows != table.num_rows:
-        raise ArchiveWriteError(f"{path} reads back {rows} rows, not {table.num_rows}")
-    if not pq.read_table(path, columns=["id"]).column("id").equals(table.column("id")):
-        raise ArchiveWriteError(f"{path} reads back other ids than were written")
+    def write(self, table: pa.Table) -> None:
+        try:
+            self._writer.write_table(table)
+        except (OSError, pa.ArrowException) as exc:
+            self.abort()
+            raise ArchiveWriteError(f"cannot write {self.final}: {exc}") from None
+        self.rows += table.num_rows
+        self._ids.append(table.column("id"))
+
+    def finish(self) -> int:
+        """Returns the file's size."""
+        try:
+            self._writer.close()
+            _fsync_file(self.temp)
+            self._check()
+            os.rename(self.temp, self.final)
+            _fsync_dir(self.final.parent)
+            return self.final.stat().st_size
+        except (OSError, pa.ArrowException) as exc:
+            self.abort()
+            raise ArchiveWriteError(f"cannot write {self.final}: {exc}") from None
+        except ArchiveWriteError:
+            self.abort()
+            raise
+
+    def abort(self) -> None:
+        try:
+            self._writer.close()
+        except Exception:  # already closed, or the disk that failed: the file goes anyway
+            pass
+        self.temp.unlink(missing_ok=True)
+
+    def _check(self) -> None:
+        rows = pq.read_metadata(self.temp).num_rows
+        if rows != self.rows:
+            raise ArchiveWriteError(f"{self.temp} reads back {rows} rows, not {self.rows}")
+        written = pa.chunked_array(self._ids, pa.string()).combine_chunks()
+        if not pq.read_table(self.temp, columns=["id"]).column("id").combine_chunks().equals(written):
+            raise ArchiveWriteError(f"{self.temp} reads back other ids than were written")
 
 
 def _fsync_file(path: Path) -> None:

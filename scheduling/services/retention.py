@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-import pyarrow as pa
 from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -170,26 +169,28 @@ def prune_batch(*, status: Status, cutoff: datetime, after, limit: int, archive:
 
 
 def archive_write(*, ids: list, archive: Path, payloads: bool) -> list[ArchiveFile]:
-    """The rows of ``ids`` (locked by the caller) in durable files, one per due date; unsaved
-    ArchiveFile rows describe them."""
+    """The rows of ``ids`` (locked by the caller) in durable files, one per due date, streamed
+    batch by batch; unsaved ArchiveFile rows describe them."""
     where = f'{columns.M}."id" = ANY(%s::uuid[])'
-    table = pa.Table.from_batches(list(parquet.message_batches(where=where, params=[ids], payloads=payloads)),
-                                  schema=parquet.SCHEMA_WITH_DAY)
-    if table.num_rows != len(ids):
-        raise PruneError(f"read {table.num_rows} of the {len(ids)} locked messages back; nothing was deleted")
     name = f"{FILE_PREFIX}{uuid7().hex}{FILE_SUFFIX}"  # time-ordered: a day's files list in the order written
-    files, written = [], []
+    files: dict = {}  # day -> parquet.DurableFile
     try:
-        for day, rows in parquet.split_by_day(table).items():
-            relative = Path(columns.partition_name(day)) / name
-            size = parquet.write_durable(rows, archive / relative)
-            written.append(archive / relative)
-            files.append(ArchiveFile(path=str(relative), day=day, rows=rows.num_rows, bytes=size))
-    except parquet.ArchiveWriteError as exc:
-        for path in written:
-            path.unlink(missing_ok=True)
+        for batch in parquet.message_batches(where=where, params=[ids], payloads=payloads):
+            for day, rows in parquet.split_by_day(batch).items():
+                if day not in files:
+                    files[day] = parquet.DurableFile(archive / columns.partition_name(day) / name)
+                files[day].write(rows)
+        read = sum(f.rows for f in files.values())
+        if read != len(ids):
+            raise PruneError(f"read {read} of the {len(ids)} locked messages back; nothing was deleted")
+        sizes = {day: durable.finish() for day, durable in files.items()}
+    except (parquet.ArchiveWriteError, PruneError) as exc:
+        for durable in files.values():
+            durable.abort()
+            durable.final.unlink(missing_ok=True)
         raise PruneError(str(exc)) from None
-    return files
+    return [ArchiveFile(path=str(durable.final.relative_to(archive)), day=day, rows=durable.rows, bytes=sizes[day])
+            for day, durable in files.items()]
 
 
 def archive_commit(*, files: list[ArchiveFile], ids: list) -> None:

@@ -170,8 +170,9 @@ def test_a_second_prune_does_nothing_while_one_holds_the_lock(archive, row):
     with psycopg.connect(url, autocommit=True) as other:  # another session holds the prune lock
         other.execute("SELECT pg_advisory_lock(%s)", [retention.PRUNE_LOCK])
         result = retention.messages_prune(now=NOW)
+        other.execute("SELECT pg_advisory_unlock(%s)", [retention.PRUNE_LOCK])
     assert result.skipped and result.deleted == 0 and ScheduledMessage.objects.count() == 1
-    assert retention.messages_prune(now=NOW).deleted == 1  # the lock went with that session
+    assert retention.messages_prune(now=NOW).deleted == 1  # once it is free
 
 
 def test_archive_days_past_their_retention_are_deleted(archive, settings):
@@ -246,3 +247,22 @@ def test_expired_admin_sessions_go_with_the_prune(archive):
     Session.objects.create(session_key="new" * 8, session_data="", expire_date=now + timedelta(days=1))
     retention.messages_prune(now=NOW)
     assert list(Session.objects.values_list("session_key", flat=True)) == ["new" * 8]
+
+
+def test_a_file_that_reads_back_short_deletes_nothing_and_is_removed(archive, row, monkeypatch):
+    """The read-back is what allows the delete: a file whose footer counts fewer rows than were
+    written (a disk that lost the end) stops the batch before any row goes."""
+    from scheduling.archive import parquet
+
+    row("delivered", created_days=9, finished_days=9)
+    real = parquet.pq.read_metadata
+
+    class Short:
+        def __init__(self, path):
+            self.num_rows = real(path).num_rows - 1
+
+    monkeypatch.setattr(parquet.pq, "read_metadata", Short)
+    with pytest.raises(retention.PruneError, match=r"reads back 0 rows, not 1"):
+        retention.messages_prune(now=NOW)
+    assert ScheduledMessage.objects.count() == 1 and not ArchiveFile.objects.exists()
+    assert not [p for p in archive.rglob("*") if p.is_file()]
