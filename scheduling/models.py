@@ -123,6 +123,12 @@ class Endpoint(models.Model):
             raise ValidationError(errors)
 
 
+# A batch of rows locked for the prune, kept server-side for its transaction: the archive's COPY
+# and the DELETE join it instead of each shipping 100,000 ids (dumping and loading them cost the
+# prune ~40 % of its time).
+PRUNE_BATCH = "dp_prune_batch"
+
+
 class ScheduledMessageQuerySet(models.QuerySet):
     """Bulk writes in one PostgreSQL statement each. They write what they are given: which
     statuses and fields a change means is the lifecycle's (scheduling/lifecycle.py) and the
@@ -210,13 +216,26 @@ class ScheduledMessageQuerySet(models.QuerySet):
             )
             return {row[0] for row in cursor.fetchall()}
 
-    def delete_ids(self, ids: list) -> int:
-        """Delete these rows (one array parameter: a batch of 100,000 is past the 65,535 parameters
-        a statement may have); returns how many went."""
-        if not ids:
-            return 0
+    def lock_prune_batch(self, candidates, *, limit: int) -> tuple[int, tuple | None]:
+        """Lock up to ``limit`` rows of ``candidates`` in (created_at, id) order, skipping rows
+        another transaction holds, into this transaction's batch table; returns how many and the
+        (created_at, id) of the last. Inside a transaction only."""
+        locked = (candidates.order_by("created_at", "id").select_for_update(skip_locked=True)
+                  .values_list("id", "created_at")[:limit])
+        sql, params = locked.query.sql_with_params()
         with connection.cursor() as cursor:
-            cursor.execute(f"DELETE FROM {self.model._meta.db_table} WHERE id = ANY(%s::uuid[])", [list(ids)])
+            cursor.execute(f"CREATE TEMP TABLE IF NOT EXISTS {PRUNE_BATCH} "
+                           "(id uuid PRIMARY KEY, created_at timestamptz NOT NULL) ON COMMIT DELETE ROWS")
+            cursor.execute(f"WITH locked AS ({sql}) INSERT INTO {PRUNE_BATCH} (id, created_at) "
+                           "SELECT * FROM locked", params)
+            count = cursor.rowcount
+            cursor.execute(f"SELECT created_at, id FROM {PRUNE_BATCH} ORDER BY created_at DESC, id DESC LIMIT 1")
+            return count, cursor.fetchone()
+
+    def delete_prune_batch(self) -> int:
+        """Delete the rows of this transaction's batch table; returns how many went."""
+        with connection.cursor() as cursor:
+            cursor.execute(f"DELETE FROM {self.model._meta.db_table} m USING {PRUNE_BATCH} b WHERE m.id = b.id")
             return cursor.rowcount
 
     def set_published(self, rows: list["ScheduledMessage"], *, status: str, published_at, from_statuses,
@@ -290,13 +309,24 @@ class ScheduledMessage(models.Model):
                 name="unique_idempotency_key_per_endpoint",
             )
         ]
+        # Lists read newest first through these (selectors.messages_page merges one index range
+        # per status, or per endpoint x status x version, instead of sorting the table): with
+        # 50 M rows, no page may sort or count the history (docs/performance.md, "History").
         indexes = [
             models.Index(fields=["status", "created_at"], name="message_status_created"),
-            models.Index(fields=["endpoint", "status"], name="message_endpoint_status"),
+            # replaced (endpoint, status) in 0014: the same lookups, and a range per version in
+            # created_at order for an endpoint's and a version's lists
+            models.Index(fields=["endpoint", "status", "topology", "created_at"], name="message_endpoint_list"),
             models.Index(
                 fields=["due_at"], name="message_timeouts_due",
                 condition=models.Q(status="pending", delivery_mode="timeout_manager"),
             ),
+            # overdue and due soon, among the messages in flight only (the dashboard)
+            models.Index(fields=["due_at"], name="message_in_flight_due",
+                         condition=models.Q(status__in=["pending", "published"])),
+            # scheduled in the past: a few rows, none for a message asked for a time to come
+            models.Index(fields=["created_at"], name="message_in_past_created",
+                         condition=models.Q(due_at__lt=models.F("created_at"))),
         ]
         permissions = [
             ("cancel_scheduledmessage", "Can cancel scheduled messages"),
@@ -321,6 +351,25 @@ class ScheduledMessage(models.Model):
     @property
     def due_at_ms(self) -> int:
         return to_epoch_ms(self.due_at)
+
+
+class DeliveryMinute(models.Model):
+    """Deliveries of one minute (by delivered_at) in one lateness bucket (lateness_buckets.py),
+    added by the delivery path in the transaction that records them: the dashboard reads a day
+    of these rows instead of a day of messages. ``shard`` spreads concurrent writers (workers)
+    over rows, so that one batch does not wait for another's commit."""
+
+    minute = models.DateTimeField()
+    shard = models.PositiveSmallIntegerField()
+    bucket_ms = models.BigIntegerField(help_text="the bucket's lower bound")
+    deliveries = models.BigIntegerField()
+    lateness_max_ms = models.BigIntegerField(help_text="the largest lateness counted in this row")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["minute", "shard", "bucket_ms"], name="one_delivery_minute_row")]
+
+    def __str__(self) -> str:
+        return f"{self.minute:%Y-%m-%d %H:%M} [{self.bucket_ms} ms] x{self.deliveries}"
 
 
 class AccuracyReport(models.Model):

@@ -32,7 +32,7 @@ from ..archive import columns, parquet
 from ..conf import conf
 from ..durations import format_duration
 from ..lifecycle import Status
-from ..models import AccuracyReport, ArchiveFile, ScheduledMessage
+from ..models import PRUNE_BATCH, AccuracyReport, ArchiveFile, ScheduledMessage
 
 log = logging.getLogger(__name__)
 
@@ -153,36 +153,34 @@ def prune_batch(*, status: Status, cutoff: datetime, after, limit: int, archive:
             created, last_id = after
             candidates = candidates.filter(Q(created_at__gt=created) | Q(created_at=created, id__gt=last_id),
                                            created_at__gte=created)
-        locked = list(candidates.order_by("created_at", "id").select_for_update(skip_locked=True)
-                      .values_list("id", "created_at")[:limit])
-        if not locked:
+        count, last = ScheduledMessage.objects.lock_prune_batch(candidates, limit=limit)
+        if not count:
             return None
-        ids = [message_id for message_id, _ in locked]
-        files = archive_write(ids=ids, archive=archive, payloads=payloads)
+        files = archive_write(rows=count, archive=archive, payloads=payloads)
         try:
-            archive_commit(files=files, ids=ids)
+            archive_commit(files=files, rows=count)
         except BaseException:
             for f in files:  # not committed: the rows stay, their files go (else the next prune's orphans)
                 (archive / f.path).unlink(missing_ok=True)
             raise
-    return Batch(len(ids), files, (locked[-1][1], locked[-1][0]))
+    return Batch(count, files, last)
 
 
-def archive_write(*, ids: list, archive: Path, payloads: bool) -> list[ArchiveFile]:
-    """The rows of ``ids`` (locked by the caller) in durable files, one per due date, streamed
-    batch by batch; unsaved ArchiveFile rows describe them."""
-    where = f'{columns.M}."id" = ANY(%s::uuid[])'
+def archive_write(*, rows: int, archive: Path, payloads: bool) -> list[ArchiveFile]:
+    """The ``rows`` rows of the batch the caller locked, in durable files, one per due date,
+    streamed; unsaved ArchiveFile rows describe them."""
+    where = f'{columns.M}."id" IN (SELECT id FROM {PRUNE_BATCH})'
     name = f"{FILE_PREFIX}{uuid7().hex}{FILE_SUFFIX}"  # time-ordered: a day's files list in the order written
     files: dict = {}  # day -> parquet.DurableFile
     try:
-        for batch in parquet.message_batches(where=where, params=[ids], payloads=payloads):
-            for day, rows in parquet.split_by_day(batch).items():
+        for batch in parquet.message_batches(where=where, params=[], payloads=payloads):
+            for day, part in parquet.split_by_day(batch).items():
                 if day not in files:
                     files[day] = parquet.DurableFile(archive / columns.partition_name(day) / name)
-                files[day].write(rows)
+                files[day].write(part)
         read = sum(f.rows for f in files.values())
-        if read != len(ids):
-            raise PruneError(f"read {read} of the {len(ids)} locked messages back; nothing was deleted")
+        if read != rows:
+            raise PruneError(f"read {read} of the {rows} locked messages back; nothing was deleted")
         sizes = {day: durable.finish() for day, durable in files.items()}
     except (parquet.ArchiveWriteError, PruneError) as exc:
         for durable in files.values():
@@ -193,12 +191,12 @@ def archive_write(*, ids: list, archive: Path, payloads: bool) -> list[ArchiveFi
             for day, durable in files.items()]
 
 
-def archive_commit(*, files: list[ArchiveFile], ids: list) -> None:
-    """List the files and delete their rows, in the caller's transaction: both or neither."""
+def archive_commit(*, files: list[ArchiveFile], rows: int) -> None:
+    """List the files and delete the batch's rows, in the caller's transaction: both or neither."""
     ArchiveFile.objects.bulk_create(files)
-    deleted = ScheduledMessage.objects.delete_ids(ids)
-    if deleted != len(ids):
-        raise PruneError(f"deleted {deleted} of the {len(ids)} archived messages; rolled back")
+    deleted = ScheduledMessage.objects.delete_prune_batch()
+    if deleted != rows:
+        raise PruneError(f"deleted {deleted} of the {rows} archived messages; rolled back")
 
 
 def archive_orphans_remove(archive: Path) -> int:
