@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: venv run test test-fast test-reliability test-cluster cluster cluster-stop bench bench-profile bench-migration bench-admin bench-report
+.PHONY: venv run test test-fast test-reliability test-cluster cluster cluster-stop soak bench bench-profile bench-migration bench-admin bench-report
 
 $(BIN)/.installed: requirements.txt
 	scripts/services.sh python-venv
@@ -48,6 +48,12 @@ cluster:
 ## cluster-stop: stop it and remove its data
 cluster-stop:
 	scripts/rabbitmq-cluster.sh stop
+
+## soak: the platform as make run deploys it, under a steady load for SOAK_MINUTES (60) with pruning throughout,
+## the worker SIGKILLed every 10 min and RabbitMQ restarted once; a row every 5 min, then a verdict (docs/reliability.md)
+soak: venv
+	scripts/services.sh rabbitmq postgres
+	$(BIN)/python bench/soak.py
 
 ## test-fast: pure unit tests only (no services)
 test-fast: venv

@@ -125,10 +125,12 @@ class Worker:
 
 
 class PrivateRabbit:
-    """A RabbitMQ node of a test's own (another node name and port, no plugins), for settings
-    that must not touch the shared broker, such as a short consumer_timeout."""
+    """A RabbitMQ node of a test's own (another node name and port), for settings that must not
+    touch the shared broker, such as a short consumer_timeout, or for stopping it. No plugins,
+    unless ``management_port`` is given: then the management plugin listens there
+    (``management_url``), for what reads the broker through it (verify, /metrics, the soak)."""
 
-    def __init__(self, port: int = 5699, consumer_timeout_ms: int | None = None):
+    def __init__(self, port: int = 5699, consumer_timeout_ms: int | None = None, management_port: int | None = None):
         import uuid
 
         self.port, self.node = port, f"dp{uuid.uuid4().hex[:6]}@localhost"
@@ -137,6 +139,12 @@ class PrivateRabbit:
         self.config = [f"listeners.tcp.local = 127.0.0.1:{port}", "loopback_users = none"]
         if consumer_timeout_ms is not None:
             self.config.append(f"consumer_timeout = {consumer_timeout_ms}")
+        self.plugins = "[]"
+        self.management_url = None
+        if management_port is not None:
+            self.plugins = "[rabbitmq_management]"
+            self.config += [f"management.tcp.port = {management_port}", "management.tcp.ip = 127.0.0.1"]
+            self.management_url = f"http://guest:guest@127.0.0.1:{management_port}"
 
     def _env(self) -> dict:
         return {**os.environ, "RABBITMQ_NODENAME": self.node, "RABBITMQ_NODE_PORT": str(self.port),
@@ -151,7 +159,7 @@ class PrivateRabbit:
 
         self.base.mkdir(parents=True, exist_ok=True)
         (self.base / "rabbitmq.conf").write_text("\n".join(self.config) + "\n")
-        (self.base / "enabled_plugins").write_text("[].\n")
+        (self.base / "enabled_plugins").write_text(f"{self.plugins}.\n")
         # as docs/reliability.md recommends for v2/v3: unconfirmed dead-letters re-sent after 5 s,
         # not 180 s (a restart mid-dead-letter otherwise parks a whole level for three minutes)
         (self.base / "advanced.config").write_text(
@@ -193,6 +201,10 @@ class PrivateRabbit:
         os.kill(pid, signal.SIGKILL)
         wait_until(lambda: subprocess.run(["rabbitmqctl", "-q", "-n", self.node, "status"], capture_output=True)
                    .returncode != 0, 30, 0.5, "the node to be gone")
+
+    def stop(self) -> None:
+        """A clean stop of the whole node (its data kept): ``restart()`` brings it back."""
+        self.ctl("stop")
 
     def restart(self) -> None:
         subprocess.run(["rabbitmq-server", "-detached"], env=self._env(), check=True, capture_output=True)

@@ -1,0 +1,286 @@
+"""`make soak`: the platform as `make run` deploys it, under a steady load for SOAK_MINUTES (60),
+with retention in minutes so the prune runs throughout, the worker SIGKILLed every sixth of the
+run (10 minutes of an hour) and its RabbitMQ node stopped and started once. A row every twelfth
+of the run (5 minutes): scheduled, delivered, lost, early, lateness p99, and what must stay flat
+(memory, file descriptors, connections, the table). At the end, after the last messages are due,
+a verdict: 0 lost, 0 early, every resource flat (the last half of the rows within 10 % of the first
+row after warm-up), the table at a plateau; the exit code is 1 if a target is missed.
+
+Settings (environment): SOAK_MINUTES (60), SOAK_RATE (300 messages/s), SOAK_MAX_DELAY (5m; delays
+are uniform from 1 s), SOAK_CANCEL_SHARE (0.1), SOAK_RETENTION (2m, DELAY_RETENTION), SOAK_PRUNE_EVERY
+(1m, DELAY_PRUNE_EVERY). See docs/reliability.md, "Soak"."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import psycopg  # noqa: E402
+import requests  # noqa: E402
+
+from bench.harness import percentiles  # noqa: E402
+from bench.soak_deploy import Deployment, deployed, keep_logs  # noqa: E402
+from bench.soak_ledger import Ledger, Outcome, judge, read_snapshot  # noqa: E402
+from bench.soak_load import TICK_S, Load  # noqa: E402
+from bench.soak_probes import (DatabaseFigures, broker_totals, disk_bytes, tree_fds,  # noqa: E402
+                               tree_rss_bytes)
+from bench.soak_rules import (Plan, SoakConfigError, Verdict, clock, count, human_bytes, judge_flat,  # noqa: E402
+                              plan_from_env)
+
+LOST_AFTER_S = 120  # a row counts a message as lost once it is this overdue (the verdict waits for all)
+SETTLE_EXTRA_S = 300  # after the last message is due, how long the verdict waits for stragglers
+
+
+@dataclass
+class Row:
+    at_s: float
+    scheduled: int
+    delivered: int
+    cancelled: int
+    lost: int
+    early: int
+    p99_ms: int | None
+    worker_rss: int
+    web_rss: int
+    worker_fds: int
+    web_fds: int
+    connections: int
+    channels: int
+    pg_connections: int
+    table_bytes: int
+    archive_bytes: int
+    outbox: int
+    events: str = ""
+
+
+HEADER = ["time", "scheduled", "delivered", "cancelled", "lost", "early", "lateness p99", "worker RSS", "web RSS",
+          "fds worker/web", "broker conn/ch", "PG conn", "table+index", "archive", "outbox", "events since last row"]
+
+
+def resources(plan: Plan) -> list[tuple[str, str, float, object]]:
+    """(name, Row field, slack, format) of every figure that must stay flat. The outbox's base is
+    about 0, so it may move by two bulk requests' rows (a request caught between its commit and
+    its publish)."""
+    return [("worker RSS", "worker_rss", 0, human_bytes), ("web RSS", "web_rss", 0, human_bytes),
+            ("worker fds", "worker_fds", 0, count), ("web fds", "web_fds", 0, count),
+            ("broker connections", "connections", 0, count), ("broker channels", "channels", 0, count),
+            ("PostgreSQL connections", "pg_connections", 0, count),
+            ("outbox depth", "outbox", 2 * plan.rate * TICK_S, count)]
+
+
+def format_row(row: Row) -> str:
+    cells = [clock(row.at_s), f"{row.scheduled:,}", f"{row.delivered:,}", f"{row.cancelled:,}", str(row.lost),
+             str(row.early), "-" if row.p99_ms is None else f"{row.p99_ms:,} ms", human_bytes(row.worker_rss),
+             human_bytes(row.web_rss), f"{row.worker_fds}/{row.web_fds}", f"{row.connections}/{row.channels}",
+             str(row.pg_connections), human_bytes(row.table_bytes), human_bytes(row.archive_bytes), str(row.outbox),
+             row.events or "-"]
+    return "| " + " | ".join(cells) + " |"
+
+
+def table_header() -> str:
+    return "| " + " | ".join(HEADER) + " |\n|" + "---|" * len(HEADER)
+
+
+@dataclass
+class Result:
+    plan: Plan
+    rows: list[Row]
+    final: Outcome | None
+    verdict: Verdict
+    info: list[str] = field(default_factory=list)
+    settle_s: float = 0.0
+
+
+class Sampler:
+    """One row: the outcome of every accepted message so far (table + archive in one snapshot),
+    then the figures of the processes, the broker and the database."""
+
+    def __init__(self, d: Deployment, ledger: Ledger):
+        self.d, self.ledger = d, ledger
+        self.figures = DatabaseFigures(d.database_url)
+        self.snapshot_conn = psycopg.connect(d.database_url)
+        self.last = datetime.now(timezone.utc)
+
+    def outcome(self, *, overdue_before: datetime, window=None) -> Outcome:
+        accepted, cancelled = self.ledger.ids(), self.ledger.cancelled_ids()  # before the snapshot: all committed
+        snapshot, _ = read_snapshot(self.snapshot_conn, self.d.archive_dir)
+        return judge(snapshot, accepted, cancelled, overdue_before=overdue_before, window=window)
+
+    def row(self, at_s: float, events: str) -> Row:
+        now = datetime.now(timezone.utc)
+        o = self.outcome(overdue_before=now - timedelta(seconds=LOST_AFTER_S), window=(self.last, now))
+        self.last = now
+        connections, channels = broker_totals(self.d.node.management_url)
+        return Row(at_s, o.rows - o.unknown, o.delivered, o.cancelled, o.overdue, o.early,
+                   percentiles(o.window_lateness_ms)["p99"], tree_rss_bytes(self.d.worker.process.pid),
+                   tree_rss_bytes(self.d.web.pid), tree_fds(self.d.worker.process.pid), tree_fds(self.d.web.pid),
+                   connections, channels, self.figures.connections(), self.figures.table_bytes(),
+                   disk_bytes(self.d.archive_dir), self.figures.outbox(), events)
+
+    def close(self) -> None:
+        self.figures.close()
+        self.snapshot_conn.close()
+
+
+def describe(plan: Plan) -> str:
+    kills = ", ".join(clock(t) for t in plan.kill_times) or "never"
+    restart = clock(plan.restart_at) if plan.restart_at else "never"
+    return (f"soak: {plan.minutes:g} min at {plan.rate} messages/s (delays {plan.min_delay_s:g}-{plan.max_delay_s:g} s, "
+            f"{plan.cancel_share:.0%} cancelled), retention {plan.retention_s:g} s, prune every {plan.prune_every_s:g} s; "
+            f"worker SIGKILLed at {kills}; RabbitMQ stopped and started at {restart}; a row every "
+            f"{clock(plan.sample_every_s)} (min:s after the load starts)")
+
+
+def run(plan: Plan, say=print) -> Result:
+    """Deploy, drive, judge, remove. A SIGTERM is taken as Ctrl-C (in the main thread), so
+    everything started is removed then too."""
+    run_id = uuid.uuid4().hex[:8]
+    say(describe(plan))
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _interrupted)
+        try:
+            return _run(plan, run_id, say)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    return _run(plan, run_id, say)
+
+
+def _run(plan: Plan, run_id: str, say) -> Result:
+    with deployed(plan, run_id, say) as d:
+        ledger = Ledger()
+        load = Load(plan, d.url, d.token, d.endpoints, ledger)
+        sampler = Sampler(d, ledger)
+        result = None
+        try:
+            result = _drive(plan, d, load, ledger, sampler, say)
+            return result
+        finally:
+            load.stop()
+            sampler.close()
+            if result is not None and not result.verdict.ok:
+                keep_logs(d.workdir, d.run_id, say)
+
+
+def _drive(plan: Plan, d: Deployment, load: Load, ledger: Ledger, sampler: Sampler, say) -> Result:
+    events = sorted([(t, "row") for t in plan.sample_times] + [(t, "kill") for t in plan.kill_times]
+                    + ([(plan.restart_at, "restart")] if plan.restart_at else []))
+    rows, notes = [], []
+    say(f"soak: platform at {d.url}, endpoints {', '.join(d.endpoints)}; load starts now\n")
+    say(table_header())
+    load.start()
+    for at, kind in events:
+        time.sleep(max(0.0, load.started + at - time.monotonic()))
+        if kind == "kill":
+            notes.append(f"worker SIGKILLed at {clock(at)}, ready again in {d.kill_worker():.0f} s")
+        elif kind == "restart":
+            notes.append(f"RabbitMQ stopped at {clock(at)}, back in {d.restart_broker():.0f} s")
+        else:  # at the time it is taken: a fault that ran over its row's time delays the row
+            rows.append(sampler.row(time.monotonic() - load.started, "; ".join(notes)))
+            notes = []
+            say(format_row(rows[-1]))
+    load.stop_scheduling()
+    say(f"\nsoak: load stopped ({ledger.scheduled:,} accepted, {load.achieved_rate():.0f}/s); waiting for the last "
+        f"messages to fall due and be delivered or cancelled (up to {plan.max_delay_s + SETTLE_EXTRA_S:g} s)")
+    started = time.monotonic()
+    deadline = started + plan.max_delay_s + SETTLE_EXTRA_S
+    while time.monotonic() < deadline and (sampler.figures.unsettled() or load.cancels_waiting()):
+        time.sleep(2)
+    settle_s = time.monotonic() - started
+    settled = not sampler.figures.unsettled() and not load.cancels_waiting()
+    time.sleep(1)  # a cancel in flight when the last one was taken
+    final = sampler.outcome(overdue_before=datetime.now(timezone.utc))
+    result = Result(plan, rows, final, verdict(plan, rows, final, load, ledger, settled, settle_s), settle_s=settle_s)
+    result.info = info(plan, rows, load, ledger, final)
+    say("\n".join(["", "soak verdict:", *result.verdict.lines(), *result.info]))
+    return result
+
+
+def verdict(plan: Plan, rows: list[Row], final: Outcome, load: Load, ledger: Ledger, settled: bool,
+            settle_s: float) -> Verdict:
+    v = Verdict()
+    accepted = ledger.scheduled
+    v.add("0 lost", final.not_finished == 0 and settled,
+          f"{final.not_finished:,} of {accepted:,} accepted messages neither delivered nor cancelled in the table or "
+          f"the archive (missing from both {final.missing}, failed {final.failed}, still waiting {final.unfinished}) "
+          f"{settle_s:.0f} s after the load stopped" + ("" if settled else ", NOT settled"))
+    v.add("0 early", final.early == 0, f"{final.early:,} of {final.delivered:,} delivered before due")
+    answers = ledger.cancel_answers
+    v.add("cancels honoured", final.delivered_after_cancel == 0,
+          f"{final.delivered_after_cancel} delivered after a cancel answered 200; cancels answered 200: "
+          f"{answers.get('200', 0):,}, 409 (the delivery won the race; counted delivered): {answers.get('409', 0):,}, "
+          f"404: {answers.get('404', 0):,}, other: {sum(n for k, n in answers.items() if k not in ('200', '409', '404'))}")
+    v.add("every message once", final.duplicates == 0 and final.unknown == 0,
+          f"{final.rows:,} rows in the table and the archive for {accepted:,} accepted; {final.duplicates} in both "
+          f"or archived twice, {final.unknown} the driver never saw accepted")
+    base, judged = plan.base_index, plan.judged_indices
+    for name, attr, slack, fmt in [*resources(plan), ("table + index (plateau)", "table_bytes", 0, human_bytes)]:
+        j = judge_flat(name, [getattr(r, attr) for r in rows], base, judged, slack=slack)
+        v.add(f"{name} flat" if attr != "table_bytes" else "table plateaus", j.ok, j.describe(fmt))
+    return v
+
+
+def info(plan: Plan, rows: list[Row], load: Load, ledger: Ledger, final: Outcome) -> list[str]:
+    base = plan.base_index
+    lines = [
+        f"  base row: {base + 1} ({clock(plan.sample_times[base])}), the first at or after the warm-up of "
+        f"{clock(plan.warm_up_s)} (longest delay {plan.max_delay_s:g} s + retention {plan.retention_s:g} s + "
+        f"2 prune periods of {plan.prune_every_s:g} s: by then the table holds its steady mix); judged: rows "
+        f"{plan.judged_indices[0] + 1}-{plan.judged_indices[-1] + 1}, the last half",
+        f"  load: {ledger.scheduled:,} accepted at {load.achieved_rate():.0f}/s of {plan.rate}/s asked; API errors: "
+        f"{sum(load.errors.values())} {load.errors or ''}".rstrip(),
+        *[f"    {e}" for e in load.first_errors],
+    ]
+    if len(rows) > base + 1:
+        grown = rows[-1].archive_bytes - rows[base].archive_bytes
+        span_h = (rows[-1].at_s - rows[base].at_s) / 3600
+        lines.append(f"  archive (history, grows by design until DELAY_ARCHIVE_RETENTION): "
+                     f"{human_bytes(grown / span_h)} an hour after warm-up, {final.delivered + final.cancelled:,} "
+                     f"finished messages in all")
+    late = [r.p99_ms for r in rows[base:] if r.p99_ms is not None]
+    if late:
+        lines.append(f"  lateness p99 per row after warm-up: {min(late):,}-{max(late):,} ms")
+    if plan.rate > load.achieved_rate() * 1.05:
+        lines.append(f"  WARNING: the load fell behind its rate ({load.achieved_rate():.0f}/s of {plan.rate}/s)")
+    return lines
+
+
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt
+
+
+def main() -> int:
+    try:
+        plan = plan_from_env(os.environ)
+    except SoakConfigError as exc:
+        print(f"soak: {exc}", file=sys.stderr)
+        return 2
+    try:
+        result = run(plan)
+    except KeyboardInterrupt:
+        print("\nsoak: interrupted; what it started was stopped and removed", file=sys.stderr)
+        return 130
+    except (RuntimeError, AssertionError, OSError, psycopg.Error, requests.RequestException,
+            subprocess.SubprocessError) as exc:
+        print(f"soak: failed: {str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__}",
+              file=sys.stderr)
+        return 1
+    if not result.verdict.ok:
+        print(f"soak: MISSED {', '.join(result.verdict.missed)}", file=sys.stderr)
+        return 1
+    print("soak: every target met")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,238 @@
+"""The platform deployed for the soak as `make run` deploys it (scripts/run.sh): gunicorn with
+gunicorn.conf.py and two workers, one `celery -A delayplatform worker --beat`, the production
+settings module with a SECRET_KEY and DEBUG off, the cascades provisioned with
+`provision_delays --version all`. What differs is what the soak must be able to break or remove:
+a RabbitMQ node of its own (it is stopped and started mid-run), a PostgreSQL server of its own with
+stock settings (bench/soak_postgres.py says why), and the archive in a directory of its own.
+Everything is removed on exit, on failure and on Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import random
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import psycopg
+import requests
+
+from bench.harness import manage
+from bench.soak_postgres import PrivatePostgres
+from bench.soak_rules import Plan
+from scheduling.durations import format_duration
+from tests.support import ARTIFACTS, ROOT, PrivateRabbit, Worker, wait_until
+
+LOG_TAIL_BYTES = 4 << 20  # of each log, kept in artifacts/ when the run fails or misses a target
+
+ENDPOINTS = 4
+WEB_WORKERS = 2  # scripts/run.sh's default
+# Variables of the platform (README, "Configuration") and of the test settings: the soak sets its own
+# and must not inherit the caller's (a .env, or pytest's settings_test defaults such as DELAY_API_RATE=off).
+PLATFORM_PREFIXES = ("DELAY_", "ACCURACY_", "LOG_", "DJANGO_", "CELERY_", "DB_", "SPARK_", "DP_TEST", "TEST_DB")
+PLATFORM_NAMES = {"SECRET_KEY", "DEBUG", "DATABASE_URL", "BROKER_URL", "RABBITMQ_MANAGEMENT_URL", "ALLOWED_HOSTS",
+                  "CSRF_TRUSTED_ORIGINS", "ENV_FILE"}
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def node_ports() -> tuple[int, int]:
+    """(AMQP, management) for a private node: PrivateRabbit also takes AMQP + 20000 for Erlang's
+    distribution; management is AMQP + 10000."""
+    for port in random.sample(range(5600, 5690), 90):
+        if all(port_free(p) for p in (port, port + 10000, port + 20000)):
+            return port, port + 10000
+    raise RuntimeError("no free port for a private RabbitMQ node between 5600 and 5690")
+
+
+def platform_env(plan: Plan, *, database_url: str, node: PrivateRabbit, workdir: Path, metrics_port: int) -> dict:
+    """The environment of every process of the platform: production settings, the soak's retention."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(PLATFORM_PREFIXES) and k not in PLATFORM_NAMES}
+    retention = format_duration(timedelta(seconds=plan.retention_s))
+    prune_every = format_duration(timedelta(seconds=plan.prune_every_s))
+    settings = {
+        "DJANGO_SETTINGS_MODULE": "delayplatform.settings",
+        "SECRET_KEY": secrets.token_urlsafe(50),
+        "DATABASE_URL": database_url,
+        "BROKER_URL": node.url,
+        "RABBITMQ_MANAGEMENT_URL": node.management_url,
+        "DELAY_RETENTION": retention,
+        "DELAY_FAILED_RETENTION": retention,
+        "DELAY_PRUNE_EVERY": prune_every,
+        "DELAY_ARCHIVE_DIR": str(workdir / "archive"),
+        "ACCURACY_REPORT_DIR": str(workdir / "accuracy"),
+        "ACCURACY_REPORT_AT": "off",  # the nightly Spark job is not what is soaked (and would take both cores)
+        # the API's per-user limit (default 6,000 a minute) above the soak's own rate: one user sends it all
+        "DELAY_API_RATE": f"{plan.rate * 60 * 2}/minute",
+        "DELAY_WORKER_METRICS_PORT": str(metrics_port),
+    }
+    env_file = workdir / "soak.env"  # the settings, for the record (as make run's .env)
+    env_file.write_text("".join(f"{k}={v}\n" for k, v in settings.items() if k != "SECRET_KEY"))
+    # what a SIGKILLed process leaves in the temporary directory (a worker's metrics directory) goes
+    # with the run's own directory
+    (workdir / "tmp").mkdir()
+    return {**base, **settings, "ENV_FILE": str(env_file), "TMPDIR": str(workdir / "tmp")}
+
+
+@dataclass
+class Deployment:
+    run_id: str
+    workdir: Path
+    env: dict
+    url: str
+    token: str
+    node: PrivateRabbit
+    worker: Worker
+    web: subprocess.Popen
+    database_url: str
+    archive_dir: Path
+    endpoints: list[str]
+
+    def kill_worker(self) -> float:
+        """SIGKILL the worker's whole process group (main process, pool, embedded beat), start it
+        again as before; the seconds until it is ready."""
+        started = time.monotonic()
+        self.worker.kill()
+        self.worker.start(timeout=120)
+        return time.monotonic() - started
+
+    def restart_broker(self) -> float:
+        """Stop the RabbitMQ node and start it again (data kept); the seconds it was away."""
+        started = time.monotonic()
+        self.node.stop()
+        self.node.restart()
+        return time.monotonic() - started
+
+
+def _quietly(step):
+    """A cleanup step that must not stop the others."""
+    def run(*_):
+        try:
+            step()
+        except Exception as exc:  # noqa: BLE001 - reported, the rest of the cleanup goes on
+            print(f"soak: cleanup: {exc}", file=sys.stderr)
+    return run
+
+
+def _terminate(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def keep_logs(workdir: Path, run_id: str, say=print) -> None:
+    """The tail of each log in artifacts/ (the run's directory is removed with everything else)."""
+    kept = []
+    for name in ("worker.log", "web.log", "postgres/server.log"):
+        source = workdir / name
+        if source.exists():
+            ARTIFACTS.mkdir(exist_ok=True)
+            target = ARTIFACTS / f"soak-{run_id}-{source.name}"
+            with open(source, "rb") as fh:
+                fh.seek(max(0, source.stat().st_size - LOG_TAIL_BYTES))
+                target.write_bytes(fh.read())
+            kept.append(str(target))
+    if kept:
+        say(f"soak: the logs' last {LOG_TAIL_BYTES >> 20} MB: {', '.join(kept)}")
+
+
+@contextmanager
+def deployed(plan: Plan, run_id: str, say=print):
+    workdir = Path(f"/tmp/dp-soak-{run_id}")
+    bin_dir = Path(sys.executable).parent
+    with ExitStack() as stack:
+        workdir.mkdir(parents=True)
+        stack.callback(_quietly(lambda: shutil.rmtree(workdir, ignore_errors=True)))
+        try:
+            yield from _deploy(plan, run_id, workdir, bin_dir, stack, say)
+        except BaseException:
+            keep_logs(workdir, run_id, say)
+            raise
+
+
+def _deploy(plan: Plan, run_id: str, workdir: Path, bin_dir: Path, stack: ExitStack, say):
+    amqp_port, management_port = node_ports()
+    node = PrivateRabbit(port=amqp_port, management_port=management_port)
+    say(f"soak: starting RabbitMQ node {node.node} (AMQP {amqp_port}, management {management_port})")
+    starting = ThreadPoolExecutor(1).submit(node.__enter__)  # while PostgreSQL starts and migrate runs
+
+    def stop_node():
+        wait([starting])  # a node still starting would come up after being stopped
+        node.__exit__(None, None, None)
+
+    stack.callback(_quietly(stop_node))  # also when starting it failed
+    tuned = {} if plan.autovacuum_naptime_s == 60 else {"autovacuum_naptime": f"'{plan.autovacuum_naptime_s:g}s'"}
+    pg = PrivatePostgres(workdir / "postgres", free_port(), tuned)
+    stack.callback(_quietly(lambda: pg.__exit__(None, None, None)))
+    say(f"soak: starting PostgreSQL on port {pg.port} (stock settings, autovacuum on"
+        + "".join(f", {k} {v}" for k, v in tuned.items()) + ")")
+    pg.__enter__()
+    with psycopg.connect(f"{pg.url}/postgres", autocommit=True) as conn:
+        conn.execute("CREATE DATABASE delayplatform")
+    database_url = f"{pg.url}/delayplatform"
+    env = platform_env(plan, database_url=database_url, node=node, workdir=workdir, metrics_port=free_port())
+    say("soak: migrate, provision_delays --version all, an API user and token")
+    manage(env, "migrate", "--noinput")
+    starting.result()
+    manage(env, "provision_delays", "--version", "all")
+    token = manage(env, "shell", "-c", "from django.contrib.auth.models import User; "
+                   "from rest_framework.authtoken.models import Token; "
+                   "print(Token.objects.create(user=User.objects.create_superuser('soak', '', None)).key)").split()[-1]
+
+    worker = Worker("soak", env, workdir / "worker.log")
+    # exactly scripts/run.sh's command (Worker's own adds a name, -c 2 and no gossip/mingle)
+    worker.args = [str(bin_dir / "celery"), "-A", "delayplatform", "worker", "--beat",
+                   "--schedule", str(workdir / "celerybeat-schedule"), "--loglevel", "INFO"]
+    stack.callback(_quietly(worker.stop))
+    worker.start(timeout=120)
+
+    port = free_port()
+    with open(workdir / "web.log", "ab") as log:
+        web = subprocess.Popen(
+            [str(bin_dir / "gunicorn"), "delayplatform.wsgi", "--config", "gunicorn.conf.py",
+             "--bind", f"127.0.0.1:{port}", "--workers", str(WEB_WORKERS), "--access-logfile", "-"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    stack.callback(_quietly(lambda: _terminate(web)))
+    url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        if web.poll() is not None:
+            raise RuntimeError(f"gunicorn exited with {web.returncode}; see {workdir / 'web.log'}")
+        try:
+            return requests.get(url + "/readyz", timeout=5).status_code == 200
+        except requests.RequestException:
+            return False
+
+    wait_until(ready, 60, 0.5, "gunicorn's /readyz")
+    headers = {"Authorization": f"Token {token}"}
+    endpoints = [f"soak-{i}" for i in range(ENDPOINTS)]
+    for name in endpoints:
+        requests.post(url + "/api/endpoints/", json={"name": name}, headers=headers, timeout=60).raise_for_status()
+    yield Deployment(run_id, workdir, env, url, token, node, worker, web, database_url, workdir / "archive",
+                     endpoints)
