@@ -37,6 +37,7 @@ def dashboard_view(model_admin: admin.ModelAdmin, request):
         "title": "Delay platform dashboard",
         "opts": model_admin.opts,
         "board": board,
+        "cap": f"{selectors.DASHBOARD_COUNT_CAP:,}",
         "lateness_chart": mark_safe(lateness_chart(board.hourly)),  # charts escape their own text
         "deliveries_chart": mark_safe(deliveries_chart(board.hourly)),
     }

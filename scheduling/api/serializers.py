@@ -35,16 +35,24 @@ class EndpointSerializer(RefuseControlCharacters, serializers.ModelSerializer):
                   "omitted; answered once, by the create call, never by reads)",
     )
     message_counts = serializers.SerializerMethodField()
+    message_counts_estimated = serializers.SerializerMethodField()
 
     class Meta:
         model = Endpoint
         fields = ["name", "topology", "delivery_mode", "handler", "handler_target", "webhook_secret",
-                  "is_active", "created_at", "message_counts"]
+                  "is_active", "created_at", "message_counts", "message_counts_estimated"]
         read_only_fields = ["is_active", "created_at"]
 
     def get_message_counts(self, endpoint) -> dict[str, int]:
-        """Per status; filled from the list/detail query's annotations (n_<status>)."""
-        return {status.value: getattr(endpoint, f"n_{status}", 0) for status in Status}
+        """Messages per status: exact up to 1,000; above, PostgreSQL's estimate (the status is
+        then listed in message_counts_estimated). Computed by the view for its page."""
+        counts = self.context.get("message_counts", {}).get(endpoint.pk)
+        return {status.value: int(counts[status.value]) if counts else 0 for status in Status}
+
+    def get_message_counts_estimated(self, endpoint) -> list[str]:
+        """The statuses whose count in message_counts is an estimate (more than 1,000 messages)."""
+        counts = self.context.get("message_counts", {}).get(endpoint.pk) or {}
+        return [status for status, count in counts.items() if not count.exact]
 
 
 class EndpointCreatedSerializer(EndpointSerializer):

@@ -19,6 +19,7 @@ from ..errors import BulkValidationError
 from ..lifecycle import IN_FLIGHT, Arrival, Status
 from ..models import Endpoint, ScheduledMessage
 from .delivery_log import deliveries_logged
+from .delivery_minutes import delivery_minutes_record
 from .endpoints import endpoint_create
 from .messages import message_cancel, message_schedule_many
 
@@ -86,9 +87,12 @@ def celery_task_claim(*, message_id: str, redelivered: bool, by: str = "") -> bo
         if message is None:
             log.warning("task message %s has no row; running it", message_id)
             return True
+        was = message.status
         arrival, change = lifecycle.arrive(message, attempt=0, now=timezone.now(), redelivered=redelivered,
                                            rerun_redelivered=True, by=by)
         message.save(update_fields=lifecycle.apply(message, change))
+        if arrival is Arrival.DELIVER and was != Status.DELIVERED:  # a rerun after a crash is not a new delivery
+            delivery_minutes_record(messages=[message])
         metrics.record_on_commit([metrics.arrival(arrival, message, change)])
     if arrival is Arrival.DELIVER:
         deliveries_logged([message], by=by)

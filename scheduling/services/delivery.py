@@ -23,6 +23,7 @@ from ..handlers import run_handler, send_celery_tasks
 from ..lifecycle import Arrival, Event
 from ..models import Endpoint, ScheduledMessage
 from .delivery_log import deliveries_logged
+from .delivery_minutes import delivery_minutes_record
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +133,7 @@ def delivery_receive_many(items: list[tuple[str, int]], *, defer_webhooks: bool 
             if outcomes[index].result in (Result.RETRY, Result.FAILED):
                 counted += metrics.handler_failed(message, retried=outcomes[index].result is Result.RETRY)
         ScheduledMessage.objects.save_delivery_state(list(changed.values()))
+        delivery_minutes_record(messages=[m for index, m in to_handle if outcomes[index].result is Result.DELIVERED])
         metrics.record_on_commit(counted)
     deliveries_logged([m for index, m in to_handle if outcomes[index].result is Result.DELIVERED], by=by)
     return outcomes

@@ -135,3 +135,43 @@ def test_read_only_staff_sees_everything_and_no_action_buttons(
     assert browser.find_all("#dp-levels") and not browser.find_all("button.dp-action-button")
     browser.open("/admin/scheduling/endpoint/")
     assert not browser.find_all('select[name="action"]')
+
+
+def test_operator_pages_through_a_long_list_by_older_and_newer(browser, admin_user, versions, endpoint_name):
+    """120 messages of one bulk request (one created_at): Older and Newer walk the list by its
+    cursor, each message once, and the count says it is PostgreSQL's estimate."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from scheduling.models import Endpoint
+
+    endpoint = Endpoint.objects.create(name=endpoint_name, topology=versions["v3"])
+    now = timezone.now()
+    ScheduledMessage.objects.bulk_create(
+        ScheduledMessage(endpoint=endpoint, topology=versions["v3"], payload={"n": i}, created_at=now,
+                         due_at=now + timedelta(minutes=i), requested_delay_ms=60_000 * i) for i in range(120))
+    expected = [str(i)[:8] for i in ScheduledMessage.objects.order_by("-created_at", "-id").values_list("id", flat=True)]
+
+    def shown() -> list[str]:
+        return [a.text for a in browser.find_all("#result_list tbody th a")]
+
+    browser.login("admin", "pw")
+    browser.open("/admin/scheduling/scheduledmessage/")
+    assert shown() == expected[:50] and "scheduled messages" in browser.find("#dp-pages").text
+    assert browser.find("#dp-pages .dp-count").get_attribute("title").startswith("PostgreSQL's estimate")
+    browser.screenshot("13-messages-first-page")
+    browser.click_link("Older ›")
+    assert shown() == expected[50:100]
+    browser.click_link("Older ›")
+    assert shown() == expected[100:] and not browser.find_all("#dp-pages .dp-older")
+    browser.click_link("‹ Newer")
+    assert shown() == expected[50:100]
+    browser.click_link("« Newest")
+    assert shown() == expected[:50]
+    browser.click_link(str(now.year))  # the calendar: every month of the year, then every day of a month
+    months = [a.text for a in browser.find_all("nav.toplinks a:not(.date-back)")]
+    assert len(months) == 12 and months[0].startswith("January")
+    browser.click_link(now.strftime("%B %Y"))
+    assert len(browser.find_all("nav.toplinks a:not(.date-back)")) >= 28 and set(shown()) <= set(expected)
+    browser.screenshot("14-messages-calendar")

@@ -1,6 +1,8 @@
 """Endpoints in the admin: create/edit with the API's validation, the queue bound on the real
 broker before the row exists, activate/deactivate, and counts by status without N+1."""
 
+import re
+
 import pytest
 from django.urls import reverse
 
@@ -156,3 +158,14 @@ def test_switching_an_endpoint_to_the_timeout_manager_and_back(admin_client, pla
         assert endpoint.delivery_mode == "native"
     finally:
         amqp.delete_queue(endpoint_name)
+
+
+def test_counts_past_the_cap_are_shown_as_estimates(admin_client, make_rows, monkeypatch):
+    from scheduling import selectors
+
+    monkeypatch.setattr(selectors, "ENDPOINT_COUNT_CAP", 2)
+    make_rows(3, status=ScheduledMessage.Status.DELIVERED)
+    make_rows(1)
+    page = admin_client.get(LIST).content.decode()
+    assert 'status__exact=pending">1</a>' in page
+    assert re.search(r'status__exact=delivered" title="PostgreSQL\'s estimate">≈ [\d,]+</a>', page)

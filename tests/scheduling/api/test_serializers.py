@@ -68,12 +68,17 @@ def test_version_field_refuses_what_the_database_cannot_compare(versions):
             field.to_internal_value(bad)
 
 
-def test_endpoint_counts_come_from_the_annotations(versions):
-    endpoint = Endpoint(name="billing", topology=versions["v2"])
-    endpoint.n_pending, endpoint.n_delivered = 2, 5
-    counts = EndpointSerializer(endpoint).data["message_counts"]
-    assert counts == {"pending": 2, "published": 0, "delivered": 5, "cancelled": 0, "failed": 0}
-    assert "webhook_secret" not in EndpointSerializer(endpoint).data
+def test_endpoint_counts_come_from_the_views_counts_and_name_the_estimates(versions):
+    from scheduling.selectors import Tally
+
+    endpoint = Endpoint(pk=7, name="billing", topology=versions["v2"])
+    counts = {7: {"pending": Tally(2), "published": Tally(0), "delivered": Tally(5_000_000, exact=False),
+                  "cancelled": Tally(0), "failed": Tally(1)}}
+    data = EndpointSerializer(endpoint, context={"message_counts": counts}).data
+    assert data["message_counts"] == {"pending": 2, "published": 0, "delivered": 5_000_000, "cancelled": 0, "failed": 1}
+    assert data["message_counts_estimated"] == ["delivered"]
+    assert "webhook_secret" not in data
+    assert EndpointSerializer(endpoint).data["message_counts"] == dict.fromkeys(counts[7], 0)  # none computed
 
 
 def test_the_lean_bulk_answer_has_the_fields_it_declares():

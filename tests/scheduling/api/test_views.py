@@ -4,9 +4,12 @@ stored), and the shapes the README documents. Endpoint creation binds a real que
 import uuid
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from scheduling.conf import broker
 from scheduling.models import Endpoint, ScheduledMessage
+from tests.scheduling.test_selectors import assert_no_exact_count
 
 pytestmark = [pytest.mark.django_db, pytest.mark.broker]
 Status = ScheduledMessage.Status
@@ -326,16 +329,42 @@ def test_bulk_limits(api, endpoint):
     assert ScheduledMessage.objects.count() == 1000
 
 
-def test_list_filters_and_paginates(api, endpoint, versions):
+def test_list_filters_and_pages_by_cursor_every_message_once(api, endpoint, versions):
+    """A bulk request's 60 messages share their created_at: the id orders them, and following
+    next then previous gives each exactly once, newest first. No count: none is asked."""
     api.post("/api/messages/bulk/", {"messages": [{"endpoint": endpoint, "payload": i, "delay_seconds": 9}
                                                   for i in range(60)]}, format="json")
     ScheduledMessage.objects.filter(payload__in=[0, 1]).update(status=Status.CANCELLED)
-    page = api.get("/api/messages/", {"endpoint": endpoint}).json()
-    assert page["count"] == 60 and len(page["results"]) == 50 and page["next"]
-    assert api.get("/api/messages/", {"endpoint": endpoint, "status": "cancelled"}).json()["count"] == 2
-    assert api.get("/api/messages/", {"endpoint": "other"}).json()["count"] == 0
-    counts = api.get(f"/api/endpoints/{endpoint}/").json()["message_counts"]
-    assert counts == {"pending": 58, "published": 0, "delivered": 0, "cancelled": 2, "failed": 0}
+    expected = [str(i) for i in ScheduledMessage.objects.order_by("-created_at", "-id").values_list("id", flat=True)]
+    with CaptureQueriesContext(connection) as captured:
+        page = api.get("/api/messages/", {"endpoint": endpoint}).json()
+    assert_no_exact_count(captured.captured_queries)
+    assert set(page) == {"next", "previous", "results"} and page["previous"] is None
+    assert [m["id"] for m in page["results"]] == expected[:50] and "cursor=" in page["next"]
+    last = api.get(page["next"]).json()
+    assert [m["id"] for m in last["results"]] == expected[50:] and last["next"] is None
+    assert [m["id"] for m in api.get(last["previous"]).json()["results"]] == expected[:50]
+    assert len(api.get("/api/messages/", {"endpoint": endpoint, "status": "cancelled"}).json()["results"]) == 2
+    assert api.get("/api/messages/", {"endpoint": "other"}).json() == {"next": None, "previous": None, "results": []}
+    assert api.get("/api/messages/", {"endpoint": endpoint, "cursor": "not-a-cursor"}).json()["results"][0]["id"] \
+        == expected[0]  # an unreadable cursor is the first page
+    answer = api.get(f"/api/endpoints/{endpoint}/").json()
+    assert answer["message_counts"] == {"pending": 58, "published": 0, "delivered": 0, "cancelled": 2, "failed": 0}
+    assert answer["message_counts_estimated"] == []
+
+
+def test_endpoint_counts_above_the_cap_are_estimates_and_say_so(api, endpoint, monkeypatch):
+    from scheduling import selectors
+
+    api.post("/api/messages/bulk/", {"messages": [{"endpoint": endpoint, "payload": i, "delay_seconds": 9}
+                                                  for i in range(5)]}, format="json")
+    monkeypatch.setattr(selectors, "ENDPOINT_COUNT_CAP", 3)
+    with CaptureQueriesContext(connection) as captured:
+        listed = api.get("/api/endpoints/").json()["results"]
+    assert_no_exact_count([q for q in captured.captured_queries if "scheduling_scheduledmessage" in q["sql"]])
+    (answer,) = [e for e in listed if e["name"] == endpoint]
+    assert answer["message_counts_estimated"] == ["pending"] and answer["message_counts"]["pending"] >= 4
+    assert answer["message_counts"]["cancelled"] == 0
 
 
 def test_schema_is_openapi_3(api):

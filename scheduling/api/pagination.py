@@ -1,0 +1,58 @@
+"""The message list's pages: a cursor (the last row's created_at and id), newest first, no count.
+
+DRF's PageNumberPagination counted every matching row for each page (347 ms with 2 M of one
+endpoint's messages; seconds at 50 M) and read page n by skipping n x 50 rows. A cursor names
+where the page ends, so page 1,000 costs what page 1 costs; the id breaks the ties of a bulk
+request's 1,000 messages sharing a created_at, so every row is listed exactly once."""
+
+from __future__ import annotations
+
+from rest_framework.pagination import BasePagination
+from rest_framework.response import Response
+from rest_framework.utils.urls import replace_query_param
+
+from .. import selectors
+from ..cursors import AFTER, BEFORE, Position, decode_cursor, encode_cursor
+
+
+class MessageCursorPagination(BasePagination):
+    """``?cursor=`` from a page's ``next`` or ``previous`` link; the answer is
+    ``{"next": url|null, "previous": url|null, "results": [...]}``. ``groups`` (set by the view)
+    are the index ranges the list merges (selectors.message_groups)."""
+
+    cursor_query_param = "cursor"
+    page_size = 50
+
+    def paginate_queryset(self, queryset, request, view=None):
+        self.request = request
+        cursor = decode_cursor(request.query_params.get(self.cursor_query_param, ""))
+        direction, position = cursor or (None, None)
+        page = selectors.messages_page(
+            queryset=queryset, groups=view.list_groups() if view is not None else [],
+            after=position if direction == AFTER else None, before=position if direction == BEFORE else None,
+            limit=self.page_size)
+        rows = page.rows
+        newer = direction == AFTER or (direction == BEFORE and page.more)
+        older = page.more if direction != BEFORE else True
+        self.next_url = self._link(AFTER, rows[-1]) if older and rows else None
+        self.previous_url = self._link(BEFORE, rows[0]) if newer and rows else None
+        return rows
+
+    def _link(self, direction: str, row) -> str:
+        url = self.request.build_absolute_uri()
+        return replace_query_param(url, self.cursor_query_param,
+                                   encode_cursor(direction, Position(row.created_at, row.pk)))
+
+    def get_paginated_response(self, data):
+        return Response({"next": self.next_url, "previous": self.previous_url, "results": data})
+
+    def get_paginated_response_schema(self, schema):
+        link = {"type": "string", "nullable": True, "format": "uri"}
+        return {"type": "object", "required": ["results"],
+                "properties": {"next": link, "previous": link, "results": schema}}
+
+    def get_schema_operation_parameters(self, view):
+        return [{"name": self.cursor_query_param, "required": False, "in": "query",
+                 "description": "the cursor of a page, from the next or previous link of another",
+                 "schema": {"type": "string"}}]
+
