@@ -17,6 +17,7 @@ from scheduling.archive import columns
 from scheduling.models import AccuracyReport, ArchiveFile, ScheduledMessage
 from scheduling.reports.accuracy import COUNTS
 from scheduling.services import retention
+from tests.scheduling.reports.conftest import spark  # noqa: F401 (the session's Spark)
 from tests.support import database_url
 
 pytestmark = pytest.mark.django_db
@@ -220,16 +221,36 @@ def test_the_command_prints_a_summary(archive, history, capsys, settings):
     assert ScheduledMessage.objects.filter(status__in=["pending", "published"]).count() == 2
 
 
-def test_the_archive_is_read_as_it_is_by_pandas_and_duckdb(archive, history):
+def test_the_archive_is_read_as_it_is_by_spark_pandas_and_duckdb(archive, history, spark):
     import duckdb
     import pandas
 
     go, _ = history
     retention.messages_prune(now=NOW)
+    expected = sorted((str(m.id), max(m.due_at, m.created_at).date()) for m in go)
     frame = pandas.read_parquet(archive)
-    assert sorted(frame["id"]) == sorted(str(m.id) for m in go)
+    assert sorted(zip(frame["id"], (date.fromisoformat(str(d)) for d in frame["due_date"]))) == expected
     found = duckdb.sql(f"SELECT id, due_date FROM read_parquet('{archive}/*/*.parquet', hive_partitioning = true)")
-    assert sorted(r[0] for r in found.fetchall()) == sorted(str(m.id) for m in go)
+    assert sorted(found.fetchall()) == expected
+    rows = spark.read.parquet(str(archive)).select("id", "due_date", "status").collect()
+    assert sorted((r.id, r.due_date) for r in rows) == expected
+    assert {r.status for r in rows} == {"delivered", "cancelled", "failed"}
+
+
+def test_after_the_prune_the_api_says_where_a_message_went_and_its_key_is_free(archive, row, api, settings):
+    settings.DELAY_RETENTION = timedelta(days=7)
+    gone = row("delivered", created_days=30, finished_days=29, idempotency_key="order-7")
+    retention.messages_prune()
+    for response in (api.get(f"/api/messages/{gone.id}/"), api.post(f"/api/messages/{gone.id}/cancel/"),
+                     api.post(f"/api/messages/{gone.id}/republish/")):
+        assert response.status_code == 404
+        assert response.json() == {"detail": f"no message {gone.id}: finished messages are archived and removed 7d "
+                                             "after they finish (DELAY_RETENTION; failed ones after 30d, "
+                                             "DELAY_FAILED_RETENTION)"}
+    again = api.post("/api/messages/", {"endpoint": gone.endpoint.name, "payload": {}, "delay_seconds": 3600,
+                                        "idempotency_key": "order-7"}, format="json")
+    assert again.status_code == 201 and again.json()["id"] != str(gone.id)  # unique within the retention only
+    assert api.get(f"/api/messages/{again.json()['id']}/").status_code == 200
 
 
 def test_the_columns_name_every_field_of_a_message():
