@@ -46,6 +46,7 @@ def one_run(rows: int, retention: str, payloads: bool) -> dict:
         started = time.perf_counter()
         out = manage(env, "prune_messages", "--no-progress")
         seconds = time.perf_counter() - started
+        print(f"manage.py prune_messages (payloads {'on' if payloads else 'off'}):\n{out}", flush=True)
         after, count_after = table_bytes(url)
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(f"VACUUM {TABLE}")
