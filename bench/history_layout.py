@@ -13,12 +13,15 @@ B. Pruning: one table with batched DELETEs and autovacuum, against a table parti
    its partition). --lifecycle messages go through insert -> published -> delivered -> pruned in
    each; time and WAL per step, lookups by id, and what partitioning cannot keep (a unique
    idempotency key per endpoint across partitions).
+C. Autovacuum: two copies of the table holding --churn-rows rows each, one with PostgreSQL's
+   defaults and one with the settings of migration 0015, take the same churn (--churn messages
+   inserted, published, delivered, and the oldest rows deleted in prune-sized batches); their
+   dead rows and size are sampled as it runs.
 """
 
 from __future__ import annotations
 
 import argparse
-import io
 import random
 import sys
 import time
@@ -56,8 +59,27 @@ def step(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
-def wal(conn) -> int:
-    return conn.execute("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn").fetchone()[0]
+COUNTED = ("wal_bytes", "wal_fpi", "dirtied", "read")
+
+
+def measured(conn, sql: str, params=()) -> dict:
+    """Run a statement under EXPLAIN (ANALYZE, WAL, BUFFERS): its own WAL bytes, full-page images
+    and shared buffers dirtied and read, whatever else the server is doing (the cluster's WAL
+    position would count every other database's writes too), and its time."""
+    plan = conn.execute(f"EXPLAIN (ANALYZE, WAL, BUFFERS, FORMAT JSON) {sql}", params).fetchone()[0][0]
+    top = plan["Plan"]
+    return {"seconds": plan["Execution Time"] / 1000, "wal_bytes": top.get("WAL Bytes", 0),
+            "wal_fpi": top.get("WAL FPI", 0), "dirtied": top.get("Shared Dirtied Blocks", 0),
+            "read": top.get("Shared Read Blocks", 0)}
+
+
+def add(total: dict, part: dict) -> None:
+    for key, value in part.items():
+        total[key] = total.get(key, 0) + value
+
+
+def per_row(total: dict, rows: int) -> dict:
+    return {"rows_per_s": rows / total["seconds"], **{key: total[key] / rows for key in COUNTED}}
 
 
 def fill(conn, table: str, rows: int, id_sql: str) -> None:
@@ -77,13 +99,17 @@ def fill(conn, table: str, rows: int, id_sql: str) -> None:
     conn.execute(f"VACUUM ANALYZE {table}")
 
 
-def copy_rows(conn, table: str, ids: list, now: datetime, finished_at=None) -> None:
-    """A bulk request's rows through COPY, as ScheduledMessageQuerySet.insert_many writes them
-    (``finished_at``: the partitioned table's in-flight sentinel, 'infinity')."""
-    with conn.cursor().copy(f"COPY {table} ({', '.join(COLUMNS)}) FROM STDIN") as copy:
-        for message_id in ids:
-            copy.write_row((message_id, 1, 3, "native", PAYLOAD % message_id, now + timedelta(hours=1), 3_600_000,
-                            "pending", "", "", now, None, None, "", None, finished_at, None, 0, 0, None, ""))
+INSERT_SQL = f"""INSERT INTO TABLE ({', '.join(COLUMNS)})
+    SELECT id, 1, 3, 'native', format('{PAYLOAD.replace("%s", "%%s")}', id)::jsonb, now() + interval '1 hour', 3600000, 'pending', '', '',
+           now(), NULL, NULL, '', NULL, %s::timestamptz, NULL, 0, 0, NULL, ''
+    FROM unnest(%s::uuid[]) AS id"""
+
+
+def insert_rows(conn, table: str, ids: list, finished_at=None) -> dict:
+    """A bulk request's rows in one statement, as the platform writes them (it uses COPY, which
+    EXPLAIN cannot measure; the index and heap work is the same). ``finished_at``: the
+    partitioned table's in-flight sentinel, 'infinity'."""
+    return measured(conn, INSERT_SQL.replace("INTO TABLE", f"INTO {table}", 1), [finished_at, ids])
 
 
 # --- A: primary keys ---------------------------------------------------------------------------
@@ -100,19 +126,18 @@ def primary_keys(conn, rows: int, inserts: int) -> dict:
             fill(conn, tables["v4"], rows, "gen_random_uuid()")
             fill(conn, tables["v7"], rows, "uuid7_at({ts})")
         conn.execute("CHECKPOINT")  # both start from a clean buffer state
-        seconds, wal_bytes = {"v4": 0.0, "v7": 0.0}, {"v4": 0, "v7": 0}
+        totals = {"v4": {}, "v7": {}}
         for _ in range(inserts // BATCH):
             for kind, table in tables.items():
                 ids = [uuid.uuid4() if kind == "v4" else uuid7() for _ in range(BATCH)]
-                before, started = wal(conn), time.perf_counter()
                 with conn.transaction():
-                    copy_rows(conn, table, ids, datetime.now(UTC))
-                seconds[kind] += time.perf_counter() - started
-                wal_bytes[kind] += wal(conn) - before
-        result[label] = {kind: {"rows_per_s": inserts / seconds[kind], "wal_bytes_per_row": wal_bytes[kind] / inserts}
-                         for kind in tables}
-        step(f"A {label}: " + ", ".join(f"{k} {v['rows_per_s']:,.0f} rows/s, {v['wal_bytes_per_row']:,.0f} WAL B/row"
-                                        for k, v in result[label].items()))
+                    add(totals[kind], insert_rows(conn, table, ids))
+        result[label] = {kind: per_row(totals[kind], inserts) for kind in tables}
+        step(f"A {label}: " + ", ".join(f"{k} {v['rows_per_s']:,.0f} rows/s, {v['wal_bytes']:,.0f} WAL B/row, "
+                                        f"{v['dirtied']:.2f} buffers dirtied/row" for k, v in result[label].items()))
+        if label == "empty":  # history is older than what comes next: it must not sit to the right of it
+            for table in tables.values():
+                conn.execute(f"TRUNCATE {table}")
     for kind, table in tables.items():
         size, density = conn.execute(f"SELECT pg_relation_size('{table}_pkey'), avg_leaf_density "
                                      f"FROM pgstatindex('{table}_pkey')").fetchone()
@@ -120,6 +145,56 @@ def primary_keys(conn, rows: int, inserts: int) -> dict:
     for table in tables.values():
         conn.execute(f"DROP TABLE {table}")
     return result
+
+
+# --- C: autovacuum ---------------------------------------------------------------------------
+
+TUNED = ("autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 10000, "
+         "autovacuum_vacuum_insert_scale_factor = 0.01, autovacuum_vacuum_insert_threshold = 10000, "
+         "autovacuum_analyze_scale_factor = 0.01, autovacuum_analyze_threshold = 10000")  # migration 0015
+
+
+def churn(conn, rows: int, messages: int) -> dict:
+    tables = {"default": "churn_default", "tuned": "churn_tuned"}
+    for kind, table in tables.items():
+        conn.execute(f"CREATE TABLE {table} (LIKE {TABLE} INCLUDING ALL)")
+        if kind == "tuned":
+            conn.execute(f"ALTER TABLE {table} SET ({TUNED})")
+        step(f"C: filling {table} with {rows:,} rows")
+        fill(conn, table, rows, "uuid7_at({ts})")
+    samples = {kind: [] for kind in tables}
+
+    def sample(done: int) -> None:
+        for kind, table in tables.items():
+            dead, vacuums, size = conn.execute(
+                "SELECT n_dead_tup, autovacuum_count, pg_total_relation_size(relid) FROM pg_stat_user_tables "
+                "WHERE relname = %s", [table]).fetchone()
+            samples[kind].append({"messages": done, "dead": dead, "vacuums": vacuums, "bytes": size})
+
+    sample(0)
+    step(f"C: {messages:,} messages through both tables (insert, publish, deliver; oldest 100,000 deleted "
+         "per 100,000 new)")
+    for i in range(0, messages, BATCH):
+        ids = [uuid7() for _ in range(BATCH)]
+        for table in tables.values():
+            with conn.transaction():
+                insert_rows(conn, table, ids)
+            for change in ("status = 'published', published_at = now()",
+                           "status = 'delivered', delivered_at = now(), finished_at = now()"):
+                with conn.transaction():
+                    conn.execute(f"UPDATE {table} SET {change} WHERE id = ANY(%s)", [ids])
+            if (i + BATCH) % 100_000 == 0:
+                with conn.transaction():
+                    conn.execute(f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} "
+                                 "ORDER BY created_at LIMIT 100000)")
+        if (i + BATCH) % 50_000 == 0:
+            sample(i + BATCH)
+            last = {k: v[-1] for k, v in samples.items()}
+            step("  " + ", ".join(f"{k}: {v['dead']:,} dead, {v['bytes'] / 1e6:,.0f} MB, {v['vacuums']} autovacuums"
+                                  for k, v in last.items()))
+    for table in tables.values():
+        conn.execute(f"DROP TABLE {table}")
+    return samples
 
 
 # --- B: pruning -------------------------------------------------------------------------------
@@ -143,25 +218,25 @@ def day_partitions(conn, days: int, now: datetime) -> None:
                      f"FOR VALUES FROM ('{first}') TO ('{first + timedelta(days=1)}')")
 
 
-def lifecycle(conn, table: str, ids: list, *, live_finished_at=None) -> dict:
-    """insert -> published -> delivered, a bulk request's worth at a time, as the platform does."""
+def lifecycle(conn, table: str, ids: list, *, live_finished_at=None, live_where: str = "") -> dict:
+    """insert -> published -> delivered, a bulk request's worth at a time, as the platform does.
+    ``live_where`` names the in-flight rows' partition, as a partitioned platform's relay and
+    delivery loop would (they know the rows they touch are in flight)."""
     out = {}
-    now = datetime.now(UTC)
 
-    def measure(name, action):
-        before, started = wal(conn), time.perf_counter()
+    def measure(name, statement):
+        total = {}
         for i in range(0, len(ids), BATCH):
             with conn.transaction():
-                action(ids[i:i + BATCH])
-        out[name] = {"seconds": time.perf_counter() - started, "wal_bytes_per_row": (wal(conn) - before) / len(ids)}
+                add(total, statement(ids[i:i + BATCH]))
+        out[name] = per_row(total, len(ids))
 
-    measure("insert", lambda batch: copy_rows(conn, table, batch, now, live_finished_at))
-    measure("publish", lambda batch: conn.execute(
-        f"UPDATE {table} SET status = 'published', published_at = now(), routing_key = 'orders' WHERE id = ANY(%s)",
-        [batch]))
-    measure("deliver", lambda batch: conn.execute(
-        f"UPDATE {table} SET status = 'delivered', delivered_at = now(), finished_at = now(), lateness_ms = 4, "
-        f"delivery_count = 1 WHERE id = ANY(%s)", [batch]))
+    measure("insert", lambda batch: insert_rows(conn, table, batch, live_finished_at))
+    measure("publish", lambda batch: measured(conn, f"UPDATE {table} SET status = 'published', published_at = now(), "
+                                              f"routing_key = 'orders' WHERE id = ANY(%s){live_where}", [batch]))
+    measure("deliver", lambda batch: measured(conn, f"UPDATE {table} SET status = 'delivered', delivered_at = now(), "
+                                              "finished_at = now(), lateness_ms = 4, delivery_count = 1 "
+                                              f"WHERE id = ANY(%s){live_where}", [batch]))
     return out
 
 
@@ -174,59 +249,84 @@ def pruning(conn, messages: int) -> dict:
     step(f"B: {messages:,} messages through insert -> published -> delivered, flat table")
     flat = lifecycle(conn, "flat", ids)
     step("B: the same through the partitioned table (in flight: finished_at = infinity)")
-    parted = lifecycle(conn, "parted", ids, live_finished_at="infinity")
+    parted = lifecycle(conn, "parted", ids, live_finished_at="infinity", live_where=" AND finished_at = 'infinity'")
 
-    step("B: lookups by id (the delivery loop locks 500 rows by id)")
+    step("B: lookups of 500 ids (a delivery batch; an API read knows only the id)")
     sample = random.sample(ids, 500)
     lookups = {}
-    for table in ("flat", "parted"):
+    for name, sql in (("flat", "SELECT id FROM flat WHERE id = ANY(%s)"),
+                      ("parted", "SELECT id FROM parted WHERE id = ANY(%s)"),
+                      ("parted, partition named", "SELECT id FROM parted WHERE id = ANY(%s) AND finished_at >= %s")):
         started = time.perf_counter()
         for _ in range(50):
-            conn.execute(f"SELECT id FROM {table} WHERE id = ANY(%s)", [sample]).fetchall()
-        lookups[table] = (time.perf_counter() - started) / 50 * 1000
+            conn.execute(sql, [sample, now - timedelta(hours=1)] if "%s AND" in sql else [sample]).fetchall()
+        lookups[name] = (time.perf_counter() - started) / 50 * 1000
 
     step("B: pruning the day: batched DELETE then VACUUM, against DROP of the day's partition")
-    before, started = wal(conn), time.perf_counter()
+    total = {}
     for i in range(0, len(ids), 100_000):
         with conn.transaction():
-            conn.execute("DELETE FROM flat WHERE id = ANY(%s)", [ids[i:i + 100_000]])
-    flat["prune"] = {"seconds": time.perf_counter() - started, "wal_bytes_per_row": (wal(conn) - before) / messages}
+            add(total, measured(conn, "DELETE FROM flat WHERE id = ANY(%s)", [ids[i:i + 100_000]]))
+    flat["prune"] = per_row(total, messages)
     started = time.perf_counter()
     conn.execute("VACUUM flat")
     flat["vacuum"] = {"seconds": time.perf_counter() - started}
-    before, started = wal(conn), time.perf_counter()
+    started = time.perf_counter()
     conn.execute(f"DROP TABLE parted_{now.date():%Y%m%d}")
-    parted["prune"] = {"seconds": time.perf_counter() - started, "wal_bytes_per_row": (wal(conn) - before) / messages}
+    parted["prune"] = {"rows_per_s": messages / (time.perf_counter() - started), **dict.fromkeys(COUNTED, 0)}
     try:
         conn.execute("CREATE UNIQUE INDEX ON parted (endpoint_id, idempotency_key) WHERE idempotency_key IS NOT NULL")
         unique = "allowed"
     except psycopg.Error as exc:
         unique = str(exc).splitlines()[0]
-    return {"flat": flat, "parted": parted, "lookup_ms": lookups, "unique_idempotency_key": unique}
+    return {"flat": flat, "parted": parted, "lookup_ms": lookups, "unique_idempotency_key": unique,
+            "messages": messages}
 
 
-def print_results(a: dict, b: dict) -> None:
-    print("\nA. primary key: inserting bulk requests (1,000 rows, COPY), the two tables written alternately")
-    print("table holds      | v4 rows/s | v7 rows/s | v7/v4 | v4 WAL B/row | v7 WAL B/row")
+def print_results(a: dict | None, b: dict | None) -> None:
+    if a:
+        print_keys(a)
+    if b:
+        print_pruning(b)
+
+
+def print_keys(a: dict) -> None:
+    print("\nA. primary key: inserting bulk requests (1,000 rows), the two tables written alternately; per row:")
+    print("table holds      | v4 rows/s | v7 rows/s | v4 WAL B | v7 WAL B | v4 full pages | v7 full pages | "
+          "v4 dirtied | v7 dirtied | v4 read | v7 read")
     for label, r in a.items():
         if label.startswith("pkey"):
             continue
-        print(f"{label:<16} | {r['v4']['rows_per_s']:>9,.0f} | {r['v7']['rows_per_s']:>9,.0f} | "
-              f"{r['v7']['rows_per_s'] / r['v4']['rows_per_s']:>5.2f} | {r['v4']['wal_bytes_per_row']:>12,.0f} | "
-              f"{r['v7']['wal_bytes_per_row']:>12,.0f}")
+        v4, v7 = r["v4"], r["v7"]
+        print(f"{label:<16} | {v4['rows_per_s']:>9,.0f} | {v7['rows_per_s']:>9,.0f} | {v4['wal_bytes']:>8,.0f} | "
+              f"{v7['wal_bytes']:>8,.0f} | {v4['wal_fpi']:>13.2f} | {v7['wal_fpi']:>13.2f} | {v4['dirtied']:>10.2f} | "
+              f"{v7['dirtied']:>10.2f} | {v4['read']:>7.2f} | {v7['read']:>7.2f}")
     for kind in ("v4", "v7"):
         key = a[f"pkey_{kind}"]
         print(f"primary key index {kind}: {key['bytes'] / 1e6:,.0f} MB, leaf pages {key['leaf_density']:.0f} % full")
-    print("\nB. pruning: per message, flat table (DELETE + VACUUM) against partitions by finished day (DROP)")
-    print("step     | flat s | flat WAL B/msg | partitioned s | partitioned WAL B/msg")
+
+
+def print_pruning(b: dict) -> None:
+    print("\nB. pruning: per message, one table (DELETE + VACUUM) against partitions by finished day (DROP)")
+    print("step     | flat µs | flat WAL B | flat dirtied | partitioned µs | partitioned WAL B | partitioned dirtied")
     for name in ("insert", "publish", "deliver", "prune"):
         f, p = b["flat"][name], b["parted"][name]
-        print(f"{name:<8} | {f['seconds']:>6.1f} | {f['wal_bytes_per_row']:>14,.0f} | {p['seconds']:>13.2f} | "
-              f"{p['wal_bytes_per_row']:>21,.0f}")
-    print(f"vacuum after the DELETE: {b['flat']['vacuum']['seconds']:.1f} s (autovacuum's work; none for a DROP)")
-    print(f"lock 500 rows by id: flat {b['lookup_ms']['flat']:.1f} ms, partitioned (39 partitions) "
-          f"{b['lookup_ms']['parted']:.1f} ms")
+        print(f"{name:<8} | {1e6 / f['rows_per_s']:>7.1f} | {f['wal_bytes']:>10,.0f} | {f['dirtied']:>12.2f} | "
+              f"{1e6 / p['rows_per_s']:>14.1f} | {p['wal_bytes']:>17,.0f} | {p['dirtied']:>19.2f}")
+    print(f"vacuum after the DELETE: {b['flat']['vacuum']['seconds']:.1f} s for {b['messages']:,} rows "
+          "(autovacuum's work; none after a DROP)")
+    print(f"500 rows by id: flat {b['lookup_ms']['flat']:.1f} ms; partitioned (39 partitions), id only "
+          f"{b['lookup_ms']['parted']:.1f} ms, its partition named {b['lookup_ms']['parted, partition named']:.1f} ms")
     print(f"unique idempotency key per endpoint on the partitioned table: {b['unique_idempotency_key']}")
+
+
+def print_churn(c: dict) -> None:
+    print("\nC. autovacuum under churn: the same rows and writes, PostgreSQL's defaults against migration 0015's")
+    print("settings   | peak dead rows | size at start | peak size | size at end | autovacuums")
+    for kind, samples in c.items():
+        print(f"{kind:<10} | {max(s['dead'] for s in samples):>14,} | {samples[0]['bytes'] / 1e6:>10,.0f} MB | "
+              f"{max(s['bytes'] for s in samples) / 1e6:>6,.0f} MB | {samples[-1]['bytes'] / 1e6:>8,.0f} MB | "
+              f"{samples[-1]['vacuums'] - samples[0]['vacuums']:>11}")
 
 
 def main() -> None:
@@ -234,7 +334,11 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=10_000_000, help="rows already in the table for part A")
     parser.add_argument("--inserts", type=int, default=100_000, help="rows inserted per measurement in part A")
     parser.add_argument("--lifecycle", type=int, default=500_000, help="messages through each layout in part B")
+    parser.add_argument("--churn-rows", type=int, default=5_000_000, help="rows in each table of part C")
+    parser.add_argument("--churn", type=int, default=1_000_000, help="messages through each table in part C")
+    parser.add_argument("--parts", default="A,B,C", help="which parts to run")
     args = parser.parse_args()
+    parts = set(args.parts.upper().split(","))
     print(f"machine: {idle_share(2.0):.0%} idle before the run", flush=True)
     run_id = uuid.uuid4().hex[:8]
     with throwaway_database(run_id) as url:
@@ -242,10 +346,14 @@ def main() -> None:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple")
             conn.execute(UUID7_SQL)
-            b = pruning(conn, args.lifecycle)
-            conn.execute("DROP TABLE flat, parted")
-            a = primary_keys(conn, args.rows, args.inserts)
+            b = pruning(conn, args.lifecycle) if "B" in parts else None
+            if b:
+                conn.execute("DROP TABLE flat, parted")
+            a = primary_keys(conn, args.rows, args.inserts) if "A" in parts else None
+            c = churn(conn, args.churn_rows, args.churn) if "C" in parts else None
     print_results(a, b)
+    if c:
+        print_churn(c)
     print(f"machine: {idle_share(2.0):.0%} idle after the run")
 
 
