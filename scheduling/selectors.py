@@ -5,12 +5,13 @@ import json
 import uuid
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
+from datetime import timezone as dt_timezone
 from itertools import product
 
 from django.db import connection
 from django.db.models import Count, F, Max, Min, Q, Subquery, Sum
 from django.db.models.expressions import RawSQL
-from django.db.models.functions import Coalesce, TruncHour
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from . import lateness_buckets
@@ -177,20 +178,33 @@ def message_search(*, queryset, term: str):
 
 
 class Tally(int):
-    """A count, exact or PostgreSQL's estimate (``exact`` False); shows as "1,234" or "≈ 1,234"."""
+    """A count: exact, PostgreSQL's estimate (``exact`` False), or a floor (``floor``: more than
+    value - 1, where no estimate is worth showing); shows as "1,234", "≈ 1,234" or "> 10,000"."""
 
     exact: bool
+    floor: bool
 
-    def __new__(cls, value: int, exact: bool = True):
+    def __new__(cls, value: int, exact: bool = True, floor: bool = False):
         tally = super().__new__(cls, value)
-        tally.exact = exact
+        tally.exact, tally.floor = exact and not floor, floor
         return tally
 
     def __str__(self) -> str:
+        if self.floor:
+            return f"> {int(self) - 1:,}"
         return f"{int(self):,}" if self.exact else f"≈ {int(self):,}"
 
     def __repr__(self) -> str:
-        return f"Tally({int(self)}, exact={self.exact})"
+        return f"Tally({int(self)}, exact={self.exact}, floor={self.floor})"
+
+
+def in_past_estimate() -> int | None:
+    """Messages scheduled in the past, as their partial index counted them at its last VACUUM
+    or ANALYZE: the planner's own guess for due_at < created_at is a third of the table."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT reltuples FROM pg_class WHERE oid = to_regclass('message_in_past_created')")
+        row = cursor.fetchone()
+    return int(row[0]) if row and row[0] is not None and row[0] >= 0 else None
 
 
 def rows_estimate(queryset) -> int:
@@ -204,11 +218,13 @@ def rows_estimate(queryset) -> int:
     return int(plan[0]["Plan"]["Plan Rows"])
 
 
-def tallies(querysets: dict, *, cap: int, estimates: dict | None = None) -> dict:
+def tallies(querysets: dict, *, cap: int, estimates: dict | None = None, floors=()) -> dict:
     """Key -> Tally of each queryset: its rows counted no further than cap + 1 (all in one
     statement), exact when at most ``cap``; above, PostgreSQL's estimate (never below cap + 1).
     ``estimates``: known estimates by key (statistics); a key whose estimate is above ``cap`` is
-    not counted at all (finished statuses: their counts only grow with history)."""
+    not counted at all (finished statuses: their counts only grow with history). ``floors``:
+    keys shown as "more than cap" instead (the planner has no statistics for due_at < created_at
+    and guesses a third of the table)."""
     estimates = estimates or {}
     counted = {key: qs for key, qs in querysets.items() if (estimates.get(key) or 0) <= cap}
     found = {}
@@ -226,6 +242,8 @@ def tallies(querysets: dict, *, cap: int, estimates: dict | None = None) -> dict
         n = found.get(key)
         if n is not None and n <= cap:
             result[key] = Tally(n)
+        elif key in floors:
+            result[key] = Tally(cap + 1, floor=True)
         else:
             estimate = estimates.get(key)
             result[key] = Tally(max(cap + 1, estimate if estimate is not None else rows_estimate(qs)), exact=False)
@@ -358,12 +376,16 @@ def lateness_by_hour(now: datetime, hours: int = 24) -> list[tuple[datetime, Lat
     empty, not missing, so a chart's x axis is continuous."""
     end = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
     start = end - timedelta(hours=hours)
-    grouped = (DeliveryMinute.objects.filter(minute__gte=start, minute__lt=end).order_by()
-               .values(hour=TruncHour("minute"), bucket=F("bucket_ms"))
-               .annotate(n=Sum("deliveries"), largest=Max("lateness_max_ms")))
+    # raw rows: Django's per-row datetime conversion of the hour cost ~20 µs a row, 150 ms a page
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT floor(extract(epoch FROM minute) / 3600)::bigint, bucket_ms, sum(deliveries)::bigint, "
+            f"max(lateness_max_ms) FROM {DeliveryMinute._meta.db_table} WHERE minute >= %s AND minute < %s "
+            f"GROUP BY 1, 2", [start, end])
+        grouped = cursor.fetchall()
     per_hour: dict[datetime, list] = {}
-    for row in grouped:
-        per_hour.setdefault(row["hour"], []).append((row["bucket"], row["n"], row["largest"]))
+    for hour, bucket, n, largest in grouped:
+        per_hour.setdefault(datetime.fromtimestamp(hour * 3600, tz=dt_timezone.utc), []).append((bucket, n, largest))
     empty = Lateness(0, None, None, None)
     return [(h, _lateness(per_hour[h]) if h in per_hour else empty)
             for h in (start + timedelta(hours=i) for i in range(hours))]
@@ -391,7 +413,7 @@ def scheduled_in_past_counts(now: datetime) -> list[tuple[str, Tally]]:
     partial index of such messages."""
     backdated = ScheduledMessage.objects.filter(SCHEDULED_IN_PAST)
     counts = tallies({label: backdated.filter(created_at__gte=now - span) for label, span in ACCEPTED_WINDOWS},
-                     cap=DASHBOARD_COUNT_CAP)
+                     cap=DASHBOARD_COUNT_CAP, floors={label for label, _ in ACCEPTED_WINDOWS})
     return [(label, counts[label]) for label, _ in ACCEPTED_WINDOWS]
 
 
@@ -416,7 +438,8 @@ def dashboard(now: datetime | None = None) -> Dashboard:
         "overdue": in_flight.filter(due_at__lt=now),
         **{label: in_flight.filter(due_at__gte=now, due_at__lt=now + span) for label, span in DUE_WINDOWS},
         **{f"in past, {label}": backdated.filter(created_at__gte=now - span) for label, span in ACCEPTED_WINDOWS},
-    }, cap=DASHBOARD_COUNT_CAP, estimates={status.value: estimates[status.value] for status in FINISHED})
+    }, cap=DASHBOARD_COUNT_CAP, estimates={status.value: estimates[status.value] for status in FINISHED},
+        floors={f"in past, {label}" for label, _ in ACCEPTED_WINDOWS})
     return Dashboard(
         now=now,
         by_status={status.value: counts[status.value] for status in Status},

@@ -60,7 +60,10 @@ class MessageChangeList(ChangeList):
         if not newer and not older:
             self.result_count = selectors.Tally(len(rows))
         else:
-            self.result_count = selectors.Tally(max(len(rows), selectors.rows_estimate(self.queryset)), exact=False)
+            estimate = selectors.rows_estimate(self.queryset)
+            if self.get_filters_params().get("in_past") == ["yes"]:  # bounded by what its partial index holds
+                estimate = min(estimate, selectors.in_past_estimate() or estimate)
+            self.result_count = selectors.Tally(max(len(rows), estimate), exact=False)
 
         def link(towards: str, row) -> str:
             position = Position(getattr(row, order_by), row.pk)

@@ -1,0 +1,157 @@
+"""What bench/history.py measures at each size of the history: the bulk scheduling rate (and the
+raw publisher's beside it), idle lateness, delivered throughput, and the bytes a message costs.
+Each case schedules through the platform's API and reads the outcome from its database, as
+bench/suite.py does (whose Bench gives the endpoints, the bulk requests and the lateness)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+
+from bench.harness import percentiles
+from tests.support import wait_until
+
+TABLE = "scheduling_scheduledmessage"
+IN_FLIGHT_DAYS = 3  # the rate case's messages stay published (in the cascade) for the whole run
+STEADY_ROWS = 1000 * 86400 * 7  # 1,000 messages a second kept 7 days
+
+
+class Cases:
+    def __init__(self, bench):
+        self.b, self.p = bench, bench.p  # bench.suite.Bench on the run's platform
+
+    # --- scheduling rate -------------------------------------------------------------------------
+
+    def scheduling_rate(self, n: int, runs: int) -> dict:
+        """Bulk API (4 clients, 1,000 a request) -> rows durable -> broker-confirmed -> rows marked
+        published, on v3; then the raw kombu publisher (confirms, window 1,000) into the same
+        cascade: the broker's own figure on the machine at that moment. Medians of ``runs``;
+        PostgreSQL's block reads per message over the platform's runs (what each index costs)."""
+        from rabbit import Outgoing
+        from scheduling.conf import broker
+        from topology import cascade
+
+        platform, raw = [], []
+        io_before = self.index_io()
+        for _ in range(runs):
+            endpoint = self.b.endpoint("rate", "v3")
+            bodies = self.b.bodies(endpoint, [IN_FLIGHT_DAYS * 86400.0] * n)
+            started = time.perf_counter()
+            self.b.post(bodies)
+            wait_until(lambda: self.b.count(endpoint, "published") >= n, 600, 0.05, "rows published")
+            platform.append(n / (time.perf_counter() - started))
+            version = cascade.get_version("v3")
+            with broker().session() as session:
+                route = cascade.route(version, 3600, "nobody-raw")
+                out = [Outgoing(route.exchange, route.routing_key, b"x" * 200, {"x-dp-due-at-ms": 0, **route.headers},
+                                {"message_id": uuid.uuid4().hex}) for _ in range(n)]
+                started = time.perf_counter()
+                session.publish(out, window=1000)
+                raw.append(n / (time.perf_counter() - started))
+        io_after = self.index_io()
+        blocks = {name: round((io_after[name] - io_before.get(name, 0)) / (n * runs), 2) for name in io_after}
+        return {"per_s": statistics.median(platform), "runs": platform, "raw_per_s": statistics.median(raw),
+                "raw_runs": raw, "blocks_per_message": blocks}
+
+    def index_io(self) -> dict[str, int]:
+        """Shared-buffer blocks hit + read so far, the table's heap and each index."""
+        rows = self.p.sql(
+            "SELECT 'heap', heap_blks_hit + heap_blks_read FROM pg_statio_user_tables WHERE relname = %s "
+            "UNION ALL SELECT indexrelname, idx_blks_hit + idx_blks_read FROM pg_statio_user_indexes WHERE relname = %s",
+            TABLE, TABLE)
+        return {name: int(n) for name, n in rows}
+
+    # --- idle lateness -----------------------------------------------------------------------------
+
+    def lateness_idle(self, n: int, runs: int) -> dict:
+        """``n`` messages of 1-30 s sent over 5 s, nothing else running: bench/suite.py's case 1,
+        on v3. The median of the runs' p99 is the figure."""
+        results = []
+        for _ in range(runs):
+            endpoint = self.b.endpoint("idle", "v3")
+            for delays in self.b._idle_delays(n, 20):
+                self.b.schedule(endpoint, delays, clients=1)
+                time.sleep(0.25)
+            wait_until(lambda: self.b.count(endpoint, "delivered") >= n, 180, 0.5, "idle deliveries")
+            late = self.b.lateness(endpoint)
+            results.append({**percentiles(late), "early": sum(x < 0 for x in late)})
+        return {"p99_ms": statistics.median(r["p99"] for r in results), "runs": results}
+
+    # --- delivered throughput ----------------------------------------------------------------------
+
+    def throughput(self, n: int, runs: int, lead_s: float = 25.0) -> dict:
+        """``n`` messages due at one instant (deliver_at = T, scheduled ~``lead_s`` before): they
+        reach the worker ahead of T and are held (DELAY_DELIVERY_PREFETCH 20,000), so from T on
+        the delivery loop records them as fast as it can. Throughput = n / (last delivered_at − T):
+        messages recorded delivered per second, the delivery path's write rate into the table."""
+        results = []
+        for _ in range(runs):
+            endpoint = self.b.endpoint("due-at-once", "v3")
+            due = datetime.now(timezone.utc) + timedelta(seconds=lead_s)
+            self.schedule_at(endpoint, due, n)
+            wait_until(lambda: self.b.count(endpoint, "delivered") >= n, 300, 0.5, "deliveries due at once")
+            (last,) = self.p.sql(
+                f"SELECT EXTRACT(EPOCH FROM max(m.delivered_at) - %s) FROM {TABLE} m JOIN scheduling_endpoint e "
+                "ON e.id = m.endpoint_id WHERE e.name = %s", due, endpoint)[0]
+            late = self.b.lateness(endpoint)
+            results.append({"per_s": n / float(last), "seconds": float(last), **percentiles(late)})
+        return {"per_s": statistics.median(r["per_s"] for r in results), "runs": results}
+
+    def schedule_at(self, endpoint: str, due: datetime, n: int) -> None:
+        at = due.isoformat().replace("+00:00", "Z")
+        bodies = [json.dumps({"messages": [{"endpoint": endpoint, "payload": {"i": i + j}, "deliver_at": at}
+                                           for j in range(min(1000, n - i))]}).encode() for i in range(0, n, 1000)]
+        self.b.post(bodies)
+
+    # --- bytes per message -------------------------------------------------------------------------
+
+    def execute(self, statement: str) -> None:
+        """A statement without rows (VACUUM cannot run in the harness's transaction-less helper)."""
+        import psycopg
+
+        with psycopg.connect(self.p.env["DATABASE_URL"], autocommit=True) as conn:
+            conn.execute(statement)
+
+    def part_bytes(self) -> dict[str, int]:
+        """Bytes of the heap (with TOAST) and of each index."""
+        rows = self.p.sql(
+            "SELECT 'heap', pg_table_size(%s::regclass) UNION ALL "
+            "SELECT indexrelid::regclass::text, pg_relation_size(indexrelid) FROM pg_index WHERE indrelid = %s::regclass",
+            TABLE, TABLE)
+        return {name: int(size) for name, size in rows}
+
+    def table_bytes(self) -> int:
+        return int(self.p.sql("SELECT pg_total_relation_size(%s::regclass)", TABLE)[0][0])
+
+    def bytes_per_message(self, n: int) -> dict:
+        """Real messages through the platform (pending -> published -> delivered, three row
+        versions each): the table with its indexes and TOAST before and after, per message.
+        - written: ``n`` messages on a packed table (VACUUM FULL first): every version and its
+          index entries (what a table that is never vacuumed keeps);
+        - after VACUUM: VACUUM frees the dead versions; ``n`` more messages reuse that space: the
+          growth a vacuumed table has per message (the steady state with autovacuum);
+        - live: VACUUM FULL afterwards packs both batches: one live row and its entries."""
+        self.execute(f"VACUUM FULL {TABLE}")
+        packed, parts_before = self.table_bytes(), self.part_bytes()
+        self.deliver_batch(n)
+        written, parts_after = self.table_bytes(), self.part_bytes()
+        self.execute(f"VACUUM {TABLE}")
+        vacuumed = self.table_bytes()
+        self.deliver_batch(n)
+        reused = self.table_bytes()
+        self.execute(f"VACUUM FULL {TABLE}")
+        live = self.table_bytes()
+        figures = {"written": (written - packed) / n, "after_vacuum": (reused - vacuumed) / n,
+                   "live": (live - packed) / (2 * n)}
+        return {**{k: round(v, 1) for k, v in figures.items()},
+                "written_by_part": {name: round((parts_after[name] - parts_before.get(name, 0)) / n, 1)
+                                    for name in parts_after},
+                "steady_gb": {k: round(v * STEADY_ROWS / 1e9, 1) for k, v in figures.items()}, "messages": n}
+
+    def deliver_batch(self, n: int) -> None:
+        endpoint = self.b.endpoint("bytes", "v3")
+        self.schedule_at(endpoint, datetime.now(timezone.utc) + timedelta(seconds=10), n)
+        wait_until(lambda: self.b.count(endpoint, "delivered") >= n, 300, 0.5, "the batch delivered")

@@ -1,0 +1,57 @@
+"""The profiler's evidence for bench/history.py: EXPLAIN (ANALYZE, BUFFERS) of the queries the
+pages issue, as the platform's code builds them (captured from the selectors, run again under
+EXPLAIN): which index each reads, how far, and what it costs at this size of the table."""
+
+from __future__ import annotations
+
+import re
+
+import psycopg
+
+from bench.history_pages import DOMINANT
+
+
+def captured(call) -> list[str]:
+    """The SQL ``call`` runs (parameters inlined, as Django logs them)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        call()
+    return [q["sql"] for q in queries.captured_queries]
+
+
+def statements() -> dict[str, str]:
+    """Name -> the statement behind each figure worth explaining."""
+    from scheduling import selectors
+    from scheduling.models import Endpoint, ScheduledMessage, TopologyVersion
+
+    admin_rows = ScheduledMessage.objects.select_related("endpoint", "topology").defer("payload")
+    versions = dict(TopologyVersion.objects.values_list("name", "pk"))
+
+    def merged(queryset, fixed):
+        groups = selectors.message_groups(fixed=fixed)
+        return next(sql for sql in captured(lambda: selectors.messages_page(queryset=queryset, groups=groups))
+                    if "LATERAL" in sql or "ORDER BY" in sql)
+
+    endpoint_ids = list(Endpoint.objects.values_list("id", flat=True))
+    return {
+        "api: ?endpoint&status=delivered, first page": merged(
+            selectors.messages(endpoint=DOMINANT, status="delivered"), {"endpoint", "status"}),
+        "admin: messages, no filter": merged(admin_rows, set()),
+        "admin: messages, version v1 (none)": merged(admin_rows.filter(topology_id=versions.get("v1")), {"topology"}),
+        "dashboard: capped counts": next(sql for sql in captured(selectors.dashboard) if "count(*)" in sql),
+        "endpoints: counts": next(sql for sql in captured(
+            lambda: selectors.endpoints_message_counts(endpoint_ids=endpoint_ids)) if "count(*)" in sql),
+    }
+
+
+def plans(database_url: str) -> dict[str, dict]:
+    """Name -> {ms, plan (text)}."""
+    out = {}
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        for name, sql in statements().items():
+            lines = [row[0] for row in conn.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql}").fetchall()]
+            found = re.search(r"Execution Time: ([\d.]+) ms", lines[-1])
+            out[name] = {"ms": float(found.group(1)) if found else None, "plan": "\n".join(lines)}
+    return out
