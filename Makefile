@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: venv run test test-fast test-reliability test-cluster cluster cluster-stop soak bench bench-profile bench-migration bench-admin bench-report
+.PHONY: venv run test test-fast test-reliability test-cluster cluster cluster-stop soak bench bench-profile bench-migration bench-admin bench-history bench-report
 
 $(BIN)/.installed: requirements.txt
 	scripts/services.sh python-venv
@@ -82,6 +82,11 @@ bench-migration: venv
 bench-admin: venv
 	scripts/services.sh rabbitmq postgres
 	$(BIN)/python bench/admin_changelist.py
+
+## bench-history: rate, idle lateness, throughput and the admin/API pages with 0, 10 M and 50 M finished messages (~65 min)
+bench-history: venv
+	scripts/services.sh rabbitmq postgres
+	$(BIN)/python bench/history.py
 
 ## bench-report: 10 M synthetic deliveries in a throwaway database, then export + Spark job + load
 bench-report: venv
