@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import ExitStack, contextmanager
@@ -162,18 +163,41 @@ def keep_logs(workdir: Path, run_id: str, say=print) -> None:
         say(f"soak: the logs' last {LOG_TAIL_BYTES >> 20} MB: {', '.join(kept)}")
 
 
+class _Shield:
+    """Ctrl-C and SIGTERM ignored while the cleanup runs (a second Ctrl-C would leave a node or a
+    server behind), then as before. Signals can be set in the main thread only."""
+
+    def __init__(self):
+        self.saved = {}
+
+    def up(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            self.saved = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def down(self) -> None:
+        for sig, handler in self.saved.items():
+            signal.signal(sig, handler)
+
+
 @contextmanager
 def deployed(plan: Plan, run_id: str, say=print):
     workdir = Path(f"/tmp/dp-soak-{run_id}")
     bin_dir = Path(sys.executable).parent
-    with ExitStack() as stack:
-        workdir.mkdir(parents=True)
-        stack.callback(_quietly(lambda: shutil.rmtree(workdir, ignore_errors=True)))
-        try:
-            yield from _deploy(plan, run_id, workdir, bin_dir, stack, say)
-        except BaseException:
-            keep_logs(workdir, run_id, say)
-            raise
+    shield = _Shield()
+    try:
+        with ExitStack() as stack:
+            workdir.mkdir(parents=True)
+            stack.callback(_quietly(lambda: shutil.rmtree(workdir, ignore_errors=True)))
+            try:
+                yield from _deploy(plan, run_id, workdir, bin_dir, stack, say)
+            except BaseException:
+                keep_logs(workdir, run_id, say)
+                raise
+            finally:
+                shield.up()
+                say("soak: stopping and removing what it started")
+    finally:
+        shield.down()
 
 
 def _deploy(plan: Plan, run_id: str, workdir: Path, bin_dir: Path, stack: ExitStack, say):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -64,8 +65,8 @@ class Ledger:
 def read_snapshot(conn, archive_dir: Path) -> tuple[pa.Table, int]:
     """(every message row, live and archived; how many archive files were read). ``conn``: a
     psycopg connection, not in a transaction."""
+    conn.isolation_level, conn.read_only = psycopg.IsolationLevel.REPEATABLE_READ, True
     with conn.transaction():
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         paths = [row[0] for row in conn.execute("SELECT path FROM scheduling_archivefile ORDER BY path")]
         rows = conn.execute("SELECT id::text, status, due_at, delivered_at, lateness_ms "
                             "FROM scheduling_scheduledmessage").fetchall()

@@ -17,7 +17,7 @@ from bench.soak_rules import Plan
 
 TICK_S = 0.2  # a bulk request every 200 ms: 60 messages at 300/s
 BULK_MAX = 1000  # DELAY_BULK_MAX: a request behind schedule catches up at most this much
-CANCEL_THREADS = 2
+CANCEL_THREADS = 4  # two web workers serve them; more threads keep both busy
 TIMEOUT_S = 120  # a request slower than this is counted as an error (its messages may exist, unknown)
 
 
@@ -34,6 +34,7 @@ class Load:
         self._cancels_cv = threading.Condition()
         self._threads: list[threading.Thread] = []
         self.started = self.stopped = None
+        self.cancel_lag_s: list[float] = []  # how late each cancel went out after its planned moment
 
     def start(self) -> None:
         self.started = time.monotonic()
@@ -120,6 +121,7 @@ class Load:
                     self._cancels_cv.wait(min(0.5, at - time.monotonic()))
                     continue
                 heapq.heappop(self._cancels)
+            self.cancel_lag_s.append(time.monotonic() - at)
             try:
                 response = session.post(f"{self.url}/api/messages/{message_id}/cancel/", timeout=TIMEOUT_S)
             except requests.RequestException as exc:
