@@ -501,6 +501,16 @@ def message_table_bytes_per_row() -> float | None:
     return size / rows if rows > 0 else None
 
 
+def message_table_autovacuumed() -> bool:
+    """Whether PostgreSQL's autovacuum looks after the messages table: on for the server, and not
+    turned off for the table."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('autovacuum') = 'on' AND NOT coalesce("
+                       "'autovacuum_enabled=false' = ANY(reloptions), false) FROM pg_class WHERE oid = %s::regclass",
+                       [ScheduledMessage._meta.db_table])
+        return cursor.fetchone()[0]
+
+
 def archive_files(*, first_day: date, last_day: date) -> list[ArchiveFile]:
     """The archive's files of messages due on these days (its list: what a prune committed)."""
     return list(ArchiveFile.objects.filter(day__range=(first_day, last_day)).order_by("day", "path"))

@@ -60,6 +60,7 @@ class PruneResult:
     orphans_removed: int = 0  # files of killed runs, removed before writing
     archive_days_removed: int = 0  # days past DELAY_ARCHIVE_RETENTION
     report_rows_removed: int = 0  # accuracy report rows of those days
+    vacuumed: bool = False  # the prune vacuumed the table itself (the server's autovacuum is off)
     seconds: float = 0.0
 
 
@@ -134,6 +135,8 @@ def _prune(rules, now: datetime, result: PruneResult, progress: Progress) -> Non
     result.archive_days_removed = archive_days_expire(now=now, archive=archive)
     result.report_rows_removed = accuracy_reports_expire(now=now)
     _expired_sessions_remove()
+    if result.deleted:
+        result.vacuumed = message_table_vacuum_unattended()
 
 
 @dataclass(frozen=True)
@@ -236,6 +239,20 @@ def archive_days_expire(*, now: datetime, archive: Path) -> int:
     for day in days:
         _remove_if_empty(archive / day)
     return len(days)
+
+
+def message_table_vacuum_unattended() -> bool:
+    """VACUUM the messages table when nothing else will (the server runs without autovacuum, or
+    the table is excluded from it): its deleted and updated rows' space is then reused before the
+    next prune instead of never. Returns whether it vacuumed. Not inside a transaction (VACUUM
+    cannot run in one)."""
+    if connection.in_atomic_block or selectors.message_table_autovacuumed():
+        return False
+    log.warning("autovacuum is off for %s: the prune vacuums it (turn autovacuum on: see the README, History)",
+                ScheduledMessage._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"VACUUM (ANALYZE) {ScheduledMessage._meta.db_table}")
+    return True
 
 
 def accuracy_reports_expire(*, now: datetime) -> int:

@@ -52,8 +52,10 @@ class Command(PlatformCommand):
         self.stdout.write(f"  deleted    {result.deleted:>12,} rows")
         self.stdout.write(f"  kept       {kept}")
         reusable = "unknown" if result.reusable_bytes is None else f"≈ {size(result.reusable_bytes)}"
-        self.stdout.write(f"  space      {reusable} of the table (with its indexes) reused for new rows once "
-                          "autovacuum has passed; its files do not shrink")
+        when = ("now: the prune vacuumed it, as the server's autovacuum is off for it" if result.vacuumed
+                else "once autovacuum has passed")
+        self.stdout.write(f"  space      {reusable} of the table (with its indexes) reused for new rows {when}; "
+                          "its files do not shrink")
         if result.orphans_removed or result.archive_days_removed or result.report_rows_removed:
             self.stdout.write(f"  removed    {result.orphans_removed:,} file(s) of interrupted runs, "
                               f"{result.archive_days_removed:,} archive day(s) and {result.report_rows_removed:,} "
