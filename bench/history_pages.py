@@ -61,7 +61,8 @@ def facts(database_url: str) -> dict:
         endpoint_id = {name: one("SELECT id FROM scheduling_endpoint WHERE name = %s", name) for name in (DOMINANT, RARE)}
         version = {name: one("SELECT id FROM scheduling_topologyversion WHERE name = %s", name) for name in ("v1", "v2")}
         message_id = one("SELECT id FROM scheduling_scheduledmessage WHERE endpoint_id = %s AND status = 'delivered' "
-                         "ORDER BY created_at DESC LIMIT 1", endpoint_id[DOMINANT])
+                         "ORDER BY created_at DESC LIMIT 1", endpoint_id[DOMINANT]) or one(
+            "SELECT id FROM scheduling_scheduledmessage WHERE status = 'delivered' ORDER BY created_at DESC LIMIT 1")
         key = one("SELECT idempotency_key FROM scheduling_scheduledmessage WHERE id = %s", message_id) or "no-such-key"
         day = one("SELECT (now() - interval '3 days')::date")
     return {"endpoint_id": endpoint_id, "version": version, "message_id": message_id, "key": key, "day": day}

@@ -315,8 +315,10 @@ class ScheduledMessage(models.Model):
         indexes = [
             models.Index(fields=["status", "created_at"], name="message_status_created"),
             # replaced (endpoint, status) in 0014: the same lookups, and a range per version in
-            # created_at order for an endpoint's and a version's lists
-            models.Index(fields=["endpoint", "status", "topology", "created_at"], name="message_endpoint_list"),
+            # (created_at, id) order for an endpoint's and a version's lists, read index-only (with
+            # the heap to visit, PostgreSQL preferred (status, created_at) and a filter, and read
+            # a whole status for a version the endpoint never used)
+            models.Index(fields=["endpoint", "status", "topology", "created_at", "id"], name="message_endpoint_list"),
             models.Index(
                 fields=["due_at"], name="message_timeouts_due",
                 condition=models.Q(status="pending", delivery_mode="timeout_manager"),

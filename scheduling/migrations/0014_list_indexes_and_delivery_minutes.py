@@ -1,8 +1,8 @@
 """Reads that stay flat as history grows (docs/performance.md, "History").
 
-- (endpoint, status) becomes (endpoint, status, topology, created_at): the same lookups, and an
-  endpoint's or a version's list is a merge of index ranges in created_at order instead of a sort
-  of the endpoint's whole history;
+- (endpoint, status) becomes (endpoint, status, topology, created_at, id): the same lookups, and an
+  endpoint's or a version's list is a merge of index ranges read index-only in (created_at, id)
+  order instead of a sort of the endpoint's whole history;
 - due_at of the messages in flight (overdue, due soon) and created_at of those scheduled in the
   past: partial indexes that hold in-flight and backdated rows only;
 - multivariate statistics on (endpoint, status): estimates of an endpoint's counts per status;
@@ -42,7 +42,8 @@ class Migration(migrations.Migration):
         ),
         AddIndexConcurrently(
             model_name='scheduledmessage',
-            index=models.Index(fields=['endpoint', 'status', 'topology', 'created_at'], name='message_endpoint_list'),
+            index=models.Index(fields=['endpoint', 'status', 'topology', 'created_at', 'id'],
+                               name='message_endpoint_list'),
         ),
         RemoveIndexConcurrently(
             model_name='scheduledmessage',
