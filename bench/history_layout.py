@@ -22,10 +22,12 @@ C. Autovacuum: two copies of the table holding --churn-rows rows each, one with 
 from __future__ import annotations
 
 import argparse
+import importlib
 import random
 import sys
 import time
 import uuid
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -149,9 +151,31 @@ def primary_keys(conn, rows: int, inserts: int) -> dict:
 
 # --- C: autovacuum ---------------------------------------------------------------------------
 
-TUNED = ("autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 10000, "
-         "autovacuum_vacuum_insert_scale_factor = 0.01, autovacuum_vacuum_insert_threshold = 10000, "
-         "autovacuum_analyze_scale_factor = 0.01, autovacuum_analyze_threshold = 10000")  # migration 0015
+TUNED = ", ".join(f"{name} = {value}" for name, value in
+                  importlib.import_module("scheduling.migrations.0015_autovacuum_for_churn").SETTINGS.items())
+
+
+@contextmanager
+def autovacuum_for_the_run(conn, allowed: bool):
+    """Part C needs the server's autovacuum. Where it is off (this machine's CI image sets
+    ``autovacuum = off``), turn it on for the run only with --turn-autovacuum-on (ALTER SYSTEM:
+    a superuser's, server-wide) and put it back after; else skip part C."""
+    if conn.execute("SELECT current_setting('autovacuum')").fetchone()[0] == "on":
+        yield True
+        return
+    if not allowed:
+        step("C: skipped: the server's autovacuum is off (--turn-autovacuum-on turns it on for this run)")
+        yield False
+        return
+    conn.execute("ALTER SYSTEM SET autovacuum = on")
+    conn.execute("SELECT pg_reload_conf()")
+    step("C: autovacuum turned on for this run (ALTER SYSTEM; reset afterwards)")
+    try:
+        yield True
+    finally:
+        conn.execute("ALTER SYSTEM RESET autovacuum")
+        conn.execute("SELECT pg_reload_conf()")
+        step("C: autovacuum setting reset")
 
 
 def churn(conn, rows: int, messages: int) -> dict:
@@ -339,6 +363,8 @@ def main() -> None:
     parser.add_argument("--churn-rows", type=int, default=5_000_000, help="rows in each table of part C")
     parser.add_argument("--churn", type=int, default=1_000_000, help="messages through each table in part C")
     parser.add_argument("--parts", default="A,B,C", help="which parts to run")
+    parser.add_argument("--turn-autovacuum-on", action="store_true",
+                        help="part C: where the server's autovacuum is off, turn it on for the run (ALTER SYSTEM)")
     args = parser.parse_args()
     parts = set(args.parts.upper().split(","))
     print(f"machine: {idle_share(2.0):.0%} idle before the run", flush=True)
@@ -352,7 +378,10 @@ def main() -> None:
             if b:
                 conn.execute("DROP TABLE flat, parted")
             a = primary_keys(conn, args.rows, args.inserts) if "A" in parts else None
-            c = churn(conn, args.churn_rows, args.churn) if "C" in parts else None
+            c = None
+            if "C" in parts:
+                with autovacuum_for_the_run(conn, args.turn_autovacuum_on) as on:
+                    c = churn(conn, args.churn_rows, args.churn) if on else None
     print_results(a, b)
     if c:
         print_churn(c)

@@ -4,8 +4,9 @@ retention, deleted: three dead row versions per message. PostgreSQL's defaults v
 a fifth of it is dead; at 1,000 messages/s with 7 days' retention (~600 M rows) that is 120 M dead
 versions, tens of GB, before a vacuum even starts. 1 % (or 10,000 rows on a small table) keeps the
 dead share near 1 % and the size flat; inserts trigger a vacuum as often, so the visibility map
-stays current for the index-only counts (pending, published, failed). docs/performance.md
-("History") has the arithmetic and the measurements."""
+stays current for the index-only counts (pending, published, failed). Five times the default cost
+limit lets each vacuum of this table keep up with that churn (bench/history_layout.py, part C);
+docs/performance.md ("History") has the arithmetic and the measurements."""
 
 from django.db import migrations
 
@@ -17,6 +18,7 @@ SETTINGS = {
     "autovacuum_vacuum_insert_threshold": "10000",
     "autovacuum_analyze_scale_factor": "0.01",
     "autovacuum_analyze_threshold": "10000",
+    "autovacuum_vacuum_cost_limit": "1000",
 }
 
 
