@@ -13,22 +13,23 @@ def test_the_hour_as_the_issue_describes_it():
     # every 10 minutes, half a row after a row, so no row reads a worker that has just started
     assert [t / 60 for t in plan.kill_times] == [12.5, 22.5, 32.5, 42.5, 52.5]
     assert plan.restart_at / 60 == 37.5  # once, in the judged half, between two rows and two kills
-    assert plan.warm_up_s / 60 == 9  # 5 min delay + 2 min retention + 2 x 1 min prune period
-    assert plan.base_index == 1  # the 10-minute row
+    assert plan.window_s / 60 == 9  # 5 min delay + 2 min retention + 2 x 1 min prune period
+    assert plan.warm_up_s / 60 == 18  # two windows: the rows' mix, then the indexes' size
+    assert plan.base_index == 3  # the 20-minute row
     assert plan.judged_indices == [6, 7, 8, 9, 10, 11]  # 35 to 60 minutes
 
 
 def test_the_base_is_the_first_row_at_or_after_the_warm_up():
-    plan = Plan(minutes=3, max_delay_s=30, retention_s=20, prune_every_s=10)  # warm-up 70 s, rows every 15 s
-    assert plan.sample_times[plan.base_index] == 75
-    assert Plan(minutes=3, max_delay_s=30, retention_s=20, prune_every_s=12.5).base_index == 4  # exactly 75 s
+    plan = Plan(minutes=3, max_delay_s=20, retention_s=10, prune_every_s=4)  # warm-up 2 x 38 s, rows every 15 s
+    assert plan.sample_times[plan.base_index] == 90
+    assert Plan(minutes=3, max_delay_s=20, retention_s=10, prune_every_s=2.5).base_index == 4  # exactly 75 s
 
 
 @pytest.mark.parametrize(("environ", "message"), [
     ({"SOAK_MINUTES": "abc"}, "SOAK_MINUTES must be a number of minutes such as 60, not 'abc'"),
     ({"SOAK_MINUTES": "0"}, "SOAK_MINUTES must be from 1 up, not '0'"),
     ({"SOAK_MINUTES": "nan"}, "SOAK_MINUTES must be from 1 up, not 'nan'"),
-    ({"SOAK_MINUTES": "10"}, "SOAK_MINUTES=10 is too short"),
+    ({"SOAK_MINUTES": "35"}, "SOAK_MINUTES=35 is too short"),
     ({"SOAK_RATE": "1.5"}, "SOAK_RATE must be a whole number of messages a second, not '1.5'"),
     ({"SOAK_RATE": "9000"}, "SOAK_RATE must be from 1 to 5000, not '9000'"),
     ({"SOAK_CANCEL_SHARE": "1"}, "SOAK_CANCEL_SHARE must be from 0 to 0.9, not '1'"),
@@ -43,7 +44,7 @@ def test_bad_settings_are_one_line_naming_the_setting(environ, message):
 
 
 def test_a_short_run_is_allowed_once_its_warm_up_fits_in_the_first_half():
-    plan = plan_from_env({"SOAK_MINUTES": "18"})
+    plan = plan_from_env({"SOAK_MINUTES": "36"})
     assert plan.sample_times[plan.base_index] <= plan.seconds / 2
 
 

@@ -12,13 +12,16 @@ from bench.soak_rules import Plan, check
 
 pytestmark = [pytest.mark.reliability, pytest.mark.broker, pytest.mark.e2e]
 
-# The hour's soak twenty times faster: delays to 30 s (not 5 min), retention 20 s and a prune every
-# 10 s (not 2 and 1 min), autovacuum's period 10 s (not 60), a row every 15 s. Warm-up (30 + 20 +
-# 2 x 10 s) ends before the 1:15 row; the judged half is 1:45 to 3:00. The broker restart comes
-# early (a restart here takes 15-35 s, a tenth of the run: its backlog is part of the warm-up), a
-# kill in each half.
-PLAN = check(Plan(minutes=3, rate=100, max_delay_s=30, retention_s=20, prune_every_s=10, autovacuum_naptime_s=10,
-                  restart_at_s=10, kills_at_s=(52.5, 127.5)))
+# The hour's soak compressed: delays to 20 s (not 5 min), retention 10 s and a prune every 5 s (not 2
+# and 1 min), autovacuum's period 10 s (not 60), a row every 15 s, 200 messages/s. Warm-up (twice
+# 20 + 10 + 2 x 5 s) ends at the 1:30 row; the judged half is 1:45 to 3:00. The broker restart comes
+# early (it takes 15-35 s here, a tenth of the run: its backlog belongs to the warm-up), a kill in
+# each half. The table's plateau is allowed 25 %, not 10: this table holds ~5,000 live rows and
+# PostgreSQL vacuums it once 10,000 are dead (migration 0015), so one late vacuum moves its size by
+# 10-15 % (measured); without pruning, or without the space being reused, it would double over the
+# judged half (as many rows again).
+PLAN = check(Plan(minutes=3, rate=200, max_delay_s=20, retention_s=10, prune_every_s=5, autovacuum_naptime_s=10,
+                  restart_at_s=10, kills_at_s=(52.5, 127.5), table_tolerance=0.25))
 
 
 def test_three_minute_soak_loses_nothing_and_the_table_plateaus():
