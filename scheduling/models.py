@@ -314,11 +314,15 @@ class ScheduledMessage(models.Model):
         # 50 M rows, no page may sort or count the history (docs/performance.md, "History").
         indexes = [
             models.Index(fields=["status", "created_at"], name="message_status_created"),
-            # replaced (endpoint, status) in 0014: the same lookups, and a range per version in
+            # (endpoint, status) became two partial indexes in 0014. In flight: the same lookups
+            # (scheduling writes only this one of the two). Finished: a range per version in
             # (created_at, id) order for an endpoint's and a version's lists, read index-only (with
-            # the heap to visit, PostgreSQL preferred (status, created_at) and a filter, and read
-            # a whole status for a version the endpoint never used)
-            models.Index(fields=["endpoint", "status", "topology", "created_at", "id"], name="message_endpoint_list"),
+            # the heap to visit, PostgreSQL preferred (status, created_at) and a filter, and read a
+            # whole status for a version the endpoint never used); one entry per message.
+            models.Index(fields=["endpoint", "status"], name="message_endpoint_in_flight",
+                         condition=models.Q(status__in=["pending", "published"])),
+            models.Index(fields=["endpoint", "status", "topology", "created_at", "id"], name="message_endpoint_history",
+                         condition=models.Q(status__in=["cancelled", "delivered", "failed"])),
             models.Index(
                 fields=["due_at"], name="message_timeouts_due",
                 condition=models.Q(status="pending", delivery_mode="timeout_manager"),

@@ -104,6 +104,8 @@ def message_groups(*, fixed: frozenset[str] | set[str]) -> list[dict]:
 
 
 _GROUP_TYPES = {"status": "text", "endpoint_id": "bigint", "topology_id": "bigint"}
+_FINISHED = frozenset(s.value for s in FINISHED)  # the statuses of message_endpoint_history
+_IN_FLIGHT = frozenset(s.value for s in IN_FLIGHT)  # of message_endpoint_in_flight
 
 
 def _past(field: str, position: Position, descending: bool) -> Q:
@@ -129,16 +131,35 @@ def messages_page(*, queryset, groups: list[dict], order_by: str = "created_at",
     if len(groups) <= 1:
         rows = list(base.filter(**(groups[0] if groups else {})).order_by(*ordering)[:limit + 1])
     else:
-        rows = _merged(base, groups, order_by, ordering, down, limit + 1)
+        rows = _merged(base, groups, order_by, down, limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
     return MessagePage(rows[::-1] if backwards else rows, more)
 
 
-def _merged(base, groups: list[dict], order_by: str, ordering: tuple, down: bool, limit: int) -> list:
-    """The first ``limit`` rows of the groups' ranges merged: one statement, the groups as
-    arrays (unnest), each range read by a LATERAL subquery with its own ORDER BY and LIMIT."""
+def _merged(base, groups: list[dict], order_by: str, down: bool, limit: int) -> list:
+    """The first ``limit`` rows of the groups' ranges merged. Groups of finished and of in-flight
+    statuses are read apart, each with its statuses written out, so that PostgreSQL may use the
+    partial indexes of each (a status that is only a LATERAL parameter proves neither predicate)."""
+    classes = [[g for g in groups if g.get("status") in statuses] for statuses in (_FINISHED, _IN_FLIGHT)]
+    if "status" not in groups[0]:
+        classes = [groups]
+    found = []
+    for class_groups in filter(None, classes):
+        statuses = sorted({g["status"] for g in class_groups}) if "status" in class_groups[0] else None
+        found += _merged_ids(base.filter(status__in=statuses) if statuses else base, class_groups, order_by, down, limit)
+    found.sort(key=lambda pair: (pair[1], pair[0]), reverse=down)
+    ids = [message_id for message_id, _ in found[:limit]]
+    rows = base.in_bulk(ids)
+    return [rows[i] for i in ids if i in rows]
+
+
+def _merged_ids(base, groups: list[dict], order_by: str, down: bool, limit: int) -> list[tuple]:
+    """(id, ordering value) of the first ``limit`` rows of the groups' ranges: one statement, the
+    groups as arrays (unnest), each range read by a LATERAL subquery with its own ORDER BY and
+    LIMIT (through message_endpoint_history / _in_flight, or message_status_created)."""
     keys = list(groups[0])
+    ordering = (f"-{order_by}", "-id") if down else (order_by, "id")
     inner = (base.filter(**{key: RawSQL(f"g.{key}", ()) for key in keys}).order_by(*ordering)
              .values_list("id", order_by)[:limit])
     inner_sql, inner_params = inner.query.sql_with_params()
@@ -146,13 +167,11 @@ def _merged(base, groups: list[dict], order_by: str, ordering: tuple, down: bool
     direction = "DESC" if down else "ASC"
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT x.id FROM unnest({arrays}) AS g({', '.join(keys)}) "
+            f"SELECT x.id, x.position FROM unnest({arrays}) AS g({', '.join(keys)}) "
             f"CROSS JOIN LATERAL ({inner_sql}) AS x(id, position) "
             f"ORDER BY x.position {direction}, x.id {direction} LIMIT %s",
             [*([group[key] for group in groups] for key in keys), *inner_params, limit])
-        ids = [row[0] for row in cursor.fetchall()]
-    found = base.in_bulk(ids)
-    return [found[i] for i in ids if i in found]
+        return cursor.fetchall()
 
 
 def message_due_years() -> tuple[int | None, int | None]:
@@ -316,12 +335,18 @@ def endpoints_message_counts(*, endpoint_ids) -> dict[int, dict[str, Tally]]:
                if s in IN_FLIGHT or (estimate(e, s.value) or 0) <= cap]
     found = {}
     if counted:
+        # one part per partial index (message_endpoint_in_flight, _history): each states its statuses
+        part = (f"SELECT p.e, p.s, (SELECT count(*) FROM (SELECT 1 FROM {ScheduledMessage._meta.db_table} m "
+                f"WHERE m.endpoint_id = p.e AND m.status = p.s AND m.status = ANY(%s) LIMIT %s) x) "
+                f"FROM unnest(%s::bigint[], %s::text[]) AS p(e, s)")
+        parts, params = [], []
+        for statuses in (sorted(_IN_FLIGHT), sorted(_FINISHED)):
+            pairs = [(e, s) for e, s in counted if s in statuses]
+            if pairs:
+                parts.append(part)
+                params += [statuses, cap + 1, [e for e, _ in pairs], [s for _, s in pairs]]
         with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT p.e, p.s, (SELECT count(*) FROM (SELECT 1 FROM {ScheduledMessage._meta.db_table} m "
-                f"WHERE m.endpoint_id = p.e AND m.status = p.s LIMIT %s) x) "
-                f"FROM unnest(%s::bigint[], %s::text[]) AS p(e, s)",
-                [cap + 1, [e for e, _ in counted], [s for _, s in counted]])
+            cursor.execute(" UNION ALL ".join(parts), params)
             found = {(e, s): n for e, s, n in cursor.fetchall()}
     counts = {}
     for endpoint_id in endpoint_ids:

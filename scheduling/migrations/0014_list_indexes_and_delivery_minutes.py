@@ -1,7 +1,9 @@
 """Reads that stay flat as history grows (docs/performance.md, "History").
 
-- (endpoint, status) becomes (endpoint, status, topology, created_at, id): the same lookups, and an
-  endpoint's or a version's list is a merge of index ranges read index-only in (created_at, id)
+- (endpoint, status) becomes two partial indexes: (endpoint, status) of the messages in flight
+  (the same lookups; scheduling writes only this one), and (endpoint, status, topology,
+  created_at, id) of the finished ones (an entry per message, written when it finishes): an
+  endpoint's or a version's list is a merge of its ranges read index-only in (created_at, id)
   order instead of a sort of the endpoint's whole history;
 - due_at of the messages in flight (overdue, due soon) and created_at of those scheduled in the
   past: partial indexes that hold in-flight and backdated rows only;
@@ -42,8 +44,13 @@ class Migration(migrations.Migration):
         ),
         AddIndexConcurrently(
             model_name='scheduledmessage',
-            index=models.Index(fields=['endpoint', 'status', 'topology', 'created_at', 'id'],
-                               name='message_endpoint_list'),
+            index=models.Index(condition=models.Q(('status__in', ['pending', 'published'])), fields=['endpoint', 'status'],
+                               name='message_endpoint_in_flight'),
+        ),
+        AddIndexConcurrently(
+            model_name='scheduledmessage',
+            index=models.Index(condition=models.Q(('status__in', ['cancelled', 'delivered', 'failed'])),
+                               fields=['endpoint', 'status', 'topology', 'created_at', 'id'], name='message_endpoint_history'),
         ),
         RemoveIndexConcurrently(
             model_name='scheduledmessage',
