@@ -29,15 +29,15 @@ TABLE = "scheduling_scheduledmessage"
 VARIANTS = {
     "0013": {"drop": ["message_endpoint_in_flight", "message_endpoint_history", "message_in_flight_due",
                       "message_in_past_created"],
-             "create": [f"CREATE INDEX message_endpoint_status ON {TABLE} (endpoint_id, status)"]},
+             "create": [f"CREATE INDEX IF NOT EXISTS message_endpoint_status ON {TABLE} (endpoint_id, status)"]},
     "0014": {"drop": ["message_endpoint_status"],
-             "create": [f"CREATE INDEX message_endpoint_in_flight ON {TABLE} (endpoint_id, status) "
+             "create": [f"CREATE INDEX IF NOT EXISTS message_endpoint_in_flight ON {TABLE} (endpoint_id, status) "
                         "WHERE status IN ('pending', 'published')",
-                        f"CREATE INDEX message_endpoint_history ON {TABLE} (endpoint_id, status, topology_id, created_at, id) "
+                        f"CREATE INDEX IF NOT EXISTS message_endpoint_history ON {TABLE} (endpoint_id, status, topology_id, created_at, id) "
                         "WHERE status IN ('cancelled', 'delivered', 'failed')",
-                        f"CREATE INDEX message_in_flight_due ON {TABLE} (due_at) "
+                        f"CREATE INDEX IF NOT EXISTS message_in_flight_due ON {TABLE} (due_at) "
                         "WHERE status IN ('pending', 'published')",
-                        f"CREATE INDEX message_in_past_created ON {TABLE} (created_at) WHERE due_at < created_at"]},
+                        f"CREATE INDEX IF NOT EXISTS message_in_past_created ON {TABLE} (created_at) WHERE due_at < created_at"]},
 }
 
 
