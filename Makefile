@@ -83,7 +83,7 @@ bench-admin: venv
 	scripts/services.sh rabbitmq postgres
 	$(BIN)/python bench/admin_changelist.py
 
-## bench-history: rate, idle lateness, throughput and the admin/API pages with 0, 10 M and 50 M finished messages (~65 min)
+## bench-history: rate, idle lateness, throughput and the admin/API pages with 0, 10 M and 50 M finished messages (~25 min)
 bench-history: venv
 	scripts/services.sh rabbitmq postgres
 	$(BIN)/python bench/history.py

@@ -9,7 +9,7 @@ empty table (target: within 10 %), the pages against their own targets (admin < 
 One throwaway platform (bench/harness.py: its own database and vhost, gunicorn with 4 workers,
 a platform worker) serves every size; between sizes the worker is stopped and
 bench/history_fill.py adds finished rows (indexes rebuilt, VACUUM ANALYZE), as 7 days of
-retention hold them. ~65 minutes at full size on 2 cores (the fills take ~25 of them); --quick
+retention hold them. ~25 minutes at full size on an idle 2-core machine (the fills take ~12 of them); --quick
 (0, 200,000 and 1 M rows, smaller cases) takes ~12. Prints one table; writes
 artifacts/bench-history.json with every run's figures and the EXPLAIN plans."""
 
@@ -76,15 +76,28 @@ class Run:
         self.bench.warm_up()
         return {"seconds": round(filled.seconds), "rows_per_s": round(filled.rate)}
 
+    def settle(self) -> float:
+        """Seconds until the disk is quiet: a CHECKPOINT, then the kernel's dirty pages written.
+        A fill leaves GBs of dirty pages behind; flushed while a case runs, they stall its
+        commits' fsyncs (a first run measured idle p99 109 ms and 20 % less rate at 10 M and
+        50 M, the raw publisher 10 % slower too), which a table that grew over days has not."""
+        started = time.monotonic()
+        self.cases.execute("CHECKPOINT")
+        os.sync()
+        while dirty_bytes() > 64 << 20 and time.monotonic() - started < 600:
+            time.sleep(1)
+        return round(time.monotonic() - started, 1)
+
     def measure(self, size: int) -> dict:
         n = 5000 if self.quick else 20000
-        result = {"idle_share_before": round(idle_share(2.0), 2)}
+        self.step(f"{size:,} rows: disk settling (CHECKPOINT, sync)")
+        result = {"settle_s": self.settle(), "idle_share_before": round(idle_share(2.0), 2)}
         self.step(f"{size:,} rows: scheduling rate")
-        result["rate"] = self.cases.scheduling_rate(n, runs=1 if self.quick else 3)
+        result["rate"] = self.cases.scheduling_rate(n, runs=1 if self.quick else 5)
         self.step(f"{size:,} rows: idle lateness")
         result["idle"] = self.cases.lateness_idle(500 if self.quick else 2000, runs=1 if self.quick else 2)
         self.step(f"{size:,} rows: delivered throughput")
-        result["throughput"] = self.cases.throughput(n, runs=1 if self.quick else 2)
+        result["throughput"] = self.cases.throughput(n, runs=1 if self.quick else 3)
         if size == 0:
             self.step("bytes per message")
             result["bytes"] = self.cases.bytes_per_message(n)
@@ -101,6 +114,12 @@ class Run:
         result["plans"] = plans(self.p.env["DATABASE_URL"])
         result["table_gb"] = round(self.cases.table_bytes() / 1e9, 2)
         return result
+
+
+def dirty_bytes() -> int:
+    """Dirty and under-writeback page cache (/proc/meminfo), bytes."""
+    fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    return sum(int(fields[k].split()[0]) * 1024 for k in ("Dirty", "Writeback"))
 
 
 def figure(result: dict, case: str):
@@ -167,8 +186,9 @@ def main() -> None:
     rows = table(results)
     b = results[0]["bytes"]
     shares = ", ".join(f"{results[s]['idle_share_before']:.0%}" for s in sizes)
-    print(f"\nmachine: {os.cpu_count()} CPUs, {idle:.0%} idle before the run (before each size: {shares}); "
-          f"{minutes} min")
+    settles = ", ".join(f"{results[s]['settle_s']:.0f} s" for s in sizes)
+    print(f"\nmachine: {os.cpu_count()} CPUs, {idle:.0%} idle before the run (before each size: {shares}; "
+          f"disk settled in {settles}); {minutes} min")
     print_table(rows)
     print(f"\nbytes per message (table + indexes + TOAST, v3, {b['messages']:,} real messages pending -> published -> "
           f"delivered):\n  as written, before VACUUM: {b['written']:,.0f} B   after VACUUM (the next messages reuse the "
