@@ -31,7 +31,7 @@ VARIANTS = {
                       "message_in_past_created"],
              "create": [f"CREATE INDEX IF NOT EXISTS message_endpoint_status ON {TABLE} (endpoint_id, status)"]},
     "0014": {"drop": ["message_endpoint_status"],
-             "create": [f"CREATE INDEX IF NOT EXISTS message_endpoint_in_flight ON {TABLE} (endpoint_id, status) "
+             "create": [f"CREATE INDEX IF NOT EXISTS message_endpoint_in_flight ON {TABLE} (endpoint_id, status, topology_id, created_at, id) "
                         "WHERE status IN ('pending', 'published')",
                         f"CREATE INDEX IF NOT EXISTS message_endpoint_history ON {TABLE} (endpoint_id, status, topology_id, created_at, id) "
                         "WHERE status IN ('cancelled', 'delivered', 'failed')",

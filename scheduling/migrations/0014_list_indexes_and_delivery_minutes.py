@@ -1,10 +1,10 @@
 """Reads that stay flat as history grows (docs/performance.md, "History").
 
-- (endpoint, status) becomes two partial indexes: (endpoint, status) of the messages in flight
-  (the same lookups; scheduling writes only this one), and (endpoint, status, topology,
-  created_at, id) of the finished ones (an entry per message, written when it finishes): an
-  endpoint's or a version's list is a merge of its ranges read index-only in (created_at, id)
-  order instead of a sort of the endpoint's whole history;
+- (endpoint, status) becomes two partial indexes on (endpoint, status, topology, created_at, id):
+  one of the messages in flight (scheduling writes only this one), one of the finished ones (an
+  entry per message, written when it finishes): an endpoint's or a version's list is a merge of
+  their ranges read index-only in (created_at, id) order instead of a sort of the endpoint's
+  whole history, or a walk through every other endpoint's messages in flight;
 - due_at of the messages in flight (overdue, due soon) and created_at of those scheduled in the
   past: partial indexes that hold in-flight and backdated rows only;
 - multivariate statistics on (endpoint, status): estimates of an endpoint's counts per status;
@@ -44,8 +44,8 @@ class Migration(migrations.Migration):
         ),
         AddIndexConcurrently(
             model_name='scheduledmessage',
-            index=models.Index(condition=models.Q(('status__in', ['pending', 'published'])), fields=['endpoint', 'status'],
-                               name='message_endpoint_in_flight'),
+            index=models.Index(condition=models.Q(('status__in', ['pending', 'published'])),
+                               fields=['endpoint', 'status', 'topology', 'created_at', 'id'], name='message_endpoint_in_flight'),
         ),
         AddIndexConcurrently(
             model_name='scheduledmessage',
