@@ -54,6 +54,31 @@ def postgres_pids() -> list[int]:
     return [int(p) for p in os.popen("pgrep -u postgres postgres").read().split()]
 
 
+def web_root(url: str) -> int:
+    """The gunicorn master serving ``url`` (its workers are its children)."""
+    return int(os.popen(f"pgrep -f 'gunicorn delayplatform.wsgi --bind 127.0.0.1:{url.rsplit(':', 1)[1]}'")
+               .read().split()[0])
+
+
+class Split:
+    """CPU seconds of each part of the platform between ``start()`` and ``stop()``; a part's
+    processes are looked up at both ends (a PostgreSQL backend or a web worker may come and go)."""
+
+    def __init__(self, p, worker_pid: int):
+        web, rabbit = web_root(p.url), broker_pid()
+        self.groups = {"web (gunicorn)": lambda: tree(web), "worker (relay, loop)": lambda: tree(worker_pid),
+                       "PostgreSQL": postgres_pids, "RabbitMQ": lambda: [rabbit]}
+
+    def start(self) -> Split:
+        self.pids = {name: find() for name, find in self.groups.items()}
+        self.before = {name: cpu(ps) for name, ps in self.pids.items()}
+        return self
+
+    def stop(self) -> dict[str, float]:
+        pids = {name: sorted(set(self.pids[name]) | set(find())) for name, find in self.groups.items()}
+        return {name: cpu(ps) - self.before[name] for name, ps in pids.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--version", default="v3")
@@ -66,15 +91,11 @@ def main() -> None:
         b = Bench(p, quick=False, versions=(args.version,))
         b.warm_up()
         endpoint = b.endpoint(args.case, args.version)
-        web_root = int(os.popen(f"pgrep -f 'gunicorn delayplatform.wsgi --bind 127.0.0.1:{p.url.rsplit(':', 1)[1]}'")
-                           .read().split()[0])
-        rabbit_pid = broker_pid()
-        groups = {"web (gunicorn)": lambda: tree(web_root), "worker (relay, loop)": lambda: tree(worker.process.pid),
-                  "PostgreSQL": postgres_pids, "RabbitMQ": lambda: [rabbit_pid]}
+        split = Split(p, worker.process.pid)
         spies = []
         if args.py_spy:
             Path(args.py_spy).mkdir(parents=True, exist_ok=True)
-            for label, pid in (("web", web_root), ("worker", worker.process.pid)):
+            for label, pid in (("web", web_root(p.url)), ("worker", worker.process.pid)):
                 spies.append(subprocess.Popen(
                     [str(Path(sys.executable).parent / "py-spy"), "record", "--subprocesses", "-r", "200", "--format",
                      "raw", "-o", f"{args.py_spy}/{args.case}-{args.version}-{label}.txt", "--pid", str(pid)],
@@ -84,28 +105,23 @@ def main() -> None:
         delays = [3600.0] * args.messages if args.case == "rate" else [round(rng.uniform(1, 4), 3)
                                                                        for _ in range(args.messages)]
         bodies = b.bodies(endpoint, delays)
-        pids = {name: find() for name, find in groups.items()}
-        before = {name: cpu(ps) for name, ps in pids.items()}
-        before["client"] = time.process_time()  # this process only (pgrep's children are not the load)
+        split.start()
+        client = time.process_time()  # this process only (pgrep's children are not the load)
         started = time.perf_counter()
         b.post(bodies)
         status = "published" if args.case == "rate" else "delivered"
         wait_until(lambda: b.count(endpoint, status) >= args.messages, 600, 0.05, f"every message {status}")
         wall = time.perf_counter() - started
-        client = time.process_time()
-        pids = {name: sorted(set(pids[name]) | set(find())) for name, find in groups.items()}
-        after = {name: cpu(ps) for name, ps in pids.items()}
-        after["client"] = client
+        used = {**split.stop(), "client": time.process_time() - client}
         for spy in spies:
             spy.send_signal(2)
             spy.wait(60)
     n = args.messages
     print(f"{args.case} on {args.version}: {n:,} messages in {wall:.2f} s ({n / wall:,.0f}/s)")
     total = 0.0
-    for name in [*groups, "client"]:
-        used = after[name] - before[name]
-        total += used
-        print(f"  {name:<22} {used:6.2f} s CPU  {used * 1e6 / n:7.0f} µs/message")
+    for name, seconds in used.items():
+        total += seconds
+        print(f"  {name:<22} {seconds:6.2f} s CPU  {seconds * 1e6 / n:7.0f} µs/message")
     print(f"  {'all':<22} {total:6.2f} s CPU  {total * 1e6 / n:7.0f} µs/message "
           f"({total / wall:.2f} of {os.cpu_count()} cores busy)")
     if args.py_spy:

@@ -40,7 +40,7 @@ CASES = {"rate": ("bulk scheduling rate", True, "/s"), "idle": ("idle lateness p
 def fmt(value, unit="") -> str:
     if value is None:
         return "—"
-    return f"{value:,.0f}{unit}" if abs(value) >= 10 else f"{value:.1f}{unit}"
+    return f"{value:,.0f}{unit}" if abs(value) >= 10 else f"{value:.2f}{unit}" if abs(value) < 1 else f"{value:.1f}{unit}"
 
 
 class Run:
@@ -143,6 +143,11 @@ def table(results: dict[int, dict]) -> list[list[str]]:
         if case == "rate":
             rows.append(["  raw publisher, same moment", *(fmt(results[s]["rate"]["raw_per_s"], "/s") for s in sizes),
                          "(the broker's own figure)", ""])
+        if case in ("rate", "throughput"):
+            for part in results[sizes[0]][case]["cost"]:
+                unit = " µs" if part.endswith("µs") else ""
+                rows.append([f"  per message: {part.removesuffix(' µs')}",
+                             *(fmt(results[s][case]["cost"].get(part), unit) for s in sizes), "(where it went)", ""])
     for name, page in empty["pages"].items():
         values = [results[s]["pages"][name]["median_ms"] for s in sizes]
         ok = all(results[s]["pages"][name]["status"] == 200 for s in sizes)
@@ -193,7 +198,11 @@ def main() -> None:
     print(f"\nbytes per message (table + indexes + TOAST, v3, {b['messages']:,} real messages pending -> published -> "
           f"delivered):\n  as written, before VACUUM: {b['written']:,.0f} B   after VACUUM (the next messages reuse the "
           f"space): {b['after_vacuum']:,.0f} B   live (VACUUM FULL): {b['live']:,.0f} B")
-    print(f"steady state at 1,000/s with 7 days' retention ({STEADY_ROWS:,} rows): "
+    print("  after VACUUM by part: " + ", ".join(f"{k.removeprefix('scheduling_scheduledmessage_')} {v:,.0f} B"
+                                                for k, v in b["after_vacuum_by_part"].items() if v))
+    print(f"steady state at 1,000/s with 7 days' retention ({STEADY_ROWS:,} rows; without the indexes of messages "
+          f"in flight, {b['in_flight_indexes_after_vacuum']:,.0f} B of the after-VACUUM figure, which follow the "
+          f"messages in flight, not the retention): "
           f"{b['steady_gb']['after_vacuum']:,.0f} GB with autovacuum (live {b['steady_gb']['live']:,.0f} GB; "
           f"never vacuumed {b['steady_gb']['written']:,.0f} GB)")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)

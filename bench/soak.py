@@ -59,13 +59,15 @@ class Row:
     channels: int
     pg_connections: int
     table_bytes: int
+    rows_live: int
+    rows_dead: int
     archive_bytes: int
     outbox: int
     events: str = ""
 
 
 HEADER = ["time", "scheduled", "delivered", "cancelled", "lost", "early", "lateness p99", "worker RSS", "web RSS",
-          "fds worker/web", "broker conn/ch", "PG conn", "table+index", "archive", "outbox", "events since last row"]
+          "fds worker/web", "broker conn/ch", "PG conn", "table+index", "rows live/dead", "archive", "outbox", "events since last row"]
 
 
 def resources(plan: Plan) -> list[tuple[str, str, float, object]]:
@@ -83,7 +85,8 @@ def format_row(row: Row) -> str:
     cells = [clock(row.at_s), f"{row.scheduled:,}", f"{row.delivered:,}", f"{row.cancelled:,}", str(row.lost),
              str(row.early), "-" if row.p99_ms is None else f"{row.p99_ms:,} ms", human_bytes(row.worker_rss),
              human_bytes(row.web_rss), f"{row.worker_fds}/{row.web_fds}", f"{row.connections}/{row.channels}",
-             str(row.pg_connections), human_bytes(row.table_bytes), human_bytes(row.archive_bytes), str(row.outbox),
+             str(row.pg_connections), human_bytes(row.table_bytes), f"{row.rows_live:,}/{row.rows_dead:,}",
+             human_bytes(row.archive_bytes), str(row.outbox),
              row.events or "-"]
     return "| " + " | ".join(cells) + " |"
 
@@ -126,7 +129,7 @@ class Sampler:
                    percentiles(o.window_lateness_ms)["p99"], tree_rss_bytes(self.d.worker.process.pid),
                    tree_rss_bytes(self.d.web.pid), tree_fds(self.d.worker.process.pid), tree_fds(self.d.web.pid),
                    connections, channels, self.figures.connections(), self.figures.table_bytes(),
-                   disk_bytes(self.d.archive_dir), self.figures.outbox(), events)
+                   *self.figures.rows(), disk_bytes(self.d.archive_dir), self.figures.outbox(), events)
 
     def close(self) -> None:
         self.figures.close()

@@ -89,6 +89,15 @@ class DatabaseFigures:
         """The message table with its indexes and TOAST: what retention must keep flat."""
         return self.conn.execute("SELECT pg_total_relation_size('scheduling_scheduledmessage')").fetchone()[0]
 
+    def rows(self) -> tuple[int, int]:
+        """Live rows (counted) and dead row versions (PostgreSQL's statistics): a table that grows
+        with as many live rows is held by more messages, one that grows with dead ones by VACUUM
+        not keeping up."""
+        (live,) = self.conn.execute("SELECT count(*) FROM scheduling_scheduledmessage").fetchone()
+        (dead,) = self.conn.execute("SELECT coalesce(max(n_dead_tup), 0) FROM pg_stat_user_tables "
+                                    "WHERE relname = 'scheduling_scheduledmessage'").fetchone()
+        return live, dead
+
     def outbox(self) -> int:
         """Rows saved but not yet published (the outbox the sweeper works off)."""
         return self.conn.execute("SELECT count(*) FROM scheduling_scheduledmessage WHERE status = 'pending'").fetchone()[0]
