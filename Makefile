@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: venv run test test-fast test-reliability test-cluster cluster cluster-stop soak bench bench-profile bench-migration bench-admin bench-history bench-report
+.PHONY: venv run test test-fast test-reliability test-cluster cluster cluster-stop soak bench bench-profile bench-migration bench-admin bench-history bench-report docs
 
 $(BIN)/.installed: requirements.txt
 	scripts/services.sh python-venv
@@ -92,3 +92,7 @@ bench-history: venv
 bench-report: venv
 	scripts/services.sh postgres java
 	$(BIN)/python bench/report_pipeline.py
+
+## docs: build the documentation site (docs/, mkdocs.yml) into site/, strictly: a broken link or page fails
+docs: venv
+	$(BIN)/mkdocs build --strict -d site

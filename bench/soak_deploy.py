@@ -37,8 +37,8 @@ LOG_TAIL_BYTES = 4 << 20  # of each log, kept in artifacts/ when the run fails o
 
 ENDPOINTS = 4
 WEB_WORKERS = 2  # scripts/run.sh's default
-# Variables of the platform (README, "Configuration") and of the test settings: the soak sets its own
-# and must not inherit the caller's (a .env, or pytest's settings_test defaults such as DELAY_API_RATE=off).
+# Variables of the platform (docs/reference/configuration.md) and of the test settings: the soak sets
+# its own and must not inherit the caller's (a .env, or pytest's settings_test defaults such as DELAY_API_RATE=off).
 PLATFORM_PREFIXES = ("DELAY_", "ACCURACY_", "LOG_", "DJANGO_", "CELERY_", "DB_", "SPARK_", "DP_TEST", "TEST_DB")
 PLATFORM_NAMES = {"SECRET_KEY", "DEBUG", "DATABASE_URL", "BROKER_URL", "RABBITMQ_MANAGEMENT_URL", "ALLOWED_HOSTS",
                   "CSRF_TRUSTED_ORIGINS", "ENV_FILE"}

@@ -141,7 +141,7 @@ if not DEBUG:
     SECURE_CONTENT_TYPE_NOSNIFF = True
     X_FRAME_OPTIONS = "DENY"
 
-# Production: HTTPS only, so that `manage.py check --deploy` is clean (README "Security").
+# Production: HTTPS only, so that `manage.py check --deploy` is clean (docs/security.md).
 DELAY_PRODUCTION = env_bool("DELAY_PRODUCTION")
 # Behind a TLS-terminating proxy: the header it sets to "https" on requests that came in over TLS
 # (e.g. X-Forwarded-Proto). The proxy must set it on every request (and strip it from clients).
@@ -169,7 +169,7 @@ if DELAY_PRODUCTION:
     SECURE_HSTS_SECONDS = DELAY_HSTS_SECONDS
     SECURE_HSTS_INCLUDE_SUBDOMAINS = DELAY_HSTS_INCLUDE_SUBDOMAINS
     SECURE_HSTS_PRELOAD = DELAY_HSTS_PRELOAD
-    if not SECURE_HSTS_PRELOAD:  # a decision, not an oversight (README "Security")
+    if not SECURE_HSTS_PRELOAD:  # a decision, not an oversight (docs/security.md)
         SILENCED_SYSTEM_CHECKS = ["security.W021"]
 
 # Failed logins (admin, and API basic auth) are limited by django-axes: after this many failures

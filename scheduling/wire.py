@@ -4,7 +4,7 @@ Each row travels as an ordinary Celery task message (protocol 2) for ``schedulin
 whose ``eta`` is the exact due time. The cascade carries the whole units (seconds) of the
 remaining delay minus a safety margin, so the message reaches its endpoint queue a little
 *before* it is due and the worker's timer holds the rest (< 1 s + margin): never early, and
-precise to the millisecond without a 1 ms cascade (see README, "Precision").
+precise to the millisecond without a 1 ms cascade (see docs/concepts/precision.md).
 
 The ``x-dp-*`` headers let tools (migrate_delays, transfer_delays) recompute the remaining
 delay of a message found in any level queue.

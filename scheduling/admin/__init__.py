@@ -1,4 +1,11 @@
 """The Django admin is the operators' control room. One module per area; each registers its
 ModelAdmins on import. Admin classes call services and selectors only (no business logic)."""
 
+from django.contrib import admin
+
 from . import dashboard, endpoints, messages, reports, topology  # noqa: F401  (registers the admins)
+
+# The product's name where Django's default says "Django administration".
+admin.site.site_header = "Delay platform"
+admin.site.site_title = "Delay platform admin"
+admin.site.index_title = "Schedules, endpoints and delivery"

@@ -248,8 +248,8 @@ def message_table_vacuum_unattended() -> bool:
     cannot run in one)."""
     if connection.in_atomic_block or selectors.message_table_autovacuumed():
         return False
-    log.warning("autovacuum is off for %s: the prune vacuums it (turn autovacuum on: see the README, History)",
-                ScheduledMessage._meta.db_table)
+    log.warning("autovacuum is off for %s: the prune vacuums it "
+                "(turn autovacuum on: see docs/operations/retention.md, Vacuum)", ScheduledMessage._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute(f"VACUUM (ANALYZE) {ScheduledMessage._meta.db_table}")
     return True

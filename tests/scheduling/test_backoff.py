@@ -7,7 +7,8 @@ from scheduling import backoff
 
 
 @pytest.mark.parametrize(("attempt", "first", "cap", "seconds"), [
-    (1, 2.0, None, 2.0), (2, 2.0, None, 4.0), (5, 2.0, None, 32.0),  # the README's 2, 4, 8, 16, 32 s
+    # the 2, 4, 8, 16, 32 s of docs/guides/scheduling.md ("Handlers")
+    (1, 2.0, None, 2.0), (2, 2.0, None, 4.0), (5, 2.0, None, 32.0),
     (1, 1.0, 30.0, 1.0), (5, 1.0, 30.0, 16.0), (6, 1.0, 30.0, 30.0), (60, 1.0, 30.0, 30.0),
     (3, 0.5, None, 2.0),
 ])

@@ -1,7 +1,8 @@
-"""Every setting the README documents works: the environment variable reaches the typed
-settings object (or Django's setting) it names, the README and settings.py list the same
-variables, bad values stop start-up with one line, and the ones that once did nothing
-(DELAY_DEFAULT_VERSION, DELAY_BULK_MAX) now change what the platform does."""
+"""Every setting the configuration reference (docs/reference/configuration.md) documents works:
+the environment variable reaches the typed settings object (or Django's setting) it names, that
+page's table and settings.py list the same variables, bad values stop start-up with one line, and
+the ones that once did nothing (DELAY_DEFAULT_VERSION, DELAY_BULK_MAX) now change what the
+platform does."""
 
 import json
 import os
@@ -109,9 +110,10 @@ def start(env: dict, expressions: list[str]) -> subprocess.CompletedProcess:
                           env={**clean, "DJANGO_SETTINGS_MODULE": "delayplatform.settings", **env})
 
 
-def readme_variables() -> set[str]:
-    text = (ROOT / "README.md").read_text()
-    table = text[text.index("## Configuration"):]
+def documented_variables() -> set[str]:
+    """The variables of the table under "## Every setting" on the configuration reference page."""
+    text = (ROOT / "docs" / "reference" / "configuration.md").read_text()
+    table = text[text.index("## Every setting"):]
     table = table[:table.index("\n## ", 1)]
     return {name for row in re.findall(r"^\| (`[A-Z_]+`(?: / `[A-Z_]+`)*) \|", table, re.M)
             for name in re.findall(r"`([A-Z_]+)`", row)}
@@ -125,7 +127,7 @@ def settings_variables() -> set[str]:
 
 
 def test_every_variable_settings_reads_is_documented_and_tested():
-    assert settings_variables() == readme_variables() == set(EFFECTS) | {"ENV_FILE"}
+    assert settings_variables() == documented_variables() == set(EFFECTS) | {"ENV_FILE"}
 
 
 def test_every_typed_setting_comes_from_a_documented_variable():

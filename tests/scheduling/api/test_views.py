@@ -1,5 +1,6 @@
 """The REST API: authentication, permissions, validation (400 naming the field, nothing
-stored), and the shapes the README documents. Endpoint creation binds a real queue."""
+stored), and the shapes docs/reference/api.md and docs/guides/scheduling.md document. Endpoint
+creation binds a real queue."""
 
 import uuid
 

@@ -141,7 +141,7 @@ def test_a_count_raised_before_provisioning_loses_nothing(settings, platform, am
     """DELAY_SHARDS raised in a process before provision_delays ran: a publish into the missing
     shard is refused, which closes the channel, so the whole batch (the other shards' rows too)
     stays pending with the reason for the sweeper to retry; once the shard is provisioned every
-    row is published. Provision first, then restart (README, Shards)."""
+    row is published. Provision first, then restart (docs/operations/shards.md, "Raising k")."""
     settings.DELAY_SHARDS = "v3=2"
     v3 = TopologyVersion.objects.get(name="v3")
     endpoint = Endpoint.objects.create(name=endpoint_name, topology=v3)
