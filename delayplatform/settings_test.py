@@ -4,9 +4,16 @@ test run's own, so runs never share state (two at once, or one after another).""
 import os
 import uuid
 
-RUN_ID = os.environ.setdefault("DP_TEST_RUN_ID", uuid.uuid4().hex[:10])
+# pytest-xdist's test processes inherit the run's id (and the environment this module set) from
+# the process that started them; each adds its own name (gw0, gw1, ...) for a vhost of its own.
+# pytest-django gives each its own database the same way (test_dp_<run>_gw0).
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+_BASE = os.environ.setdefault("DP_TEST_RUN_ID", uuid.uuid4().hex[:10]).removesuffix(f"-{_WORKER}")
+RUN_ID = os.environ["DP_TEST_RUN_ID"] = f"{_BASE}-{_WORKER}" if _WORKER else _BASE
 os.environ.setdefault("SECRET_KEY", "insecure-test-only-key")
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+if os.environ.get("BROKER_URL", "").endswith(f"/dp-test-{_BASE}"):  # set by the starting process
+    del os.environ["BROKER_URL"]
 os.environ.setdefault("BROKER_URL", f"amqp://guest:guest@127.0.0.1:5672/dp-test-{RUN_ID}")
 # tests' webhook receivers listen on 127.0.0.1, and their celery_task endpoints run tests/testapp's tasks
 os.environ.setdefault("DELAY_WEBHOOK_ALLOWED_NETWORKS", "127.0.0.1/32")
@@ -19,7 +26,7 @@ from .settings import DATABASES  # noqa: E402
 
 # tests close connections between requests; benchmarks keep them, as production does
 DATABASES["default"]["CONN_MAX_AGE"] = int(os.environ.get("TEST_DB_CONN_MAX_AGE", "0"))
-DATABASES["default"]["TEST"] = {"NAME": f"test_dp_{RUN_ID}"}
+DATABASES["default"]["TEST"] = {"NAME": f"test_dp_{_BASE}"}  # pytest-xdist adds _gw0, _gw1, ...
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 from .settings import INSTALLED_APPS  # noqa: E402
 
