@@ -3,6 +3,8 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
+# parallel test processes (pytest-xdist; 0: one process). Not the default yet: see docs/operations/benchmarks.md
+TEST_PROCESSES ?= 0
 
 .PHONY: venv run test test-fast test-reliability test-cluster cluster cluster-stop soak bench bench-profile bench-migration bench-admin bench-history bench-report docs
 
@@ -26,10 +28,11 @@ run: venv .env
 	$(BIN)/python manage.py provision_delays --version all
 	scripts/run.sh
 
-## test: the whole suite against real RabbitMQ, PostgreSQL, Celery workers and headless Chromium
+## test: the whole suite against real RabbitMQ, PostgreSQL, Celery workers and headless Chromium,
+## in TEST_PROCESSES parallel processes (pytest-xdist; each with its own vhost, database and workers)
 test: venv
 	scripts/services.sh rabbitmq postgres chromium java
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadfile $(PYTEST_ARGS)
 
 ## test-reliability: fault injection and fuzzing at full size (make test runs them reduced); prints the counts
 test-reliability: venv

@@ -58,7 +58,9 @@ def pytest_sessionfinish(session, exitstatus):
     lines = [" | ".join(str(x).ljust(w) for x, w in zip(row, widths)) for row in (header, *rows)]
     print("\n\nReliability" + (" (full size)" if FULL else " (reduced size)") + ":\n" + "\n".join(lines))
     ARTIFACTS.mkdir(exist_ok=True)
-    (ARTIFACTS / "reliability.json").write_text(json.dumps([asdict(c) for c in _RESULTS], indent=2))
+    worker = os.environ.get("PYTEST_XDIST_WORKER")  # under make test's parallel processes: one file each
+    name = f"reliability-{worker}.json" if worker else "reliability.json"
+    (ARTIFACTS / name).write_text(json.dumps([asdict(c) for c in _RESULTS], indent=2))
 
 
 @pytest.fixture
