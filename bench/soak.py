@@ -67,7 +67,8 @@ class Row:
 
 
 HEADER = ["time", "scheduled", "delivered", "cancelled", "lost", "early", "lateness p99", "worker RSS", "web RSS",
-          "fds worker/web", "broker conn/ch", "PG conn", "table+index", "rows live/dead", "archive", "outbox", "events since last row"]
+          "fds worker/web", "broker conn/ch", "PG conn", "table+index", "rows live/dead", "archive", "outbox",
+          "events since last row"]
 
 
 def resources(plan: Plan) -> list[tuple[str, str, float, object]]:
