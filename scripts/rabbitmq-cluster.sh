@@ -61,9 +61,18 @@ EOF
 EOF
   id rabbitmq >/dev/null 2>&1 && chown -R rabbitmq:rabbitmq "$DIR"
   say "starting $(node "$n") (amqp $(amqp_port "$n"), management $(mgmt_port "$n"))"
-  env $(node_env "$n") rabbitmq-server -detached
-  wait_for 90 running "$n"
-  ctl "$n" await_startup
+  # A node that has not answered in two minutes is started once more (a start that died on boot
+  # leaves nothing running); if it still does not answer, its log says why (a CI run once failed
+  # here with nothing to read).
+  for try in 1 2; do
+    env $(node_env "$n") rabbitmq-server -detached || true
+    if wait_for 120 running "$n"; then ctl "$n" await_startup; return; fi
+    say "$(node "$n") did not answer within 120 s (try $try of 2)" >&2
+  done
+  say "the end of $(node "$n")'s logs:" >&2
+  tail -n 30 "$base"/log/*.log >&2 2>/dev/null || true
+  ss -ltnp 2>/dev/null | grep -E ":($(amqp_port "$n")|$(mgmt_port "$n")|$((PORT + 20000 + n - 1))) " >&2 || true
+  exit 1
 }
 
 joined() {  # is node N a running member of node 1's cluster?

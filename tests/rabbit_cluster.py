@@ -23,11 +23,16 @@ class LocalCluster:
         result = subprocess.run([str(ROOT / "scripts" / "rabbitmq-cluster.sh"), command], env=self.env,
                                 capture_output=True, text=True, timeout=600)
         if result.returncode:
-            raise AssertionError(f"rabbitmq-cluster.sh {command} failed: {result.stdout[-1500:]}{result.stderr[-1500:]}")
+            raise AssertionError(f"rabbitmq-cluster.sh {command} failed: {result.stdout[-1500:]}{result.stderr[-4000:]}")
         return result.stdout
 
     def __enter__(self) -> LocalCluster:
-        self.script("start")
+        try:
+            self.script("start")
+        except BaseException:  # a node that did start must not outlive the failed start
+            subprocess.run([str(ROOT / "scripts" / "rabbitmq-cluster.sh"), "stop"], env=self.env, capture_output=True,
+                           timeout=600)
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
