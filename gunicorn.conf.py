@@ -1,14 +1,14 @@
 """gunicorn's settings, read from ./gunicorn.conf.py by default (scripts/run.sh, the Dockerfile and
 docker-compose all start gunicorn here). /metrics must count every worker process, whichever one
 answers a scrape: prometheus_client's multiprocess mode, in a directory of this server's own,
-emptied at start (scheduling/metrics_dir.py); a worker that exits is marked dead."""
+emptied at start (scheduling/observability/metrics_dir.py); a worker that exits is marked dead."""
 
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from scheduling import metrics_dir  # noqa: E402  (standard library only: no Django yet)
+from scheduling.observability import metrics_dir  # noqa: E402  (standard library only: no Django yet)
 
 _made = []
 

@@ -23,8 +23,14 @@ def captured(call) -> list[str]:
 
 def statements() -> dict[str, str]:
     """Name -> the statement behind each figure worth explaining."""
-    from scheduling import selectors
     from scheduling.models import Endpoint, ScheduledMessage, TopologyVersion
+    from scheduling.selectors.database import (
+        dashboard_get,
+        endpoint_count_messages,
+        message_get_page,
+        message_list,
+        message_list_groups,
+    )
 
     admin_rows = ScheduledMessage.objects.select_related("endpoint", "topology").defer("payload")
     versions = dict(TopologyVersion.objects.values_list("name", "pk"))
@@ -32,8 +38,8 @@ def statements() -> dict[str, str]:
     def merged(name, queryset, fixed) -> dict[str, str]:
         """Every range-merging statement of the list's first page: the finished part and the
         in-flight one (explaining only the first hid a walk through every message in flight)."""
-        groups = selectors.message_groups(fixed=fixed)
-        found = [sql for sql in captured(lambda: selectors.messages_page(queryset=queryset, groups=groups))
+        groups = message_list_groups(fixed=fixed)
+        found = [sql for sql in captured(lambda: message_get_page(queryset=queryset, groups=groups))
                  if "LATERAL" in sql or "ORDER BY" in sql]
         part = lambda sql: " (in flight)" if "IN ('pending', 'published')" in sql else ""  # noqa: E731
         return {name + part(sql): sql for sql in found}
@@ -42,13 +48,13 @@ def statements() -> dict[str, str]:
     dominant = Endpoint.objects.filter(name=DOMINANT).values_list("id", flat=True).first()
     return {
         **merged("api: ?endpoint&status=delivered, first page",
-                 selectors.messages(endpoint=DOMINANT, status="delivered"), {"endpoint", "status"}),
+                 message_list(endpoint=DOMINANT, status="delivered"), {"endpoint", "status"}),
         **merged("admin: messages, no filter", admin_rows, set()),
         **merged("admin: messages, endpoint (dominant)", admin_rows.filter(endpoint_id=dominant), {"endpoint"}),
         **merged("admin: messages, version v1 (none)", admin_rows.filter(topology_id=versions.get("v1")), {"topology"}),
-        "dashboard: capped counts": next(sql for sql in captured(selectors.dashboard) if "count(*)" in sql),
+        "dashboard: capped counts": next(sql for sql in captured(dashboard_get) if "count(*)" in sql),
         "endpoints: counts": next(sql for sql in captured(
-            lambda: selectors.endpoints_message_counts(endpoint_ids=endpoint_ids)) if "count(*)" in sql),
+            lambda: endpoint_count_messages(endpoint_ids=endpoint_ids)) if "count(*)" in sql),
     }
 
 

@@ -1,4 +1,5 @@
-"""Logging for web and worker: Django's LOGGING, built here from the environment.
+"""Logging for web and worker: Django's LOGGING, built here from the LOG_* settings (read and
+checked by scheduling/setting_specs.py).
 
 - ``LOG_FORMAT=plain`` (default) or ``json`` (one JSON object per line, python-json-logger, with a
   record's extra fields as keys: a delivery line carries message_id, endpoint, version and
@@ -18,11 +19,8 @@ from __future__ import annotations
 import logging
 import logging.config
 
-from django.core.exceptions import ImproperlyConfigured
+from scheduling.celery import task_names
 
-from scheduling import task_names
-
-FORMATS = ("plain", "json")
 PERIODIC_TASKS = frozenset({task_names.RELAY_SWEEP, task_names.RELAY_TIMEOUTS, task_names.DRAIN_UNROUTABLE})
 PLAIN = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
@@ -50,20 +48,6 @@ def json_formatter() -> logging.Formatter:
 
     return JsonFormatter("%(levelname)s %(name)s %(message)s", timestamp="time",
                          rename_fields={"levelname": "level", "name": "logger"})
-
-
-def log_format(value: str | None) -> str:
-    value = (value or "plain").strip().lower()
-    if value not in FORMATS:
-        raise ImproperlyConfigured(f"LOG_FORMAT must be plain or json, not {value!r}")
-    return value
-
-
-def level(name: str, value: str | None, default: str) -> str:
-    value = (value or default).strip().upper()
-    if not isinstance(logging.getLevelName(value), int):
-        raise ImproperlyConfigured(f"{name} must be DEBUG, INFO, WARNING, ERROR or CRITICAL, not {value!r}")
-    return value
 
 
 def config(*, log_format: str, root_level: str, deliveries_level: str) -> dict:

@@ -1,57 +1,36 @@
 """Settings, all from the environment (a ``.env`` file beside manage.py, or the file ENV_FILE
 names, is read too; real environment variables win). Secure by default: DEBUG is off unless asked for, and without
-DEBUG a missing SECRET_KEY stops start-up."""
+DEBUG a missing SECRET_KEY stops start-up.
+
+Every variable is declared once, in scheduling/setting_specs.py: its parser, default, check
+and doc. Here they are read (a bad value stops start-up with one line), made Django settings of
+their own names (DEBUG, BROKER_URL, the DELAY_* ones, ...), and turned into Django's, Celery's and
+django-axes' own settings."""
 
 import os
-import re
 from datetime import timedelta
-from pathlib import Path
 
-import dj_database_url
 from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
-from dotenv import load_dotenv
 from kombu import Exchange, Queue
 
 from delayplatform import logs
-from scheduling import durations, guards, metrics_access, task_names
+from scheduling import setting_specs
+from scheduling.celery import task_names
 
-BASE_DIR = Path(__file__).resolve().parent.parent
-load_dotenv(os.environ.get("ENV_FILE", BASE_DIR / ".env"), override=False)
+BASE_DIR = setting_specs.ROOT
+setting_specs.load_env_file(os.environ)
+_env = setting_specs.read(os.environ)  # key -> value, each parsed and checked once
+_name = setting_specs.variable  # a variable's name, for the messages below
+globals().update(setting_specs.django_settings(_env))  # DEBUG, SECRET_KEY, BROKER_URL, DELAY_SHARDS, ...
 
-
-def env_bool(name: str, default: bool = False) -> bool:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    return value.strip().lower() in ("1", "true", "yes", "on")
-
-
-def env_list(name: str, default: str) -> list[str]:
-    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
-
-
-def env_number(name: str, default: str, kind: type = int):
-    """An int or float from the environment; a value that is not one stops start-up with one line."""
-    value = os.environ.get(name) or default
-    try:
-        return kind(value)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name} must be a {'whole ' if kind is int else ''}number, not {value!r}") from None
-
-
-DEBUG = env_bool("DEBUG")
-SECRET_KEY = os.environ.get("SECRET_KEY", "")
-if not SECRET_KEY:
-    if not DEBUG:
+if not _env["secret_key"]:
+    if not _env["debug"]:
         raise ImproperlyConfigured(
             "SECRET_KEY is not set. Set it in the environment or in .env "
             "(make run writes one), or set DEBUG=1 for local development."
         )
     SECRET_KEY = "insecure-development-only-key"
-
-ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost")
-CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -69,8 +48,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     # first: /healthz and /readyz answer before the Host check and the HTTPS redirect (probes
-    # send the pod's IP as Host, over plain HTTP); see scheduling/health_views.py
-    "scheduling.health_views.HealthCheckMiddleware",
+    # send the pod's IP as Host, over plain HTTP); see scheduling/observability/health_views.py
+    "scheduling.observability.health_views.HealthCheckMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -101,20 +80,12 @@ TEMPLATES = [
 
 WSGI_APPLICATION = "delayplatform.wsgi.application"
 
-# PostgreSQL only: the relay and the timeout manager rely on SELECT ... FOR UPDATE SKIP LOCKED,
-# bulk writes on COPY and UPDATE ... FROM (VALUES ...), the dashboard on percentile_disc.
+# PostgreSQL only (DATABASE_URL's parser refuses another database): the relay and the timeout manager
+# rely on SELECT ... FOR UPDATE SKIP LOCKED, bulk writes on COPY and UPDATE ... FROM (VALUES ...),
+# the dashboard on percentile_disc.
 DATABASES = {
-    "default": dj_database_url.config(
-        env="DATABASE_URL",
-        default="postgres://postgres:postgres@127.0.0.1:5432/delayplatform",
-        conn_max_age=env_number("DB_CONN_MAX_AGE", "60"),
-        conn_health_checks=True,
-    )
+    "default": {**_env["database_url"], "CONN_MAX_AGE": _env["db_conn_max_age"], "CONN_HEALTH_CHECKS": True},
 }
-if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
-    raise ImproperlyConfigured(
-        f"DATABASE_URL must name a PostgreSQL database (postgres://...), not {DATABASES['default']['ENGINE']}"
-    )
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -136,85 +107,57 @@ STORAGES = {
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-if not DEBUG:
+if not _env["debug"]:
     SESSION_COOKIE_HTTPONLY = True
     SECURE_CONTENT_TYPE_NOSNIFF = True
     X_FRAME_OPTIONS = "DENY"
 
-# Production: HTTPS only, so that `manage.py check --deploy` is clean (docs/security.md).
-DELAY_PRODUCTION = env_bool("DELAY_PRODUCTION")
 # Behind a TLS-terminating proxy: the header it sets to "https" on requests that came in over TLS
 # (e.g. X-Forwarded-Proto). The proxy must set it on every request (and strip it from clients).
-DELAY_TLS_PROXY_HEADER = os.environ.get("DELAY_TLS_PROXY_HEADER", "").strip()
-if DELAY_TLS_PROXY_HEADER:
-    if not re.fullmatch(r"[A-Za-z0-9-]+", DELAY_TLS_PROXY_HEADER):
-        raise ImproperlyConfigured(f"DELAY_TLS_PROXY_HEADER must be a header name, not {DELAY_TLS_PROXY_HEADER!r}")
-    SECURE_PROXY_SSL_HEADER = ("HTTP_" + DELAY_TLS_PROXY_HEADER.upper().replace("-", "_"), "https")
+if _env["tls_proxy_header"]:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_" + _env["tls_proxy_header"].upper().replace("-", "_"), "https")
     # the proxy's X-Forwarded-For names the client, so a login lockout hits the client, not the proxy
-    AXES_CLIENT_IP_CALLABLE = "scheduling.client_ip.client_ip"
+    AXES_CLIENT_IP_CALLABLE = "scheduling.security.client_ip.client_ip"
 SECURE_REDIRECT_EXEMPT = [r"^(healthz|readyz|metrics)/?$"]  # probes and scrapers call over plain HTTP inside
-# HSTS under DELAY_PRODUCTION: a year; subdomains included; preload only when asked (it cannot be undone quickly)
-DELAY_HSTS_SECONDS = env_number("DELAY_HSTS_SECONDS", "31536000")
-DELAY_HSTS_INCLUDE_SUBDOMAINS = env_bool("DELAY_HSTS_INCLUDE_SUBDOMAINS", True)
-DELAY_HSTS_PRELOAD = env_bool("DELAY_HSTS_PRELOAD")
-if DELAY_PRODUCTION:
-    if DEBUG:
-        raise ImproperlyConfigured("DELAY_PRODUCTION=1 and DEBUG=1 cannot go together")
-    if len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5 or SECRET_KEY.startswith("django-insecure-"):
-        raise ImproperlyConfigured("SECRET_KEY must be at least 50 random characters with DELAY_PRODUCTION=1 "
+# Production: HTTPS only, so that `manage.py check --deploy` is clean (docs/security.md). HSTS: a
+# year; subdomains included; preload only when asked (it cannot be undone quickly).
+if _env["production"]:
+    if _env["debug"]:
+        raise ImproperlyConfigured(f"{_name('production')}=1 and DEBUG=1 cannot go together")
+    _key = _env["secret_key"]
+    if len(_key) < 50 or len(set(_key)) < 5 or _key.startswith("django-insecure-"):
+        raise ImproperlyConfigured(f"SECRET_KEY must be at least 50 random characters with {_name('production')}=1 "
                                    "(scripts/make-env.sh writes one)")
     SECURE_SSL_REDIRECT = True
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
-    SECURE_HSTS_SECONDS = DELAY_HSTS_SECONDS
-    SECURE_HSTS_INCLUDE_SUBDOMAINS = DELAY_HSTS_INCLUDE_SUBDOMAINS
-    SECURE_HSTS_PRELOAD = DELAY_HSTS_PRELOAD
+    SECURE_HSTS_SECONDS = _env["hsts_seconds"]
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = _env["hsts_include_subdomains"]
+    SECURE_HSTS_PRELOAD = _env["hsts_preload"]
     if not SECURE_HSTS_PRELOAD:  # a decision, not an oversight (docs/security.md)
         SILENCED_SYSTEM_CHECKS = ["security.W021"]
 
 # Failed logins (admin, and API basic auth) are limited by django-axes: after this many failures
 # for one username from one address, that pair is locked out for the cool-off time.
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
-AXES_FAILURE_LIMIT = env_number("DELAY_LOGIN_FAILURE_LIMIT", "5")
-AXES_COOLOFF_TIME = timedelta(minutes=env_number("DELAY_LOGIN_COOLOFF_MINUTES", "15", float))
+AXES_FAILURE_LIMIT = _env["login_failure_limit"]
+AXES_COOLOFF_TIME = timedelta(minutes=_env["login_cooloff_minutes"])
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False  # its start-up banner in every process's log
-if AXES_FAILURE_LIMIT < 1 or AXES_COOLOFF_TIME <= timedelta(0):
-    raise ImproperlyConfigured("DELAY_LOGIN_FAILURE_LIMIT and DELAY_LOGIN_COOLOFF_MINUTES must be above 0")
 
 # Web and worker log through this (delayplatform/logs.py): LOG_FORMAT plain or json; Celery's lines
 # about idle runs of the periodic tasks are dropped; one line per delivery (scheduling.deliveries).
-LOG_FORMAT = logs.log_format(os.environ.get("LOG_FORMAT"))
 LOGGING_CONFIG = "delayplatform.logs.configure"
-LOGGING = logs.config(
-    log_format=LOG_FORMAT,
-    root_level=logs.level("LOG_LEVEL", os.environ.get("LOG_LEVEL"), "INFO"),
-    deliveries_level=logs.level("LOG_DELIVERIES_LEVEL", os.environ.get("LOG_DELIVERIES_LEVEL"), "INFO"),
-)
-
-# --- the broker -------------------------------------------------------------------------------
-
-BROKER_URL = os.environ.get("BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//")
-RABBITMQ_MANAGEMENT_URL = os.environ.get("RABBITMQ_MANAGEMENT_URL", "")  # derived when empty
-
-# The type of the queues the platform declares outside the cascades: endpoint queues and
-# Celery's task queues. "quorum" on a cluster (replicated to every node, so a node's death
-# loses nothing and stops nothing); "classic" (the default) keeps what existing brokers have.
-DELAY_QUEUE_TYPE = os.environ.get("DELAY_QUEUE_TYPE") or "classic"
-if DELAY_QUEUE_TYPE not in ("classic", "quorum"):
-    raise ImproperlyConfigured(f"DELAY_QUEUE_TYPE must be classic or quorum, not {DELAY_QUEUE_TYPE!r}")
-_TASK_QUEUE_ARGUMENTS = {"x-queue-type": "quorum"} if DELAY_QUEUE_TYPE == "quorum" else None
-
-# Which cascade new endpoints use unless they say otherwise (and commands without --version).
-DELAY_DEFAULT_VERSION = os.environ.get("DELAY_DEFAULT_VERSION") or "v3"
-# Shards per version, "v3=4,v2=2": k parallel cascades of a version (a version not named has 1),
-# when one quorum queue per level is the ceiling. Checked in scheduling/conf.py.
-DELAY_SHARDS = os.environ.get("DELAY_SHARDS", "")
+LOGGING = logs.config(log_format=_env["log_format"], root_level=_env["log_level"],
+                      deliveries_level=_env["log_deliveries_level"])
 
 # --- Celery -----------------------------------------------------------------------------------
 
-CELERY_BROKER_URL = BROKER_URL
+# The queue type of endpoint queues applies to Celery's task queues too ("quorum" on a cluster:
+# replicated to every node, so a node's death loses nothing and stops nothing).
+_TASK_QUEUE_ARGUMENTS = {"x-queue-type": "quorum"} if _env["queue_type"] == "quorum" else None
+CELERY_BROKER_URL = _env["broker_url"]
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_SERIALIZER = "json"
@@ -224,88 +167,21 @@ CELERY_ENABLE_UTC = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # Every task that comes out of the cascade goes through the message lifecycle in the worker:
-# recorded delivered; skipped if cancelled or a duplicate (scheduling/worker.py).
-CELERY_TASK_ANNOTATIONS = ["scheduling.worker.ClaimBeforeStart"]
+# recorded delivered; skipped if cancelled or a duplicate (scheduling/celery/claim.py).
+CELERY_TASK_ANNOTATIONS = ["scheduling.celery.claim.ClaimBeforeStart"]
 
-# --- the delay platform -----------------------------------------------------------------------
-
-# The cascade carries whole seconds minus this margin; the worker's timer holds the rest, so a
-# message is never delivered early and hop latency (~1.5 ms per set bit, more under load) is
-# absorbed instead of showing up as lateness.
-DELAY_ARRIVAL_MARGIN_MS = env_number("DELAY_ARRIVAL_MARGIN_MS", "250")
-DELAY_MAX_PAYLOAD_BYTES = env_number("DELAY_MAX_PAYLOAD_BYTES", str(256 * 1024))
-DELAY_BULK_MAX = env_number("DELAY_BULK_MAX", "1000")
-DELAY_PUBLISH_WINDOW = env_number("DELAY_PUBLISH_WINDOW", "128")
-DELAY_PUBLISH_BATCH = env_number("DELAY_PUBLISH_BATCH", "500")
-DELAY_SWEEP_SECONDS = env_number("DELAY_SWEEP_SECONDS", "2", float)
-DELAY_SWEEP_GRACE_SECONDS = env_number("DELAY_SWEEP_GRACE_SECONDS", "1", float)
-DELAY_HANDLER_MAX_RETRIES = env_number("DELAY_HANDLER_MAX_RETRIES", "5")
-DELAY_HANDLER_BACKOFF_SECONDS = env_number("DELAY_HANDLER_BACKOFF_SECONDS", "2", float)
-DELAY_WEBHOOK_TIMEOUT_SECONDS = env_number("DELAY_WEBHOOK_TIMEOUT_SECONDS", "10", float)
-DELAY_CONSUMER_SYNC_SECONDS = env_number("DELAY_CONSUMER_SYNC_SECONDS", "5", float)
-# /readyz (scheduling/health.py): each probe of the database and the broker is bounded by this
-# timeout, and an answer is reused for this long (a load balancer polling every second then
-# opens one broker connection per web process every few seconds).
-DELAY_READYZ_TIMEOUT_SECONDS = env_number("DELAY_READYZ_TIMEOUT_SECONDS", "2", float)
-if not DELAY_READYZ_TIMEOUT_SECONDS > 0:
-    raise ImproperlyConfigured(f"DELAY_READYZ_TIMEOUT_SECONDS must be more than 0, not {DELAY_READYZ_TIMEOUT_SECONDS!r}")
-DELAY_READYZ_CACHE_SECONDS = env_number("DELAY_READYZ_CACHE_SECONDS", "3", float)
-if DELAY_READYZ_CACHE_SECONDS < 0:
-    raise ImproperlyConfigured(f"DELAY_READYZ_CACHE_SECONDS must be 0 or more, not {DELAY_READYZ_CACHE_SECONDS!r}")
-# The delivery loop (scheduling/delivery_loop.py): unacked messages it may hold, due messages it
-# records per transaction, and webhook calls it runs at once.
-DELAY_DELIVERY_LOOP = env_bool("DELAY_DELIVERY_LOOP", True)
-DELAY_DELIVERY_PREFETCH = env_number("DELAY_DELIVERY_PREFETCH", "20000")
-DELAY_DELIVERY_BATCH = env_number("DELAY_DELIVERY_BATCH", "500")
-DELAY_WEBHOOK_CONCURRENCY = env_number("DELAY_WEBHOOK_CONCURRENCY", "8")
-DELAY_RELAY_QUEUE = os.environ.get("DELAY_RELAY_QUEUE") or "dp.relay"
-# The timeout manager publishes rows due within this window (beat runs it every second).
-DELAY_TIMEOUTS_LOOKAHEAD_MS = env_number("DELAY_TIMEOUTS_LOOKAHEAD_MS", "1500")
-# What handlers may reach (scheduling/guards.py). Webhooks never go to loopback, private,
-# link-local (cloud metadata), multicast or reserved addresses unless a network here allows it
-# (CIDRs, e.g. 127.0.0.1/32 for local development); celery_task endpoints run only tasks whose
-# names match a pattern here (fnmatch, e.g. billing.tasks.*; empty: none).
-DELAY_WEBHOOK_ALLOWED_NETWORKS = env_list("DELAY_WEBHOOK_ALLOWED_NETWORKS", "")
-try:
-    guards.parse_networks(DELAY_WEBHOOK_ALLOWED_NETWORKS)
-except ValueError as exc:
-    raise ImproperlyConfigured(f"DELAY_WEBHOOK_ALLOWED_NETWORKS: {exc}") from None
-DELAY_CELERY_TASK_ALLOWLIST = env_list("DELAY_CELERY_TASK_ALLOWLIST", "")
-
-# --- metrics (Prometheus, docs/metrics.md) ----------------------------------------------------
-# /metrics on the web server and each worker's metrics port answer clients on these networks only
-# (CIDRs; default: loopback and private ranges, where Prometheus scrapes from) and, when a token is
-# set, only requests with "Authorization: Bearer <DELAY_METRICS_TOKEN>".
-DELAY_METRICS_TOKEN = os.environ.get("DELAY_METRICS_TOKEN", "")
-DELAY_METRICS_ALLOWED_NETWORKS = env_list("DELAY_METRICS_ALLOWED_NETWORKS", metrics_access.DEFAULT_NETWORKS)
-try:
-    metrics_access.parse_networks(DELAY_METRICS_ALLOWED_NETWORKS)
-except ValueError as exc:
-    raise ImproperlyConfigured(f"DELAY_METRICS_ALLOWED_NETWORKS: {exc}") from None
-# The figures read from the database and the management API (outbox, in flight, unroutable,
-# overdue) are refreshed at most this often, in the background: a scrape never waits for them.
-DELAY_METRICS_CACHE_SECONDS = env_number("DELAY_METRICS_CACHE_SECONDS", "15", float)
-if not DELAY_METRICS_CACHE_SECONDS > 0:
-    raise ImproperlyConfigured(
-        f"DELAY_METRICS_CACHE_SECONDS must be more than 0, not {DELAY_METRICS_CACHE_SECONDS}")
-# Every Celery worker serves its metrics on this port (0: off) and address.
-DELAY_WORKER_METRICS_PORT = env_number("DELAY_WORKER_METRICS_PORT", "9808")
-if not 0 <= DELAY_WORKER_METRICS_PORT <= 65535:
-    raise ImproperlyConfigured(
-        f"DELAY_WORKER_METRICS_PORT must be 0 (off) to 65535, not {DELAY_WORKER_METRICS_PORT}")
-DELAY_WORKER_METRICS_ADDR = os.environ.get("DELAY_WORKER_METRICS_ADDR") or "127.0.0.1"
-
+_RELAY_QUEUE = _env["relay_queue"]
 CELERY_TASK_QUEUES = [
     Queue("celery", Exchange("celery", type="direct"), routing_key="celery", queue_arguments=_TASK_QUEUE_ARGUMENTS),
-    Queue(DELAY_RELAY_QUEUE, Exchange(DELAY_RELAY_QUEUE, type="direct"), routing_key=DELAY_RELAY_QUEUE,
+    Queue(_RELAY_QUEUE, Exchange(_RELAY_QUEUE, type="direct"), routing_key=_RELAY_QUEUE,
           queue_arguments=_TASK_QUEUE_ARGUMENTS),
 ]
-CELERY_TASK_ROUTES = {"scheduling.relay.*": {"queue": DELAY_RELAY_QUEUE}}
+CELERY_TASK_ROUTES = {"scheduling.relay.*": {"queue": _RELAY_QUEUE}}
 CELERY_BEAT_SCHEDULE = {
     "sweep-pending-messages": {
         "task": task_names.RELAY_SWEEP,
-        "schedule": DELAY_SWEEP_SECONDS,
-        "options": {"expires": 10 * DELAY_SWEEP_SECONDS},
+        "schedule": _env["sweep_seconds"],
+        "options": {"expires": 10 * _env["sweep_seconds"]},
     },
     "publish-due-timeouts": {
         "task": task_names.RELAY_TIMEOUTS,
@@ -319,83 +195,24 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
-# --- the accuracy report (export + Spark job + load, nightly) ---------------------------------
+# --- the nightly accuracy report and the prune -------------------------------------------------
 
-# Facts (Parquet per due date), Spark's results and its logs live here. On a cluster this must be
-# storage the driver and executors share (an NFS mount, or a path the cluster sees the same way).
-ACCURACY_REPORT_DIR = Path(os.environ.get("ACCURACY_REPORT_DIR", BASE_DIR / "var" / "accuracy"))
-# Where the Spark job runs: local[*] on this machine, or spark://host:7077, yarn, k8s://...
-SPARK_MASTER = os.environ.get("SPARK_MASTER", "local[*]")
-# Empty: run the job file with this Python (PySpark starts the driver here). Set it to launch with
-# spark-submit instead, e.g. "spark-submit --master yarn --deploy-mode client --driver-memory 4g".
-ACCURACY_SPARK_SUBMIT = os.environ.get("ACCURACY_SPARK_SUBMIT", "")
-# An undelivered, uncancelled, unfailed message counts as lost this long after it was due.
-ACCURACY_LOST_AFTER_SECONDS = env_number("ACCURACY_LOST_AFTER_SECONDS", "600", float)
-# When beat runs the nightly report of the previous day (UTC, HH:MM); "off" disables it.
-ACCURACY_REPORT_AT = os.environ.get("ACCURACY_REPORT_AT", "02:30").strip()
-if ACCURACY_REPORT_AT.lower() != "off":
-    try:
-        _hour, _minute = (int(part) for part in ACCURACY_REPORT_AT.split(":"))
-        _nightly = crontab(hour=_hour, minute=_minute)
-    except ValueError:
-        raise ImproperlyConfigured(
-            f"ACCURACY_REPORT_AT must be HH:MM (UTC) or off, not {ACCURACY_REPORT_AT!r}"
-        ) from None
+if _env["accuracy_report_at"] is not None:  # UTC
     CELERY_BEAT_SCHEDULE["accuracy-report-nightly"] = {
         "task": task_names.ACCURACY_NIGHTLY,
-        "schedule": _nightly,
+        "schedule": crontab(hour=_env["accuracy_report_at"].hour, minute=_env["accuracy_report_at"].minute),
         "options": {"expires": 6 * 3600},  # a beat that was down all night does not pile up runs
     }
-
-# --- retention: finished messages move to a Parquet archive, then leave the table ------------
-
-
-def env_duration(name: str, default: str, *, off: bool = False) -> timedelta | None:
-    """A duration such as 90s, 15m, 12h or 7d (``off`` where allowed); a bad one stops start-up."""
-    value = os.environ.get(name) or default
-    try:
-        return durations.parse_duration_or_off(value, name=name) if off else durations.parse_duration(value, name=name)
-    except ValueError as exc:
-        raise ImproperlyConfigured(str(exc)) from None
-
-
-# How long a delivered or cancelled message stays in PostgreSQL after it finished, and a failed
-# one (people may still republish it). An idempotency key is unique within this window.
-DELAY_RETENTION = env_duration("DELAY_RETENTION", "7d")
-DELAY_FAILED_RETENTION = env_duration("DELAY_FAILED_RETENTION", "30d")
-# Where finished messages go before they leave the table: Parquet, one due_date=YYYY-MM-DD
-# directory per day (empty: ACCURACY_REPORT_DIR/archive, beside the report's files). On a Spark
-# cluster, storage the executors see under the same path.
-DELAY_ARCHIVE_DIR = os.environ.get("DELAY_ARCHIVE_DIR", "")
-DELAY_ARCHIVE_PAYLOADS = env_bool("DELAY_ARCHIVE_PAYLOADS", True)
-# Days of the archive older than this are deleted by the prune (off: kept for ever).
-DELAY_ARCHIVE_RETENTION = env_duration("DELAY_ARCHIVE_RETENTION", "400d", off=True)
-# Rows archived into one file and deleted in one transaction.
-DELAY_PRUNE_BATCH = env_number("DELAY_PRUNE_BATCH", "100000")
-# How often beat runs the prune (off: only by hand, manage.py prune_messages).
-DELAY_PRUNE_EVERY = env_duration("DELAY_PRUNE_EVERY", "1h", off=True)
-if DELAY_PRUNE_EVERY is not None:
+if _env["prune_every"] is not None:  # finished messages move to the Parquet archive, then leave the table
     CELERY_BEAT_SCHEDULE["prune-finished-messages"] = {
         "task": task_names.PRUNE,
-        "schedule": DELAY_PRUNE_EVERY.total_seconds(),
-        "options": {"expires": DELAY_PRUNE_EVERY.total_seconds()},  # never a backlog of runs
+        "schedule": _env["prune_every"].total_seconds(),
+        "options": {"expires": _env["prune_every"].total_seconds()},  # never a backlog of runs
     }
 
 # --- the API ----------------------------------------------------------------------------------
 
-# Per-user rate limit, "<number>/<second|minute|hour|day>" (a bulk request counts its messages),
-# or "off". Shared by every web process through the "throttle" cache below.
-_API_RATE = (os.environ.get("DELAY_API_RATE") or "6000/minute").strip()
-if _API_RATE.lower() == "off":
-    DELAY_API_RATE = None
-elif re.fullmatch(r"[1-9][0-9]*/(s|sec|second|m|min|minute|h|hour|d|day)", _API_RATE):
-    DELAY_API_RATE = _API_RATE
-else:
-    raise ImproperlyConfigured(f"DELAY_API_RATE must be like 6000/minute (or s, hour, day) or off, not {_API_RATE!r}")
-# JSON request bodies nest at most this deep (arrays and objects); deeper is a 400.
-DELAY_MAX_JSON_DEPTH = env_number("DELAY_MAX_JSON_DEPTH", "64")
-if DELAY_MAX_JSON_DEPTH < 4:
-    raise ImproperlyConfigured("DELAY_MAX_JSON_DEPTH must be at least 4 (a bulk request's payloads are at level 4)")
+# The per-user rate limit (DELAY_API_RATE) is shared by every web process through the "throttle" cache.
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
     # a table in the platform's database (made by migrate, see scheduling/apps.py): every process sees it
@@ -436,10 +253,6 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 16 * 1024 * 1024
 # just dropped was lost without an error while its message was already recorded as delivered.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5,
                                    "confirm_publish": True}
-# Celery's Django fixup closes the database connection before and after every task unless this
-# is set; reconnecting cost ~7 ms of every delivery's lateness. Reuse it for this many tasks
-# (Django's CONN_MAX_AGE and health checks still apply).
-CELERY_DB_REUSE_MAX = env_number("CELERY_DB_REUSE_MAX", "1000")
-
-# Celery tasks with base DelayedTask: a countdown/eta closer than this keeps Celery's own path.
-DELAY_CELERY_THRESHOLD_SECONDS = env_number("DELAY_CELERY_THRESHOLD_SECONDS", "0", float)
+# Celery's Django fixup closes the database connection before and after every task unless
+# CELERY_DB_REUSE_MAX is set (it is, from the environment); reconnecting cost ~7 ms of every
+# delivery's lateness. Django's CONN_MAX_AGE and health checks still apply.

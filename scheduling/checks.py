@@ -10,10 +10,10 @@ def autovacuum_on(app_configs=None, databases=None, **kwargs):
     the hourly prune's own VACUUM reclaims them, so the table holds an hour of dead rows more."""
     if not databases or "default" not in databases:
         return []
-    from . import selectors
+    from .selectors.database import message_table_is_autovacuumed
 
     try:
-        if selectors.message_table_autovacuumed():
+        if message_table_is_autovacuumed():
             return []
     except DatabaseError:  # not migrated yet, or the server is away: other checks say so
         return []

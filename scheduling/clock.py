@@ -16,3 +16,8 @@ def from_epoch_ms(ms: int) -> datetime:
 
 def now_ms() -> int:
     return to_epoch_ms(datetime.now(timezone.utc))
+
+
+def minute_floor(moment: datetime) -> datetime:
+    """The start of the minute ``moment`` is in (the dashboard's figures are per minute)."""
+    return moment.replace(second=0, microsecond=0)

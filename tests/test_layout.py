@@ -1,15 +1,30 @@
-"""The house rules, read from the import statements (ast, nothing is imported or run):
+"""The house rules, read from the import statements and definitions (ast, nothing is imported or
+run); docs/architecture.md explains them:
 
 - broker I/O has one home: kombu, amqp and requests are imported in ``rabbit/`` and nowhere
-  else under ``scheduling/`` or ``topology/`` (the Celery app's ``scheduling/celery.py`` aside,
-  which builds Celery's own messages; ``handlers.py`` uses requests for webhooks, not the broker);
+  else under ``scheduling/`` or ``topology/`` (``scheduling/celery/delayed.py`` aside, which builds
+  Celery's own messages; ``scheduling/delivery/handlers.py`` uses requests for webhooks, not the
+  broker);
 - ``topology/`` is pure: the standard library and itself only;
-- ``selectors.py`` reads the database only: no broker package;
-- ``lifecycle.py``, ``backoff.py``, ``holding.py`` and ``wire.py`` do no I/O of their own;
-- the write path never imports the Celery tasks that call it (no arrow from services/ to tasks.py).
+- the database's selectors read the database only: no broker package, no broker selectors;
+- ``lifecycle.py``, ``delivery/backoff.py``, ``delivery/holding.py``, ``wire.py``, ``clock.py`` and
+  ``selectors/cursors.py`` do no I/O of their own;
+- reads never write: no selector imports a service (services call selectors, not the reverse);
+- the write path never imports the Celery tasks that call it (no arrow from a service to
+  ``scheduling/celery/tasks.py``);
+- what settings.py and gunicorn.conf.py import before Django is set up is the standard library
+  only, through packages whose ``__init__`` imports nothing;
+- at most 12 modules at ``scheduling/``'s top level; each package is named in docs/architecture.md;
+- services and selectors: every public function keyword-only and named ``<entity>_<verb>``, and
+  imported from its module (``from scheduling.services.messages import message_schedule``), never
+  through the package.
+- each setting is declared once (scheduling/setting_specs.py): no other module of the platform
+  spells a ``DELAY_*`` name, in code or in a string (docstrings and comments may name them), and
+  every environment variable the platform reads is declared there.
 """
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -19,13 +34,21 @@ from tests.support import ROOT
 
 BROKER_LIBRARIES = {"kombu", "amqp", "requests", "pika"}
 STDLIB = set(sys.stdlib_module_names)
+SCHEDULING = ROOT / "scheduling"
+TOP_LEVEL_MAX = 12
+# What services and selectors act on or read: a public function is named <entity>_<verb>[_<what>].
+ENTITIES = ("message", "message_table", "endpoint", "topology", "topology_version", "delays", "delivery",
+            "delivery_minute", "delivery_log", "relay", "timeout", "unroutable", "retention", "archive",
+            "archive_file", "accuracy_report", "celery_task", "celery_queue", "dashboard", "lateness", "outbox",
+            "queryset", "cursor")
 
 
-def imports(path: Path) -> set[str]:
-    """Absolute module names a file imports (relative imports resolved against its package)."""
+def imports(path: Path, *, on_import: bool = False) -> set[str]:
+    """Absolute module names a file imports (relative imports resolved against its package);
+    ``on_import``: only those its import runs (not the ones inside functions)."""
     package = path.relative_to(ROOT).with_suffix("").parts[:-1]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in (statements_run_on_import if on_import else ast.walk)(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -36,6 +59,16 @@ def imports(path: Path) -> set[str]:
     return found
 
 
+def statements_run_on_import(tree: ast.AST):
+    """The nodes a module's import executes: everything but the bodies of its functions."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        todo += [child for child in ast.iter_child_nodes(node)
+                 if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))]
+
+
 def sources(*folders: str) -> list[Path]:
     return sorted(p for folder in folders for p in (ROOT / folder).rglob("*.py") if "migrations" not in p.parts)
 
@@ -44,35 +77,251 @@ def top(name: str) -> str:
     return name.split(".")[0]
 
 
-@pytest.mark.parametrize("path", sources("scheduling", "topology"), ids=lambda p: str(p.relative_to(ROOT)))
+def rel(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+def service_modules() -> list[Path]:
+    """The write path: services/ and the slices' own services.py (reports/, celery/)."""
+    return sorted([*(SCHEDULING / "services").glob("*.py"), *SCHEDULING.glob("*/services.py")])
+
+
+def selector_modules() -> list[Path]:
+    """The reads: selectors/ and the report's own (reports/facts.py: not selectors.py, see below)."""
+    return sorted([*(SCHEDULING / "selectors").glob("*.py"), SCHEDULING / "reports" / "facts.py"])
+
+
+def database_selectors() -> list[Path]:
+    return [p for p in selector_modules() if p.name not in ("broker.py", "cursors.py", "__init__.py")]
+
+
+@pytest.mark.parametrize("path", sources("scheduling", "topology"), ids=rel)
 def test_no_broker_library_outside_the_broker_package(path):
-    allowed = {"scheduling/celery.py": {"kombu"}, "scheduling/handlers.py": {"requests"}}
+    allowed = {"scheduling/celery/delayed.py": {"kombu"}, "scheduling/delivery/handlers.py": {"requests"}}
     used = {top(name) for name in imports(path)} & BROKER_LIBRARIES
-    assert used <= allowed.get(str(path.relative_to(ROOT)), set())
+    assert used <= allowed.get(rel(path), set())
 
 
-@pytest.mark.parametrize("path", sources("topology"), ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", sorted((SCHEDULING / "reports").glob("*.py")), ids=rel)
+def test_the_spark_jobs_folder_shadows_no_standard_module(path):
+    """spark-submit runs reports/accuracy.py as a script, so its folder comes first on sys.path: a
+    reports/selectors.py there once replaced the standard library's (subprocess failed to import)."""
+    assert path.stem not in STDLIB
+
+
+@pytest.mark.parametrize("path", sources("topology"), ids=rel)
 def test_topology_is_pure(path):
     assert {top(name) for name in imports(path)} <= STDLIB | {"topology", "__future__"}
 
 
-@pytest.mark.parametrize("module", ["selectors", "lifecycle", "backoff", "holding", "wire", "clock"])
-def test_reads_and_pure_parts_do_not_reach_the_broker(module):
-    names = imports(ROOT / "scheduling" / f"{module}.py")
+@pytest.mark.parametrize("path", database_selectors(), ids=rel)
+def test_the_databases_selectors_do_not_reach_the_broker(path):
+    names = imports(path)
+    assert not {n for n in names if top(n) in BROKER_LIBRARIES or top(n) == "rabbit"
+                or n.endswith(("conf.broker", "rabbit.Broker")) or n.startswith("scheduling.selectors.broker")}
+
+
+@pytest.mark.parametrize("module", ["lifecycle", "delivery/backoff", "delivery/holding", "wire", "clock",
+                                    "selectors/cursors"])
+def test_pure_parts_do_no_io(module):
+    names = imports(SCHEDULING / f"{module}.py")
     assert not {n for n in names if top(n) in BROKER_LIBRARIES or n.endswith(("conf.broker", "rabbit.Broker"))}
-    if module != "selectors":
-        assert not any(n.startswith(("django.db", "scheduling.services", "scheduling.conf")) for n in names)
-    if module in ("lifecycle", "backoff", "clock"):
+    assert not any(n.startswith(("django.db", "scheduling.services", "scheduling.conf", "scheduling.selectors.database"))
+                   for n in names)
+    if module in ("lifecycle", "delivery/backoff", "clock", "selectors/cursors"):
         assert {top(n) for n in names} <= STDLIB | {"scheduling", "__future__"}
 
 
-@pytest.mark.parametrize("path", sources("scheduling/services"), ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", selector_modules(), ids=rel)
+def test_reads_never_write(path):
+    """Services may call selectors; a selector never calls a service (it would make a read write)."""
+    assert not {n for n in imports(path) if n.startswith("scheduling.services")
+                or n.split(".")[-1] == "services" or ".services." in n}
+
+
+@pytest.mark.parametrize("path", service_modules(), ids=rel)
 def test_services_do_not_import_the_tasks_that_call_them(path):
-    assert not {n for n in imports(path) if n == "scheduling.tasks" or n.startswith("scheduling.tasks.")}
+    assert not {n for n in imports(path) if n == "scheduling.celery.tasks" or n.startswith("scheduling.celery.tasks.")}
+
+
+def module_path(name: str) -> Path | None:
+    """The file of the longest importable prefix of ``name`` under the repository, if any."""
+    parts = name.split(".")
+    for end in range(len(parts), 0, -1):
+        base = ROOT.joinpath(*parts[:end])
+        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def packages_of(path: Path) -> list[Path]:
+    """The ``__init__.py`` of every package a module's import runs first."""
+    inits, folder = [], path.parent
+    while folder != ROOT:
+        inits.append(folder / "__init__.py")
+        folder = folder.parent
+    return [p for p in inits if p.is_file() and p != path]
+
+
+# settings.py reads the environment through the settings' declarations, which parse with what
+# settings.py itself imports anyway (Django, python-dotenv, dj-database-url) and the pure topology/
+EARLY_THIRD_PARTY = {"scheduling/setting_specs.py": {"django", "dotenv", "dj_database_url", "topology"}}
+
+
+def test_what_settings_and_gunicorn_import_early_is_the_standard_library_only():
+    """settings.py (with delayplatform/logs.py) and gunicorn.conf.py import these before Django is
+    set up, and gunicorn's master before prometheus_client: the standard library only, all the
+    way down, through packages whose ``__init__`` imports nothing at module level."""
+    early = [ROOT / "delayplatform" / "settings.py", ROOT / "delayplatform" / "logs.py", ROOT / "gunicorn.conf.py"]
+    todo = {module_path(n) for path in early for n in imports(path, on_import=True) if top(n) == "scheduling"}
+    seen: set[Path] = set()
+    while todo:
+        path = todo.pop()
+        if path is None or path in seen:
+            continue
+        seen.add(path)
+        names = imports(path, on_import=True)
+        allowed = STDLIB | {"scheduling", "__future__"} | EARLY_THIRD_PARTY.get(rel(path), set())
+        assert {top(n) for n in names} <= allowed, rel(path)
+        todo |= {module_path(n) for n in names if top(n) == "scheduling"}
+        for init in packages_of(path):
+            module_level = [node for node in ast.parse(init.read_text()).body
+                            if isinstance(node, (ast.Import, ast.ImportFrom)) and not (
+                                isinstance(node, ast.ImportFrom) and node.module == "__future__")]
+            assert not module_level, f"{rel(init)} imports at module level, and {rel(path)} is imported early"
+    assert ROOT / "scheduling" / "observability" / "metrics_dir.py" in seen  # the check sees gunicorn's import
+
+
+def test_scheduling_keeps_few_modules_at_its_top_level():
+    modules = sorted(p.name for p in SCHEDULING.glob("*.py"))
+    assert len(modules) <= TOP_LEVEL_MAX, f"{len(modules)} modules at scheduling/'s top level: {modules}"
+
+
+def test_the_architecture_page_names_every_package():
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    packages = sorted(p.parent.relative_to(ROOT) for p in SCHEDULING.rglob("__init__.py") if "migrations" not in p.parts)
+    assert [str(p) for p in packages if f"{p.relative_to('scheduling')}/" not in page and str(p) != "scheduling"] == []
+
+
+def public_functions(path: Path) -> list[ast.FunctionDef]:
+    return [node for node in ast.parse(path.read_text()).body
+            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_")]
+
+
+@pytest.mark.parametrize("path", service_modules() + selector_modules(), ids=rel)
+def test_services_and_selectors_are_keyword_only_and_named_entity_verb(path):
+    for function in public_functions(path):
+        positional = [a.arg for a in function.args.posonlyargs + function.args.args]
+        assert not positional and function.args.vararg is None, \
+            f"{rel(path)}: {function.name}({', '.join(positional)}, ...) is not keyword-only: def {function.name}(*, ...)"
+        entity = max((e for e in ENTITIES if function.name.startswith(f"{e}_")), key=len, default=None)
+        assert entity, f"{rel(path)}: {function.name} is not named <entity>_<verb> (entities: {', '.join(ENTITIES)})"
+
+
+@pytest.mark.parametrize("path", sources("scheduling", "tests", "bench", "delayplatform"), ids=rel)
+def test_services_and_selectors_are_imported_from_their_modules(path):
+    """One import style: ``from scheduling.services.messages import message_schedule``; never the
+    package (``from scheduling import services``, ``from scheduling.services import message_cancel``)."""
+    if path.name == "__init__.py" and path.parent.name in ("services", "selectors"):
+        return
+    assert not imports(path) & {"scheduling.services", "scheduling.selectors"}
+
+
+@pytest.mark.parametrize("package", ["services", "selectors"])
+def test_the_packages_re_export_nothing(package):
+    assert not [node for node in ast.parse((SCHEDULING / package / "__init__.py").read_text()).body
+                if isinstance(node, (ast.Import, ast.ImportFrom))]
 
 
 def test_the_rules_see_imports():
     """The checks above would pass on files they cannot read: make sure they can."""
     assert "kombu.Connection" in imports(ROOT / "rabbit" / "connection.py")
-    assert "scheduling.lifecycle.Status" in imports(ROOT / "scheduling" / "models.py")
-    assert "scheduling.services.delivery.delivery_receive" in imports(ROOT / "scheduling" / "tasks.py")
+    assert "scheduling.lifecycle.Status" in imports(SCHEDULING / "models.py")
+    assert "scheduling.services.delivery.delivery_receive" in imports(SCHEDULING / "celery" / "tasks.py")
+    assert "scheduling.selectors.broker.topology_check" in imports(SCHEDULING / "services" / "topology.py")
+    assert {"message_schedule", "message_cancel"} <= {f.name for f in public_functions(
+        SCHEDULING / "services" / "messages.py")}
+    assert len(service_modules()) > 10 and len(database_selectors()) == 2
+
+
+# --- settings declared once ------------------------------------------------------------------------
+
+SETTING = re.compile(r"\bDELAY_[A-Z0-9_]+\b")
+SPEC_MODULE = ROOT / "scheduling" / "setting_specs.py"
+TEST_SETTINGS = ROOT / "delayplatform" / "settings_test.py"  # the test suite's settings: tests may name them
+NOT_SETTINGS = {"DELAY_BUCKETS"}  # AccuracyReport.DELAY_BUCKETS: the report's ranges of delays, not a setting
+PLATFORM = ("delayplatform", "scheduling", "rabbit", "topology")
+
+
+def spelled_setting_names(source: str) -> set[str]:
+    """DELAY_* names in a module's identifiers and strings, docstrings aside (and comments, which
+    the parser drops): a message or help text asks the spec for a name, code reads conf()."""
+    tree = ast.parse(source)
+    docstrings = {id(node.value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            words = [node.value]
+        elif isinstance(node, ast.alias):
+            words = [node.name, node.asname or ""]
+        else:
+            words = [getattr(node, attr) for attr in ("id", "attr", "name", "arg")
+                     if isinstance(getattr(node, attr, None), str)]
+        found |= {name for word in words for name in SETTING.findall(word)}
+    return found - NOT_SETTINGS
+
+
+@pytest.mark.parametrize("path", [p for p in sources(*PLATFORM) if p not in (SPEC_MODULE, TEST_SETTINGS)],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_setting_name_is_spelled_outside_its_declaration(path):
+    assert not spelled_setting_names(path.read_text()), (
+        "read the value through scheduling.conf.conf(), and name the variable with "
+        "scheduling.conf.setting_name(field) (scheduling.setting_specs.variable(key))")
+
+
+def test_the_setting_names_rule_sees_names():
+    """The check above would pass on files it cannot read: make sure it can."""
+    assert spelled_setting_names('"""About DELAY_SHARDS."""\n# DELAY_RETENTION\nx = 1\n') == set()
+    assert spelled_setting_names("x = settings.DELAY_SHARDS") == {"DELAY_SHARDS"}
+    assert spelled_setting_names('log.error("set DELAY_BULK_MAX", n)') == {"DELAY_BULK_MAX"}
+    assert spelled_setting_names('help = f"default: DELAY_DEFAULT_VERSION, {v}"') == {"DELAY_DEFAULT_VERSION"}
+    assert spelled_setting_names("DELAY_SHARDS = 1\nH_DELAY_MS = 2") == {"DELAY_SHARDS"}
+    assert {"DELAY_SHARDS", "DELAY_API_RATE"} <= spelled_setting_names(SPEC_MODULE.read_text())
+
+
+# what reads the environment: os.environ.get("X"), os.environ["X"], "X" in os.environ, os.getenv("X")
+NOT_THE_PLATFORMS = {
+    "DJANGO_SETTINGS_MODULE": "Django's: which settings module (manage.py, wsgi, asgi, Celery set it)",
+    "PYSPARK_GATEWAY_PORT": "set by spark-submit for the report's Spark job",
+}
+
+
+def environment_reads(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            function = node.func
+            if isinstance(function, ast.Attribute) and (
+                    (function.attr in ("get", "setdefault", "pop") and ast.unparse(function.value) == "os.environ")
+                    or function.attr == "getenv"):
+                found.add(node.args[0].value)
+        elif isinstance(node, ast.Subscript) and ast.unparse(node.value) == "os.environ" \
+                and isinstance(node.slice, ast.Constant):
+            found.add(node.slice.value)
+        elif isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant) \
+                and any(ast.unparse(c) == "os.environ" for c in node.comparators):
+            found.add(node.left.value)
+    return found
+
+
+def test_every_variable_the_platform_reads_is_declared():
+    from scheduling import setting_specs
+    from scheduling.observability import metrics_dir
+
+    declared = set(setting_specs.BY_ENV)
+    paths = [p for p in sources(*PLATFORM) if p != TEST_SETTINGS] + [ROOT / "gunicorn.conf.py", ROOT / "manage.py"]
+    read = {name for path in paths for name in environment_reads(path)} | {metrics_dir.ENV}
+    assert "SPARK_MASTER" in read and "DJANGO_SETTINGS_MODULE" in read  # the check sees what it looks for
+    assert read - set(NOT_THE_PLATFORMS) <= declared

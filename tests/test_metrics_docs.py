@@ -11,10 +11,10 @@ import pytest
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
-from scheduling import metrics
-from scheduling.metrics_figures import Figures, families
-from scheduling.selectors import Outbox
-from scheduling.services.topology import VersionDepths
+from scheduling.observability import metrics
+from scheduling.observability.metrics_figures import Figures, families
+from scheduling.selectors.broker import VersionDepths
+from scheduling.selectors.database import Outbox
 from tests.support import ROOT
 
 DOCS = ROOT / "docs"

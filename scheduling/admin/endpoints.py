@@ -8,9 +8,10 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
-from .. import selectors, services
 from ..lifecycle import Status
 from ..models import Endpoint
+from ..selectors.database import endpoint_count_messages, endpoint_list
+from ..services.endpoints import endpoint_create, endpoint_rotate_secret, endpoint_set_active, endpoint_update
 from .base import ControlRoomAdmin
 from .forms import EndpointChangeForm, EndpointCreateForm
 
@@ -54,14 +55,14 @@ class EndpointAdmin(ControlRoomAdmin):
         return format_html("{} <small>{}</small>", endpoint.handler, endpoint.handler_target)
 
     def get_queryset(self, request):
-        return selectors.endpoints()
+        return endpoint_list()
 
     def get_changelist_instance(self, request):
         """The page's endpoints with their message counts (capped, then estimated: counting
         every message of every endpoint read the whole table), one query for the page."""
         changelist = super().get_changelist_instance(request)
         rows = list(changelist.result_list)
-        counts = selectors.endpoints_message_counts(endpoint_ids=[row.pk for row in rows])
+        counts = endpoint_count_messages(endpoint_ids=[row.pk for row in rows])
         for row in rows:
             row.message_counts = counts[row.pk]
         changelist.result_list = rows
@@ -74,11 +75,11 @@ class EndpointAdmin(ControlRoomAdmin):
 
     @admin.action(description="Activate selected endpoints (binds their queues)", permissions=["change"])
     def activate(self, request, queryset):
-        self.run_each(request, queryset, lambda e: services.endpoint_set_active(endpoint=e, active=True), "Activated")
+        self.run_each(request, queryset, lambda e: endpoint_set_active(endpoint=e, active=True), "Activated")
 
     @admin.action(description="Deactivate selected endpoints (pauses delivery)", permissions=["change"])
     def deactivate(self, request, queryset):
-        self.run_each(request, queryset, lambda e: services.endpoint_set_active(endpoint=e, active=False),
+        self.run_each(request, queryset, lambda e: endpoint_set_active(endpoint=e, active=False),
                       "Deactivated")
 
     @admin.action(description="Rotate the webhook secret (the current one signs for a day more)",
@@ -89,7 +90,7 @@ class EndpointAdmin(ControlRoomAdmin):
         rotated = []
         for endpoint in queryset:
             try:
-                rotated.append(services.endpoint_rotate_secret(endpoint=endpoint))
+                rotated.append(endpoint_rotate_secret(endpoint=endpoint))
             except ValidationError as exc:
                 self.message_user(request, f"{endpoint}: {'; '.join(exc.messages)}", messages.ERROR)
         if not rotated:
@@ -103,7 +104,7 @@ class EndpointAdmin(ControlRoomAdmin):
         if not self.has_add_permission(request):
             raise PermissionDenied
         return self.service_form_view(
-            request, EndpointCreateForm, lambda data: services.endpoint_create(**data),
+            request, EndpointCreateForm, lambda data: endpoint_create(**data),
             title="Add endpoint", done="Created and bound",
         )
 
@@ -114,6 +115,6 @@ class EndpointAdmin(ControlRoomAdmin):
         initial = {"topology": obj.topology.name, "delivery_mode": obj.delivery_mode, "handler": obj.handler,
                    "handler_target": obj.handler_target}
         return self.service_form_view(
-            request, EndpointChangeForm, lambda data: services.endpoint_update(endpoint=obj, **data),
+            request, EndpointChangeForm, lambda data: endpoint_update(endpoint=obj, **data),
             title="Change endpoint", obj=obj, initial=initial, done="Saved",
         )

@@ -3,9 +3,9 @@ allowed lives in the services, shared with the API (see base.service_form_view).
 
 from django import forms
 
-from .. import selectors
 from ..models import DeliveryMode, Endpoint, TopologyVersion
-from ..services.retention import retention_window
+from ..selectors.database import endpoint_list, topology_version_get_default
+from ..services.retention import retention_describe
 
 ISO_HELP = "UTC unless it names an offset, e.g. 2026-11-21T12:00:00.250Z"
 
@@ -49,7 +49,7 @@ class EndpointCreateForm(EndpointChangeForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        default = selectors.topology_version_default()
+        default = topology_version_get_default()
         if default is not None:
             self.fields["topology"].initial = default.name
 
@@ -60,7 +60,7 @@ class EndpointChoiceField(forms.ModelChoiceField):
 
 
 class ScheduleMessageForm(forms.Form):
-    endpoint = EndpointChoiceField(queryset=selectors.endpoints(), to_field_name="name")
+    endpoint = EndpointChoiceField(queryset=endpoint_list(), to_field_name="name")
     # Not required here: {} and [] are payloads too; the service says what is missing.
     payload = forms.JSONField(required=False, widget=forms.Textarea(attrs={"rows": 6, "cols": 60}),
                               help_text="any JSON value")
@@ -74,4 +74,4 @@ class ScheduleMessageForm(forms.Form):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["idempotency_key"].help_text += f" while that message is kept ({retention_window()})"
+        self.fields["idempotency_key"].help_text += f" while that message is kept ({retention_describe()})"

@@ -9,21 +9,27 @@ from __future__ import annotations
 
 from django.contrib.admin.views.main import ChangeList
 
-from .. import selectors
-from ..cursors import AFTER, BEFORE, Position, decode_cursor, encode_cursor
+from ..selectors.cursors import AFTER, BEFORE, Position, cursor_decode, cursor_encode
+from ..selectors.database import (
+    Tally,
+    message_estimate_in_past,
+    message_get_page,
+    message_list_groups,
+    queryset_estimate,
+)
 
 CURSOR_VAR = "cursor"
 
 
 class MessageChangeList(ChangeList):
-    """Pages by cursor (``?cursor=``), over the indexes the filters allow (selectors.messages_page).
+    """Pages by cursor (``?cursor=``), over the indexes the filters allow (message_get_page).
     The template shows "Newest / Newer / Older" links instead of page numbers."""
 
     # due filter value -> descending; the calendar (date hierarchy) lists its day latest first
     DUE_ORDER = {"past-day": True, "next-minute": False, "next-hour": False, "next-day": False, "later": False}
 
     def __init__(self, request, *args, **kwargs):
-        self.cursor = decode_cursor(request.GET.get(CURSOR_VAR, ""))
+        self.cursor = cursor_decode(text=request.GET.get(CURSOR_VAR, ""))
         super().__init__(request, *args, **kwargs)
         for params in (self.params, self.filter_params):  # links to filters start from the first page
             params.pop(CURSOR_VAR, None)
@@ -45,12 +51,12 @@ class MessageChangeList(ChangeList):
             return "created_at", True, []
         fixed = {name for name, key in (("status", "status__exact"), ("endpoint", "endpoint__id__exact"),
                                         ("topology", "topology__id__exact")) if key in params}
-        return "created_at", True, selectors.message_groups(fixed=fixed)
+        return "created_at", True, message_list_groups(fixed=fixed)
 
     def get_results(self, request):
         order_by, descending, groups = self.list_order()
         direction, position = self.cursor or (None, None)
-        page = selectors.messages_page(
+        page = message_get_page(
             queryset=self.queryset, groups=groups, order_by=order_by, descending=descending,
             after=position if direction == AFTER else None, before=position if direction == BEFORE else None,
             limit=self.list_per_page)
@@ -58,16 +64,16 @@ class MessageChangeList(ChangeList):
         newer = direction == AFTER or (direction == BEFORE and page.more)
         older = page.more if direction != BEFORE else True
         if not newer and not older:
-            self.result_count = selectors.Tally(len(rows))
+            self.result_count = Tally(len(rows))
         else:
-            estimate = selectors.rows_estimate(self.queryset)
+            estimate = queryset_estimate(queryset=self.queryset)
             if self.get_filters_params().get("in_past") == ["yes"]:  # bounded by what its partial index holds
-                estimate = min(estimate, selectors.in_past_estimate() or estimate)
-            self.result_count = selectors.Tally(max(len(rows), estimate), exact=False)
+                estimate = min(estimate, message_estimate_in_past() or estimate)
+            self.result_count = Tally(max(len(rows), estimate), exact=False)
 
         def link(towards: str, row) -> str:
             position = Position(getattr(row, order_by), row.pk)
-            return self.get_query_string({CURSOR_VAR: encode_cursor(towards, position)})
+            return self.get_query_string({CURSOR_VAR: cursor_encode(direction=towards, position=position)})
 
         self.newest_url = self.get_query_string(remove=[CURSOR_VAR]) if newer else None
         self.newer_url = link(BEFORE, rows[0]) if newer and rows else None

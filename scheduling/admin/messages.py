@@ -13,11 +13,13 @@ from django.utils.html import format_html
 
 from topology import explain
 
-from .. import selectors, services, wire
+from .. import wire
 from ..conf import conf
 from ..lifecycle import IN_FLIGHT, Status, scheduled_in_past
 from ..models import ScheduledMessage
-from ..services.retention import retention_window
+from ..selectors.database import SCHEDULED_IN_PAST, message_search
+from ..services.messages import message_cancel, message_republish, message_schedule
+from ..services.retention import retention_describe
 from . import dashboard, html
 from .base import ControlRoomAdmin, has_model_perm
 from .forms import ScheduleMessageForm
@@ -61,9 +63,9 @@ class ScheduledInPastFilter(admin.SimpleListFilter):
 
     def queryset(self, request, queryset):
         if self.value() == "yes":
-            return queryset.filter(selectors.SCHEDULED_IN_PAST)
+            return queryset.filter(SCHEDULED_IN_PAST)
         if self.value() == "no":
-            return queryset.exclude(selectors.SCHEDULED_IN_PAST)
+            return queryset.exclude(SCHEDULED_IN_PAST)
         return queryset
 
 
@@ -117,19 +119,19 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
     def get_search_results(self, request, queryset, search_term):
         """Exact id or idempotency key; a term that is not a UUID only matches keys."""
         term = search_term.strip()
-        return (selectors.message_search(queryset=queryset, term=term) if term else queryset), False
+        return (message_search(queryset=queryset, term=term) if term else queryset), False
 
     # --- actions --------------------------------------------------------------------------
 
     @admin.action(description="Cancel selected messages (pending or published)", permissions=["cancel"])
     def cancel(self, request, queryset):
         self.run_each(request, queryset.values_list("pk", flat=True),
-                      lambda pk: services.message_cancel(message_id=pk), "Cancelled")
+                      lambda pk: message_cancel(message_id=pk), "Cancelled")
 
     @admin.action(description="Republish selected failed messages", permissions=["republish"])
     def republish(self, request, queryset):
         self.run_each(request, queryset.values_list("pk", flat=True),
-                      lambda pk: services.message_republish(message_id=pk), "Republished")
+                      lambda pk: message_republish(message_id=pk), "Republished")
 
     # --- the schedule form and the dashboard ---------------------------------------------
 
@@ -137,7 +139,7 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
         if not self.has_add_permission(request):
             raise PermissionDenied
         return self.service_form_view(
-            request, ScheduleMessageForm, lambda data: services.message_schedule(
+            request, ScheduleMessageForm, lambda data: message_schedule(
                 endpoint=data["endpoint"], payload=data["payload"], delay=data["delay_seconds"],
                 deliver_at=data["deliver_at"], idempotency_key=data["idempotency_key"] or None,
             ),
@@ -146,7 +148,7 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
         )
 
     def changelist_view(self, request, extra_context=None):
-        return super().changelist_view(request, {"retention_window": retention_window(), **(extra_context or {})})
+        return super().changelist_view(request, {"retention_window": retention_describe(), **(extra_context or {})})
 
     def get_urls(self):
         view = self.admin_site.admin_view(lambda request: dashboard.dashboard_view(self, request))

@@ -10,9 +10,16 @@ from django.db.models import Q
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
-from .. import selectors
 from ..models import AccuracyReport
 from ..reports import accuracy_charts
+from ..reports.facts import (
+    REPORT_DIMENSIONS,
+    accuracy_report_get_latest_day,
+    accuracy_report_list_breakdown,
+    accuracy_report_list_problems,
+    accuracy_report_list_slice,
+    accuracy_report_list_values,
+)
 
 ALL = AccuracyReport.ALL
 CHART_DAYS = 14
@@ -23,7 +30,7 @@ class _DimensionFilter(admin.SimpleListFilter):
     """A dimension's values, plus "all" for the rollup rows where it is ``*``."""
 
     def lookups(self, request, model_admin):
-        values = selectors.accuracy_report_values(self.parameter_name)
+        values = accuracy_report_list_values(dimension=self.parameter_name)
         if self.parameter_name == "delay_bucket":
             values = [b for b in AccuracyReport.DELAY_BUCKETS if b in values]
         return [(ALL, "all (rollup rows)"), *((value, value) for value in values)]
@@ -103,7 +110,7 @@ def _iso_day(value: str | None) -> date | None:
 
 
 def _chart(title: str, draw, *rows_and_args) -> dict:
-    # scheduling.charts builds its markup escaped
+    # scheduling.reports.charts builds its markup escaped
     return {"title": title, "svg": mark_safe(draw(*rows_and_args, title=title))}
 
 
@@ -164,12 +171,12 @@ class AccuracyReportAdmin(admin.ModelAdmin):
         """Charts of the table's selection: the day filter's range (else the last CHART_DAYS days
         with reports) and the chosen endpoint, version, mode or bucket (else all)."""
         last = _iso_day(params.get("day__lt"))
-        last = last - timedelta(days=1) if last else selectors.accuracy_report_latest_day()
+        last = last - timedelta(days=1) if last else accuracy_report_get_latest_day()
         if last is None:
             return {"accuracy_charts": [], "accuracy_problems": []}
         first = _iso_day(params.get("day__gte")) or last - timedelta(days=CHART_DAYS - 1)
-        chosen = {name: params[name] for name in selectors.REPORT_DIMENSIONS if params.get(name)}
-        trend = selectors.accuracy_slice(first_day=first, last_day=last, **chosen)
+        chosen = {name: params[name] for name in REPORT_DIMENSIONS if params.get(name)}
+        trend = accuracy_report_list_slice(first_day=first, last_day=last, **chosen)
         day = trend[-1].day if trend else last
         where = (
             ", ".join(f"{k.replace('_', ' ')} {'all' if v == ALL else v}" for k, v in chosen.items()) or "all"
@@ -180,17 +187,17 @@ class AccuracyReportAdmin(admin.ModelAdmin):
             _chart(
                 f"Lateness per endpoint, {day}",
                 accuracy_charts.lateness_by,
-                selectors.accuracy_breakdown(day=day, by="endpoint"),
+                accuracy_report_list_breakdown(day=day, by="endpoint"),
                 "endpoint",
             ),
             _chart(
                 f"Lateness per delay bucket, {day}",
                 accuracy_charts.lateness_by,
-                selectors.accuracy_breakdown(day=day, by="delay_bucket"),
+                accuracy_report_list_breakdown(day=day, by="delay_bucket"),
                 "delay_bucket",
             ),
         ]
-        problems = selectors.accuracy_problem_groups(first_day=first, last_day=last)
+        problems = accuracy_report_list_problems(first_day=first, last_day=last)
         return {
             "accuracy_charts": charts,
             "accuracy_problems": problems[:PROBLEMS_SHOWN],

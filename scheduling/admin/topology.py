@@ -9,8 +9,11 @@ from django.utils.html import format_html, format_html_join
 from rabbit import ManagementUnavailable
 from topology import cascade, explain
 
-from .. import selectors, services
 from ..models import TopologyVersion
+from ..selectors.broker import topology_get_in_flight, topology_version_count_in_flight
+from ..selectors.database import topology_version_get_default
+from ..services.delays import delays_preview
+from ..services.topology import topology_provision, topology_verify
 from . import html
 from .base import ControlRoomAdmin, has_model_perm
 
@@ -41,7 +44,7 @@ class TopologyVersionAdmin(ControlRoomAdmin):
         """The "in flight" column reads the broker once per page: a callable column made for
         this request, holding that one management API answer."""
         try:
-            counts = services.versions_in_flight()
+            counts = topology_version_count_in_flight()
         except ManagementUnavailable:
             counts = {}
 
@@ -73,20 +76,20 @@ class TopologyVersionAdmin(ControlRoomAdmin):
 
     @admin.display(description="default", boolean=True)
     def is_default(self, version):
-        default = selectors.topology_version_default()
+        default = topology_version_get_default()
         return default is not None and version.pk == default.pk
 
     @admin.action(description="Preview migrating selected versions' delayed messages to the default version (dry run)",
                   permissions=["preview_migration"])
     def preview_migration(self, request, queryset):
-        target = selectors.topology_version_default()
+        target = topology_version_get_default()
 
         def call(version):
             if version.pk == target.pk:
                 self.message_user(request, f"{version} is the default version: nothing to migrate it to",
                                   messages.WARNING)
                 return
-            preview = services.delays_preview(source=version, target=target)
+            preview = delays_preview(source=version, target=target)
             levels = ", ".join(f"L{level:02d}: {n}" for level, n in sorted(preview.per_level.items(), reverse=True))
             self.message_user(
                 request,
@@ -101,7 +104,7 @@ class TopologyVersionAdmin(ControlRoomAdmin):
     @admin.action(description="Provision selected versions (declare their cascades)", permissions=["provision"])
     def provision(self, request, queryset):
         def call(version):
-            result = services.topology_provision(version=version.cascade)
+            result = topology_provision(version=version.cascade)
             plan = result.plan
             shards = f" over {plan.version.shards} shards" if plan.version.shards > 1 else ""
             self.message_user(request, f"{version}: declared {len(plan.exchanges)} exchanges, {len(plan.queues)} "
@@ -112,7 +115,7 @@ class TopologyVersionAdmin(ControlRoomAdmin):
     @admin.action(description="Verify selected versions against the broker", permissions=["verify"])
     def verify(self, request, queryset):
         def call(version):
-            result = services.topology_verify(version=version.cascade)
+            result = topology_verify(version=version.cascade)
             for warning in result.warnings:
                 self.message_user(request, f"{version}: {warning}", messages.WARNING)
             self.message_user(request, f"{version}: {result.leaders}", messages.INFO)
@@ -148,8 +151,8 @@ class TopologyVersionAdmin(ControlRoomAdmin):
         context = {"detail_template": "admin/scheduling/topology_in_flight.html", **(extra_context or {})}
         if version is not None:
             try:
-                context["in_flight"] = services.topology_in_flight(version)
-                context["versions_in_flight"] = services.versions_in_flight()
+                context["in_flight"] = topology_get_in_flight(version=version)
+                context["versions_in_flight"] = topology_version_count_in_flight()
             except ManagementUnavailable as exc:
                 context["in_flight_error"] = str(exc)
         return super().change_view(request, object_id, form_url, context)

@@ -11,23 +11,23 @@ from rest_framework.pagination import BasePagination
 from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 
-from .. import selectors
-from ..cursors import AFTER, BEFORE, Position, decode_cursor, encode_cursor
+from ..selectors.cursors import AFTER, BEFORE, Position, cursor_decode, cursor_encode
+from ..selectors.database import message_get_page
 
 
 class MessageCursorPagination(BasePagination):
     """``?cursor=`` from a page's ``next`` or ``previous`` link; the answer is
     ``{"next": url|null, "previous": url|null, "results": [...]}``. ``groups`` (set by the view)
-    are the index ranges the list merges (selectors.message_groups)."""
+    are the index ranges the list merges (message_list_groups)."""
 
     cursor_query_param = "cursor"
     page_size = 50
 
     def paginate_queryset(self, queryset, request, view=None):
         self.request = request
-        cursor = decode_cursor(request.query_params.get(self.cursor_query_param, ""))
+        cursor = cursor_decode(text=request.query_params.get(self.cursor_query_param, ""))
         direction, position = cursor or (None, None)
-        page = selectors.messages_page(
+        page = message_get_page(
             queryset=queryset, groups=view.list_groups() if view is not None else [],
             after=position if direction == AFTER else None, before=position if direction == BEFORE else None,
             limit=self.page_size)
@@ -41,7 +41,7 @@ class MessageCursorPagination(BasePagination):
     def _link(self, direction: str, row) -> str:
         url = self.request.build_absolute_uri()
         return replace_query_param(url, self.cursor_query_param,
-                                   encode_cursor(direction, Position(row.created_at, row.pk)))
+                                   cursor_encode(direction=direction, position=Position(row.created_at, row.pk)))
 
     def get_paginated_response(self, data):
         return Response({"next": self.next_url, "previous": self.previous_url, "results": data})

@@ -9,7 +9,7 @@ import re
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser, get_encoding
 
-from ..conf import conf
+from ..conf import conf, setting_name
 
 # A JSON string, escapes included (the unrolled form: linear, no backtracking).
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
@@ -45,6 +45,7 @@ class DepthLimitedJSONParser(JSONParser):
             parser_context = {**parser_context, "encoding": "utf-8"}
         limit = conf().max_json_depth
         if json_depth_exceeds(body, limit):
-            raise ParseError(f"JSON parse error - the body nests deeper than {limit} levels (DELAY_MAX_JSON_DEPTH)")
+            raise ParseError(f"JSON parse error - the body nests deeper than {limit} levels "
+                             f"({setting_name('max_json_depth')})")
         return super().parse(io.BytesIO(body), media_type, parser_context)
 

@@ -6,7 +6,7 @@ from decimal import Decimal, InvalidOperation
 
 from rest_framework import serializers
 
-from ..conf import conf
+from ..conf import conf, setting_name
 from ..lifecycle import Status, scheduled_in_past
 from ..models import DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
 from .validation import RefuseControlCharacters, has_refused_characters
@@ -27,7 +27,7 @@ class VersionField(serializers.SlugRelatedField):
 class EndpointSerializer(RefuseControlCharacters, serializers.ModelSerializer):
     topology = VersionField(
         required=False,
-        help_text="cascade version for new messages (default: the setting DELAY_DEFAULT_VERSION, v2)",
+        help_text=f"cascade version for new messages (default: the setting {setting_name('default_version')})",
     )
     webhook_secret = serializers.CharField(
         write_only=True, required=False, max_length=128,
@@ -170,7 +170,8 @@ class MessageFilterSerializer(RefuseControlCharacters, serializers.Serializer):
 
 
 class BulkCreateSerializer(RefuseControlCharacters, serializers.Serializer):
-    messages = MessageCreateSerializer(many=True, allow_empty=False, help_text="at most DELAY_BULK_MAX (1,000)")
+    messages = MessageCreateSerializer(many=True, allow_empty=False,
+                                       help_text=f"at most {setting_name('bulk_max')} (1,000)")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

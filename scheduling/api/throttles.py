@@ -14,7 +14,7 @@ from django.core.cache import caches
 from rest_framework.exceptions import Throttled
 from rest_framework.throttling import SimpleRateThrottle
 
-from ..conf import conf
+from ..conf import conf, setting_name
 
 SLOTS = 60
 BULK_ACTIONS = frozenset({"bulk"})
@@ -60,7 +60,8 @@ class ItemRateThrottle(SimpleRateThrottle):
         if self.cost > self.num_requests:
             raise Throttled(detail=(
                 f"{self.cost:,} messages at once are more than the rate limit allows in a whole "
-                f"{PERIODS[self.rate.split('/')[1][0]]} ({self.num_requests:,}, DELAY_API_RATE); send fewer at once"))
+                f"{PERIODS[self.rate.split('/')[1][0]]} ({self.num_requests:,}, {setting_name('api_rate')}); "
+                "send fewer at once"))
         if used + self.cost > self.num_requests:
             self.excess = used + self.cost - self.num_requests
             return False

@@ -7,11 +7,13 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from .. import selectors, services
 from ..errors import BulkValidationError, NotFound
 from ..lifecycle import Status
 from ..models import Endpoint
-from ..services.retention import message_gone
+from ..selectors.database import endpoint_count_messages, endpoint_list, message_list, message_list_groups
+from ..services.endpoints import endpoint_create, endpoint_rotate_secret, endpoint_set_active, endpoint_update
+from ..services.messages import message_cancel, message_republish, message_schedule_many
+from ..services.retention import message_describe_gone
 from .pagination import MessageCursorPagination
 from .permissions import ModelPermissions
 from .serializers import (
@@ -47,7 +49,7 @@ class EndpointViewSet(
     lookup_value_regex = r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*"  # dotted names (v3) too
 
     def get_queryset(self):
-        return selectors.endpoints()
+        return endpoint_list()
 
     def get_serializer_context(self):
         return {**super().get_serializer_context(), "message_counts": getattr(self, "message_counts", {})}
@@ -55,12 +57,12 @@ class EndpointViewSet(
     def paginate_queryset(self, queryset):
         """The page's endpoints, then their message counts in one go (capped, then estimated)."""
         page = super().paginate_queryset(queryset)
-        self.message_counts = selectors.endpoints_message_counts(endpoint_ids=[e.pk for e in page or ()])
+        self.message_counts = endpoint_count_messages(endpoint_ids=[e.pk for e in page or ()])
         return page
 
     def get_object(self):
         endpoint = super().get_object()
-        self.message_counts = selectors.endpoints_message_counts(endpoint_ids=[endpoint.pk])
+        self.message_counts = endpoint_count_messages(endpoint_ids=[endpoint.pk])
         return endpoint
 
     @extend_schema(responses={201: EndpointCreatedSerializer})
@@ -69,7 +71,7 @@ class EndpointViewSet(
         once: reads never show it (rotate-secret gives a new one)."""
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        endpoint = services.endpoint_create(**serializer.validated_data)
+        endpoint = endpoint_create(**serializer.validated_data)
         data = self.get_serializer(endpoint).data
         if endpoint.handler == Endpoint.Handler.WEBHOOK:
             data = {**data, "webhook_secret": endpoint.webhook_secret}
@@ -80,21 +82,21 @@ class EndpointViewSet(
         """Change the version or delivery mode of new messages; scheduled ones keep theirs."""
         changes = EndpointUpdateSerializer(data=request.data, partial=True)
         changes.is_valid(raise_exception=True)
-        endpoint = services.endpoint_update(endpoint=self.get_object(), **changes.validated_data)
+        endpoint = endpoint_update(endpoint=self.get_object(), **changes.validated_data)
         return Response(self.get_serializer(endpoint).data)
 
     @extend_schema(request=None, responses={200: EndpointSerializer})
     @action(detail=True, methods=["post"])
     def activate(self, request, name=None):
         """Re-bind the queue and resume delivery."""
-        endpoint = services.endpoint_set_active(endpoint=self.get_object(), active=True)
+        endpoint = endpoint_set_active(endpoint=self.get_object(), active=True)
         return Response(self.get_serializer(endpoint).data)
 
     @extend_schema(request=None, responses={200: EndpointSerializer})
     @action(detail=True, methods=["post"])
     def deactivate(self, request, name=None):
         """Pause delivery (messages wait in the queue) and refuse new messages."""
-        endpoint = services.endpoint_set_active(endpoint=self.get_object(), active=False)
+        endpoint = endpoint_set_active(endpoint=self.get_object(), active=False)
         return Response(self.get_serializer(endpoint).data)
 
     @extend_schema(request=RotateSecretSerializer, responses={200: SecretRotatedSerializer})
@@ -104,7 +106,7 @@ class EndpointViewSet(
         for previous_valid_seconds (default a day), so receivers switch without a gap."""
         changes = RotateSecretSerializer(data=request.data)
         changes.is_valid(raise_exception=True)
-        endpoint = services.endpoint_rotate_secret(endpoint=self.get_object(), **changes.validated_data)
+        endpoint = endpoint_rotate_secret(endpoint=self.get_object(), **changes.validated_data)
         return Response({"name": endpoint.name, "webhook_secret": endpoint.webhook_secret,
                          "previous_valid_until": endpoint.webhook_secret_previous_expires_at})
 
@@ -124,7 +126,7 @@ class MessageViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         try:
             return super().get_object()
         except Http404:
-            raise NotFound(message_gone(self.kwargs.get(self.lookup_field))) from None
+            raise NotFound(message_describe_gone(message_id=self.kwargs.get(self.lookup_field))) from None
 
     pagination_class = MessageCursorPagination
 
@@ -132,12 +134,12 @@ class MessageViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         filters = MessageFilterSerializer(data=self.request.query_params)
         filters.is_valid(raise_exception=True)
         self.filters = filters.validated_data
-        return selectors.messages(**self.filters)
+        return message_list(**self.filters)
 
     def list_groups(self) -> list[dict]:
         """The index ranges the list merges: one per status and version of the endpoint asked,
         or one per status (the pagination reads each no further than a page)."""
-        return selectors.message_groups(fixed={name for name in ("endpoint", "status") if self.filters.get(name)})
+        return message_list_groups(fixed={name for name in ("endpoint", "status") if self.filters.get(name)})
 
     @extend_schema(
         parameters=[
@@ -155,7 +157,7 @@ class MessageViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         serializer = MessageCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         try:
-            (result,) = services.message_schedule_many(items=[serializer.to_item()])
+            (result,) = message_schedule_many(items=[serializer.to_item()])
         except BulkValidationError as exc:
             raise DjangoValidationError(exc.errors[0]) from None
         code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
@@ -168,7 +170,7 @@ class MessageViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         serializer = BulkCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         items = [message_item(data) for data in serializer.validated_data["messages"]]
-        results = services.message_schedule_many(items=items)
+        results = message_schedule_many(items=items)
         return Response(
             {"messages": [MessageCreatedSerializer.represent(r.message) for r in results]},
             status=status.HTTP_201_CREATED,
@@ -177,11 +179,11 @@ class MessageViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
     @extend_schema(request=None, responses={200: StatusSerializer})
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
-        message = services.message_cancel(message_id=pk)
+        message = message_cancel(message_id=pk)
         return Response({"id": message.id, "status": message.status})
 
     @extend_schema(request=None, responses={200: StatusSerializer})
     @action(detail=True, methods=["post"])
     def republish(self, request, pk=None):
-        message = services.message_republish(message_id=pk)
+        message = message_republish(message_id=pk)
         return Response({"id": message.id, "status": message.status})

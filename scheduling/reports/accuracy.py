@@ -222,7 +222,7 @@ def _arguments(argv):
     parser.add_argument(
         "--facts", required=True, help="directory of the exported facts (due_date=... partitions)"
     )
-    parser.add_argument("--archive", help="the archive's directory (DELAY_ARCHIVE_DIR): its days are read too")
+    parser.add_argument("--archive", help="the platform's archive directory (the prune's): its days are read too")
     parser.add_argument(
         "--archive-files", help="a file listing the archive's files to read (one path relative to --archive a line)"
     )

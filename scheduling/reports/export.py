@@ -2,7 +2,7 @@
 date (UTC): ``OUT/due_date=YYYY-MM-DD/part-0.parquet``, the layout Spark reads as a partitioned
 table, in the archive's columns (scheduling/archive/): the report reads these and the archive's
 files of the same days alike. A message scheduled in the past is due when it was accepted
-(selectors.messages_due_between).
+(reports/facts.py).
 
 Memory stays flat however many rows a day has (archive/parquet.py streams COPY through pyarrow).
 A day is written beside its partition and then swapped in, so re-running a day replaces it whole,
@@ -24,8 +24,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from django.db import transaction
 
-from .. import selectors
 from ..archive import columns, parquet
+from .facts import message_list_due_between
 
 # Batches are gathered into row groups this big: Spark read a day of 6k-row groups 30% slower.
 ROW_GROUP_ROWS = 256 * 1024
@@ -116,7 +116,7 @@ def _swap_in(staging: Path, target: Path) -> None:
 def fact_batches(since: datetime, until: datetime):
     """The live rows due in [since, until), in the archive's columns (no payloads: the report
     does not read them)."""
-    where, params = parquet.where_of(selectors.messages_due_between(since=since, until=until))
+    where, params = parquet.where_of(message_list_due_between(since=since, until=until))
     # wrap_database_errors (in message_batches): psycopg errors of the COPY become Django's
     with transaction.atomic():
         for batch in parquet.message_batches(where=where, params=params, payloads=False):
@@ -140,7 +140,7 @@ def _progress_bar(enabled: bool, first_day: date, last_day: date):
     )
 
     since, until = utc_day_bounds(first_day, last_day)
-    total = selectors.messages_due_between(since=since, until=until).count()
+    total = message_list_due_between(since=since, until=until).count()
     parts = (
         TextColumn("exporting deliveries"),
         BarColumn(),

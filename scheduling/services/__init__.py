@@ -1,41 +1,7 @@
-"""Writes: every change to the platform's state goes through a function here."""
+"""Writes: every change to the platform's state goes through a function here (the accuracy
+report's and the delayed Celery tasks' own are reports/services.py and celery/services.py).
+Each is keyword-only and named <entity>_<verb> (message_schedule, endpoint_create, ...).
 
-from .delays import delays_preview
-from .endpoints import (
-    endpoint_bind,
-    endpoint_create,
-    endpoint_rotate_secret,
-    endpoint_set_active,
-    endpoint_update,
-    endpoints_bind_all,
-)
-from .messages import Scheduled, message_cancel, message_republish, message_schedule, message_schedule_many
-from .topology import (
-    ProvisionResult,
-    topology_declare,
-    topology_in_flight,
-    topology_provision,
-    topology_verify,
-    versions_in_flight,
-)
-
-__all__ = [
-    "ProvisionResult",
-    "delays_preview",
-    "Scheduled",
-    "endpoint_bind",
-    "endpoint_create",
-    "endpoint_rotate_secret",
-    "endpoint_set_active",
-    "endpoint_update",
-    "endpoints_bind_all",
-    "message_cancel",
-    "message_republish",
-    "message_schedule",
-    "message_schedule_many",
-    "topology_declare",
-    "topology_in_flight",
-    "topology_provision",
-    "topology_verify",
-    "versions_in_flight",
-]
+Callers import each function from its module, ``from scheduling.services.messages import
+message_schedule``; nothing is re-exported here, so importing one service never imports the rest.
+"""

@@ -26,8 +26,9 @@ from ..clock import from_epoch_ms, now_ms, to_epoch_ms
 from ..conf import broker, conf
 from ..lifecycle import IN_FLIGHT
 from ..models import ScheduledMessage, TopologyVersion
-from .relay import mark_published
-from .unroutable import mark_unroutable
+from ..selectors.broker import topology_count_by_shard, topology_list_shards
+from .relay import message_mark_published
+from .unroutable import message_mark_unroutable
 
 POISON_REASON = "no x-dp-due-at-ms, arrival time or requested delay"
 
@@ -63,36 +64,9 @@ def _mark_parked(message: rabbit.Received, out: rabbit.Outgoing, poison_queue: s
     message_id = message.headers.get(wire.H_MESSAGE_ID)
     if not wire.is_row_id(message_id):
         return 0
-    return mark_unroutable(message_id,
-                           f"not moved: {out.headers[wire.H_POISON_REASON]}; parked in {poison_queue}; republish it")
-
-
-def source_shards(session: rabbit.Session, version: cascade.Version) -> list[int]:
-    """The version's shards, and the shards beyond its count still on the broker (the count
-    was lowered; probed upwards until one is missing): a move takes every delayed message."""
-    shards, top = list(range(version.shards)), version.levels - 1
-    while len(shards) < cascade.MAX_SHARDS and session.queue_depth(
-            cascade.level_name(version.prefix, top, len(shards))) is not None:
-        shards.append(len(shards))
-    return shards
-
-
-def shard_depths(session: rabbit.Session, version: cascade.Version,
-                 shards: list[int] | None = None) -> dict[tuple[int, int], int]:
-    """(level, shard) -> messages ready in its queue, highest level first, shards in turn."""
-    shards = source_shards(session, version) if shards is None else shards
-    return {
-        (level, shard): session.queue_depth(cascade.level_name(version.prefix, level, shard)) or 0
-        for level in range(version.levels - 1, -1, -1) for shard in shards
-    }
-
-
-def level_depths(session: rabbit.Session, version: cascade.Version) -> dict[int, int]:
-    """Level -> messages ready in its queues (every shard), highest level first."""
-    depths: dict[int, int] = {}
-    for (level, _), depth in shard_depths(session, version).items():
-        depths[level] = depths.get(level, 0) + depth
-    return depths
+    return message_mark_unroutable(
+        message_id=message_id,
+        reason=f"not moved: {out.headers[wire.H_POISON_REASON]}; parked in {poison_queue}; republish it")
 
 
 class _Mover:
@@ -140,7 +114,8 @@ class _Mover:
         with transaction.atomic():
             rows = [ScheduledMessage(id=found.message_id, routing_key=r.routing_key, first_exchange=r.exchange)
                     for _, found, _, r in confirmed if wire.is_row_id(found.message_id)]
-            self.summary.rows_updated += mark_published(rows, from_epoch_ms(at_ms), topology=self.target_row)
+            self.summary.rows_updated += message_mark_published(rows=rows, published_at=from_epoch_ms(at_ms),
+                                                                topology=self.target_row)
             for i in poison_outcome.confirmed:  # the row says where its message went and why
                 message, out = poisons[i]
                 self.summary.rows_updated += _mark_parked(message, out, self.poison.name)
@@ -196,7 +171,7 @@ def delays_move(
     summary = MoveSummary()
     with source.session() as source_session, target.session() as target_session:
         mover = _Mover(source_session, target_session, source_version, target_version, target_row, summary)
-        shards = source_shards(source_session, source_version)
+        shards = topology_list_shards(session=source_session, version=source_version)
         if dry_run:
             for level in range(source_version.levels - 1, -1, -1):
                 for shard in shards:
@@ -205,10 +180,12 @@ def delays_move(
             return summary
         source_session.declare_queue(mover.poison)
         for _ in range(max_passes):
-            for (level, shard), depth in shard_depths(source_session, source_version, shards).items():
+            by_shard = topology_count_by_shard(session=source_session, version=source_version, shards=shards)
+            for (level, shard), depth in by_shard.items():
                 if depth:
                     _drain_level(mover, source_session, source_version, level, shard, batch, progress)
-            summary.left_in_source = sum(shard_depths(source_session, source_version, shards).values())
+            summary.left_in_source = sum(
+                topology_count_by_shard(session=source_session, version=source_version, shards=shards).values())
             if not summary.left_in_source:
                 break
             time.sleep(0.2)  # stragglers still flowing down from higher levels
@@ -232,9 +209,3 @@ def delays_preview(*, source: TopologyVersion, target: TopologyVersion) -> MoveS
     """What migrate_delays would do from ``source`` to ``target`` on this broker (dry run)."""
     return delays_move(source=broker(), target=broker(), source_version=source.cascade,
                        target_version=target.cascade, target_row=target, dry_run=True)
-
-
-def in_cascade(version: cascade.Version, on: rabbit.Broker | None = None) -> int:
-    """Messages ready in the version's level queues, every shard (what a move would start with)."""
-    with (on or broker()).session() as session:
-        return sum(level_depths(session, version).values())

@@ -17,13 +17,15 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from .. import backoff, lifecycle, metrics, wire
+from .. import lifecycle, wire
 from ..conf import conf
-from ..handlers import run_handler, send_celery_tasks
+from ..delivery import backoff
+from ..delivery.handlers import run_handler, send_celery_tasks
 from ..lifecycle import Arrival, Event
 from ..models import Endpoint, ScheduledMessage
-from .delivery_log import deliveries_logged
-from .delivery_minutes import delivery_minutes_record
+from ..observability import metrics
+from .delivery_log import delivery_log_on_commit
+from .delivery_minutes import delivery_minute_record
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +90,7 @@ def _handle_many(to_handle: list[tuple[int, ScheduledMessage]], outcomes: list) 
             outcomes[index] = _handle(message)
 
 
-def delivery_receive_many(items: list[tuple[str, int]], *, defer_webhooks: bool = True,
+def delivery_receive_many(*, items: list[tuple[str, int]], defer_webhooks: bool = True,
                           by: str = "") -> list[Outcome]:
     """Record a batch of hand-overs in one transaction (one lock query, one write, one commit):
     the delivery loop's path, thousands a second where a transaction per message managed a few
@@ -133,15 +135,16 @@ def delivery_receive_many(items: list[tuple[str, int]], *, defer_webhooks: bool 
             if outcomes[index].result in (Result.RETRY, Result.FAILED):
                 counted += metrics.handler_failed(message, retried=outcomes[index].result is Result.RETRY)
         ScheduledMessage.objects.save_delivery_state(list(changed.values()))
-        delivery_minutes_record(messages=[m for index, m in to_handle if outcomes[index].result is Result.DELIVERED])
+        delivered = [m for index, m in to_handle if outcomes[index].result is Result.DELIVERED]
+        delivery_minute_record(messages=delivered)
         metrics.record_on_commit(counted)
-    deliveries_logged([m for index, m in to_handle if outcomes[index].result is Result.DELIVERED], by=by)
+    delivery_log_on_commit(messages=delivered, by=by)
     return outcomes
 
 
 def delivery_receive(*, message_id: str, attempt: int = 0, by: str = "") -> Outcome:
     """One hand-over, in its own transaction (webhooks, and the scheduling.deliver task)."""
-    return delivery_receive_many([(message_id, attempt)], defer_webhooks=False, by=by)[0]
+    return delivery_receive_many(items=[(message_id, attempt)], defer_webhooks=False, by=by)[0]
 
 
 def delivery_retry_unsent(*, message_id: str, attempt: int) -> bool:

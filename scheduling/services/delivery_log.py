@@ -13,24 +13,24 @@ import logging
 
 from django.db import DatabaseError, transaction
 
-from .. import names
+from ..observability import label_names
 
 log = logging.getLogger("scheduling.deliveries")
 
 
 def _write(messages, by: str) -> None:
     try:
-        names.learn(messages)
+        label_names.learn(messages)
     except DatabaseError:  # the lines still go out, with ids for names
         pass
     for message in messages:
-        endpoint, version = names.of(message)
+        endpoint, version = label_names.of(message)
         log.info("delivered %s to %s (%s), %s ms late", message.id, endpoint, version, message.lateness_ms,
                  extra={"message_id": str(message.id), "endpoint": endpoint, "version": version,
                         "lateness_ms": message.lateness_ms, "attempt": message.attempts, "worker": by})
 
 
-def deliveries_logged(messages, *, by: str = "") -> None:
+def delivery_log_on_commit(*, messages, by: str = "") -> None:
     """``messages``: rows just recorded delivered (endpoint_id, topology_id, lateness_ms and
     attempts loaded), logged when the current transaction commits (at once outside one)."""
     if messages and log.isEnabledFor(logging.INFO):

@@ -13,15 +13,15 @@ from datetime import timedelta
 from django.db import connection
 from django.utils import timezone
 
-from ..lateness_buckets import bucket_ms
 from ..models import DeliveryMinute
+from ..observability.lateness_buckets import bucket_ms
 
 SHARDS = 16  # rows per minute and bucket that concurrent writers spread over (by their connection)
 KEEP = timedelta(days=2)  # the dashboard reads 24 hours
 _pruned_at = [time.monotonic()]  # this process's last prune (or its start): one at most every 10 minutes
 
 
-def delivery_minutes_record(*, messages: Iterable) -> None:
+def delivery_minute_record(*, messages: Iterable) -> None:
     """Count messages just recorded delivered (each with delivered_at and lateness_ms) in their
     minute and lateness bucket; in the caller's transaction. One statement per batch; rows are
     written in (minute, bucket) order, so two writers on one shard wait for each other's commit

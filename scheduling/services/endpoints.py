@@ -13,10 +13,15 @@ from django.utils import timezone
 from rabbit import BrokerUnavailable, TopologyMissing
 from topology import cascade
 
-from .. import guards, selectors, webhook_signing
 from ..conf import broker, conf
 from ..errors import Conflict, Unavailable
 from ..models import DeliveryMode, Endpoint, TopologyVersion
+from ..security import guards, webhook_signing
+from ..selectors.database import (
+    topology_version_get,
+    topology_version_get_default,
+    topology_version_list_provisioned,
+)
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +31,7 @@ MAX_SECRET_OVERLAP_SECONDS = 30 * 86400  # how long a rotated-out secret may kee
 def _version(topology: str | TopologyVersion | None) -> TopologyVersion:
     if isinstance(topology, TopologyVersion):
         return topology
-    version = selectors.topology_version_get(topology) if topology else selectors.topology_version_default()
+    version = topology_version_get(name=topology) if topology else topology_version_get_default()
     if version is None:
         raise ValidationError({"topology": f"unknown topology version {topology!r}"})
     return version
@@ -42,7 +47,7 @@ def endpoint_bind(*, endpoint: Endpoint) -> list[str]:
     exchange that can carry its name (``#.<name>`` on v1/v2, ``<name>`` on v3), so senders on
     any version reach it. A native endpoint also needs its own version's cascade; a
     timeout-manager endpoint needs only its queue. Returns the prefixes."""
-    rows = list(selectors.topology_versions_provisioned())
+    rows = list(topology_version_list_provisioned())
     if endpoint.delivery_mode == DeliveryMode.NATIVE:
         rows.append(endpoint.topology)
     versions = sorted(_carrying(rows, endpoint.name), key=lambda v: v.prefix)
@@ -201,12 +206,12 @@ def endpoint_rotate_secret(*, endpoint: Endpoint, secret: str | None = None,
     return current
 
 
-def endpoints_bind_all(*, topology: TopologyVersion) -> int:
+def endpoint_bind_all(*, topology: TopologyVersion) -> int:
     """After provisioning a version, bind every existing endpoint to it (side by side)."""
-    return endpoints_bind_on(broker(), topology.cascade)
+    return endpoint_bind_all_on(target=broker(), version=topology.cascade)
 
 
-def endpoints_bind_on(target, version: cascade.Version) -> int:
+def endpoint_bind_all_on(*, target, version: cascade.Version) -> int:
     """Declare every endpoint's queue on ``target`` (a rabbit.Broker) and bind it on this
     cascade where the cascade can carry its name (transfer_delays prepares another broker with
     it). Returns how many were bound."""

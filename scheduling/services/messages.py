@@ -16,12 +16,13 @@ from uuid_utils.compat import uuid7
 
 from topology import cascade
 
-from .. import lifecycle, metrics
+from .. import lifecycle
 from ..conf import conf
 from ..errors import BulkValidationError, Conflict, NotFound
 from ..models import DeliveryMode, Endpoint, ScheduledMessage
+from ..observability import metrics
 from .relay import relay_publish_rows
-from .retention import message_gone
+from .retention import message_describe_gone
 
 MS = timedelta(milliseconds=1)
 # Beyond any cascade's maximum delay (64 levels of 1 s): a delay is clamped to this before any
@@ -211,7 +212,7 @@ def _save(rows: list[ScheduledMessage]) -> list[Scheduled]:
             ScheduledMessage.objects.insert_many(new)
         metrics.scheduled(new)
         if any(row.delivery_mode == DeliveryMode.NATIVE for row in new):
-            transaction.on_commit(lambda: relay_publish_rows(new))
+            transaction.on_commit(lambda: relay_publish_rows(rows=new))
     return results
 
 
@@ -246,7 +247,7 @@ def _locked(message_id) -> ScheduledMessage:
     try:
         return ScheduledMessage.objects.select_for_update().get(id=message_id)
     except (ScheduledMessage.DoesNotExist, ValidationError, ValueError):
-        raise NotFound(message_gone(message_id)) from None
+        raise NotFound(message_describe_gone(message_id=message_id)) from None
 
 
 def message_cancel(*, message_id) -> ScheduledMessage:
@@ -275,5 +276,5 @@ def message_republish(*, message_id) -> ScheduledMessage:
                 f"message {message.id} is {message.status}; only failed messages can be republished"
             ) from None
         message.save(update_fields=lifecycle.apply(message, change))
-        transaction.on_commit(lambda: relay_publish_rows([message]))
+        transaction.on_commit(lambda: relay_publish_rows(rows=[message]))
     return message

@@ -24,10 +24,11 @@ from django.utils import timezone
 
 from rabbit import BrokerUnavailable
 
-from .. import lifecycle, metrics, wire
+from .. import lifecycle, wire
 from ..conf import broker, conf
 from ..lifecycle import Event, Status
 from ..models import DeliveryMode, Endpoint, ScheduledMessage
+from ..observability import metrics
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ class RelayResult:
 PUBLISHED = lifecycle.transition(Status.PENDING, Event.PUBLISH)
 
 
-def mark_published(rows: list[ScheduledMessage], published_at, topology=None) -> int:
+def message_mark_published(*, rows: list[ScheduledMessage], published_at, topology=None) -> int:
     """Record confirmed publishes (each row's routing_key and first_exchange set): the
     lifecycle's ``publish``, on the rows still waiting (one delivered meanwhile stays so)."""
     return ScheduledMessage.objects.set_published(
@@ -76,7 +77,7 @@ def _publish_batch(rows: list[ScheduledMessage], result: RelayResult, direct: bo
             row.last_error = f"publish failed: {outcome.failed.get(index, 'unknown')}"
             failed.append(row)
     metrics.relay_outcome(published, failed)
-    mark_published(published, now)
+    message_mark_published(rows=published, published_at=now)
     for row in published:  # the caller's objects say what the database now says
         row.status, row.published_at = PUBLISHED, now
     if failed:
@@ -124,7 +125,7 @@ class _Pause:
     until = 0.0
 
 
-def relay_publish_rows(rows: list[ScheduledMessage]) -> RelayResult:
+def relay_publish_rows(*, rows: list[ScheduledMessage]) -> RelayResult:
     """Publish rows this process has just committed (native ones), without reading them back:
     lock them by id (the sweeper may hold some: SKIP LOCKED), publish, mark, commit. Whatever
     cannot be published now stays pending for the sweeper; nothing raises to the caller."""
@@ -176,7 +177,7 @@ def relay_sweep() -> RelayResult:
     return result
 
 
-def timeouts_publish_due() -> RelayResult:
+def timeout_publish_due() -> RelayResult:
     """The timeout manager: rows of timeout-manager endpoints wait in the database and are
     published straight to their endpoint's queue shortly before they are due (the worker's
     timer holds the rest). SKIP LOCKED lets any number of these run at once without two ever

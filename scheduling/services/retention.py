@@ -27,12 +27,18 @@ from django.db.models import Q
 from django.utils import timezone
 from uuid_utils.compat import uuid7
 
-from .. import selectors
 from ..archive import columns, parquet
-from ..conf import conf
+from ..conf import conf, setting_name
 from ..durations import format_duration
 from ..lifecycle import Status
-from ..models import PRUNE_BATCH, AccuracyReport, ArchiveFile, ScheduledMessage
+from ..models import AccuracyReport, ArchiveFile, ScheduledMessage
+from ..queries import PRUNE_BATCH
+from ..selectors.database import (
+    message_count_in_flight_created_before,
+    message_list_past_retention,
+    message_table_get_bytes_per_row,
+    message_table_is_autovacuumed,
+)
 
 log = logging.getLogger(__name__)
 
@@ -64,15 +70,15 @@ class PruneResult:
     seconds: float = 0.0
 
 
-def message_gone(message_id) -> str:
+def message_describe_gone(*, message_id) -> str:
     """What a client reads for an id the table does not have: it may have been archived."""
     settings = conf()
     return (f"no message {message_id}: finished messages are archived and removed "
-            f"{format_duration(settings.retention)} after they finish (DELAY_RETENTION; failed ones after "
-            f"{format_duration(settings.failed_retention)}, DELAY_FAILED_RETENTION)")
+            f"{format_duration(settings.retention)} after they finish ({setting_name('retention')}; failed ones "
+            f"after {format_duration(settings.failed_retention)}, {setting_name('failed_retention')})")
 
 
-def retention_window() -> str:
+def retention_describe() -> str:
     """The window, in words, for pages that show messages and idempotency keys."""
     settings = conf()
     return (f"Finished messages stay here {format_duration(settings.retention)} after they finish (failed ones "
@@ -80,14 +86,14 @@ def retention_window() -> str:
             f"unique per endpoint within that window.")
 
 
-def prune_rules(now: datetime) -> list[tuple[Status, datetime]]:
+def _prune_rules(now: datetime) -> list[tuple[Status, datetime]]:
     """(status, cutoff): messages of that status that finished before the cutoff go."""
     settings = conf()
     return [(Status.DELIVERED, now - settings.retention), (Status.CANCELLED, now - settings.retention),
             (Status.FAILED, now - settings.failed_retention)]
 
 
-def messages_prune(*, now: datetime | None = None, dry_run: bool = False,
+def message_prune(*, now: datetime | None = None, dry_run: bool = False,
                    progress: Progress | None = None) -> PruneResult:
     """Archive, then delete, every finished message past its retention (see the module's doc).
     ``dry_run`` counts what would go and changes nothing."""
@@ -98,10 +104,10 @@ def messages_prune(*, now: datetime | None = None, dry_run: bool = False,
         if not held:
             result.skipped = True
             return result
-        rules = prune_rules(now)
-        result.kept_in_flight = selectors.messages_in_flight_created_before(max(cutoff for _, cutoff in rules))
-        result.candidates = sum(selectors.messages_past_retention(status=s, cutoff=c).count() for s, c in rules)
-        per_row = selectors.message_table_bytes_per_row()
+        rules = _prune_rules(now)
+        result.kept_in_flight = message_count_in_flight_created_before(cutoff=max(cutoff for _, cutoff in rules))
+        result.candidates = sum(message_list_past_retention(status=s, cutoff=c).count() for s, c in rules)
+        per_row = message_table_get_bytes_per_row()
         if dry_run:
             result.reusable_bytes = round(result.candidates * per_row) if per_row else 0
         else:
@@ -118,11 +124,11 @@ def _prune(rules, now: datetime, result: PruneResult, progress: Progress) -> Non
         archive.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise PruneError(f"cannot write to the archive {archive}: {exc.strerror or exc}") from None
-    result.orphans_removed = archive_orphans_remove(archive)
+    result.orphans_removed = archive_remove_orphans(archive=archive)
     progress(0, result.candidates)
     for status, cutoff in rules:
         after = None
-        while batch := prune_batch(status=status, cutoff=cutoff, after=after, limit=settings.prune_batch,
+        while batch := message_prune_batch(status=status, cutoff=cutoff, after=after, limit=settings.prune_batch,
                                    archive=archive, payloads=settings.archive_payloads):
             after = batch.last
             result.archived += batch.rows
@@ -132,8 +138,8 @@ def _prune(rules, now: datetime, result: PruneResult, progress: Progress) -> Non
             progress(result.deleted, max(result.candidates, result.deleted))
             log.info("pruned %s: %d messages archived to %s and deleted (%d/%d)", status, batch.rows,
                      ", ".join(f.path for f in batch.files), result.deleted, result.candidates)
-    result.archive_days_removed = archive_days_expire(now=now, archive=archive)
-    result.report_rows_removed = accuracy_reports_expire(now=now)
+    result.archive_days_removed = archive_expire_days(now=now, archive=archive)
+    result.report_rows_removed = accuracy_report_expire(now=now)
     _expired_sessions_remove()
     if result.deleted:
         result.vacuumed = message_table_vacuum_unattended()
@@ -146,12 +152,13 @@ class Batch:
     last: tuple[datetime, object]  # (created_at, id) of its last row: where the next batch starts
 
 
-def prune_batch(*, status: Status, cutoff: datetime, after, limit: int, archive: Path, payloads: bool) -> Batch | None:
+def message_prune_batch(*, status: Status, cutoff: datetime, after, limit: int, archive: Path,
+                        payloads: bool) -> Batch | None:
     """One transaction: lock up to ``limit`` rows past the cutoff (in created_at, id order, after
     ``after``), archive them, list the files and delete the rows; None when none are left.
     Rows another transaction holds are skipped (the next prune takes them)."""
     with transaction.atomic():
-        candidates = selectors.messages_past_retention(status=status, cutoff=cutoff)
+        candidates = message_list_past_retention(status=status, cutoff=cutoff)
         if after is not None:
             created, last_id = after
             candidates = candidates.filter(Q(created_at__gt=created) | Q(created_at=created, id__gt=last_id),
@@ -202,7 +209,7 @@ def archive_commit(*, files: list[ArchiveFile], rows: int) -> None:
         raise PruneError(f"deleted {deleted} of the {rows} archived messages; rolled back")
 
 
-def archive_orphans_remove(archive: Path) -> int:
+def archive_remove_orphans(*, archive: Path) -> int:
     """Remove what killed prunes left: temporary files, and files no committed batch lists (their
     rows are still in the table). Only under the prune lock: no other prune is writing."""
     removed = 0
@@ -222,7 +229,7 @@ def archive_orphans_remove(archive: Path) -> int:
     return removed
 
 
-def archive_days_expire(*, now: datetime, archive: Path) -> int:
+def archive_expire_days(*, now: datetime, archive: Path) -> int:
     """Delete the archive's days older than DELAY_ARCHIVE_RETENTION: unlisted first (committed),
     then their files (a crash between leaves unlisted files, which the next prune removes)."""
     retention = conf().archive_retention
@@ -246,7 +253,7 @@ def message_table_vacuum_unattended() -> bool:
     the table is excluded from it): its deleted and updated rows' space is then reused before the
     next prune instead of never. Returns whether it vacuumed. Not inside a transaction (VACUUM
     cannot run in one)."""
-    if connection.in_atomic_block or selectors.message_table_autovacuumed():
+    if connection.in_atomic_block or message_table_is_autovacuumed():
         return False
     log.warning("autovacuum is off for %s: the prune vacuums it "
                 "(turn autovacuum on: see docs/operations/retention.md, Vacuum)", ScheduledMessage._meta.db_table)
@@ -255,7 +262,7 @@ def message_table_vacuum_unattended() -> bool:
     return True
 
 
-def accuracy_reports_expire(*, now: datetime) -> int:
+def accuracy_report_expire(*, now: datetime) -> int:
     """The report's rows of days older than DELAY_ARCHIVE_RETENTION: their facts are gone too."""
     retention = conf().archive_retention
     if retention is None:

@@ -36,7 +36,7 @@ def _pending_timeouts():
     )
 
 
-def timeouts_migrate(
+def timeout_migrate(
     *,
     to: TopologyVersion,
     cutoff: datetime,

@@ -10,15 +10,16 @@ from django.utils import timezone
 
 from topology import cascade
 
-from .. import lifecycle, selectors, wire
+from .. import lifecycle, wire
 from ..conf import broker
 from ..lifecycle import Event
 from ..models import ScheduledMessage
+from ..selectors.database import topology_version_list_provisioned
 
 log = logging.getLogger(__name__)
 
 
-def mark_unroutable(message_id: str, reason: str) -> int:
+def message_mark_unroutable(*, message_id: str, reason: str) -> int:
     """The lifecycle's ``unroutable`` for a message the broker cannot carry to its destination
     (here, or parked by a migration): ``failed`` with the reason, ready to republish."""
     change = lifecycle.unroutable(reason=reason, now=timezone.now())
@@ -27,7 +28,7 @@ def mark_unroutable(message_id: str, reason: str) -> int:
 
 
 def _mark_failed(message_id: str, destination: str, prefix: str) -> int:
-    return mark_unroutable(message_id, (
+    return message_mark_unroutable(message_id=message_id, reason=(
         f"unroutable: no queue is bound for {destination!r} on {cascade.delivery_exchange(prefix)} "
         "(queue deleted or unbound); re-bind the endpoint and republish"
     ))
@@ -37,7 +38,7 @@ def unroutable_drain(*, limit: int = 1000) -> int:
     """Read each provisioned version's unroutable queue; returns how many rows were marked."""
     marked = 0
     with broker().session() as session:
-        for version in selectors.topology_versions_provisioned():
+        for version in topology_version_list_provisioned():
             with session.reader(cascade.unroutable_name(version.prefix)) as reader:
                 for message in reader.get(limit):
                     message_id = message.headers.get(wire.H_MESSAGE_ID)

@@ -28,7 +28,9 @@ def dp_date_hierarchy(cl):
     years, months and days that have rows (a DISTINCT over the table, seconds with 50 M rows);
     this lists every year from the earliest to the latest due time (two index probes), every
     month of a year and every day of a month. A day without messages shows an empty list."""
-    from scheduling import selectors  # templatetags load before the app registry is ready
+    from ..selectors.database import (
+        message_get_due_years,  # templatetags load before the app registry is ready
+    )
 
     field = cl.date_hierarchy
     year, month, day = (cl.params.get(f"{field}__{part}") for part in ("year", "month", "day"))
@@ -55,6 +57,6 @@ def dp_date_hierarchy(cl):
                                 for m in range(1, 13)]}
     except ValueError:  # a month 13 in the URL: Django's filter has already said so
         return {"show": False}
-    first, last = selectors.message_due_years()
+    first, last = message_get_due_years()
     return {"show": first is not None, "back": None,
             "choices": [{"link": link({f"{field}__year": y}), "title": str(y)} for y in range(first or 0, (last or -1) + 1)]}

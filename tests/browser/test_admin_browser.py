@@ -4,9 +4,10 @@ artifacts/screenshots/ (git-ignored)."""
 
 import pytest
 
-from scheduling import services
 from scheduling.conf import broker
 from scheduling.models import ScheduledMessage
+from scheduling.services.endpoints import endpoint_create
+from scheduling.services.messages import message_schedule
 from tests.support import wait_until
 from topology import cascade
 
@@ -81,8 +82,8 @@ def test_operator_creates_an_endpoint_schedules_a_message_and_watches_it_deliver
 def test_operator_cancels_a_message_and_sees_it_in_flight_on_its_level(
     browser, admin_user, platform, worker, endpoint_name
 ):
-    services.endpoint_create(name=endpoint_name)  # on v3, the default
-    message = services.message_schedule(endpoint=endpoint_name, payload={"cancel": "me"}, delay=1_000_000)
+    endpoint_create(name=endpoint_name)  # on v3, the default
+    message = message_schedule(endpoint=endpoint_name, payload={"cancel": "me"}, delay=1_000_000)
     wait_until(lambda: ScheduledMessage.objects.get(pk=message.pk).status == "published", 10, message="published")
     assert message.topology.name == "v3"
     level = cascade.start_level(999_999)  # the whole seconds the relay routes: 19, TTL 524,288 s
@@ -118,8 +119,8 @@ def test_read_only_staff_sees_everything_and_no_action_buttons(
 ):
     from django.contrib.auth.models import Permission
 
-    services.endpoint_create(name=endpoint_name)
-    message = services.message_schedule(endpoint=endpoint_name, payload={"look": "only"}, delay=3600)
+    endpoint_create(name=endpoint_name)
+    message = message_schedule(endpoint=endpoint_name, payload={"look": "only"}, delay=3600)
     viewer = django_user_model.objects.create_user("viewer", password="pw", is_staff=True)
     viewer.user_permissions.set(Permission.objects.filter(content_type__app_label="scheduling", codename__startswith="view_"))
 

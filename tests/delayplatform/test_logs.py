@@ -14,7 +14,8 @@ from celery.worker import strategy
 from django.core.exceptions import ImproperlyConfigured
 
 from delayplatform import logs
-from scheduling import task_names
+from scheduling import setting_specs
+from scheduling.celery import task_names
 from tests.support import ROOT
 
 
@@ -95,14 +96,18 @@ def test_json_lines_carry_extra_fields():
     assert line["message_id"] == "m1" and line["lateness_ms"] == 4 and line["time"]
 
 
+def read(**environ) -> dict:
+    return setting_specs.read(environ)
+
+
 @pytest.mark.parametrize(("value", "expected"), [(None, "plain"), ("", "plain"), ("JSON", "json"), (" plain ", "plain")])
 def test_log_format_values(value, expected):
-    assert logs.log_format(value) == expected
+    assert read(**({} if value is None else {"LOG_FORMAT": value}))["log_format"] == expected
 
 
 def test_an_unknown_log_format_stops_start_up_with_one_line():
     with pytest.raises(ImproperlyConfigured, match=r"^LOG_FORMAT must be plain or json, not 'xml'$"):
-        logs.log_format("xml")
+        read(LOG_FORMAT="xml")
     done = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, capture_output=True, text=True,
                           env={"PATH": "/usr/bin:/bin", "SECRET_KEY": "x", "LOG_FORMAT": "xml"}, timeout=60)
     assert done.returncode != 0
@@ -111,8 +116,8 @@ def test_an_unknown_log_format_stops_start_up_with_one_line():
 
 def test_an_unknown_level_is_refused():
     with pytest.raises(ImproperlyConfigured, match="^LOG_DELIVERIES_LEVEL must be DEBUG, INFO"):
-        logs.level("LOG_DELIVERIES_LEVEL", "chatty", "INFO")
-    assert logs.level("LOG_LEVEL", None, "INFO") == "INFO"
+        read(LOG_DELIVERIES_LEVEL="chatty")
+    assert read()["log_level"] == "INFO" and read(LOG_LEVEL="warn")["log_level"] == "WARN"
 
 
 def test_the_configuration_puts_the_filter_on_the_console():

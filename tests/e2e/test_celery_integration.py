@@ -92,7 +92,7 @@ def test_cancelled_task_never_runs(platform, worker):
 
 
 def test_a_plain_task_given_to_schedule_task_ends_delivered(platform, worker):
-    """Not a DelayedTask: the worker still records its delivery (scheduling.worker's hook on every
+    """Not a DelayedTask: the worker still records its delivery (scheduling.celery.claim's hook on every
     task class), so the accuracy report never counts it as lost."""
     result = schedule_task(plain_receipt, args=["plain"], countdown=2)
     assert row_of(result.id).endpoint.handler == Endpoint.Handler.CELERY_QUEUE

@@ -17,10 +17,11 @@ from django.utils import timezone
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
-from scheduling import selectors, wire
+from scheduling import wire
 from scheduling.conf import conf
 from scheduling.models import Endpoint, ScheduledMessage
-from scheduling.services import endpoint_bind
+from scheduling.selectors.database import dashboard_get
+from scheduling.services.endpoints import endpoint_bind
 from tests.support import ROOT, RecordingServer, celery_drained, wait_until
 from tests.testapp.models import Receipt
 from topology import cascade
@@ -80,7 +81,7 @@ def test_delays_from_zero_to_five_seconds_arrive_on_time_never_early(api, make_e
     assert overdue.delivered_at - overdue.created_at < timedelta(seconds=5)
     assert overdue.due_at < overdue.created_at - timedelta(hours=23)  # the requested time is kept
     assert [api.get(f"/api/messages/{i}/").json()["scheduled_in_past"] for i in (past, ids[0])] == [True, False]
-    board = selectors.dashboard()
+    board = dashboard_get()
     assert board.in_past == [("last hour", 1), ("last 24 hours", 1)]
     assert board.last_hour.count == len(rows) and board.last_hour.max_ms < 5000  # p99 not polluted
 

@@ -16,7 +16,7 @@ from django.core.management import call_command
 
 from scheduling.conf import broker
 from scheduling.models import ScheduledMessage
-from scheduling.services.delays import level_depths
+from scheduling.selectors.broker import topology_count_by_level
 from tests.support import ARTIFACTS, ROOT, Worker, celery_drained, wait_until
 from tests.testapp.models import Receipt
 from topology import cascade
@@ -66,7 +66,7 @@ def assert_each_delivered_once_on_time(ids, timeout, max_late_ms=MAX_LATE_MS):
 
 
 def in_flight(amqp, name: str) -> int:
-    return sum(level_depths(amqp, cascade.get_version(name)).values())
+    return sum(topology_count_by_level(session=amqp, version=cascade.get_version(name)).values())
 
 
 @pytest.mark.parametrize(("source", "target"), [("v1", "v3"), ("v2", "v3")])  # v1 -> v2: the killed run below
@@ -102,7 +102,7 @@ def test_migrate_delays_delivers_each_message_once_and_on_time(api, platform, wo
 def sharded(settings, platform, amqp):
     """v2 and v3 with two shards each (DELAY_SHARDS), provisioned in this run's vhost; the
     second shards are removed afterwards, so the other tests see one shard again."""
-    from scheduling.services import topology_provision
+    from scheduling.services.topology import topology_provision
 
     settings.DELAY_SHARDS = "v2=2,v3=2"
     for name in ("v2", "v3"):

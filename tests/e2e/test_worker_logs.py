@@ -9,8 +9,8 @@ import re
 
 import pytest
 
+from scheduling.celery.task_names import DRAIN_UNROUTABLE, RELAY_SWEEP, RELAY_TIMEOUTS
 from scheduling.models import ScheduledMessage
-from scheduling.task_names import DRAIN_UNROUTABLE, RELAY_SWEEP, RELAY_TIMEOUTS
 from tests.support import ARTIFACTS, Worker, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]

@@ -15,8 +15,8 @@ def die() -> None:
 
 def main(point: str) -> None:
     django.setup()
+    import scheduling.services.retention as retention  # patched below: the module itself, not its functions
     from scheduling.archive import parquet
-    from scheduling.services import retention
 
     if point == "writing":  # the first file is written, not yet flushed, checked or renamed
         parquet._fsync_file = lambda path: die()
@@ -31,7 +31,7 @@ def main(point: str) -> None:
 
         retention.archive_commit = commit_then_die
     elif point == "committed":  # the first batch committed, the second not started
-        prune_batch = retention.prune_batch
+        prune_batch = retention.message_prune_batch
         calls = []
 
         def batch_then_die(**kwargs):
@@ -40,10 +40,10 @@ def main(point: str) -> None:
             calls.append(1)
             return prune_batch(**kwargs)
 
-        retention.prune_batch = batch_then_die
+        retention.message_prune_batch = batch_then_die
     elif point != "none":
         raise SystemExit(f"unknown point {point!r}")
-    result = retention.messages_prune()
+    result = retention.message_prune()
     print(f"skipped={result.skipped} archived={result.archived} deleted={result.deleted}", flush=True)
 
 

@@ -146,9 +146,9 @@ def bad_requests(draw):
 def fuzz_api(admin_user, platform, amqp):
     from rest_framework.test import APIClient
 
-    from scheduling import services
+    from scheduling.services.endpoints import endpoint_create
 
-    services.endpoint_create(name=FUZZ_ENDPOINT)
+    endpoint_create(name=FUZZ_ENDPOINT)
     client = APIClient()
     client.force_authenticate(admin_user)
     client.raise_request_exception = False

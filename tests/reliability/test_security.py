@@ -128,7 +128,8 @@ def test_check_deploy_is_clean_behind_a_tls_proxy_too():
     ({"SECRET_KEY": STRONG_KEY, "DELAY_PRODUCTION": "1", "DEBUG": "1"}, "DELAY_PRODUCTION=1 and DEBUG=1"),
     ({"SECRET_KEY": STRONG_KEY, "DELAY_TLS_PROXY_HEADER": "X-Forwarded-Proto: https"}, "must be a header name"),
     ({"SECRET_KEY": STRONG_KEY, "DELAY_API_RATE": "lots"}, "DELAY_API_RATE must be like 6000/minute"),
-    ({"SECRET_KEY": STRONG_KEY, "DELAY_LOGIN_FAILURE_LIMIT": "0"}, "must be above 0"),
+    ({"SECRET_KEY": STRONG_KEY, "DELAY_LOGIN_FAILURE_LIMIT": "0"},
+     "DELAY_LOGIN_FAILURE_LIMIT must be at least 1, not 0"),
     ({"SECRET_KEY": STRONG_KEY, "DELAY_MAX_JSON_DEPTH": "2"}, "DELAY_MAX_JSON_DEPTH must be at least 4"),
 ])
 def test_bad_security_settings_stop_start_up_with_one_line(env, error):

@@ -1,19 +1,29 @@
-"""Every setting the configuration reference (docs/reference/configuration.md) documents works:
-the environment variable reaches the typed settings object (or Django's setting) it names, that
-page's table and settings.py list the same variables, bad values stop start-up with one line, and
-the ones that once did nothing (DELAY_DEFAULT_VERSION, DELAY_BULK_MAX) now change what the
-platform does."""
+"""Every setting is declared once (scheduling/setting_specs.py) and works: the environment
+variable reaches the typed settings object (or Django's setting) it names, the configuration
+reference (docs/reference/configuration.md) is written from the declarations and lists each
+variable once, every example there can be read, bad values stop start-up with one line, and the
+ones that once did nothing (DELAY_DEFAULT_VERSION, DELAY_BULK_MAX) now change what the platform
+does."""
 
+import io
+import ipaddress
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+from datetime import time, timedelta
+from pathlib import Path
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from django.core.management import CommandError, call_command
+from dotenv import dotenv_values
 
-from scheduling.conf import DelaySettings, conf, setting_name
+from scheduling import setting_specs
+from scheduling.conf import DelaySettings, conf
+from scheduling.setting_specs import SPECS
 from tests.support import ROOT
 
 # variable -> (value to set, Python expression read after start-up, what it must give)
@@ -76,8 +86,9 @@ EFFECTS = {
     "DELAY_LOGIN_COOLOFF_MINUTES": ("30", "settings.AXES_COOLOFF_TIME.total_seconds()", 1800.0),
     # DEBUG=1 above: production cannot be on here (tests/reliability/test_security.py runs it)
     "DELAY_PRODUCTION": ("off", "settings.DELAY_PRODUCTION", False),
-    "DELAY_TLS_PROXY_HEADER": ("X-Forwarded-Proto", "list(settings.SECURE_PROXY_SSL_HEADER)",
-                               ["HTTP_X_FORWARDED_PROTO", "https"]),
+    "DELAY_TLS_PROXY_HEADER": ("X-Forwarded-Proto",
+                               "[conf().tls_proxy_header, list(settings.SECURE_PROXY_SSL_HEADER)]",
+                               ["X-Forwarded-Proto", ["HTTP_X_FORWARDED_PROTO", "https"]]),
     "DELAY_HSTS_SECONDS": ("600", "settings.DELAY_HSTS_SECONDS", 600),
     "DELAY_HSTS_INCLUDE_SUBDOMAINS": ("0", "settings.DELAY_HSTS_INCLUDE_SUBDOMAINS", False),
     "DELAY_HSTS_PRELOAD": ("1", "settings.DELAY_HSTS_PRELOAD", True),
@@ -97,6 +108,9 @@ EFFECTS = {
     "DELAY_PRUNE_EVERY": ("15m", "settings.CELERY_BEAT_SCHEDULE['prune-finished-messages']['schedule']", 900.0),
 }
 ENV_FILE_SETS = ("DELAY_PUBLISH_BATCH", "77")  # ENV_FILE: a file of NAME=value lines; the environment wins
+# declared, but with no effect a process started here could show: where each is tested instead
+TESTED_ELSEWHERE = {"ENV_FILE": "test_each_variable_has_its_effect (ENV_FILE_SETS)",
+                    "PROMETHEUS_MULTIPROC_DIR": "tests/scheduling/test_metrics_dir.py"}
 
 
 def start(env: dict, expressions: list[str]) -> subprocess.CompletedProcess:
@@ -110,28 +124,115 @@ def start(env: dict, expressions: list[str]) -> subprocess.CompletedProcess:
                           env={**clean, "DJANGO_SETTINGS_MODULE": "delayplatform.settings", **env})
 
 
-def documented_variables() -> set[str]:
-    """The variables of the table under "## Every setting" on the configuration reference page."""
-    text = (ROOT / "docs" / "reference" / "configuration.md").read_text()
-    table = text[text.index("## Every setting"):]
-    table = table[:table.index("\n## ", 1)]
-    return {name for row in re.findall(r"^\| (`[A-Z_]+`(?: / `[A-Z_]+`)*) \|", table, re.M)
-            for name in re.findall(r"`([A-Z_]+)`", row)}
+def reference_page() -> str:
+    return (ROOT / "docs" / "reference" / "configuration.md").read_text()
 
 
-def settings_variables() -> set[str]:
-    source = (ROOT / "delayplatform" / "settings.py").read_text()
-    return set(re.findall(r"""(?:environ\.get|env_bool|env_list|env_number|env_duration)\(\s*["']([A-Z_]+)["']""",
-                          source)) | set(
-        re.findall(r"""\benv=["']([A-Z_]+)["']""", source))
+def documented_variables() -> list[str]:
+    """The variables of the tables under "## Every setting" on the configuration reference page."""
+    text = reference_page()
+    tables = text[text.index("## Every setting"):]
+    tables = tables[:tables.index("\n## ", 1)]
+    return re.findall(r"^\| `([A-Z][A-Z0-9_]*)` \|", tables, re.M)
 
 
-def test_every_variable_settings_reads_is_documented_and_tested():
-    assert settings_variables() == documented_variables() == set(EFFECTS) | {"ENV_FILE"}
+def test_every_declared_variable_is_documented_once_and_tested():
+    declared = [spec.env for spec in SPECS]
+    assert len(set(declared)) == len(declared) and len({spec.key for spec in SPECS}) == len(SPECS)
+    assert documented_variables() == declared
+    assert set(declared) == set(EFFECTS) | set(TESTED_ELSEWHERE)
 
 
-def test_every_typed_setting_comes_from_a_documented_variable():
-    assert {setting_name(field) for field in DelaySettings.__dataclass_fields__} <= settings_variables()
+def test_the_reference_page_is_written_from_the_declarations():
+    text = reference_page()
+    assert text == setting_specs.reference_page(text), (
+        "docs/reference/configuration.md differs from scheduling/setting_specs.py: run manage.py settings_reference")
+    for spec in SPECS:  # what each row says is the spec's
+        row = next(line for line in text.splitlines() if line.startswith(f"| `{spec.env}` |"))
+        assert f"`{spec.example}`" in row and spec.doc.replace("|", "\\|") in row
+        assert (spec.shown_default or (f"`{spec.default}`" if spec.default else "—")) in row
+
+
+def test_the_command_writes_the_page_and_checks_it(tmp_path, monkeypatch):
+    page = tmp_path / "configuration.md"
+    shutil.copy(ROOT / "docs" / "reference" / "configuration.md", page)
+    monkeypatch.setattr(setting_specs, "REFERENCE", page)
+    monkeypatch.setattr(setting_specs, "ROOT", tmp_path)
+    call_command("settings_reference", "--check", stdout=io.StringIO())
+    page.write_text(page.read_text().replace("| `DELAY_BULK_MAX` |", "| `DELAY_BULK_MAXIMUM` |"))
+    with pytest.raises(CommandError, match="differs from scheduling/setting_specs.py"):
+        call_command("settings_reference", "--check", stdout=io.StringIO())
+    call_command("settings_reference", stdout=io.StringIO())
+    assert page.read_text() == (ROOT / "docs" / "reference" / "configuration.md").read_text()
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda spec: spec.env)
+def test_each_default_and_example_can_be_read(spec):
+    """The default as a user would write it, and the example the page shows, both parse; and the
+    example is not the default (it shows something one would change)."""
+    assert spec.example != spec.default
+    assert spec.parse.parse(spec.example, spec.env) != spec.parse.parse(spec.default, spec.env)
+
+
+def test_the_pages_env_example_is_true():
+    """Every line of the .env example on the reference page names a declared variable, with a
+    value it accepts."""
+    text = reference_page()
+    block = text[text.index("```sh", text.index("## Example")):]
+    block = block[len("```sh"):block.index("```", 5)]
+    values = dotenv_values(stream=io.StringIO(block))
+    assert len(values) >= 10 and set(values) <= {spec.env for spec in SPECS}
+    read = setting_specs.read(values)
+    assert read["shards"] == {"v3": 3} and read["queue_type"] == "quorum" and read["production"] is True
+    assert read["broker_url"].count(";") == 2 and read["retention"] == timedelta(days=7)
+
+
+def test_the_declarations_need_no_django_settings():
+    """settings.py imports them: importing them must not need settings, nor load models."""
+    program = ("import sys; from scheduling import setting_specs; from django.conf import settings; "
+               "print(len(setting_specs.SPECS), settings.configured, 'django.db.models' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    result = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                            env=env)
+    assert result.returncode == 0 and result.stdout.split() == [str(len(SPECS)), "False", "False"], result.stderr
+
+
+def test_every_typed_setting_is_a_declared_django_setting():
+    """conf()'s fields are the specs marked conf, each read back from the Django setting of its
+    variable's name (so override_settings reaches it)."""
+    assert list(DelaySettings.__dataclass_fields__) == [spec.key for spec in SPECS if spec.conf]
+    assert all(spec.setting for spec in SPECS if spec.conf)
+
+
+def test_settings_parse_each_value_once_and_conf_reuses_it():
+    """settings.py keeps the parsed values (networks, shards, durations, paths): conf() checks
+    them and takes them as they are, it does not parse their text again."""
+    from django.conf import settings
+
+    assert all(isinstance(n, (ipaddress.IPv4Network, ipaddress.IPv6Network))
+               for n in settings.DELAY_WEBHOOK_ALLOWED_NETWORKS + settings.DELAY_METRICS_ALLOWED_NETWORKS)
+    assert conf().webhook_allowed_networks is settings.DELAY_WEBHOOK_ALLOWED_NETWORKS
+    assert conf().metrics_allowed_networks is settings.DELAY_METRICS_ALLOWED_NETWORKS
+    assert conf().shards is settings.DELAY_SHARDS
+    assert isinstance(settings.DELAY_RETENTION, timedelta) and isinstance(settings.ACCURACY_REPORT_DIR, Path)
+    assert settings.ACCURACY_REPORT_AT is None or isinstance(settings.ACCURACY_REPORT_AT, time)
+
+
+@pytest.mark.parametrize(("name", "value", "expected"), [
+    ("DELAY_SHARDS", "v3=2", {"v3": 2}),
+    ("DELAY_WEBHOOK_ALLOWED_NETWORKS", "10.0.0.0/8, ::1", (ipaddress.ip_network("10.0.0.0/8"),
+                                                           ipaddress.ip_network("::1/128"))),
+    ("DELAY_CELERY_TASK_ALLOWLIST", ["a.*", " b.* "], ("a.*", "b.*")),
+    ("DELAY_RETENTION", "12h", timedelta(hours=12)),
+    ("DELAY_ARCHIVE_RETENTION", None, None),
+    ("DELAY_API_RATE", "off", None),
+    ("DELAY_DELIVERY_LOOP", "off", False),
+    ("DELAY_SWEEP_SECONDS", 3, 3.0),
+    ("DELAY_BULK_MAX", "7", 7),
+])
+def test_a_test_may_set_text_or_a_typed_value(settings, name, value, expected):
+    setattr(settings, name, value)
+    assert getattr(conf(), setting_specs.BY_ENV[name].key) == expected
 
 
 def test_each_variable_has_its_effect(tmp_path):
@@ -163,7 +264,14 @@ def test_each_variable_has_its_effect(tmp_path):
      "DELAY_WEBHOOK_ALLOWED_NETWORKS: 'localhost' is not a network (CIDR such as 127.0.0.1/32 or fd00::/8)"),
     ("DELAY_API_RATE", "600 per minute", "DELAY_API_RATE must be like 6000/minute (or s, hour, day) or off"),
     ("DELAY_MAX_JSON_DEPTH", "3", "DELAY_MAX_JSON_DEPTH must be at least 4"),
-    ("DELAY_LOGIN_COOLOFF_MINUTES", "0", "DELAY_LOGIN_FAILURE_LIMIT and DELAY_LOGIN_COOLOFF_MINUTES must be above 0"),
+    ("DELAY_LOGIN_COOLOFF_MINUTES", "0", "DELAY_LOGIN_COOLOFF_MINUTES must be more than 0, not 0.0"),
+    ("DELAY_LOGIN_FAILURE_LIMIT", "0", "DELAY_LOGIN_FAILURE_LIMIT must be at least 1, not 0"),
+    ("DELAY_SHARDS", "v9=2", "DELAY_SHARDS names the unknown version 'v9'; known versions: v1, v2, v3"),
+    ("DELAY_DEFAULT_VERSION", "v9", "DELAY_DEFAULT_VERSION is 'v9'; known versions: v1, v2, v3"),
+    ("DELAY_PUBLISH_BATCH", "0", "DELAY_PUBLISH_BATCH must be at least 1, not 0"),
+    ("DELAY_DELIVERY_LOOP", "maybe", "DELAY_DELIVERY_LOOP must be on or off (1/0, true/false, yes/no), not 'maybe'"),
+    ("DELAY_SWEEP_SECONDS", "0", "DELAY_SWEEP_SECONDS must be more than 0, not 0.0"),
+    ("DATABASE_URL", "http://db.example/x", "DATABASE_URL must name a PostgreSQL database"),
     ("DELAY_TLS_PROXY_HEADER", "X-Forwarded-Proto=https", "DELAY_TLS_PROXY_HEADER must be a header name"),
     ("LOG_FORMAT", "xml", "LOG_FORMAT must be plain or json, not 'xml'"),
     ("LOG_LEVEL", "loud", "LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL, not 'LOUD'"),

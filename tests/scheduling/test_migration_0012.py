@@ -11,8 +11,8 @@ import pytest
 from django.apps import apps
 from standardwebhooks import Webhook
 
-from scheduling import webhook_signing
 from scheduling.models import Endpoint
+from scheduling.security import webhook_signing
 
 pytestmark = pytest.mark.django_db
 step = importlib.import_module("scheduling.migrations.0012_secret_rotation_and_scheduled_in_past")

@@ -37,13 +37,13 @@ def test_migrate_warns_when_autovacuum_is_off(autovacuum_off_for_the_table):
 
 
 def test_the_check_agrees_with_the_server_where_the_table_is_left_to_it():
-    from scheduling import selectors
     from scheduling.checks import autovacuum_on
+    from scheduling.selectors.database import message_table_is_autovacuumed
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT current_setting('autovacuum') = 'on'")
         (server_on,) = cursor.fetchone()
-    assert selectors.message_table_autovacuumed() is server_on
+    assert message_table_is_autovacuumed() is server_on
     assert bool(autovacuum_on(databases=["default"])) is not server_on
 
 
@@ -54,7 +54,7 @@ def test_without_autovacuum_the_prune_vacuums_the_table(autovacuum_off_for_the_t
     from django.utils import timezone
 
     from scheduling.models import Endpoint, ScheduledMessage
-    from scheduling.services import retention
+    from scheduling.services.retention import message_prune
 
     settings.ACCURACY_REPORT_DIR = tmp_path
     endpoint = Endpoint.objects.create(name="vacuumed", topology=versions["v3"])
@@ -69,5 +69,5 @@ def test_without_autovacuum_the_prune_vacuums_the_table(autovacuum_off_for_the_t
             return cursor.fetchone()[0]
 
     before = vacuums()
-    result = retention.messages_prune()
+    result = message_prune()
     assert result.deleted == 1 and result.vacuumed and vacuums() == before + 1

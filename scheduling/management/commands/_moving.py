@@ -6,7 +6,8 @@ from django.core.management.base import CommandError
 
 from rabbit import BrokerError
 
-from ...services.delays import MoveSummary, delays_move, in_cascade
+from ...selectors.broker import topology_count
+from ...services.delays import MoveSummary, delays_move
 from ._progress import progress_bar
 
 
@@ -14,7 +15,7 @@ def run_move(command, *, source, target, source_version, target_version, target_
     """source and target are rabbit.Brokers (the same one to migrate between versions)."""
     started = time.monotonic()
     try:
-        total = in_cascade(source_version, on=source)
+        total = topology_count(version=source_version, on=source)
         with progress_bar(command.stdout, label, total) as update:
             summary = delays_move(
                 source=source, target=target, source_version=source_version, target_version=target_version,

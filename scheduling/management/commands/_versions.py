@@ -5,8 +5,8 @@ from django.db.utils import DatabaseError
 
 from topology import cascade
 
-from ...conf import conf, configured_version
-from ...selectors import topology_version_get
+from ...conf import conf, configured_version, setting_name
+from ...selectors.database import topology_version_get
 from ._base import PlatformCommand
 
 
@@ -20,7 +20,7 @@ class VersionedCommand(PlatformCommand):
 def add_version_arguments(parser, *, allow_all: bool) -> None:
     choices = [*cascade.VERSIONS, "all"] if allow_all else list(cascade.VERSIONS)
     parser.add_argument(
-        "--version", choices=choices, help="topology version (default: DELAY_DEFAULT_VERSION, v2)"
+        "--version", choices=choices, help=f"topology version (default: {setting_name('default_version')})"
     )
     parser.add_argument("--prefix", help="name prefix of exchanges and queues (default: the version's, e.g. dp.v2.)")
     parser.add_argument("--levels", type=int, help="number of delay levels (default 28)")
@@ -30,7 +30,7 @@ def _known(name: str) -> cascade.Version:
     """The version as the platform records it, or the built-in default without a database;
     with its configured shards either way."""
     try:
-        row = topology_version_get(name)
+        row = topology_version_get(name=name)
     except DatabaseError:
         row = None
     return row.cascade if row else configured_version(name)

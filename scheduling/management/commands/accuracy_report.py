@@ -5,7 +5,7 @@ from datetime import timedelta
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from ...services.reports import accuracy_report_run
+from ...reports.services import accuracy_report_run
 from ._base import PlatformCommand
 from ._days import REPORT_ERRORS, day_range, one_line, parse_day
 

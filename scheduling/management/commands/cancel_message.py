@@ -3,7 +3,7 @@
 from django.core.management.base import CommandError
 
 from ...errors import ServiceError
-from ...services import message_cancel
+from ...services.messages import message_cancel
 from ._base import PlatformCommand
 
 

@@ -6,8 +6,16 @@ from decimal import Decimal, InvalidOperation
 from django.core.management.base import CommandError
 
 from topology import cascade
-from topology.explain import describe_queues, describe_route, explain_rows, format_duration, headers, markdown_table
+from topology.explain import (
+    describe_queues,
+    describe_route,
+    explain_rows,
+    format_duration,
+    headers,
+    markdown_table,
+)
 
+from ...conf import setting_name
 from ._versions import VersionedCommand, add_version_arguments, resolve_versions
 
 
@@ -19,7 +27,7 @@ class Command(VersionedCommand):
         parser.add_argument("destination", help="endpoint (queue) name, e.g. billing")
         add_version_arguments(parser, allow_all=False)
         parser.add_argument("--id", dest="message_id", metavar="UUID",
-                            help="a message id: show the shard it travels on (versions with DELAY_SHARDS)")
+                            help=f"a message id: show the shard it travels on (versions with {setting_name('shards')})")
 
     def handle(self, *args, seconds, destination, message_id=None, **options):
         try:

@@ -7,8 +7,9 @@ from rabbit import BrokerError
 from ...conf import broker
 from ...lifecycle import Status
 from ...models import DeliveryMode, ScheduledMessage
-from ...selectors import topology_version_get
-from ...services import endpoint_update, topology_provision
+from ...selectors.database import topology_version_get
+from ...services.endpoints import endpoint_update
+from ...services.topology import topology_provision
 from ._base import PlatformCommand
 from ._moving import run_move
 from ._versions import add_move_arguments
@@ -28,7 +29,7 @@ class Command(PlatformCommand):
         add_move_arguments(parser)
 
     def handle(self, *args, source, target, dry_run, batch, switch_endpoints, **options):
-        old, new = topology_version_get(source), topology_version_get(target)
+        old, new = topology_version_get(name=source), topology_version_get(name=target)
         for name, row in ((source, old), (target, new)):
             if row is None:
                 raise CommandError(f"unknown topology version {name!r}")

@@ -8,8 +8,8 @@ from django.utils.dateparse import parse_datetime
 from rabbit import BrokerError
 
 from ...errors import ServiceError
-from ...selectors import topology_version_get
-from ...services.timeouts import timeouts_migrate
+from ...selectors.database import topology_version_get
+from ...services.timeouts import timeout_migrate
 from ._base import PlatformCommand
 from ._progress import progress_bar
 from ._versions import add_move_arguments
@@ -28,7 +28,7 @@ class Command(PlatformCommand):
         add_move_arguments(parser, batch=False)
 
     def handle(self, *args, target, cutoff, dry_run, **options):
-        version = topology_version_get(target)
+        version = topology_version_get(name=target)
         if version is None:
             raise CommandError(f"unknown topology version {target!r}")
         at = timezone.now()
@@ -38,7 +38,7 @@ class Command(PlatformCommand):
                 raise CommandError(f"--cutoff must be an ISO time with a timezone, got {cutoff!r}")
         try:
             with progress_bar(self.stdout, f"timeouts -> {version.name}", None) as update:
-                result = timeouts_migrate(
+                result = timeout_migrate(
                     to=version, cutoff=at, dry_run=dry_run,
                     progress=lambda r: update(r.moved, f"published {r.published}"),
                 )

@@ -10,7 +10,7 @@ from topology import cascade
 from topology.definitions import plan_definitions
 
 from ...conf import broker
-from ...services import topology_provision, topology_verify
+from ...services.topology import topology_provision, topology_verify
 from ._base import require_migrated
 from ._versions import VersionedCommand, add_version_arguments, resolve_versions
 

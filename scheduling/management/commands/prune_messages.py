@@ -2,9 +2,9 @@
 
 from django.core.management.base import CommandError
 
-from ...conf import conf
+from ...conf import conf, setting_name
 from ...durations import format_duration
-from ...services.retention import PruneError, messages_prune
+from ...services.retention import PruneError, message_prune
 from ._base import PlatformCommand
 from ._progress import progress_bar
 
@@ -18,8 +18,8 @@ def size(nbytes: float) -> str:
 
 
 class Command(PlatformCommand):
-    help = ("Archive finished messages past DELAY_RETENTION (failed: DELAY_FAILED_RETENTION) to Parquet in "
-            "DELAY_ARCHIVE_DIR, then delete them; --dry-run counts them")
+    help = (f"Archive finished messages past {setting_name('retention')} (failed: {setting_name('failed_retention')}) "
+            f"to Parquet in {setting_name('archive_dir')}, then delete them; --dry-run counts them")
 
     def add_arguments(self, parser):
         parser.add_argument("--dry-run", action="store_true", help="count what would go; change nothing")
@@ -31,10 +31,10 @@ class Command(PlatformCommand):
                  f"failed after {format_duration(settings.failed_retention)}")
         try:
             if dry_run or no_progress:
-                result = messages_prune(dry_run=dry_run)
+                result = message_prune(dry_run=dry_run)
             else:
                 with progress_bar(self.stderr, "pruning messages", None) as update:
-                    result = messages_prune(progress=lambda done, total: update(done, of=total))
+                    result = message_prune(progress=lambda done, total: update(done, of=total))
         except PruneError as exc:
             raise CommandError(str(exc)) from None
         if result.skipped:
@@ -59,4 +59,4 @@ class Command(PlatformCommand):
         if result.orphans_removed or result.archive_days_removed or result.report_rows_removed:
             self.stdout.write(f"  removed    {result.orphans_removed:,} file(s) of interrupted runs, "
                               f"{result.archive_days_removed:,} archive day(s) and {result.report_rows_removed:,} "
-                              "accuracy report row(s) past DELAY_ARCHIVE_RETENTION")
+                              f"accuracy report row(s) past {setting_name('archive_retention')}")

@@ -6,7 +6,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError
 from django.utils.dateparse import parse_datetime
 
-from ...services import message_schedule
+from ...services.messages import message_schedule
 from ._base import PlatformCommand
 
 

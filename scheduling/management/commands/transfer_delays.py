@@ -5,10 +5,10 @@ from django.core.management.base import CommandError
 
 from rabbit import BrokerError
 
-from ...conf import broker, conf
-from ...selectors import topology_version_get
-from ...services import topology_declare
-from ...services.endpoints import endpoints_bind_on
+from ...conf import broker, conf, setting_name
+from ...selectors.database import topology_version_get
+from ...services.endpoints import endpoint_bind_all_on
+from ...services.topology import topology_declare
 from ._base import PlatformCommand
 from ._moving import run_move
 from ._versions import add_move_arguments
@@ -24,7 +24,7 @@ class Command(PlatformCommand):
     def add_arguments(self, parser):
         parser.add_argument("--to-broker", required=True, metavar="URL", help="AMQP URL of the target broker")
         parser.add_argument("--version", dest="version_name",
-                            help="topology version (default: DELAY_DEFAULT_VERSION, v2)")
+                            help=f"topology version (default: {setting_name('default_version')})")
         add_move_arguments(parser)
 
     def create_parser(self, prog_name, subcommand, **kwargs):
@@ -32,7 +32,7 @@ class Command(PlatformCommand):
 
     def handle(self, *args, to_broker, version_name, dry_run, batch, **options):
         name = version_name or conf().default_version
-        row = topology_version_get(name)
+        row = topology_version_get(name=name)
         if row is None:
             raise CommandError(f"unknown topology version {name!r}")
         version, source, target = row.cascade, broker(), broker(to_broker)
@@ -42,7 +42,7 @@ class Command(PlatformCommand):
             if not dry_run:
                 with target.session() as session:
                     topology_declare(session=session, version=version)  # every shard
-                bound = endpoints_bind_on(target, version)
+                bound = endpoint_bind_all_on(target=target, version=version)
                 self.stdout.write(f"Provisioned {version.name} and {bound} endpoint queue(s) on {target.describe()}.")
         except BrokerError as exc:
             raise CommandError(str(exc)) from None

@@ -6,9 +6,9 @@ import re
 import pytest
 from django.urls import reverse
 
-from scheduling import webhook_signing
 from scheduling.conf import broker
 from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.security import webhook_signing
 from topology import cascade
 
 pytestmark = pytest.mark.django_db
@@ -113,7 +113,7 @@ def test_rotate_is_offered_for_webhook_endpoints_only(admin_client, endpoint_row
 
 @pytest.mark.broker
 def test_deactivate_then_activate_rebinds_the_queue(admin_client, platform, amqp, endpoint_name):
-    from scheduling.services import endpoint_create
+    from scheduling.services.endpoints import endpoint_create
 
     endpoint = endpoint_create(name=endpoint_name)
     admin_client.post(LIST, {"action": "deactivate", "_selected_action": [endpoint.pk]})
@@ -161,9 +161,7 @@ def test_switching_an_endpoint_to_the_timeout_manager_and_back(admin_client, pla
 
 
 def test_counts_past_the_cap_are_shown_as_estimates(admin_client, make_rows, monkeypatch):
-    from scheduling import selectors
-
-    monkeypatch.setattr(selectors, "ENDPOINT_COUNT_CAP", 2)
+    monkeypatch.setattr("scheduling.selectors.database.ENDPOINT_COUNT_CAP", 2)
     make_rows(3, status=ScheduledMessage.Status.DELIVERED)
     make_rows(1)
     page = admin_client.get(LIST).content.decode()

@@ -103,7 +103,7 @@ def test_list_shows_in_flight_per_version_and_preview_moves_nothing(admin_client
     from kombu import Producer
 
     from scheduling import wire
-    from scheduling.services.delays import level_depths
+    from scheduling.selectors.broker import topology_count_by_level
 
     version = park(fresh_v1)
     amqp.declare(cascade.cascade_plan(version))
@@ -123,7 +123,7 @@ def test_list_shows_in_flight_per_version_and_preview_moves_nothing(admin_client
     (report,) = [m for m in shown(response) if "Nothing was moved" in m]
     assert report.startswith("v1 -> v3: 3 delayed message(s) (L09: 3); 2 would move (0 straight to delivery), "
                              "1 to the poison queue"), report
-    assert sum(level_depths(amqp, version).values()) == 3  # all given back
+    assert sum(topology_count_by_level(session=amqp, version=version).values()) == 3  # all given back
 
 
 def test_preview_needs_the_provision_permission(staff_client, versions):

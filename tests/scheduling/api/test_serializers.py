@@ -69,7 +69,7 @@ def test_version_field_refuses_what_the_database_cannot_compare(versions):
 
 
 def test_endpoint_counts_come_from_the_views_counts_and_name_the_estimates(versions):
-    from scheduling.selectors import Tally
+    from scheduling.selectors.database import Tally
 
     endpoint = Endpoint(pk=7, name="billing", topology=versions["v2"])
     counts = {7: {"pending": Tally(2), "published": Tally(0), "delivered": Tally(5_000_000, exact=False),

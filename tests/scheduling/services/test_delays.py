@@ -11,7 +11,8 @@ from django.utils import timezone
 from scheduling import wire
 from scheduling.conf import broker
 from scheduling.models import Endpoint, ScheduledMessage
-from scheduling.services.delays import delays_move, level_depths
+from scheduling.selectors.broker import topology_count_by_level
+from scheduling.services.delays import delays_move
 from scheduling.services.relay import relay_publish
 from tests.support import bind_endpoint
 from tests.topology.helpers import get, publish
@@ -45,13 +46,13 @@ def setup(versions, declared, unique_prefix, endpoint_name, amqp):
 
 def test_every_message_moves_with_its_due_time_and_rows_follow(setup, amqp):
     versions, old, new, rows = setup
-    assert sum(level_depths(amqp, old).values()) == len(rows)
+    assert sum(topology_count_by_level(session=amqp, version=old).values()) == len(rows)
     summary = delays_move(source=broker(), target=broker(), source_version=old, target_version=new,
                           target_row=versions["v2"], batch=4)
     assert (summary.found, summary.moved, summary.poisoned, summary.dropped, summary.failed) == (6, 6, 0, 0, 0)
     assert summary.rows_updated == 6 and summary.left_in_source == 0
-    assert sum(level_depths(amqp, old).values()) == 0
-    depths = level_depths(amqp, new)
+    assert sum(topology_count_by_level(session=amqp, version=old).values()) == 0
+    depths = topology_count_by_level(session=amqp, version=new)
     assert sum(depths.values()) == len(rows)
     for row in rows:
         row.refresh_from_db()
@@ -100,8 +101,8 @@ def test_stale_copy_of_a_moved_message_is_dropped_not_moved_again(setup, amqp):
     _republish(amqp, before_move, queue)  # the unacked old copy comes back
     second = delays_move(source=broker(), target=broker(), source_version=old, target_version=new, target_row=versions["v2"])
     assert (second.found, second.moved, second.dropped) == (1, 0, 1)
-    assert sum(level_depths(amqp, new).values()) == len(rows)
-    assert sum(level_depths(amqp, old).values()) == 0
+    assert sum(topology_count_by_level(session=amqp, version=new).values()) == len(rows)
+    assert sum(topology_count_by_level(session=amqp, version=old).values()) == 0
 
 
 def test_delivered_or_cancelled_rows_are_not_moved(setup, amqp):
@@ -117,8 +118,8 @@ def test_dry_run_counts_and_moves_nothing(setup, amqp):
     summary = delays_move(source=broker(), target=broker(), source_version=old, target_version=new,
                           target_row=versions["v2"], dry_run=True)
     assert (summary.found, summary.moved, summary.poisoned) == (len(rows), len(rows), 0)
-    assert sum(level_depths(amqp, old).values()) == len(rows)  # all given back
-    assert sum(level_depths(amqp, new).values()) == 0
+    assert sum(topology_count_by_level(session=amqp, version=old).values()) == len(rows)  # all given back
+    assert sum(topology_count_by_level(session=amqp, version=new).values()) == 0
     assert not ScheduledMessage.objects.filter(topology=versions["v2"]).exists()
 
 
@@ -137,8 +138,8 @@ def test_moving_to_another_broker_takes_each_message_once(setup, amqp, green):
         session.declare(cascade.cascade_plan(old))
         summary = delays_move(source=broker(), target=green, source_version=old, target_version=old, batch=2)
         assert (summary.found, summary.moved, summary.dropped, summary.left_in_source) == (6, 6, 0, 0)
-        assert sum(level_depths(amqp, old).values()) == 0
-        assert sum(level_depths(session, old).values()) == len(rows)
+        assert sum(topology_count_by_level(session=amqp, version=old).values()) == 0
+        assert sum(topology_count_by_level(session=session, version=old).values()) == len(rows)
 
 
 @pytest.mark.parametrize("version", [cascade.V1, cascade.V2], ids=["classic", "quorum"])
@@ -160,8 +161,8 @@ def test_transfer_of_many_messages_acks_every_old_copy(version, declared, amqp, 
         summary = delays_move(source=broker(), target=green, source_version=source, target_version=source,
                               batch=50)
         assert (summary.found, summary.moved, summary.dropped, summary.left_in_source) == (300, 300, 0, 0)
-        assert sum(level_depths(session, source).values()) == 300
-        assert sum(level_depths(amqp, source).values()) == 0
+        assert sum(topology_count_by_level(session=session, version=source).values()) == 300
+        assert sum(topology_count_by_level(session=amqp, version=source).values()) == 0
 
 
 def test_every_shard_of_the_source_is_drained_into_the_targets_shard_of_each_id(versions, amqp, unique_prefix,
@@ -194,7 +195,7 @@ def test_every_shard_of_the_source_is_drained_into_the_targets_shard_of_each_id(
         publish(amqp, straggler.exchange, straggler.routing_key, b"left",
                 {wire.H_DUE_AT_MS: int(now.timestamp() * 1000) + 1_000_000, wire.H_MESSAGE_ID: "left-1"})
 
-        assert sum(level_depths(amqp, old).values()) == len(rows) + 1  # every shard, the one left behind too
+        assert sum(topology_count_by_level(session=amqp, version=old).values()) == len(rows) + 1  # every shard, the one left behind too
         summary = delays_move(source=broker(), target=broker(), source_version=old, target_version=new,
                               target_row=versions["v3"], batch=5)
         assert (summary.found, summary.moved, summary.failed, summary.left_in_source) == (len(rows) + 1,) * 2 + (0, 0)

@@ -15,9 +15,14 @@ from django.utils import timezone
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
-from scheduling import webhook_signing
 from scheduling.models import Endpoint, ScheduledMessage
-from scheduling.services.delivery import Result, delivery_receive, delivery_receive_many, delivery_retry_unsent
+from scheduling.security import webhook_signing
+from scheduling.services.delivery import (
+    Result,
+    delivery_receive,
+    delivery_receive_many,
+    delivery_retry_unsent,
+)
 from tests.support import RecordingServer
 
 pytestmark = pytest.mark.django_db
@@ -55,7 +60,7 @@ def test_a_message_asked_for_in_the_past_is_late_only_since_it_was_accepted(make
     """The batch path loads created_at with the locked rows (lifecycle.lateness_ms)."""
     message = make(due_in=-timedelta(days=1))
     ScheduledMessage.objects.filter(id=message.id).update(created_at=timezone.now() - timedelta(milliseconds=30))
-    assert delivery_receive_many([(str(message.id), 0)])[0].result is Result.DELIVERED
+    assert delivery_receive_many(items=[(str(message.id), 0)])[0].result is Result.DELIVERED
     message.refresh_from_db()
     assert 30 <= message.lateness_ms < 1000
     assert message.due_at < message.created_at  # the requested time is kept
@@ -295,7 +300,7 @@ def test_two_copies_in_one_batch_run_the_handler_once(make, fail_first):
     delivered (its handler runs, and may fail and be retried), the second is a duplicate."""
     with RecordingServer(fail_first=fail_first) as server:
         message = make(handler="webhook", target=server.url)
-        outcomes = delivery_receive_many([(str(message.id), 0), (str(message.id), 0)], defer_webhooks=False)
+        outcomes = delivery_receive_many(items=[(str(message.id), 0), (str(message.id), 0)], defer_webhooks=False)
     first = Result.RETRY if fail_first else Result.DELIVERED
     assert [o.result for o in outcomes] == [first, Result.DUPLICATE]
     assert len(server.requests) == 1
@@ -310,7 +315,7 @@ def test_deferred_webhook_copies_are_decided_one_by_one(make):
     with RecordingServer() as server:
         message = make(handler="webhook", target=server.url)
         items = [(str(message.id), 0), (str(message.id), 0)]
-        assert [o.result for o in delivery_receive_many(items)] == [Result.DEFERRED] * 2
+        assert [o.result for o in delivery_receive_many(items=items)] == [Result.DEFERRED] * 2
         assert [delivery_receive(message_id=i, attempt=a).result for i, a in items] == [Result.DELIVERED,
                                                                                          Result.DUPLICATE]
     assert len(server.requests) == 1
@@ -325,7 +330,7 @@ def test_a_batch_keeps_the_order_and_outcome_of_each_item(make, endpoint_name):
                                                 due_at=timezone.now(), requested_delay_ms=0, status=Status.CANCELLED)
     unknown = "00000000-0000-0000-0000-000000000000"
     items = [(str(later.id), 0), (unknown, 0), (str(due.id), 0), (str(cancelled.id), 0), (str(due.id), 0)]
-    assert [o.result for o in delivery_receive_many(items)] == [
+    assert [o.result for o in delivery_receive_many(items=items)] == [
         Result.EARLY, Result.UNKNOWN, Result.DELIVERED, Result.CANCELLED, Result.DUPLICATE]
 
 
@@ -335,7 +340,7 @@ def test_a_batch_costs_the_same_queries_whatever_its_size(make, django_assert_nu
     reads, inside the transaction (a savepoint here, as the test runs in one): no query per message."""
     messages = [make() for _ in range(size)]
     with django_assert_num_queries(5) as captured:
-        outcomes = delivery_receive_many([(str(m.id), 0) for m in messages])
+        outcomes = delivery_receive_many(items=[(str(m.id), 0) for m in messages])
     assert [o.result for o in outcomes] == [Result.DELIVERED] * size
     assert ScheduledMessage.objects.filter(status=Status.DELIVERED).count() == size
     assert [q["sql"].split()[0] for q in captured.captured_queries] == ["SAVEPOINT", "SELECT", "UPDATE", "INSERT",
@@ -344,7 +349,7 @@ def test_a_batch_costs_the_same_queries_whatever_its_size(make, django_assert_nu
 
 def test_a_foreign_id_is_unknown_without_a_database_error(make):
     message = make()
-    outcomes = delivery_receive_many([("not-a-uuid", 0), (str(message.id), 0)])
+    outcomes = delivery_receive_many(items=[("not-a-uuid", 0), (str(message.id), 0)])
     assert [o.result for o in outcomes] == [Result.UNKNOWN, Result.DELIVERED]
 
 
@@ -357,7 +362,7 @@ def test_handler_tasks_of_a_batch_are_sent_together_as_celery_messages(make, end
     first = make(handler="celery_task", target="testapp.record_receipt")
     second = ScheduledMessage.objects.create(endpoint=first.endpoint, topology=first.topology, payload={"order": 8},
                                              due_at=first.due_at, requested_delay_ms=0, status=Status.PUBLISHED)
-    outcomes = delivery_receive_many([(str(first.id), 0), (str(second.id), 0)])
+    outcomes = delivery_receive_many(items=[(str(first.id), 0), (str(second.id), 0)])
     first.refresh_from_db()
     assert [o.result for o in outcomes] == [Result.DELIVERED, Result.DELIVERED], first.last_error
     with broker().session() as session, session.reader("celery") as reader:
@@ -381,7 +386,7 @@ def test_a_handler_task_the_allowlist_no_longer_allows_is_not_sent(make, endpoin
     allowed = ScheduledMessage.objects.create(endpoint=other, topology=refused.topology, payload={"order": 9},
                                               due_at=refused.due_at, requested_delay_ms=0, status=Status.PUBLISHED)
     settings.DELAY_CELERY_TASK_ALLOWLIST = ["testapp.plain_*"]
-    outcomes = delivery_receive_many([(str(refused.id), 0), (str(allowed.id), 0)])
+    outcomes = delivery_receive_many(items=[(str(refused.id), 0), (str(allowed.id), 0)])
     assert [o.result for o in outcomes] == [Result.RETRY, Result.DELIVERED]
     refused.refresh_from_db()
     assert ("task not sent: task 'testapp.record_receipt' is not allowed: it matches none of "
@@ -396,7 +401,7 @@ def test_a_handler_task_the_allowlist_no_longer_allows_is_not_sent(make, endpoin
 def test_a_handler_task_the_broker_does_not_take_is_a_failed_attempt_retried(make, settings):
     message = make(handler="celery_task", target="testapp.record_receipt")
     settings.BROKER_URL = "amqp://guest:guest@127.0.0.1:1//"  # nothing listens there
-    (outcome,) = delivery_receive_many([(str(message.id), 0)])
+    (outcome,) = delivery_receive_many(items=[(str(message.id), 0)])
     assert (outcome.result, outcome.attempt) == (Result.RETRY, 1)
     message.refresh_from_db()
     assert message.delivered_at is not None and message.attempts == 1 and "task not sent" in message.last_error

@@ -8,10 +8,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from scheduling import names
 from scheduling.models import Endpoint, ScheduledMessage
-from scheduling.services import delivery_log
+from scheduling.observability import label_names
 from scheduling.services.delivery import Result, delivery_receive_many
+from scheduling.services.delivery_log import delivery_log_on_commit
 
 pytestmark = pytest.mark.django_db
 
@@ -28,14 +28,14 @@ def rows(versions, endpoint_name):
 @pytest.fixture
 def deliveries(caplog):
     caplog.set_level(logging.INFO, logger="scheduling.deliveries")
-    names.forget()
+    label_names.forget()
     return lambda: [r for r in caplog.records if r.name == "scheduling.deliveries"]
 
 
 def test_a_line_per_delivery_with_its_fields_once_committed(rows, deliveries, endpoint_name,
                                                              django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
-        outcomes = delivery_receive_many([(str(r.id), 0) for r in rows], by="w1@host")
+        outcomes = delivery_receive_many(items=[(str(r.id), 0) for r in rows], by="w1@host")
         assert deliveries() == []  # not before the commit
     assert [o.result for o in outcomes] == [Result.DELIVERED, Result.DELIVERED]
     records = deliveries()
@@ -51,21 +51,21 @@ def test_a_line_per_delivery_with_its_fields_once_committed(rows, deliveries, en
 def test_a_duplicate_logs_no_delivery(rows, deliveries, django_capture_on_commit_callbacks):
     items = [(str(rows[0].id), 0)]
     with django_capture_on_commit_callbacks(execute=True):
-        delivery_receive_many(items)
-        assert delivery_receive_many(items)[0].result is Result.DUPLICATE
+        delivery_receive_many(items=items)
+        assert delivery_receive_many(items=items)[0].result is Result.DUPLICATE
     assert len(deliveries()) == 1
 
 
 def test_names_are_learnt_once(rows, deliveries, django_assert_num_queries, django_capture_on_commit_callbacks):
     with django_assert_num_queries(2), django_capture_on_commit_callbacks(execute=True):
-        delivery_log.deliveries_logged(rows[:1])
+        delivery_log_on_commit(messages=rows[:1])
     with django_assert_num_queries(0), django_capture_on_commit_callbacks(execute=True):
-        delivery_log.deliveries_logged(rows)
+        delivery_log_on_commit(messages=rows)
     assert len(deliveries()) == 3
 
 
 def test_silenced_it_costs_nothing(rows, deliveries, caplog, django_capture_on_commit_callbacks):
     caplog.set_level(logging.WARNING, logger="scheduling.deliveries")
     with django_capture_on_commit_callbacks() as callbacks:
-        delivery_log.deliveries_logged(rows)
+        delivery_log_on_commit(messages=rows)
     assert callbacks == [] and deliveries() == []

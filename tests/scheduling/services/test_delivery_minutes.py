@@ -10,11 +10,11 @@ import pytest
 from django.db.models import Sum
 from django.utils import timezone
 
-from scheduling.lateness_buckets import bucket_ms
+from scheduling.celery.services import celery_task_claim
 from scheduling.models import DeliveryMinute, Endpoint, ScheduledMessage
-from scheduling.services.celery_tasks import celery_task_claim
+from scheduling.observability.lateness_buckets import bucket_ms
 from scheduling.services.delivery import Result, delivery_receive_many
-from scheduling.services.delivery_minutes import delivery_minutes_record
+from scheduling.services.delivery_minutes import delivery_minute_record
 
 pytestmark = pytest.mark.django_db
 Status = ScheduledMessage.Status
@@ -41,7 +41,7 @@ def recorded() -> dict[int, int]:
 
 def test_a_batch_is_counted_once_per_delivered_message_in_its_minute_and_bucket(published):
     rows = published(5)
-    outcomes = delivery_receive_many([(str(r.id), 0) for r in rows] + [(str(rows[0].id), 0)])  # + a duplicate
+    outcomes = delivery_receive_many(items=[(str(r.id), 0) for r in rows] + [(str(rows[0].id), 0)])  # + a duplicate
     assert [o.result for o in outcomes] == [Result.DELIVERED] * 5 + [Result.DUPLICATE]
     delivered = ScheduledMessage.objects.filter(id__in=[r.id for r in rows])
     expected: dict[int, int] = {}
@@ -52,7 +52,7 @@ def test_a_batch_is_counted_once_per_delivered_message_in_its_minute_and_bucket(
     assert set(DeliveryMinute.objects.values_list("minute", flat=True)) == minutes
     largest = DeliveryMinute.objects.order_by("-lateness_max_ms").values_list("lateness_max_ms", flat=True).first()
     assert largest == max(m.lateness_ms for m in delivered)
-    delivery_receive_many([(str(r.id), 0) for r in rows])  # every one a duplicate now
+    delivery_receive_many(items=[(str(r.id), 0) for r in rows])  # every one a duplicate now
     assert sum(recorded().values()) == 5
 
 
@@ -61,7 +61,7 @@ def test_cancelled_messages_and_failed_handlers_are_not_deliveries(published, se
     (refused,) = published(1, handler="celery_task", target="testapp.record_receipt")
     (cancelled,) = published(1)
     ScheduledMessage.objects.filter(id=cancelled.id).update(status=Status.CANCELLED)
-    outcomes = delivery_receive_many([(str(refused.id), 0), (str(cancelled.id), 0)])
+    outcomes = delivery_receive_many(items=[(str(refused.id), 0), (str(cancelled.id), 0)])
     assert [o.result for o in outcomes] == [Result.RETRY, Result.CANCELLED]
     assert recorded() == {}
 
@@ -69,9 +69,9 @@ def test_cancelled_messages_and_failed_handlers_are_not_deliveries(published, se
 def test_a_retry_that_succeeds_is_counted_once_with_the_first_hand_overs_lateness(published, settings):
     settings.DELAY_CELERY_TASK_ALLOWLIST = []
     (message,) = published(1, handler="celery_task", target="testapp.record_receipt", late=timedelta(milliseconds=7))
-    assert delivery_receive_many([(str(message.id), 0)])[0].result is Result.RETRY
+    assert delivery_receive_many(items=[(str(message.id), 0)])[0].result is Result.RETRY
     Endpoint.objects.filter(id=message.endpoint_id).update(handler="none", handler_target="")
-    assert delivery_receive_many([(str(message.id), 1)])[0].result is Result.DELIVERED
+    assert delivery_receive_many(items=[(str(message.id), 1)])[0].result is Result.DELIVERED
     message.refresh_from_db()
     assert message.status == Status.DELIVERED and recorded() == {bucket_ms(message.lateness_ms): 1}
 
@@ -89,16 +89,14 @@ def test_a_celery_task_run_again_after_a_crash_is_not_a_second_delivery(versions
 
 
 def test_old_minutes_are_dropped_by_a_later_write(published, monkeypatch):
-    from scheduling.services import delivery_minutes
-
     stale = DeliveryMinute.objects.create(minute=timezone.now() - timedelta(days=3), shard=0, bucket_ms=1,
                                           deliveries=1, lateness_max_ms=1)
-    monkeypatch.setattr(delivery_minutes, "_pruned_at", [-1e9])
+    monkeypatch.setattr("scheduling.services.delivery_minutes._pruned_at", [-1e9])
     (row,) = published(1)
-    delivery_receive_many([(str(row.id), 0)])
+    delivery_receive_many(items=[(str(row.id), 0)])
     assert not DeliveryMinute.objects.filter(pk=stale.pk).exists() and sum(recorded().values()) == 1
 
 
 def test_rows_without_a_lateness_are_skipped():
-    delivery_minutes_record(messages=[ScheduledMessage(delivered_at=None, lateness_ms=None)])
+    delivery_minute_record(messages=[ScheduledMessage(delivered_at=None, lateness_ms=None)])
     assert not DeliveryMinute.objects.exists()

@@ -7,11 +7,11 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from scheduling import webhook_signing
 from scheduling.conf import broker
 from scheduling.errors import Conflict
 from scheduling.models import Endpoint
-from scheduling.services import endpoint_create, endpoint_rotate_secret, endpoint_update
+from scheduling.security import webhook_signing
+from scheduling.services.endpoints import endpoint_create, endpoint_rotate_secret, endpoint_update
 from topology import cascade
 
 pytestmark = [pytest.mark.django_db, pytest.mark.broker]

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from scheduling.errors import BulkValidationError, Conflict, NotFound
 from scheduling.models import Endpoint, ScheduledMessage
-from scheduling.services import (
+from scheduling.services.messages import (
     message_cancel,
     message_republish,
     message_schedule,

@@ -16,7 +16,7 @@ from django.db import connection
 from scheduling.archive import columns
 from scheduling.models import AccuracyReport, ArchiveFile, ScheduledMessage
 from scheduling.reports.accuracy import COUNTS
-from scheduling.services import retention
+from scheduling.services.retention import PRUNE_LOCK, PruneError, message_prune
 from tests.scheduling.reports.conftest import spark  # noqa: F401 (the session's Spark)
 from tests.support import database_url
 
@@ -88,7 +88,7 @@ def test_prune_archives_then_deletes_exactly_the_finished_messages_past_retentio
     go, stay = history
     settings.DELAY_PRUNE_BATCH = 2  # several batches per status: where each starts is exercised
 
-    result = retention.messages_prune(now=NOW)
+    result = message_prune(now=NOW)
 
     assert {m.id for m in ScheduledMessage.objects.all()} == {m.id for m in stay}
     archived = archive_rows(archive)
@@ -101,7 +101,7 @@ def test_prune_archives_then_deletes_exactly_the_finished_messages_past_retentio
 
 def test_an_archived_row_has_every_column_as_the_table_had_it(archive, history, endpoint_row):
     go, _ = history
-    retention.messages_prune(now=NOW)
+    message_prune(now=NOW)
 
     archived = archive_rows(archive)
     first, odd = go[0], go[5]
@@ -125,7 +125,7 @@ def test_each_day_of_the_report_is_a_directory(archive, row):
     scheduled in the past; one file per day per batch."""
     ahead = row("delivered", created_days=20, due_days=19.5, finished_days=19.5)
     backdated = row("delivered", created_days=18, due_days=300, finished_days=18)
-    retention.messages_prune(now=NOW)
+    message_prune(now=NOW)
 
     assert {f.day for f in ArchiveFile.objects.all()} == {ahead.due_at.date(), backdated.created_at.date()}
     for f in ArchiveFile.objects.all():
@@ -136,12 +136,12 @@ def test_each_day_of_the_report_is_a_directory(archive, row):
 def test_payloads_can_be_left_out(archive, row, settings):
     settings.DELAY_ARCHIVE_PAYLOADS = False
     message = row("cancelled", created_days=9, finished_days=9)
-    retention.messages_prune(now=NOW)
+    message_prune(now=NOW)
     assert archive_rows(archive)[str(message.id)]["payload"] is None
 
 
 def test_a_dry_run_counts_and_changes_nothing(archive, history):
-    result = retention.messages_prune(now=NOW, dry_run=True)
+    result = message_prune(now=NOW, dry_run=True)
     assert (result.candidates, result.archived, result.deleted, result.kept_in_flight) == (6, 0, 0, 2)
     assert ScheduledMessage.objects.count() == 11 and not archive.exists() and not ArchiveFile.objects.exists()
 
@@ -156,7 +156,7 @@ def test_files_of_a_killed_run_are_removed_before_anything_is_written(archive, r
     (listed_day / ".part-half.parquet.tmp").write_bytes(b"half")
     (listed_day / "notes.txt").write_text("not the prune's")
 
-    result = retention.messages_prune(now=NOW)
+    result = message_prune(now=NOW)
 
     assert result.orphans_removed == 2
     assert sorted(p.name for p in listed_day.iterdir()) == ["notes.txt", "part-listed.parquet"]
@@ -169,11 +169,11 @@ def test_a_second_prune_does_nothing_while_one_holds_the_lock(archive, row):
     row("delivered", created_days=9, finished_days=9)
     url = database_url(connection.settings_dict)
     with psycopg.connect(url, autocommit=True) as other:  # another session holds the prune lock
-        other.execute("SELECT pg_advisory_lock(%s)", [retention.PRUNE_LOCK])
-        result = retention.messages_prune(now=NOW)
-        other.execute("SELECT pg_advisory_unlock(%s)", [retention.PRUNE_LOCK])
+        other.execute("SELECT pg_advisory_lock(%s)", [PRUNE_LOCK])
+        result = message_prune(now=NOW)
+        other.execute("SELECT pg_advisory_unlock(%s)", [PRUNE_LOCK])
     assert result.skipped and result.deleted == 0 and ScheduledMessage.objects.count() == 1
-    assert retention.messages_prune(now=NOW).deleted == 1  # once it is free
+    assert message_prune(now=NOW).deleted == 1  # once it is free
 
 
 def test_archive_days_past_their_retention_are_deleted(archive, settings):
@@ -189,7 +189,7 @@ def test_archive_days_past_their_retention_are_deleted(archive, settings):
         AccuracyReport.objects.create(day=day, endpoint="*", version="*", delivery_mode="*", delay_bucket="*",
                                       computed_at=NOW, **dict.fromkeys(COUNTS, 0))
 
-    result = retention.messages_prune(now=NOW)
+    result = message_prune(now=NOW)
 
     assert result.archive_days_removed == 1 and result.report_rows_removed == 1
     assert [f.day for f in ArchiveFile.objects.all()] == [days["kept"]]
@@ -226,7 +226,7 @@ def test_the_archive_is_read_as_it_is_by_spark_pandas_and_duckdb(archive, histor
     import pandas
 
     go, _ = history
-    retention.messages_prune(now=NOW)
+    message_prune(now=NOW)
     expected = sorted((str(m.id), max(m.due_at, m.created_at).date()) for m in go)
     frame = pandas.read_parquet(archive)
     assert sorted(zip(frame["id"], (date.fromisoformat(str(d)) for d in frame["due_date"]))) == expected
@@ -240,7 +240,7 @@ def test_the_archive_is_read_as_it_is_by_spark_pandas_and_duckdb(archive, histor
 def test_after_the_prune_the_api_says_where_a_message_went_and_its_key_is_free(archive, row, api, settings):
     settings.DELAY_RETENTION = timedelta(days=7)
     gone = row("delivered", created_days=30, finished_days=29, idempotency_key="order-7")
-    retention.messages_prune()
+    message_prune()
     for response in (api.get(f"/api/messages/{gone.id}/"), api.post(f"/api/messages/{gone.id}/cancel/"),
                      api.post(f"/api/messages/{gone.id}/republish/")):
         assert response.status_code == 404
@@ -266,7 +266,7 @@ def test_expired_admin_sessions_go_with_the_prune(archive):
     now = timezone.now()  # sessions expire by the clock, not by the prune's cutoff
     Session.objects.create(session_key="old" * 8, session_data="", expire_date=now - timedelta(minutes=1))
     Session.objects.create(session_key="new" * 8, session_data="", expire_date=now + timedelta(days=1))
-    retention.messages_prune(now=NOW)
+    message_prune(now=NOW)
     assert list(Session.objects.values_list("session_key", flat=True)) == ["new" * 8]
 
 
@@ -283,7 +283,7 @@ def test_a_file_that_reads_back_short_deletes_nothing_and_is_removed(archive, ro
             self.num_rows = real(path).num_rows - 1
 
     monkeypatch.setattr(parquet.pq, "read_metadata", Short)
-    with pytest.raises(retention.PruneError, match=r"reads back 0 rows, not 1"):
-        retention.messages_prune(now=NOW)
+    with pytest.raises(PruneError, match=r"reads back 0 rows, not 1"):
+        message_prune(now=NOW)
     assert ScheduledMessage.objects.count() == 1 and not ArchiveFile.objects.exists()
     assert not [p for p in archive.rglob("*") if p.is_file()]

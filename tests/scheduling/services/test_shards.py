@@ -12,8 +12,9 @@ from django.utils import timezone
 
 from scheduling.conf import broker
 from scheduling.models import Endpoint, ScheduledMessage, TopologyVersion
-from scheduling.services import topology_in_flight, topology_provision, topology_verify, versions_in_flight
+from scheduling.selectors.broker import topology_get_in_flight, topology_version_count_in_flight
 from scheduling.services.relay import relay_publish
+from scheduling.services.topology import topology_provision, topology_verify
 from tests.support import bind_endpoint, wait_until
 from tests.topology.helpers import get, publish
 from topology import cascade
@@ -112,9 +113,9 @@ def test_lowering_the_count_leaves_the_shard_and_verify_warns_with_its_messages(
     assert amqp.queue_depth(cascade.level_name(v3.prefix, 11, 1)) == 3
     v3.refresh_from_db()
     assert v3.shards == 1
-    view = topology_in_flight(v3)
+    view = topology_get_in_flight(version=v3)
     assert view.shards == 1 and view.leftover == {1: 3}
-    assert versions_in_flight()["v3"] == 3  # still on its way: counted under its version
+    assert topology_version_count_in_flight()["v3"] == 3  # still on its way: counted under its version
     amqp.purge_queue(cascade.level_name(v3.prefix, 11, 1))
 
 
@@ -126,12 +127,12 @@ def test_in_flight_sums_each_level_over_the_shards_with_each_shards_count(two_sh
         for _ in range(copies):
             publish(amqp, r.exchange, r.routing_key, b"x")
     try:
-        level = wait_until(lambda: (lv := topology_in_flight(v2).levels[27 - 8]).messages == 5 and lv, 30, 0.5,
+        level = wait_until(lambda: (lv := topology_get_in_flight(version=v2).levels[27 - 8]).messages == 5 and lv, 30, 0.5,
                            "the broker's counts")
         assert [(s.shard, s.queue, s.messages) for s in level.shards] == [
             (0, "dp.v2.delay-level-08", 2), (1, "dp.v2.delay-level-08-s1", 3)]
         assert level.per_shard == "s0 2 · s1 3"
-        assert topology_in_flight(v2).in_cascade == 5 and topology_in_flight(v2).leftover == {}
+        assert topology_get_in_flight(version=v2).in_cascade == 5 and topology_get_in_flight(version=v2).leftover == {}
     finally:
         for shard in (0, 1):
             amqp.purge_queue(cascade.level_name(v2.prefix, 8, shard))

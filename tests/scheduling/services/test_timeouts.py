@@ -11,9 +11,9 @@ from django.utils import timezone
 
 from scheduling import wire
 from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage
-from scheduling.services import message_schedule
-from scheduling.services.relay import relay_publish, timeouts_publish_due
-from scheduling.services.timeouts import timeouts_migrate
+from scheduling.services.messages import message_schedule
+from scheduling.services.relay import relay_publish, timeout_publish_due
+from scheduling.services.timeouts import timeout_migrate
 from topology import cascade
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
@@ -41,7 +41,7 @@ def test_rows_wait_in_the_database_until_due(tm_endpoint, amqp):
     later = message_schedule(endpoint=tm_endpoint.name, payload={}, delay=3600)
     assert soon.delivery_mode == DeliveryMode.TIMEOUT_MANAGER
     assert relay_publish(older_than=timedelta(0)).published == 0  # the relay leaves them alone
-    assert timeouts_publish_due().published == 1
+    assert timeout_publish_due().published == 1
     soon.refresh_from_db(), later.refresh_from_db()
     assert (soon.status, soon.first_exchange, soon.routing_key) == (Status.PUBLISHED, "", tm_endpoint.name)
     assert later.status == Status.PENDING
@@ -59,7 +59,7 @@ def test_two_publishers_at_once_publish_each_row_once(tm_endpoint, amqp):
 
     def publisher():
         try:
-            counts.append(timeouts_publish_due().published)
+            counts.append(timeout_publish_due().published)
         finally:
             connection.close()
 
@@ -78,11 +78,11 @@ def test_migrating_hands_pending_timeouts_to_the_cascade_and_hides_them(tm_endpo
     early = message_schedule(endpoint=tm_endpoint.name, payload={}, delay=30)
     late = [message_schedule(endpoint=tm_endpoint.name, payload={}, delay=600 + i) for i in range(5)]
     cutoff = timezone.now() + timedelta(seconds=60)
-    preview = timeouts_migrate(to=platform["v2"], cutoff=cutoff, dry_run=True)
+    preview = timeout_migrate(to=platform["v2"], cutoff=cutoff, dry_run=True)
     assert (preview.endpoints, preview.to_move, preview.before_cutoff, preview.moved) == (1, 5, 1, 0)
     assert ScheduledMessage.objects.filter(delivery_mode=DeliveryMode.TIMEOUT_MANAGER).count() == 6
 
-    result = timeouts_migrate(to=platform["v2"], cutoff=cutoff)
+    result = timeout_migrate(to=platform["v2"], cutoff=cutoff)
     assert (result.moved, result.published, result.before_cutoff) == (5, 5, 1)
     tm_endpoint.refresh_from_db()
     assert (tm_endpoint.delivery_mode, tm_endpoint.topology.name) == (DeliveryMode.NATIVE, "v2")
@@ -95,5 +95,5 @@ def test_migrating_hands_pending_timeouts_to_the_cascade_and_hides_them(tm_endpo
     # the timeout manager can no longer see the moved rows, even when they fall due
     ScheduledMessage.objects.filter(id__in=[r.id for r in late]).update(due_at=timezone.now())
     ScheduledMessage.objects.filter(id__in=[r.id for r in late]).update(status=Status.PENDING)
-    assert timeouts_publish_due().published == 0
+    assert timeout_publish_due().published == 0
     assert drain_ids(amqp, tm_endpoint.name) == []

@@ -1,0 +1,69 @@
+"""Celery tasks: thin wrappers that take ids and call one service."""
+
+from datetime import timedelta
+
+from celery import shared_task
+from django.db import DatabaseError, close_old_connections
+from django.utils import timezone
+
+from ..delivery import backoff
+from ..reports.services import accuracy_report_run
+from ..services.delivery import Result, delivery_receive
+from ..services.relay import relay_sweep, timeout_publish_due
+from ..services.retention import message_prune
+from ..services.unroutable import unroutable_drain
+from . import task_names
+
+
+@shared_task(name=task_names.RELAY_SWEEP)
+def sweep_pending() -> int:
+    return relay_sweep().published
+
+
+@shared_task(name=task_names.RELAY_TIMEOUTS)
+def publish_due_timeouts() -> int:
+    return timeout_publish_due().published
+
+
+@shared_task(name=task_names.DRAIN_UNROUTABLE)
+def drain_unroutable() -> int:
+    return unroutable_drain()
+
+
+@shared_task(
+    bind=True,
+    name=task_names.DELIVER,
+    acks_late=True,  # ack only after the row is committed: a crash redelivers the message
+    reject_on_worker_lost=True,  # a killed pool process puts the message back, not acks it
+    max_retries=None,
+)
+def deliver(self, message_id: str, attempt: int = 0) -> str:
+    """The fallback for a worker without the delivery loop: one delivery per task."""
+    try:
+        outcome = delivery_receive(message_id=message_id, attempt=attempt, by=self.request.hostname or "")
+    except DatabaseError as exc:  # the database is away: keep the message and try again
+        close_old_connections()
+        raise self.retry(exc=exc, countdown=backoff.database(self.request.retries + 1)) from None
+    if outcome.result is Result.EARLY:
+        raise self.retry(eta=outcome.eta)
+    if outcome.result is Result.RETRY:
+        raise self.retry(
+            kwargs={"message_id": message_id, "attempt": outcome.attempt}, countdown=outcome.retry_in
+        )
+    return outcome.result.value
+
+
+@shared_task(name=task_names.ACCURACY_NIGHTLY)
+def accuracy_report_nightly() -> int:
+    """Beat runs this at ACCURACY_REPORT_AT: yesterday's (UTC) report."""
+    yesterday = timezone.now().date() - timedelta(days=1)
+    return accuracy_report_run(first_day=yesterday).report_rows
+
+
+@shared_task(name=task_names.PRUNE)
+def prune_finished_messages() -> dict:
+    """Beat runs this every DELAY_PRUNE_EVERY (hourly): archive, then delete, finished messages
+    past their retention. A run that finds another one holding the lock does nothing."""
+    result = message_prune()
+    return {"skipped": result.skipped, "archived": result.archived, "deleted": result.deleted,
+            "files": result.files, "kept_in_flight": result.kept_in_flight, "seconds": round(result.seconds, 1)}

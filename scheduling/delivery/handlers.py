@@ -1,0 +1,174 @@
+"""What happens when a message is delivered: nothing (record only), a Celery task, a webhook."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import requests
+from celery import current_app
+from django.utils import timezone
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConnectionError
+
+from rabbit import Outgoing
+
+from ..conf import broker, conf
+from ..models import Endpoint, ScheduledMessage
+from ..security import guards, webhook_signing
+
+
+class _CheckedConnection:
+    """Connects only to addresses the guard allowed, resolved once here and connected to by IP:
+    a name that resolved to a public address for the check cannot resolve inside for the connect
+    (DNS rebinding). The Host header and TLS (SNI, certificate) still use the URL's host name."""
+
+    def _new_conn(self) -> socket.socket:
+        host = self._dns_host
+        try:
+            addresses = guards.checked_addresses(host, self.port, conf().webhook_allowed_networks)
+        except socket.gaierror as exc:
+            raise NameResolutionError(self.host, self, exc) from exc
+        error = None
+        for address in addresses:
+            self._dns_host = address
+            try:
+                return super()._new_conn()
+            except (NewConnectionError, ConnectTimeoutError) as exc:
+                error = exc
+            finally:
+                self._dns_host = host
+        raise error
+
+
+class _CheckedHTTPConnection(_CheckedConnection, HTTPConnection):
+    pass
+
+
+class _CheckedHTTPSConnection(_CheckedConnection, HTTPSConnection):
+    pass
+
+
+class _CheckedHTTPPool(HTTPConnectionPool):
+    ConnectionCls = _CheckedHTTPConnection
+
+
+class _CheckedHTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _CheckedHTTPSConnection
+
+
+class GuardedAdapter(HTTPAdapter):
+    """requests' adapter with the checked connections, and never a proxy from the environment
+    (the guard checks the peer it connects to, which must be the target)."""
+
+    def init_poolmanager(self, *args, **kwargs):
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {"http": _CheckedHTTPPool, "https": _CheckedHTTPSPool}
+
+    def send(self, request, **kwargs):
+        return super().send(request, **{**kwargs, "proxies": {}})
+
+
+def webhook_body(message: ScheduledMessage) -> bytes:
+    return json.dumps(message.payload, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def webhook_headers(message: ScheduledMessage, body: bytes, *, timestamp: int) -> dict[str, str]:
+    """Standard Webhooks headers (webhook-id is the message id, the same on every attempt;
+    webhook-timestamp is this attempt's), signed with the current secret and, until it expires,
+    the previous one; the X-Delay-* headers are information."""
+    endpoint = message.endpoint
+    valid = [endpoint.webhook_secret]
+    expires_at = endpoint.webhook_secret_previous_expires_at
+    if endpoint.webhook_secret_previous and expires_at and expires_at > timezone.now():
+        valid.append(endpoint.webhook_secret_previous)
+    keys = [webhook_signing.signing_key(secret) for secret in valid]
+    return {
+        "Content-Type": "application/json",
+        "webhook-id": str(message.id),
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": webhook_signing.signature(keys, message_id=str(message.id), timestamp=timestamp,
+                                                       body=body),
+        "X-Delay-Message-Id": str(message.id),
+        "X-Delay-Due-At": message.due_at.isoformat(),
+        "X-Delay-Attempt": str(message.attempts + 1),
+        "X-Delay-Signature": webhook_signing.legacy_signature(keys[0], body),
+    }
+
+
+def post_webhook(message: ScheduledMessage) -> None:
+    """POST the payload; redirects are not followed, and a target the guard refuses now (DNS or
+    DELAY_WEBHOOK_ALLOWED_NETWORKS changed since the endpoint was saved) raises TargetRefused
+    before any connection, a handler failure like any other."""
+    body = webhook_body(message)
+    with requests.Session() as session:
+        session.mount("http://", GuardedAdapter())
+        session.mount("https://", GuardedAdapter())
+        response = session.post(
+            message.endpoint.handler_target,
+            data=body,
+            headers=webhook_headers(message, body, timestamp=int(time.time())),
+            timeout=conf().webhook_timeout_seconds,
+            allow_redirects=False,
+        )
+    if not 200 <= response.status_code < 300:
+        raise RuntimeError(f"webhook answered {response.status_code}")
+
+
+def _task_headers(message: ScheduledMessage) -> dict:
+    return {"dp_message_id": str(message.id), "dp_due_at": message.due_at.isoformat()}
+
+
+_declared: set[tuple[str, str]] = set()  # (broker URL, task queue) this process declared, as send_task would
+
+
+def _declare_once(queue) -> None:
+    key = (broker().url, queue.name)
+    if key not in _declared:
+        with broker().session() as session:
+            session.declare_task_queue(queue)
+        _declared.add(key)
+
+
+def celery_task_outgoing(message: ScheduledMessage) -> Outgoing:
+    """The message Celery's ``send_task`` would send (its own protocol-2 builder and router), as
+    one item of a batch published with a window of confirms. The named task gets the payload as
+    its one argument; its task id is the message id, so a task can tell a repeated hand-over
+    (at-least-once) from a new message."""
+    app, name, args = current_app, message.endpoint.handler_target, [message.payload]
+    queue = app.amqp.router.route({}, name, args, {})["queue"]
+    _declare_once(queue)
+    task = app.amqp.as_task_v2(str(message.id), name, args=args, kwargs={})
+    body = json.dumps(task.body, separators=(",", ":")).encode()  # CELERY_TASK_SERIALIZER is json
+    return Outgoing(queue.exchange.name, queue.routing_key or queue.name, body, {**task.headers, **_task_headers(message)},
+                    {**task.properties, "content_type": "application/json", "content_encoding": "utf-8",
+                     "delivery_mode": 2, "priority": 0})
+
+
+def send_celery_tasks(messages: list[ScheduledMessage]) -> dict[int, str]:
+    """Send the handler tasks of a batch in one confirmed publish (a window of confirms in
+    flight, as the relay does): one at a time, each waited a broker round trip, which on a
+    replicated (quorum) task queue held the delivery loop ~6 ms per message (docs/scaling.md).
+    Returns index -> why, for the ones the broker did not take or DELAY_CELERY_TASK_ALLOWLIST
+    does not allow."""
+    patterns = conf().celery_task_allowlist
+    failed = {i: why for i, m in enumerate(messages)  # checked again here: the allowlist may have changed
+              if (why := guards.task_refusal(m.endpoint.handler_target, patterns))}
+    sendable = [i for i in range(len(messages)) if i not in failed]
+    if not sendable:
+        return failed
+    outcome = broker().publish([celery_task_outgoing(messages[i]) for i in sendable], window=conf().publish_window)
+    failed.update({sendable[n]: why for n, why in dict(outcome.failed).items()})
+    if outcome.error:
+        failed.update({i: outcome.error for n, i in enumerate(sendable) if n not in outcome.confirmed})
+    return failed
+
+
+def run_handler(message: ScheduledMessage) -> None:
+    """The handlers that run one message at a time (celery_task handlers go out by the batch,
+    send_celery_tasks)."""
+    if message.endpoint.handler == Endpoint.Handler.WEBHOOK:
+        post_webhook(message)

@@ -1,0 +1,32 @@
+"""Write the tables of every setting on docs/reference/configuration.md from the specs in
+scheduling/setting_specs.py, between the page's markers (the rest of the page is prose, kept
+as it is). ``--check`` changes nothing and fails if the page differs (tests/scheduling/test_conf.py
+checks the same)."""
+
+from django.core.management.base import BaseCommand, CommandError
+
+from ... import setting_specs
+
+
+class Command(BaseCommand):
+    help = "Write the settings tables of docs/reference/configuration.md from scheduling/setting_specs.py"
+    requires_system_checks = []  # a page of docs: no checks, no database
+
+    def add_arguments(self, parser):
+        parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if the page differs")
+
+    def handle(self, *args, check, **options):
+        page = setting_specs.REFERENCE
+        name = page.relative_to(setting_specs.ROOT)
+        text = page.read_text()
+        try:
+            fresh = setting_specs.reference_page(text)
+        except ValueError as exc:
+            raise CommandError(f"{name}: {exc}") from None
+        if fresh == text:
+            self.stdout.write(f"{name} is up to date")
+        elif check:
+            raise CommandError(f"{name} differs from scheduling/setting_specs.py: run manage.py settings_reference")
+        else:
+            page.write_text(fresh)
+            self.stdout.write(f"wrote {name}")

@@ -1,0 +1,30 @@
+"""Endpoint and version names by id, learnt once per process: the metrics' labels and the delivery
+log's lines name them on the hot path without a query (neither name ever changes)."""
+
+from __future__ import annotations
+
+_endpoints: dict[int, str] = {}
+_versions: dict[int, str] = {}
+
+
+def learn(rows) -> None:
+    """Read the names of ids not seen before (one query each, then never again); ``rows``: anything
+    with endpoint_id and topology_id. Raises the database's error; callers fall back to ids."""
+    from ..selectors.database import endpoint_get_names, topology_version_get_names
+
+    if missing := {row.endpoint_id for row in rows} - _endpoints.keys():
+        _endpoints.update(endpoint_get_names(ids=missing))
+    if missing := {row.topology_id for row in rows} - _versions.keys():
+        _versions.update(topology_version_get_names(ids=missing))
+
+
+def of(row) -> tuple[str, str]:
+    """(endpoint, version) of a row, the ids standing in for names not learnt."""
+    return (_endpoints.get(row.endpoint_id, str(row.endpoint_id)),
+            _versions.get(row.topology_id, str(row.topology_id)))
+
+
+def forget() -> None:
+    """For tests: learn again from the database."""
+    _endpoints.clear()
+    _versions.clear()

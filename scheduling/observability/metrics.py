@@ -1,0 +1,123 @@
+"""The platform's Prometheus metrics: every definition here, and the few functions the services,
+the delivery loop and the Celery task claim call to count (docs/metrics.md lists them all).
+
+Counted where the event is decided, once its transaction has committed: a delivery batch that
+rolls back is tried again and must not count twice. Each process counts its own (the web server's
+gunicorn workers, a Celery worker's main process with the delivery loop and its prefork
+children); with ``PROMETHEUS_MULTIPROC_DIR`` set they are summed at scrape time
+(metrics_http.py). Labels are names (endpoint, version), looked up once per process: neither an endpoint's nor a version's name ever changes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter as Tally
+from dataclasses import dataclass
+
+from django.db import DatabaseError, transaction
+from prometheus_client import Counter, Gauge, Histogram
+
+from .. import lifecycle
+from ..lifecycle import Arrival
+from . import label_names
+
+log = logging.getLogger(__name__)
+
+BY_MESSAGE = ("endpoint", "version")
+# 1 ms to 1 h: a healthy cascade is a few ms late, a busy one seconds; beyond an hour is an outage.
+LATENESS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+                    300.0, 900.0, 1800.0, 3600.0)
+
+DELIVERIES = Counter(
+    "delay_deliveries", "Messages handed to their endpoint (the first delivery of each).", BY_MESSAGE)
+LATENESS = Histogram(
+    "delay_delivery_lateness_seconds", "How late each delivery was, from the later of its due time and "
+    "the time it was accepted.", BY_MESSAGE, buckets=LATENESS_BUCKETS)
+DUPLICATES = Counter(
+    "delay_duplicates_suppressed", "Copies of already delivered messages dropped on arrival.", BY_MESSAGE)
+CANCELLED_ARRIVALS = Counter(
+    "delay_cancelled_arrivals", "Cancelled messages dropped when they arrived.", BY_MESSAGE)
+HANDLER_FAILURES = Counter(
+    "delay_handler_failures", "Handler attempts that failed (webhook, Celery task send).", BY_MESSAGE)
+HANDLER_RETRIES = Counter(
+    "delay_handler_retries", "Failed handler attempts followed by another attempt.", BY_MESSAGE)
+CANCELLATIONS = Counter(
+    "delay_cancellations", "Messages cancelled (API, admin, command, cancel_task).", BY_MESSAGE)
+SCHEDULED_IN_PAST = Counter(
+    "delay_scheduled_in_past", "Messages accepted with a due time before their acceptance.", BY_MESSAGE)
+RELAY_PUBLISHED = Counter(
+    "delay_relay_published", "Rows the relay published into a cascade (broker confirmed).", ("version",))
+RELAY_FAILURES = Counter(
+    "delay_relay_failures", "Rows the relay could not publish (left pending for the sweeper).", ("version",))
+HELD = Gauge(
+    "delay_delivery_loop_held_messages", "Messages the delivery loop holds until they are due.",
+    multiprocess_mode="livesum")
+
+@dataclass(frozen=True)
+class Counted:
+    """One event of a message (``row``: anything with endpoint_id and topology_id)."""
+
+    metric: Counter
+    row: object
+    lateness_ms: int | None = None
+
+
+def record(events: list[Counted]) -> None:
+    """Count the events now (outside a transaction, or from on_commit). Counting never fails the
+    work it counts: without the names (database away) the ids stand in as labels."""
+    if not events:
+        return
+    try:
+        label_names.learn([e.row for e in events])
+    except DatabaseError as exc:
+        log.warning("metrics: endpoint and version names not read (%s); ids used as labels", exc)
+    tally = Tally()
+    for event in events:
+        labels = label_names.of(event.row)
+        tally[(event.metric, labels)] += 1
+        if event.lateness_ms is not None:  # never early by design; an early one counts as on time
+            LATENESS.labels(*labels).observe(max(event.lateness_ms, 0) / 1000)
+    for (metric, labels), n in tally.items():
+        metric.labels(*labels).inc(n)
+
+
+def record_on_commit(events: list[Counted | None]) -> None:
+    """Count the events (None: nothing to count) once the current transaction commits (never, if
+    it rolls back)."""
+    events = [event for event in events if event is not None]
+    if events:
+        transaction.on_commit(lambda: record(events), robust=True)
+
+
+def arrival(kind: Arrival, row, change: dict) -> Counted | None:
+    """What a hand-over counts: the first delivery of a message (with its lateness), a duplicate
+    or a cancelled one dropped. A retry's later attempt is not a new delivery."""
+    if kind is Arrival.DELIVER:
+        return Counted(DELIVERIES, row, change["lateness_ms"]) if "delivered_at" in change else None
+    return Counted(DUPLICATES if kind is Arrival.DUPLICATE else CANCELLED_ARRIVALS, row)
+
+
+def handler_failed(row, *, retried: bool) -> list[Counted]:
+    return [Counted(HANDLER_FAILURES, row), *([Counted(HANDLER_RETRIES, row)] if retried else [])]
+
+
+def cancelled(row) -> None:
+    record_on_commit([Counted(CANCELLATIONS, row)])
+
+
+def scheduled(rows) -> None:
+    """Rows just saved: count those due before they were accepted (lifecycle.scheduled_in_past)."""
+    record_on_commit([Counted(SCHEDULED_IN_PAST, row) for row in rows
+                      if lifecycle.scheduled_in_past(row.due_at, row.created_at)])
+
+
+def relay_outcome(published, failed) -> None:
+    """Broker facts, counted at once (a publish happened even if its commit does not). The relay's
+    rows carry their version (it built their routes from it): no query inside its transaction."""
+    for metric, rows in ((RELAY_PUBLISHED, published), (RELAY_FAILURES, failed)):
+        for version, n in Tally(row.topology.name for row in rows).items():
+            metric.labels(version).inc(n)
+
+
+def held(count: int) -> None:
+    HELD.set(count)
