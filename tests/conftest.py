@@ -8,6 +8,7 @@ import uuid
 import pytest
 
 from scheduling.conf import broker
+from tests.vhost_lock import vhost_own
 from topology import cascade
 
 
@@ -15,9 +16,8 @@ from topology import cascade
 def rabbit_vhost():
     management, vhost = broker().management, broker().vhost
     assert vhost.startswith("dp-test-"), f"refusing to run broker tests in shared vhost {vhost!r}"
-    management.create_vhost(vhost)
-    yield vhost
-    management.delete_vhost(vhost)
+    with vhost_own(management=management, vhost=vhost):
+        yield vhost
 
 
 @pytest.fixture

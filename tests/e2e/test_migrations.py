@@ -19,6 +19,7 @@ from scheduling.models import ScheduledMessage
 from scheduling.selectors.broker import topology_count_by_level
 from tests.support import ARTIFACTS, ROOT, Worker, celery_drained, wait_until
 from tests.testapp.models import Receipt
+from tests.vhost_lock import vhost_create, vhost_delete
 from topology import cascade
 
 pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]
@@ -171,7 +172,7 @@ def test_killed_migration_run_again_loses_nothing_and_runs_each_handler_once(api
 def test_transfer_delays_to_another_broker(api, platform, worker, worker_env, endpoint_name, amqp, version):
     management, green_vhost = broker().management, f"{broker().vhost}-green"
     green_url = f"{worker_env['BROKER_URL']}-green"
-    management.create_vhost(green_vhost)
+    vhost_create(management=management, vhost=green_vhost)
     green = Worker(f"green-{os.environ['DP_TEST_RUN_ID']}", {**worker_env, "BROKER_URL": green_url},
                    ARTIFACTS / f"worker-green-{os.environ['DP_TEST_RUN_ID']}.log", beat=False)
     try:
@@ -187,7 +188,7 @@ def test_transfer_delays_to_another_broker(api, platform, worker, worker_env, en
         assert_each_delivered_once_on_time(ids, timeout=90)
     finally:
         green.stop()
-        management.delete_vhost(green_vhost)
+        vhost_delete(management=management, vhost=green_vhost)
 
 
 def test_timeout_manager_with_two_publishers_then_migrated_to_the_cascade(api, platform, worker, worker_env,

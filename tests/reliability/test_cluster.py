@@ -19,6 +19,7 @@ import pytest
 
 from bench.harness import platform
 from tests.rabbit_cluster import LocalCluster, VhostQueues
+from tests.vhost_lock import vhost_create, vhost_delete
 from tests.support import wait_until
 
 from .conftest import FULL, size
@@ -37,7 +38,7 @@ def cluster():
 def cluster_platform(cluster: LocalCluster, workers: int = 1, concurrency: int = 2):
     """A platform of its own on a vhost of the cluster: web, workers, database."""
     vhost = f"dp-cluster-{uuid.uuid4().hex[:8]}"
-    cluster.management.create_vhost(vhost)
+    vhost_create(management=cluster.management, vhost=vhost)
     try:
         with platform(web_workers=2, broker_url=cluster.broker_url(vhost), settings="delayplatform.settings_test",
                       RABBITMQ_MANAGEMENT_URL=cluster.management_url, DELAY_QUEUE_TYPE="quorum") as p:
@@ -46,7 +47,7 @@ def cluster_platform(cluster: LocalCluster, workers: int = 1, concurrency: int =
                 p.start_worker(concurrency=concurrency)
             yield p
     finally:
-        cluster.management.delete_vhost(vhost)
+        vhost_delete(management=cluster.management, vhost=vhost)
 
 
 class Load:

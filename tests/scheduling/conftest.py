@@ -13,6 +13,7 @@ from django.utils import timezone
 
 import rabbit
 from scheduling.models import Endpoint, ScheduledMessage
+from tests.vhost_lock import vhost_delete, vhost_lifecycle_lock
 from topology import cascade
 
 
@@ -22,13 +23,14 @@ def module_broker_url(request, rabbit_vhost):
 
     shared = broker()
     vhost = f"{rabbit_vhost}-{hashlib.sha1(request.module.__name__.encode()).hexdigest()[:8]}"
-    shared.management.create_vhost(vhost)
     url = f"{shared.url.rsplit('/', 1)[0]}/{vhost}"
-    with rabbit.Broker(url).session() as session:
-        for version in cascade.VERSIONS.values():
-            session.declare(cascade.cascade_plan(version))
+    with vhost_lifecycle_lock():  # the vhost and its cascades, one module at a time (tests/vhost_lock.py)
+        shared.management.create_vhost(vhost)
+        with rabbit.Broker(url).session() as session:
+            for version in cascade.VERSIONS.values():
+                session.declare(cascade.cascade_plan(version))
     yield url
-    shared.management.delete_vhost(vhost)
+    vhost_delete(management=shared.management, vhost=vhost)
 
 
 @pytest.fixture(autouse=True)

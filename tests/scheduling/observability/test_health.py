@@ -95,7 +95,7 @@ def test_a_broker_that_never_answers_costs_the_timeout(platform, settings):
         result = health.check_now()
         elapsed = time.monotonic() - started
     assert set(result.failed) == {"broker"}
-    assert 0.4 < elapsed < 1.5
+    assert 0.4 < elapsed < 3.0  # the 0.5 s timeout, not a hang (a bound a busy machine keeps)
 
 
 def test_answer_is_reused_for_the_cache_time(platform, settings):

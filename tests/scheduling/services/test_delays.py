@@ -15,6 +15,7 @@ from scheduling.selectors.broker import topology_count_by_level
 from scheduling.services.delays import delays_move
 from scheduling.services.relay import relay_publish
 from tests.support import bind_endpoint
+from tests.vhost_lock import vhost_own
 from tests.topology.helpers import get, publish
 from topology import cascade
 
@@ -127,9 +128,8 @@ def test_dry_run_counts_and_moves_nothing(setup, amqp):
 def green(unique_prefix):
     """Another broker: a vhost of this test's own on the same node, removed afterwards."""
     vhost = f"{broker().vhost}-green-{unique_prefix.strip('.')}"
-    broker().management.create_vhost(vhost)
-    yield broker(f"{broker().url.rsplit('/', 1)[0]}/{vhost}")
-    broker().management.delete_vhost(vhost)
+    with vhost_own(management=broker().management, vhost=vhost):
+        yield broker(f"{broker().url.rsplit('/', 1)[0]}/{vhost}")
 
 
 def test_moving_to_another_broker_takes_each_message_once(setup, amqp, green):

@@ -52,7 +52,7 @@ def test_first_hand_over_delivers_and_records_lateness(make):
     message.refresh_from_db()
     assert message.status == Status.DELIVERED and message.delivery_count == 1
     assert message.delivered_at >= message.due_at
-    assert 30 <= message.lateness_ms < 1000
+    assert 30 <= message.lateness_ms < 5000  # correctness: from due_at; a bound a busy machine keeps
     assert message.lateness_ms == (message.delivered_at - message.due_at) // timedelta(milliseconds=1)
 
 
@@ -62,7 +62,7 @@ def test_a_message_asked_for_in_the_past_is_late_only_since_it_was_accepted(make
     ScheduledMessage.objects.filter(id=message.id).update(created_at=timezone.now() - timedelta(milliseconds=30))
     assert delivery_receive_many(items=[(str(message.id), 0)])[0].result is Result.DELIVERED
     message.refresh_from_db()
-    assert 30 <= message.lateness_ms < 1000
+    assert 30 <= message.lateness_ms < 5000  # correctness: from due_at; a bound a busy machine keeps
     assert message.due_at < message.created_at  # the requested time is kept
 
 
