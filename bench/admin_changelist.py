@@ -23,7 +23,7 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.harness import ARTIFACTS, idle_share, platform  # noqa: E402
+from harness.platform import ARTIFACTS, idle_share, platform  # noqa: E402
 
 ENDPOINTS = ("billing", "reminders", "reports", "webhooks-out", "cleanup")
 INSERT_SQL = """

@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.broker_cpu import broker_pid, cpu_seconds  # noqa: E402
-from bench.harness import AMQP, MANAGEMENT  # noqa: E402
+from harness.platform import AMQP, MANAGEMENT  # noqa: E402
 from rabbit import Broker, Management, Outgoing  # noqa: E402
 from topology import cascade  # noqa: E402
 

@@ -6,7 +6,7 @@ empty table (target: within 10 %), the pages against their own targets (admin < 
 
     .venv/bin/python bench/history.py [--sizes 0,10000000,50000000] [--quick]
 
-One throwaway platform (bench/harness.py: its own database and vhost, gunicorn with 4 workers,
+One throwaway platform (harness/platform.py: its own database and vhost, gunicorn with 4 workers,
 a platform worker) serves every size; between sizes the worker is stopped and
 bench/history_fill.py adds finished rows (indexes rebuilt, VACUUM ANALYZE), as 7 days of
 retention hold them. ~25 minutes at full size on an idle 2-core machine (the fills take ~12 of them); --quick
@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import history_pages  # noqa: E402
-from bench.harness import ARTIFACTS, idle_share, platform  # noqa: E402
+from harness.platform import ARTIFACTS, idle_share, platform  # noqa: E402
 from bench.history_cases import STEADY_ROWS, Cases  # noqa: E402
 from bench.history_fill import ENDPOINT_PREFIX, ENDPOINTS, history_fill  # noqa: E402
 

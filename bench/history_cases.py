@@ -11,8 +11,8 @@ import time
 import uuid
 from datetime import datetime, timedelta, timezone
 
-from bench.harness import percentiles
-from tests.support import wait_until
+from harness.platform import percentiles
+from harness.support import wait_until
 
 TABLE = "scheduling_scheduledmessage"
 IN_FLIGHT_DAYS = 3  # the rate case's messages stay published (in the cascade) for the whole run

@@ -7,7 +7,7 @@ table of N finished rows, alternated (A B A B …) so the machine's drift falls 
 0013: (endpoint, status). 0014: instead, (endpoint, status) of the messages in flight and (endpoint,
 status, topology, created_at, id) of the finished ones, plus the partial indexes of in-flight due
 times and of messages scheduled in the past. A throwaway platform
-(bench/harness.py); the worker is stopped while the indexes are swapped."""
+(harness/platform.py); the worker is stopped while the indexes are swapped."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.harness import ARTIFACTS, idle_share, platform  # noqa: E402
+from harness.platform import ARTIFACTS, idle_share, platform  # noqa: E402
 from bench.history import Run  # noqa: E402
 
 TABLE = "scheduling_scheduledmessage"

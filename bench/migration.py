@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.harness import ARTIFACTS, ROOT, idle_share, platform  # noqa: E402
-from tests.support import wait_until  # noqa: E402
+from harness.platform import ARTIFACTS, ROOT, idle_share, platform  # noqa: E402
+from harness.support import wait_until  # noqa: E402
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ the next exchange. Here k such queues each get messages/k messages whose per-mes
 so that every one expires at the same instant; from that instant on, the queues do nothing but
 dead-letter into one quorum target queue. The figure is messages / seconds until the target
 holds them all, with the broker's CPU seconds over the same span (summed over the nodes).
-``--cluster`` runs it on a three-node cluster of its own (tests/rabbit_cluster.py, ports 5881…),
+``--cluster`` runs it on a three-node cluster of its own (harness/rabbit_cluster.py, ports 5881…),
 each shard's queue led by another node; without it, on the local node (127.0.0.1:5672).
 Prints one line per k and writes artifacts/queue_ceiling.json.
 """
@@ -26,10 +26,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.broker_cpu import broker_pid, cpu_seconds  # noqa: E402
-from bench.harness import AMQP, MANAGEMENT, idle_share  # noqa: E402
+from harness.platform import AMQP, MANAGEMENT, idle_share  # noqa: E402
 from rabbit import Broker, Management, Outgoing  # noqa: E402
 from topology import cascade  # noqa: E402
-from tests.support import ARTIFACTS  # noqa: E402
+from harness.support import ARTIFACTS  # noqa: E402
 
 LEVEL_ARGS = {**dict(cascade.V3.kind_arguments), **dict(cascade.V3.dead_letter_arguments)}
 BODY = b"x" * 106  # the platform's typical body size (docs/performance.md)
@@ -111,7 +111,7 @@ def main() -> None:
     vhost = f"dp-ceiling-{uuid.uuid4().hex[:6]}"
     cluster = None
     if args.cluster:
-        from tests.rabbit_cluster import LocalCluster
+        from harness.rabbit_cluster import LocalCluster
 
         cluster = LocalCluster(name="dpb", port=5881).__enter__()
         url, management_url = cluster.broker_url(vhost), cluster.management_url

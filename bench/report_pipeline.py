@@ -27,7 +27,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.harness import ARTIFACTS, ROOT, django_env, idle_share, manage, throwaway_database  # noqa: E402
+from harness.platform import ARTIFACTS, ROOT, django_env, idle_share, manage, throwaway_database  # noqa: E402
 
 ENDPOINTS = 20
 TABLE = "scheduling_scheduledmessage"

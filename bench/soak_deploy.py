@@ -27,11 +27,11 @@ from pathlib import Path
 import psycopg
 import requests
 
-from bench.harness import manage
+from harness.platform import manage
 from bench.soak_postgres import PrivatePostgres
 from bench.soak_rules import Plan
 from scheduling.durations import format_duration
-from tests.support import ARTIFACTS, ROOT, PrivateRabbit, Worker, wait_until
+from harness.support import ARTIFACTS, ROOT, PrivateRabbit, Worker, wait_until
 
 LOG_TAIL_BYTES = 4 << 20  # of each log, kept in artifacts/ when the run fails or misses a target
 

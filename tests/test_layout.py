@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ROOT
+from harness.support import ROOT
 
 BROKER_LIBRARIES = {"kombu", "amqp", "requests", "pika"}
 STDLIB = set(sys.stdlib_module_names)

@@ -6,7 +6,7 @@ import tempfile
 
 import pytest
 
-from tests.support import ARTIFACTS, wait_until
+from harness.support import ARTIFACTS, wait_until
 
 SCREENSHOTS = ARTIFACTS / "screenshots"
 CHROMIUM_FLAGS = (

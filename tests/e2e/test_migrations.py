@@ -17,7 +17,7 @@ from django.core.management import call_command
 from scheduling.conf import broker
 from scheduling.models import ScheduledMessage
 from scheduling.selectors.broker import topology_count_by_level
-from tests.support import ARTIFACTS, ROOT, Worker, celery_drained, wait_until
+from harness.support import ARTIFACTS, ROOT, Worker, celery_drained, wait_until
 from tests.testapp.models import Receipt
 from topology import cascade
 

@@ -18,7 +18,7 @@ from django.db import connection
 from django.utils import timezone
 
 from scheduling.models import ArchiveFile, Endpoint, ScheduledMessage
-from tests.support import ROOT, database_url
+from harness.support import ROOT, database_url
 
 from .conftest import size
 

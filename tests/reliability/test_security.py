@@ -12,7 +12,7 @@ from drf_spectacular.generators import SchemaGenerator
 
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.services.delivery import delivery_receive
-from tests.support import ROOT, RecordingServer
+from harness.support import ROOT, RecordingServer
 
 pytestmark = pytest.mark.reliability
 SECRET = "a-very-distinctive-signing-secret-123"

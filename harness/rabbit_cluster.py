@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from rabbit import Management
-from tests.support import ROOT, wait_until
+from harness.support import ROOT, wait_until
 
 
 class LocalCluster:

@@ -1,6 +1,6 @@
-"""A throwaway copy of the platform for benchmarks: its own RabbitMQ vhost and PostgreSQL
-database, the cascade provisioned, gunicorn serving the API, real Celery worker(s), and an API
-token. Everything is removed on exit."""
+"""A throwaway copy of the platform for benchmarks and the reliability tests: its own RabbitMQ vhost
+and PostgreSQL database, the cascade provisioned, gunicorn serving the API, real Celery worker(s),
+and an API token. Everything is removed on exit."""
 
 from __future__ import annotations
 
@@ -12,17 +12,12 @@ import threading
 import time
 import uuid
 from contextlib import contextmanager
-from pathlib import Path
 
 import psycopg
 import requests
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from rabbit import Management  # noqa: E402
-
-from tests.support import ARTIFACTS, Worker, wait_until  # noqa: E402
+from harness.support import ARTIFACTS, ROOT, Worker, wait_until
+from rabbit import Management
 
 PG = os.environ.get("BENCH_PG", "postgres://postgres:postgres@127.0.0.1:5432")
 AMQP = os.environ.get("BENCH_AMQP", "amqp://guest:guest@127.0.0.1:5672")
