@@ -23,7 +23,9 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.platform import ARTIFACTS, idle_share, platform  # noqa: E402
+from bench.measure import idle_share  # noqa: E402
+from harness.paths import ARTIFACTS  # noqa: E402
+from harness.platform import platform  # noqa: E402
 
 ENDPOINTS = ("billing", "reminders", "reports", "webhooks-out", "cleanup")
 INSERT_SQL = """

@@ -26,10 +26,11 @@ sys.path.insert(0, str(ROOT))
 
 from bench.broker_cpu import broker_pid  # noqa: E402
 from bench.broker_stages import platform_message, stage_costs  # noqa: E402
-from harness.platform import AMQP, MANAGEMENT, idle_share, percentiles  # noqa: E402
+from bench.measure import idle_share, percentiles  # noqa: E402
+from harness.platform import AMQP, MANAGEMENT  # noqa: E402
 from rabbit import Broker  # noqa: E402
 from topology import cascade  # noqa: E402
-from harness.support import ARTIFACTS  # noqa: E402
+from harness.paths import ARTIFACTS  # noqa: E402
 
 
 def transit_ms(broker: Broker, version: cascade.Version, n: int, per_second: int = 50, delay: int = 1) -> dict:

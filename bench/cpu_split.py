@@ -22,9 +22,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.broker_cpu import TICKS, broker_pid  # noqa: E402
-from harness.platform import ARTIFACTS, platform  # noqa: E402
+from harness.paths import ARTIFACTS  # noqa: E402
+from harness.platform import platform  # noqa: E402
 from bench.suite import Bench  # noqa: E402
-from harness.support import wait_until  # noqa: E402
+from harness.waiting import wait_until  # noqa: E402
 
 
 def tree(pid: int) -> list[int]:

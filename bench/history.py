@@ -25,7 +25,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import history_pages  # noqa: E402
-from harness.platform import ARTIFACTS, idle_share, platform  # noqa: E402
+from bench.measure import idle_share  # noqa: E402
+from harness.paths import ARTIFACTS  # noqa: E402
+from harness.platform import platform  # noqa: E402
 from bench.history_cases import STEADY_ROWS, Cases  # noqa: E402
 from bench.history_fill import ENDPOINT_PREFIX, ENDPOINTS, history_fill  # noqa: E402
 

@@ -11,8 +11,8 @@ import time
 import uuid
 from datetime import datetime, timedelta, timezone
 
-from harness.platform import percentiles
-from harness.support import wait_until
+from bench.measure import percentiles
+from harness.waiting import wait_until
 
 TABLE = "scheduling_scheduledmessage"
 IN_FLIGHT_DAYS = 3  # the rate case's messages stay published (in the cascade) for the whole run

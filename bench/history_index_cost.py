@@ -22,7 +22,9 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.platform import ARTIFACTS, idle_share, platform  # noqa: E402
+from bench.measure import idle_share  # noqa: E402
+from harness.paths import ARTIFACTS  # noqa: E402
+from harness.platform import platform  # noqa: E402
 from bench.history import Run  # noqa: E402
 
 TABLE = "scheduling_scheduledmessage"

@@ -15,8 +15,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.platform import ARTIFACTS, ROOT, idle_share, platform  # noqa: E402
-from harness.support import wait_until  # noqa: E402
+from bench.measure import idle_share  # noqa: E402
+from harness.paths import ARTIFACTS, ROOT  # noqa: E402
+from harness.platform import platform  # noqa: E402
+from harness.waiting import wait_until  # noqa: E402
 
 
 def main() -> None:

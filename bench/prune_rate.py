@@ -23,7 +23,10 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.platform import ARTIFACTS, django_env, idle_share, manage, throwaway_database  # noqa: E402
+from bench.measure import idle_share  # noqa: E402
+from harness.database import throwaway_database  # noqa: E402
+from harness.paths import ARTIFACTS  # noqa: E402
+from harness.platform import django_env, manage  # noqa: E402
 from bench.history_fill import history_fill  # noqa: E402
 
 TABLE = "scheduling_scheduledmessage"

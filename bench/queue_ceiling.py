@@ -26,10 +26,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.broker_cpu import broker_pid, cpu_seconds  # noqa: E402
-from harness.platform import AMQP, MANAGEMENT, idle_share  # noqa: E402
+from bench.measure import idle_share  # noqa: E402
+from harness.platform import AMQP, MANAGEMENT  # noqa: E402
 from rabbit import Broker, Management, Outgoing  # noqa: E402
 from topology import cascade  # noqa: E402
-from harness.support import ARTIFACTS  # noqa: E402
+from harness.paths import ARTIFACTS  # noqa: E402
 
 LEVEL_ARGS = {**dict(cascade.V3.kind_arguments), **dict(cascade.V3.dead_letter_arguments)}
 BODY = b"x" * 106  # the platform's typical body size (docs/performance.md)

@@ -27,7 +27,10 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.platform import ARTIFACTS, ROOT, django_env, idle_share, manage, throwaway_database  # noqa: E402
+from bench.measure import idle_share  # noqa: E402
+from harness.database import throwaway_database  # noqa: E402
+from harness.paths import ARTIFACTS, ROOT  # noqa: E402
+from harness.platform import django_env, manage  # noqa: E402
 
 ENDPOINTS = 20
 TABLE = "scheduling_scheduledmessage"

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 import psycopg  # noqa: E402
 import requests  # noqa: E402
 
-from harness.platform import percentiles  # noqa: E402
+from bench.measure import percentiles  # noqa: E402
 from bench.soak_deploy import Deployment, deployed, keep_logs  # noqa: E402
 from bench.soak_ledger import Ledger, Outcome, judge, read_snapshot  # noqa: E402
 from bench.soak_load import Load  # noqa: E402

@@ -30,8 +30,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.broker_cpu import broker_cpu, broker_pid, cpu_seconds  # noqa: E402
-from harness.platform import ARTIFACTS, idle_share, percentiles, platform  # noqa: E402
-from harness.support import wait_until  # noqa: E402
+from bench.measure import idle_share, percentiles  # noqa: E402
+from harness.paths import ARTIFACTS  # noqa: E402
+from harness.platform import platform  # noqa: E402
+from harness.waiting import wait_until  # noqa: E402
 
 CELERY_QUEUE = "bench-celery"
 CASES = ("idle", "burst", "rate", "hol", "throughput", "holding")
@@ -236,7 +238,7 @@ class Bench:
         and a consumer that notes arrival minus due: the broker's own floor for this burst."""
         from rabbit import Outgoing
         from scheduling.conf import broker
-        from harness.support import bind_endpoint
+        from harness.endpoints import bind_endpoint
         from topology import cascade
 
         version = cascade.get_version(version_name)

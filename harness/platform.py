@@ -16,10 +16,12 @@ from contextlib import contextmanager
 import psycopg
 import requests
 
-from harness.support import ARTIFACTS, ROOT, Worker, wait_until
+from harness.celery_worker import Worker
+from harness.database import throwaway_database
+from harness.paths import ARTIFACTS, ROOT
+from harness.waiting import wait_until
 from rabbit import Management
 
-PG = os.environ.get("BENCH_PG", "postgres://postgres:postgres@127.0.0.1:5432")
 AMQP = os.environ.get("BENCH_AMQP", "amqp://guest:guest@127.0.0.1:5672")
 MANAGEMENT = os.environ.get("BENCH_MANAGEMENT", "http://guest:guest@127.0.0.1:15672")
 
@@ -67,19 +69,6 @@ def manage(env: dict, *args: str) -> str:
     if result.returncode:
         raise RuntimeError(f"manage.py {' '.join(args)} failed: {result.stderr[-2000:]}")
     return result.stdout
-
-
-@contextmanager
-def throwaway_database(run_id: str):
-    """A PostgreSQL database of this run's own, migrated; dropped on exit. Yields its URL."""
-    db = f"dp_bench_{run_id}"
-    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{db}"')
-    try:
-        yield f"{PG}/{db}"
-    finally:
-        with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
 
 
 def django_env(run_id: str, database_url: str, settings: str = "delayplatform.settings", **overrides) -> dict:
@@ -152,25 +141,3 @@ def platform(web_workers: int = 4, broker_url: str | None = None, settings: str 
             time.sleep(0.5)
             if broker_url is None:
                 management.delete_vhost(vhost)
-
-
-def percentiles(values: list[float], points=(50, 95, 99)) -> dict:
-    """Nearest-rank percentiles plus max (empty input gives Nones)."""
-    if not values:
-        return {**{f"p{p}": None for p in points}, "max": None}
-    ordered = sorted(values)
-    out = {f"p{p}": ordered[min(len(ordered) - 1, max(0, -(-p * len(ordered) // 100) - 1))] for p in points}
-    out["max"] = ordered[-1]
-    return out
-
-
-def idle_share(seconds: float = 1.0) -> float:
-    """Share of CPU time idle over a short sample (from /proc/stat), to judge noise."""
-    def sample():
-        fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
-        return fields[3] + fields[4], sum(fields)
-
-    idle1, total1 = sample()
-    time.sleep(seconds)
-    idle2, total2 = sample()
-    return (idle2 - idle1) / max(1, total2 - total1)

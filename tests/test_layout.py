@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.support import ROOT
+from harness.paths import ROOT
 
 BROKER_LIBRARIES = {"kombu", "amqp", "requests", "pika"}
 STDLIB = set(sys.stdlib_module_names)

@@ -7,7 +7,8 @@ cascade, where nothing is unacked, and runs once, on time."""
 import pytest
 
 from harness.platform import platform
-from harness.support import PrivateRabbit, wait_until
+from harness.rabbit_node import PrivateRabbit
+from harness.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.broker]
 COUNTDOWN = 75  # past the first consumer-timeout check

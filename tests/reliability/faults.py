@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.support import wait_until
+from harness.waiting import wait_until
 
 from .conftest import Counts
 

@@ -7,7 +7,8 @@ import time
 import pytest
 
 from harness.platform import platform
-from harness.support import PrivateRabbit, wait_until
+from harness.rabbit_node import PrivateRabbit
+from harness.waiting import wait_until
 
 from .conftest import FULL, size
 from .faults import count_status, endpoint, outcome, schedule, settle, why_lost

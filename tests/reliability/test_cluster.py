@@ -19,7 +19,7 @@ import pytest
 
 from harness.platform import platform
 from harness.rabbit_cluster import LocalCluster, VhostQueues
-from harness.support import wait_until
+from harness.waiting import wait_until
 
 from .conftest import FULL, size
 from .faults import count_status, endpoint, outcome, schedule, settle, wait_receipts, why_lost
@@ -203,7 +203,7 @@ def test_verify_checks_every_quorum_queue_has_a_member_on_each_node(cluster):
     import subprocess
     import sys
 
-    from harness.support import ROOT
+    from harness.paths import ROOT
 
     with cluster_platform(cluster, workers=0) as p:
         verify = [sys.executable, "manage.py", "provision_delays", "--version", "v3", "--verify"]

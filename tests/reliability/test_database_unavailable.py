@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from harness.platform import platform
-from harness.support import wait_until
+from harness.waiting import wait_until
 
 from .conftest import size
 from .faults import count_status, endpoint, outcome, schedule, settle

@@ -6,7 +6,7 @@ import pytest
 
 from harness.platform import platform
 from scheduling.conf import broker
-from harness.support import wait_until
+from harness.waiting import wait_until
 from topology import cascade
 
 from .conftest import size

@@ -14,7 +14,7 @@ from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.selectors.broker import topology_count_by_level
 from scheduling.services.delays import delays_move
 from scheduling.services.relay import relay_publish
-from harness.support import bind_endpoint
+from harness.endpoints import bind_endpoint
 from tests.topology.helpers import get, publish
 from topology import cascade
 
