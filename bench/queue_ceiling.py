@@ -1,6 +1,6 @@
 """How fast one level queue can dead-letter, and k of them (shards): the ceiling of one cascade.
 
-    .venv/bin/python bench/queue_ceiling.py [--messages 20000] [--shards 1,2,4] [--cluster] [--hold 100000]
+    .venv/bin/python -m bench.queue_ceiling [--messages 20000] [--shards 1,2,4] [--cluster] [--hold 100000]
 
 A level queue is a quorum queue that dead-letters (at-least-once, reject-publish, as v2/v3) into
 the next exchange. Here k such queues each get messages/k messages whose per-message TTL is set
@@ -17,20 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 import time
 import uuid
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.broker_cpu import broker_pid, cpu_seconds  # noqa: E402
-from bench.measure import idle_share  # noqa: E402
-from harness.platform import AMQP, MANAGEMENT  # noqa: E402
-from rabbit import Broker, Management, Outgoing  # noqa: E402
-from topology import cascade  # noqa: E402
-from harness.paths import ARTIFACTS  # noqa: E402
+from bench.broker_cpu import broker_pid, cpu_seconds
+from bench.measure import idle_share
+from harness.paths import ARTIFACTS
+from harness.platform import AMQP, MANAGEMENT
+from rabbit import Broker, Management, Outgoing
+from topology import cascade
 
 LEVEL_ARGS = {**dict(cascade.V3.kind_arguments), **dict(cascade.V3.dead_letter_arguments)}
 BODY = b"x" * 106  # the platform's typical body size (docs/performance.md)

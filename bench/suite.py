@@ -1,7 +1,7 @@
 """`make bench`: the six performance cases on v2 and v3 side by side, each against its
 comparisons in the same run, one table at the end (and artifacts/bench.json).
 
-    .venv/bin/python bench/suite.py [--runs 3] [--quick] [--cases idle,burst] [--versions v2,v3]
+    .venv/bin/python -m bench.suite [--runs 3] [--quick] [--cases idle,burst] [--versions v2,v3]
 
 One throwaway platform serves every case (its own database and vhost, gunicorn, a platform
 worker) plus, per case, the comparisons: a hand-written kombu publisher into the same cascade
@@ -19,21 +19,17 @@ import json
 import os
 import random
 import statistics
-import sys
 import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.broker_cpu import broker_cpu, broker_pid, cpu_seconds  # noqa: E402
-from bench.measure import idle_share, percentiles  # noqa: E402
-from harness.paths import ARTIFACTS  # noqa: E402
-from harness.platform import platform  # noqa: E402
-from harness.waiting import wait_until  # noqa: E402
+from bench.broker_cpu import broker_cpu, broker_pid, cpu_seconds
+from bench.measure import idle_share, percentiles
+from harness.paths import ARTIFACTS
+from harness.platform import platform
+from harness.waiting import wait_until
 
 CELERY_QUEUE = "bench-celery"
 CASES = ("idle", "burst", "rate", "hol", "throughput", "holding")
