@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from bench.broker_cpu import TICKS, broker_pid
-from bench.suite import Bench
+from bench.cases.base import Bench
 from harness.paths import ARTIFACTS
 from harness.platform import platform
 from harness.waiting import wait_until

@@ -44,7 +44,7 @@ def fmt(value, unit="") -> str:
 
 class Run:
     def __init__(self, p, quick: bool):
-        from bench.suite import Bench
+        from bench.cases.base import Bench
 
         self.p, self.quick = p, quick
         self.bench = Bench(p, quick, ("v3",))
