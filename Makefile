@@ -56,7 +56,7 @@ cluster-stop:
 ## the worker SIGKILLed every 10 min and RabbitMQ restarted once; a row every 5 min, then a verdict (docs/reliability.md)
 soak: venv
 	scripts/services.sh rabbitmq postgres
-	$(BIN)/python bench/soak.py
+	$(BIN)/python -m bench.soak
 
 ## test-fast: pure unit tests only (no services)
 test-fast: venv
@@ -65,36 +65,36 @@ test-fast: venv
 ## bench: the six performance cases on v2 and v3 side by side with their comparisons (~40 min); one table, artifacts/bench.json
 bench: venv
 	scripts/services.sh rabbitmq postgres
-	$(BIN)/python bench/suite.py
+	$(BIN)/python -m bench.suite
 
 ## bench-profile: where the CPU goes per message (web, worker, PostgreSQL, RabbitMQ) and what each broker stage costs, v2 and v3
 bench-profile: venv
 	scripts/services.sh rabbitmq postgres
-	$(BIN)/python bench/broker_stages.py --versions v2,v3
-	$(BIN)/python bench/cpu_split.py --version v2 --case rate
-	$(BIN)/python bench/cpu_split.py --version v3 --case rate
-	$(BIN)/python bench/cpu_split.py --version v2 --case burst
-	$(BIN)/python bench/cpu_split.py --version v3 --case burst
+	$(BIN)/python -m bench.broker_stages --versions v2,v3
+	$(BIN)/python -m bench.cpu_split --version v2 --case rate
+	$(BIN)/python -m bench.cpu_split --version v3 --case rate
+	$(BIN)/python -m bench.cpu_split --version v2 --case burst
+	$(BIN)/python -m bench.cpu_split --version v3 --case burst
 
 ## bench-migration: migrate_delays rate for 10,000 in-flight messages
 bench-migration: venv
 	scripts/services.sh rabbitmq postgres
-	$(BIN)/python bench/migration.py
+	$(BIN)/python -m bench.migration
 
 ## bench-admin: the admin with 100,000 messages: page render times (own database, vhost, web server)
 bench-admin: venv
 	scripts/services.sh rabbitmq postgres
-	$(BIN)/python bench/admin_changelist.py
+	$(BIN)/python -m bench.admin_changelist
 
 ## bench-history: rate, idle lateness, throughput and the admin/API pages with 0, 10 M and 50 M finished messages (~25 min)
 bench-history: venv
 	scripts/services.sh rabbitmq postgres
-	$(BIN)/python bench/history.py
+	$(BIN)/python -m bench.history
 
 ## bench-report: 10 M synthetic deliveries in a throwaway database, then export + Spark job + load
 bench-report: venv
 	scripts/services.sh postgres java
-	$(BIN)/python bench/report_pipeline.py
+	$(BIN)/python -m bench.report_pipeline
 
 ## docs: build the documentation site (docs/, mkdocs.yml) into site/, strictly: a broken link or page fails
 docs: venv

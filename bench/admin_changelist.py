@@ -1,7 +1,7 @@
 """The admin with 100,000 messages in the table (issue 4): how long each control-room page
 takes to render, as an operator's browser would wait for it.
 
-    .venv/bin/python bench/admin_changelist.py [--messages 100000] [--repeat 10]
+    .venv/bin/python -m bench.admin_changelist [--messages 100000] [--repeat 10]
 
 A throwaway platform (own database, vhost, gunicorn) gets a few endpoints through the API, then
 N message rows in one INSERT (mixed statuses, due times over +-2 days, lateness on delivered
@@ -14,16 +14,14 @@ import argparse
 import json
 import re
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import psycopg
 import requests
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.harness import ARTIFACTS, idle_share, platform  # noqa: E402
+from bench.measure import idle_share
+from harness.paths import ARTIFACTS
+from harness.platform import platform
 
 ENDPOINTS = ("billing", "reminders", "reports", "webhooks-out", "cleanup")
 INSERT_SQL = """

@@ -1,7 +1,7 @@
 """What each stage of a delayed message costs RabbitMQ, per version: the broker's own CPU time
 (bench/broker_cpu.py) for 10,000 platform-shaped messages at a time, in a vhost of its own.
 
-    .venv/bin/python bench/broker_stages.py [--messages 10000] [--versions v2,v3]
+    .venv/bin/python -m bench.broker_stages [--messages 10000] [--versions v2,v3]
 
 Stages: a confirmed publish into the first level; each dead-letter hop through the levels (one,
 then two set bits); and taking the messages from the endpoint queue with one ack per message
@@ -12,18 +12,14 @@ and broker-CPU figures in docs/performance.md.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 import uuid
 from datetime import datetime, timezone
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.broker_cpu import broker_pid, cpu_seconds  # noqa: E402
-from bench.harness import AMQP, MANAGEMENT  # noqa: E402
-from rabbit import Broker, Management, Outgoing  # noqa: E402
-from topology import cascade  # noqa: E402
+from bench.broker_cpu import broker_pid, cpu_seconds
+from harness.platform import AMQP, MANAGEMENT
+from rabbit import Broker, Management, Outgoing
+from topology import cascade
 
 
 def platform_message(version: cascade.Version, delay: int, destination: str) -> Outgoing:

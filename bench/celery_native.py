@@ -14,11 +14,8 @@ the countdown comparison, so both are judged by the same query.
 from __future__ import annotations
 
 import os
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "delayplatform.settings_test")
 
 import django  # noqa: E402

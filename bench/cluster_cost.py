@@ -2,10 +2,10 @@
 beyond the TTL at a light load, and the broker CPU per message (summed over the nodes) of each
 stage, with quorum endpoint queues on both (what DELAY_QUEUE_TYPE=quorum declares).
 
-    .venv/bin/python bench/cluster_cost.py [--messages 10000] [--light 300]
+    .venv/bin/python -m bench.cluster_cost [--messages 10000] [--light 300]
 
 One node: the local RabbitMQ (127.0.0.1:5672). Cluster: three nodes of its own
-(tests/rabbit_cluster.py, ports 5881…), replicated to all three, leaders spread. Both on this
+(harness/rabbit_cluster.py, ports 5881…), replicated to all three, leaders spread. Both on this
 machine's 2 cores, so the cluster's three Erlang VMs share the cores one node had to itself: the
 CPU figure is what replication costs in work, not what three machines would take in time.
 Prints a table and writes artifacts/cluster_cost.json.
@@ -15,21 +15,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.broker_cpu import broker_pid  # noqa: E402
-from bench.broker_stages import platform_message, stage_costs  # noqa: E402
-from bench.harness import AMQP, MANAGEMENT, idle_share, percentiles  # noqa: E402
-from rabbit import Broker  # noqa: E402
-from topology import cascade  # noqa: E402
-from tests.support import ARTIFACTS  # noqa: E402
+from bench.broker_cpu import broker_pid
+from bench.broker_stages import platform_message, stage_costs
+from bench.measure import idle_share, percentiles
+from harness.paths import ARTIFACTS
+from harness.platform import AMQP, MANAGEMENT
+from rabbit import Broker
+from topology import cascade
 
 
 def transit_ms(broker: Broker, version: cascade.Version, n: int, per_second: int = 50, delay: int = 1) -> dict:
@@ -103,7 +99,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=10000)
     parser.add_argument("--light", type=int, default=300, help="messages of the transit measurement (50/s)")
     args = parser.parse_args()
-    from tests.rabbit_cluster import LocalCluster
+    from harness.rabbit_cluster import LocalCluster
 
     print(f"idle {idle_share():.0%} before the run")
     rows = [measure("one node", f"{AMQP}/dp-cost-{uuid.uuid4().hex[:6]}", MANAGEMENT, [broker_pid()], args)]

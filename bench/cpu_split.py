@@ -1,7 +1,7 @@
 """Where a scheduled message's CPU goes: web (gunicorn), worker (relay, delivery loop), PostgreSQL,
 RabbitMQ and the client, measured from /proc over one run of case 3 or case 2.
 
-    .venv/bin/python bench/cpu_split.py --version v3 --case rate [--messages 20000] [--py-spy DIR]
+    .venv/bin/python -m bench.cpu_split --version v3 --case rate [--messages 20000] [--py-spy DIR]
 
 Prints CPU microseconds per message for each part and the wall time; with --py-spy, also
 records the web workers and the platform worker while it runs (py-spy's collapsed stacks, which
@@ -19,12 +19,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.broker_cpu import TICKS, broker_pid  # noqa: E402
-from bench.harness import ARTIFACTS, platform  # noqa: E402
-from bench.suite import Bench  # noqa: E402
-from tests.support import wait_until  # noqa: E402
+from bench.broker_cpu import TICKS, broker_pid
+from bench.cases.base import Bench
+from harness.paths import ARTIFACTS
+from harness.platform import platform
+from harness.waiting import wait_until
 
 
 def tree(pid: int) -> list[int]:

@@ -4,9 +4,9 @@ lateness p99, delivered throughput, and the admin's and the API's pages; each ag
 empty table (target: within 10 %), the pages against their own targets (admin < 1 s, API <
 300 ms); and the bytes a message costs the table, with the size 7 days at 1,000/s make.
 
-    .venv/bin/python bench/history.py [--sizes 0,10000000,50000000] [--quick]
+    .venv/bin/python -m bench.history [--sizes 0,10000000,50000000] [--quick]
 
-One throwaway platform (bench/harness.py: its own database and vhost, gunicorn with 4 workers,
+One throwaway platform (harness/platform.py: its own database and vhost, gunicorn with 4 workers,
 a platform worker) serves every size; between sizes the worker is stopped and
 bench/history_fill.py adds finished rows (indexes rebuilt, VACUUM ANALYZE), as 7 days of
 retention hold them. ~25 minutes at full size on an idle 2-core machine (the fills take ~12 of them); --quick
@@ -18,16 +18,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench import history_pages  # noqa: E402
-from bench.harness import ARTIFACTS, idle_share, platform  # noqa: E402
-from bench.history_cases import STEADY_ROWS, Cases  # noqa: E402
-from bench.history_fill import ENDPOINT_PREFIX, ENDPOINTS, history_fill  # noqa: E402
+from bench import history_pages
+from bench.history_cases import STEADY_ROWS, Cases
+from bench.history_fill import ENDPOINT_PREFIX, ENDPOINTS, history_fill
+from bench.measure import idle_share
+from harness.paths import ARTIFACTS
+from harness.platform import platform
 
 FULL = (0, 10_000_000, 50_000_000)
 QUICK = (0, 200_000, 1_000_000)
@@ -45,7 +44,7 @@ def fmt(value, unit="") -> str:
 
 class Run:
     def __init__(self, p, quick: bool):
-        from bench.suite import Bench
+        from bench.cases.base import Bench
 
         self.p, self.quick = p, quick
         self.bench = Bench(p, quick, ("v3",))

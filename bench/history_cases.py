@@ -1,7 +1,8 @@
 """What bench/history.py measures at each size of the history: the bulk scheduling rate (and the
 raw publisher's beside it), idle lateness, delivered throughput, and the bytes a message costs.
 Each case schedules through the platform's API and reads the outcome from its database, as
-bench/suite.py does (whose Bench gives the endpoints, the bulk requests and the lateness)."""
+`make bench`'s cases do (whose Bench, bench/cases/base.py, gives the endpoints, the bulk requests
+and the lateness)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import time
 import uuid
 from datetime import datetime, timedelta, timezone
 
-from bench.harness import percentiles
-from tests.support import wait_until
+from bench.cases.idle import idle_delays
+from bench.measure import percentiles
+from harness.waiting import wait_until
 
 TABLE = "scheduling_scheduledmessage"
 IN_FLIGHT_DAYS = 3  # the rate case's messages stay published (in the cascade) for the whole run
@@ -24,7 +26,7 @@ IN_FLIGHT_ONLY = ("message_endpoint_in_flight", "message_in_flight_due", "messag
 
 class Cases:
     def __init__(self, bench):
-        self.b, self.p = bench, bench.p  # bench.suite.Bench on the run's platform
+        self.b, self.p = bench, bench.p  # bench.cases.base.Bench on the run's platform
 
     # --- scheduling rate -------------------------------------------------------------------------
 
@@ -72,12 +74,12 @@ class Cases:
     # --- idle lateness -----------------------------------------------------------------------------
 
     def lateness_idle(self, n: int, runs: int) -> dict:
-        """``n`` messages of 1-30 s sent over 5 s, nothing else running: bench/suite.py's case 1,
-        on v3. The median of the runs' p99 is the figure."""
+        """``n`` messages of 1-30 s sent over 5 s, nothing else running: `make bench`'s case 1
+        (bench/cases/idle.py), on v3. The median of the runs' p99 is the figure."""
         results = []
         for _ in range(runs):
             endpoint = self.b.endpoint("idle", "v3")
-            for delays in self.b._idle_delays(n, 20):
+            for delays in idle_delays(self.b, n, 20):
                 self.b.schedule(endpoint, delays, clients=1)
                 time.sleep(0.25)
             wait_until(lambda: self.b.count(endpoint, "delivered") >= n, 180, 0.5, "idle deliveries")

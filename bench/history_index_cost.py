@@ -2,28 +2,26 @@
 delivered throughput and the bytes per message with the indexes of 0013 and of 0014, on the same
 table of N finished rows, alternated (A B A B …) so the machine's drift falls on both.
 
-    .venv/bin/python bench/history_index_cost.py [--rows 10000000] [--rounds 2]
+    .venv/bin/python -m bench.history_index_cost [--rows 10000000] [--rounds 2]
 
 0013: (endpoint, status). 0014: instead, (endpoint, status) of the messages in flight and (endpoint,
 status, topology, created_at, id) of the finished ones, plus the partial indexes of in-flight due
 times and of messages scheduled in the past. A throwaway platform
-(bench/harness.py); the worker is stopped while the indexes are swapped."""
+(harness/platform.py); the worker is stopped while the indexes are swapped."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import psycopg
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.harness import ARTIFACTS, idle_share, platform  # noqa: E402
-from bench.history import Run  # noqa: E402
+from bench.history import Run
+from bench.measure import idle_share
+from harness.paths import ARTIFACTS
+from harness.platform import platform
 
 TABLE = "scheduling_scheduledmessage"
 VARIANTS = {

@@ -1,7 +1,7 @@
 """How to keep the messages table flat as history grows: the alternatives, measured side by side
 on copies of the real table (same columns and indexes) in a throwaway database.
 
-    .venv/bin/python bench/history_layout.py [--rows 10000000] [--lifecycle 500000]
+    .venv/bin/python -m bench.history_layout [--rows 10000000] [--lifecycle 500000]
 
 A. Primary keys: UUIDv4 (random) against UUIDv7 (time-ordered). The platform inserts bulk
    requests through COPY; with the table already holding --rows rows, how fast do new rows go
@@ -24,18 +24,16 @@ from __future__ import annotations
 import argparse
 import importlib
 import random
-import sys
 import time
 import uuid
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import psycopg
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.harness import django_env, idle_share, manage, throwaway_database  # noqa: E402
+from bench.measure import idle_share
+from harness.database import throwaway_database
+from harness.platform import django_env, manage
 
 TABLE = "scheduling_scheduledmessage"
 BATCH = 1000  # a bulk API request

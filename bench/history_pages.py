@@ -2,7 +2,7 @@
 list with each filter, its search and next pages, the dashboard, the endpoints pages, the API's
 filtered lists and their next pages, a message by id.
 
-    .venv/bin/python bench/history_pages.py --url http://127.0.0.1:8000 --database-url postgres://…/dp_hist \
+    .venv/bin/python -m bench.history_pages --url http://127.0.0.1:8000 --database-url postgres://…/dp_hist \
         --user ops --password … [--repeat 5]
 
 Used by bench/history.py at each size of the table; alone, against any running platform whose
@@ -17,7 +17,6 @@ import argparse
 import json
 import re
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +25,7 @@ from urllib.parse import urlencode
 import psycopg
 import requests
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.admin_changelist import login  # noqa: E402
+from bench.admin_changelist import login
 
 DOMINANT, RARE = "history-00", "history-19"
 ADMIN_TARGET_MS, API_TARGET_MS = 1000, 300

@@ -1,7 +1,7 @@
 """Migration rate (issue 5): N messages in flight on v1 (delays of hours, so nothing moves on its
 own), then `migrate_delays --from v1 --to v2`; prints messages/s and checks nothing was left.
 
-    .venv/bin/python bench/migration.py [--messages 10000] [--batch 500]
+    .venv/bin/python -m bench.migration [--messages 10000] [--batch 500]
 """
 
 from __future__ import annotations
@@ -11,12 +11,11 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.harness import ARTIFACTS, ROOT, idle_share, platform  # noqa: E402
-from tests.support import wait_until  # noqa: E402
+from bench.measure import idle_share
+from harness.paths import ARTIFACTS, ROOT
+from harness.platform import platform
+from harness.waiting import wait_until
 
 
 def main() -> None:

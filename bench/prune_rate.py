@@ -1,6 +1,6 @@
 """How fast the prune archives and deletes, and what the archive costs on disk per message.
 
-    .venv/bin/python bench/prune_rate.py [--rows 2000000] [--retention 3d]
+    .venv/bin/python -m bench.prune_rate [--rows 2000000] [--retention 3d]
 
 A throwaway database gets --rows finished messages over the last 7 days (bench/history_fill.py);
 ``manage.py prune_messages`` then archives and deletes those past --retention, with payloads and
@@ -14,17 +14,16 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 import time
 import uuid
-from pathlib import Path
 
 import psycopg
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.harness import ARTIFACTS, django_env, idle_share, manage, throwaway_database  # noqa: E402
-from bench.history_fill import history_fill  # noqa: E402
+from bench.history_fill import history_fill
+from bench.measure import idle_share
+from harness.database import throwaway_database
+from harness.paths import ARTIFACTS
+from harness.platform import django_env, manage
 
 TABLE = "scheduling_scheduledmessage"
 

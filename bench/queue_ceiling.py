@@ -1,13 +1,13 @@
 """How fast one level queue can dead-letter, and k of them (shards): the ceiling of one cascade.
 
-    .venv/bin/python bench/queue_ceiling.py [--messages 20000] [--shards 1,2,4] [--cluster] [--hold 100000]
+    .venv/bin/python -m bench.queue_ceiling [--messages 20000] [--shards 1,2,4] [--cluster] [--hold 100000]
 
 A level queue is a quorum queue that dead-letters (at-least-once, reject-publish, as v2/v3) into
 the next exchange. Here k such queues each get messages/k messages whose per-message TTL is set
 so that every one expires at the same instant; from that instant on, the queues do nothing but
 dead-letter into one quorum target queue. The figure is messages / seconds until the target
 holds them all, with the broker's CPU seconds over the same span (summed over the nodes).
-``--cluster`` runs it on a three-node cluster of its own (tests/rabbit_cluster.py, ports 5881…),
+``--cluster`` runs it on a three-node cluster of its own (harness/rabbit_cluster.py, ports 5881…),
 each shard's queue led by another node; without it, on the local node (127.0.0.1:5672).
 Prints one line per k and writes artifacts/queue_ceiling.json.
 """
@@ -17,19 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 import time
 import uuid
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.broker_cpu import broker_pid, cpu_seconds  # noqa: E402
-from bench.harness import AMQP, MANAGEMENT, idle_share  # noqa: E402
-from rabbit import Broker, Management, Outgoing  # noqa: E402
-from topology import cascade  # noqa: E402
-from tests.support import ARTIFACTS  # noqa: E402
+from bench.broker_cpu import broker_pid, cpu_seconds
+from bench.measure import idle_share
+from harness.paths import ARTIFACTS
+from harness.platform import AMQP, MANAGEMENT
+from rabbit import Broker, Management, Outgoing
+from topology import cascade
 
 LEVEL_ARGS = {**dict(cascade.V3.kind_arguments), **dict(cascade.V3.dead_letter_arguments)}
 BODY = b"x" * 106  # the platform's typical body size (docs/performance.md)
@@ -111,7 +107,7 @@ def main() -> None:
     vhost = f"dp-ceiling-{uuid.uuid4().hex[:6]}"
     cluster = None
     if args.cluster:
-        from tests.rabbit_cluster import LocalCluster
+        from harness.rabbit_cluster import LocalCluster
 
         cluster = LocalCluster(name="dpb", port=5881).__enter__()
         url, management_url = cluster.broker_url(vhost), cluster.management_url

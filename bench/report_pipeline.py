@@ -1,7 +1,7 @@
 """The nightly accuracy report at scale (issue 6): N synthetic delivery rows in PostgreSQL, then
 ``manage.py accuracy_report`` (export + Spark job + load) over them; prints each stage's time.
 
-    .venv/bin/python bench/report_pipeline.py [--rows 10000000] [--days 7]
+    .venv/bin/python -m bench.report_pipeline [--rows 10000000] [--days 7]
 
 The rows go into a throwaway database that is dropped at the end. Generating them is not part of
 the pipeline and is timed apart (secondary indexes are built after the insert, foreign-key
@@ -25,9 +25,10 @@ from pathlib import Path
 
 import psycopg
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.harness import ARTIFACTS, ROOT, django_env, idle_share, manage, throwaway_database  # noqa: E402
+from bench.measure import idle_share
+from harness.database import throwaway_database
+from harness.paths import ARTIFACTS, ROOT
+from harness.platform import django_env, manage
 
 ENDPOINTS = 20
 TABLE = "scheduling_scheduledmessage"

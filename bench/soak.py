@@ -21,21 +21,17 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import psycopg
+import requests
 
-import psycopg  # noqa: E402
-import requests  # noqa: E402
-
-from bench.harness import percentiles  # noqa: E402
-from bench.soak_deploy import Deployment, deployed, keep_logs  # noqa: E402
-from bench.soak_ledger import Ledger, Outcome, judge, read_snapshot  # noqa: E402
-from bench.soak_load import Load  # noqa: E402
-from bench.soak_probes import (DatabaseFigures, broker_totals, disk_bytes, tree_fds,  # noqa: E402
+from bench.measure import percentiles
+from bench.soak_deploy import Deployment, deployed, keep_logs
+from bench.soak_ledger import Ledger, Outcome, judge, read_snapshot
+from bench.soak_load import Load
+from bench.soak_probes import (DatabaseFigures, broker_totals, disk_bytes, tree_fds,
                                tree_rss_bytes)
-from bench.soak_rules import (Plan, SoakConfigError, Verdict, clock, count, human_bytes, judge_flat,  # noqa: E402
+from bench.soak_rules import (Plan, SoakConfigError, Verdict, clock, count, human_bytes, judge_flat,
                               plan_from_env)
 
 LOST_AFTER_S = 120  # a row counts a message as lost once it is this overdue (the verdict waits for all)

@@ -27,11 +27,14 @@ from pathlib import Path
 import psycopg
 import requests
 
-from bench.harness import manage
 from bench.soak_postgres import PrivatePostgres
 from bench.soak_rules import Plan
+from harness.celery_worker import Worker
+from harness.paths import ARTIFACTS, ROOT
+from harness.platform import manage
+from harness.rabbit_node import PrivateRabbit
+from harness.waiting import wait_until
 from scheduling.durations import format_duration
-from tests.support import ARTIFACTS, ROOT, PrivateRabbit, Worker, wait_until
 
 LOG_TAIL_BYTES = 4 << 20  # of each log, kept in artifacts/ when the run fails or misses a target
 

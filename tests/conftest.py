@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from scheduling.conf import broker
-from tests.vhost_lock import vhost_own
+from harness.vhosts import vhost_own
 from topology import cascade
 
 
@@ -140,7 +140,7 @@ def worker_env(django_db_setup, provisioned):
     from django.conf import settings
     from django.db import connection
 
-    from tests.support import database_url
+    from harness.database import database_url
 
     return {
         **os.environ,
@@ -157,7 +157,8 @@ def worker(request, worker_env):
     """A worker (with beat) on this run's vhost and test database for one test module: stopped
     with the module, so its sweeper, timeout manager and unroutable drain never race the tests
     of another module."""
-    from tests.support import ARTIFACTS, Worker
+    from harness.celery_worker import Worker
+    from harness.paths import ARTIFACTS
 
     run_id, module = os.environ["DP_TEST_RUN_ID"], request.module.__name__.rsplit(".", 1)[-1]
     w = Worker(f"{module}-{run_id}", worker_env, ARTIFACTS / f"worker-{run_id}-{module}.log").start()

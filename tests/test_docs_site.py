@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support import ROOT
+from harness.paths import ROOT
 
 MKDOCS = Path(sys.executable).parent / "mkdocs"
 README_MAX_LINES = 200

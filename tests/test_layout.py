@@ -21,6 +21,10 @@ run); docs/architecture.md explains them:
 - each setting is declared once (scheduling/setting_specs.py): no other module of the platform
   spells a ``DELAY_*`` name, in code or in a string (docstrings and comments may name them), and
   every environment variable the platform reads is declared there.
+- what runs beside the platform has its own direction: the platform (scheduling, topology, rabbit,
+  delayplatform) never imports ``harness``, ``bench`` or ``tests``; ``harness`` (what tests and
+  benchmarks share) never imports ``tests`` or ``bench``; and nothing in bench/, tests/ or harness/
+  edits ``sys.path`` (the repository root is on it: pytest's rootdir, ``python -m bench.<name>``).
 """
 
 import ast
@@ -30,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ROOT
+from harness.paths import ROOT
 
 BROKER_LIBRARIES = {"kombu", "amqp", "requests", "pika"}
 STDLIB = set(sys.stdlib_module_names)
@@ -219,7 +223,7 @@ def test_services_and_selectors_are_keyword_only_and_named_entity_verb(path):
         assert entity, f"{rel(path)}: {function.name} is not named <entity>_<verb> (entities: {', '.join(ENTITIES)})"
 
 
-@pytest.mark.parametrize("path", sources("scheduling", "tests", "bench", "delayplatform"), ids=rel)
+@pytest.mark.parametrize("path", sources("scheduling", "tests", "bench", "harness", "delayplatform"), ids=rel)
 def test_services_and_selectors_are_imported_from_their_modules(path):
     """One import style: ``from scheduling.services.messages import message_schedule``; never the
     package (``from scheduling import services``, ``from scheduling.services import message_cancel``)."""
@@ -244,6 +248,43 @@ def test_the_rules_see_imports():
         SCHEDULING / "services" / "messages.py")}
     assert len(service_modules()) > 10 and len(database_selectors()) == 2
 
+
+
+# --- what runs beside the platform: harness, bench, tests ------------------------------------------
+
+# who may import what among the top-level packages that are not the platform's (see the docstring)
+NOT_IMPORTED_BY = {"scheduling": {"harness", "bench", "tests"}, "topology": {"harness", "bench", "tests"},
+                   "rabbit": {"harness", "bench", "tests"}, "delayplatform": {"harness", "bench", "tests"},
+                   "harness": {"bench", "tests"}}
+
+
+def sys_path_edits(source: str) -> list[str]:
+    """The calls that change sys.path (``sys.path.insert(0, …)`` and the like), as written."""
+    return [ast.unparse(node.func) for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
+            and ast.unparse(node.func) in ("sys.path.insert", "sys.path.append", "sys.path.extend")]
+
+
+@pytest.mark.parametrize("path", sources("bench", "tests", "harness"), ids=rel)
+def test_no_sys_path_edits_beside_the_platform(path):
+    """Benchmarks run as modules from the repository root (``python -m bench.suite``), tests under
+    pytest's rootdir: both find the platform and harness/ without editing sys.path."""
+    assert not sys_path_edits(path.read_text()), "run it as a module from the repository root"
+
+
+@pytest.mark.parametrize("path", sources(*NOT_IMPORTED_BY), ids=rel)
+def test_the_platform_and_the_harness_do_not_import_what_is_built_on_them(path):
+    forbidden = NOT_IMPORTED_BY[rel(path).split("/")[0]]
+    assert not {n for n in imports(path) if top(n) in forbidden}
+
+
+def test_the_rules_beside_the_platform_see_what_they_look_for():
+    """The two checks above would pass on files they cannot read: make sure they can."""
+    assert sys_path_edits("import sys\nsys.path.insert(0, 'x')\nsys.path.append('y')\n") == [
+        "sys.path.insert", "sys.path.append"]
+    assert sys_path_edits("import sys\nprint(sys.path)\n") == []
+    assert "harness.platform.platform" in imports(ROOT / "bench" / "cpu_split.py")
+    assert "harness.waiting.wait_until" in imports(ROOT / "harness" / "celery_worker.py")
+    assert {rel(p).split("/")[0] for p in sources(*NOT_IMPORTED_BY)} == set(NOT_IMPORTED_BY)
 
 # --- settings declared once ------------------------------------------------------------------------
 

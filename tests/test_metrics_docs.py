@@ -15,7 +15,7 @@ from scheduling.observability import metrics
 from scheduling.observability.metrics_figures import Figures, families
 from scheduling.selectors.broker import VersionDepths
 from scheduling.selectors.database import Outbox
-from tests.support import ROOT
+from harness.paths import ROOT
 
 DOCS = ROOT / "docs"
 SUFFIXES = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"], "gauge": [""]}

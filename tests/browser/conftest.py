@@ -6,7 +6,8 @@ import tempfile
 
 import pytest
 
-from tests.support import ARTIFACTS, wait_until
+from harness.paths import ARTIFACTS
+from harness.waiting import wait_until
 
 SCREENSHOTS = ARTIFACTS / "screenshots"
 CHROMIUM_FLAGS = (

@@ -8,7 +8,7 @@ from scheduling.conf import broker
 from scheduling.models import ScheduledMessage
 from scheduling.services.endpoints import endpoint_create
 from scheduling.services.messages import message_schedule
-from tests.support import wait_until
+from harness.waiting import wait_until
 from topology import cascade
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]

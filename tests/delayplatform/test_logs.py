@@ -16,7 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 from delayplatform import logs
 from scheduling import setting_specs
 from scheduling.celery import task_names
-from tests.support import ROOT
+from harness.paths import ROOT
 
 
 @pytest.fixture

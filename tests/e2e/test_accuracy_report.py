@@ -10,7 +10,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from scheduling.models import AccuracyReport, ScheduledMessage
-from tests.support import wait_until
+from harness.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 Status = ScheduledMessage.Status

@@ -13,7 +13,8 @@ from delayplatform.celery import app
 from scheduling.celery import cancel_task, schedule_task
 from scheduling.conf import broker
 from scheduling.models import Endpoint, ScheduledMessage
-from tests.support import celery_drained, wait_until
+from harness.celery_worker import celery_drained
+from harness.waiting import wait_until
 from tests.testapp.models import Receipt
 from tests.testapp.tasks import delayed_receipt, plain_receipt, retry_once
 from topology import cascade

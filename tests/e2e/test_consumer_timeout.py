@@ -6,8 +6,9 @@ cascade, where nothing is unacked, and runs once, on time."""
 
 import pytest
 
-from bench.harness import platform
-from tests.support import PrivateRabbit, wait_until
+from harness.platform import platform
+from harness.rabbit_node import PrivateRabbit
+from harness.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.broker]
 COUNTDOWN = 75  # past the first consumer-timeout check

@@ -22,7 +22,10 @@ from scheduling.conf import conf
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.selectors.database import dashboard_get
 from scheduling.services.endpoints import endpoint_bind
-from tests.support import ROOT, RecordingServer, celery_drained, wait_until
+from harness.celery_worker import celery_drained
+from harness.paths import ROOT
+from harness.recording_server import RecordingServer
+from harness.waiting import wait_until
 from tests.testapp.models import Receipt
 from topology import cascade
 

@@ -23,7 +23,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from scheduling.celery import schedule_task
 from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage
-from tests.support import ARTIFACTS, ROOT, RecordingServer, Worker, wait_until
+from harness.celery_worker import Worker
+from harness.paths import ARTIFACTS, ROOT
+from harness.recording_server import RecordingServer
+from harness.waiting import wait_until
 from tests.testapp.tasks import plain_receipt
 
 pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]

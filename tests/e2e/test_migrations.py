@@ -17,9 +17,11 @@ from django.core.management import call_command
 from scheduling.conf import broker
 from scheduling.models import ScheduledMessage
 from scheduling.selectors.broker import topology_count_by_level
-from tests.support import ARTIFACTS, ROOT, Worker, celery_drained, wait_until
+from harness.celery_worker import Worker, celery_drained
+from harness.paths import ARTIFACTS, ROOT
+from harness.waiting import wait_until
 from tests.testapp.models import Receipt
-from tests.vhost_lock import vhost_create, vhost_delete
+from harness.vhosts import vhost_create, vhost_delete
 from topology import cascade
 
 pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]

@@ -1,5 +1,5 @@
 """The accuracy report on a Spark standalone cluster: a master and one worker started from the
-installed PySpark (tests/spark_cluster.py), accuracy_report run with SPARK_MASTER=spark://… and
+installed PySpark (harness/spark_cluster.py), accuracy_report run with SPARK_MASTER=spark://… and
 again with local[*] on the same messages, and the two reports compared row for row."""
 
 import random
@@ -14,7 +14,7 @@ from django.utils import timezone as django_timezone
 
 from scheduling.models import AccuracyReport, DeliveryMode, Endpoint, ScheduledMessage
 from scheduling.reports.accuracy import REPORT_COLUMNS
-from tests.spark_cluster import StandaloneCluster
+from harness.spark_cluster import StandaloneCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 Status = ScheduledMessage.Status

@@ -5,7 +5,7 @@ import pytest
 
 from scheduling.conf import broker
 from scheduling.models import ScheduledMessage
-from tests.support import wait_until
+from harness.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 Status = ScheduledMessage.Status

@@ -11,7 +11,9 @@ import pytest
 
 from scheduling.celery.task_names import DRAIN_UNROUTABLE, RELAY_SWEEP, RELAY_TIMEOUTS
 from scheduling.models import ScheduledMessage
-from tests.support import ARTIFACTS, Worker, wait_until
+from harness.celery_worker import Worker
+from harness.paths import ARTIFACTS
+from harness.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 PERIODIC = (RELAY_SWEEP, RELAY_TIMEOUTS, DRAIN_UNROUTABLE)

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 import pytest
 
-from tests.support import ARTIFACTS
+from harness.paths import ARTIFACTS
 
 FULL = os.environ.get("RELIABILITY_FULL") == "1"
 

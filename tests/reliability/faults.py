@@ -1,8 +1,8 @@
-"""Counting what a fault did, from the database of a throwaway platform (bench.harness)."""
+"""Counting what a fault did, from the database of a throwaway platform (harness.platform)."""
 
 from __future__ import annotations
 
-from tests.support import wait_until
+from harness.waiting import wait_until
 
 from .conftest import Counts
 

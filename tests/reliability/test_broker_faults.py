@@ -6,8 +6,9 @@ import time
 
 import pytest
 
-from bench.harness import platform
-from tests.support import PrivateRabbit, wait_until
+from harness.platform import platform
+from harness.rabbit_node import PrivateRabbit
+from harness.waiting import wait_until
 
 from .conftest import FULL, size
 from .faults import count_status, endpoint, outcome, schedule, settle, why_lost

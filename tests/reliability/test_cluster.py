@@ -1,4 +1,4 @@
-"""The platform on a three-node RabbitMQ cluster of the run's own (tests/rabbit_cluster.py):
+"""The platform on a three-node RabbitMQ cluster of the run's own (harness/rabbit_cluster.py):
 BROKER_URL lists the three nodes, every queue the platform declares is a quorum queue replicated
 on all three, and nodes die under it.
 
@@ -17,10 +17,10 @@ from contextlib import contextmanager
 
 import pytest
 
-from bench.harness import platform
-from tests.rabbit_cluster import LocalCluster, VhostQueues
-from tests.vhost_lock import vhost_create, vhost_delete
-from tests.support import wait_until
+from harness.platform import platform
+from harness.rabbit_cluster import LocalCluster, VhostQueues
+from harness.vhosts import vhost_create, vhost_delete
+from harness.waiting import wait_until
 
 from .conftest import FULL, size
 from .faults import count_status, endpoint, outcome, schedule, settle, wait_receipts, why_lost
@@ -204,7 +204,7 @@ def test_verify_checks_every_quorum_queue_has_a_member_on_each_node(cluster):
     import subprocess
     import sys
 
-    from tests.support import ROOT
+    from harness.paths import ROOT
 
     with cluster_platform(cluster, workers=0) as p:
         verify = [sys.executable, "manage.py", "provision_delays", "--version", "v3", "--verify"]

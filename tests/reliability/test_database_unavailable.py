@@ -9,8 +9,8 @@ import uuid
 import psycopg
 import pytest
 
-from bench.harness import platform
-from tests.support import wait_until
+from harness.platform import platform
+from harness.waiting import wait_until
 
 from .conftest import size
 from .faults import count_status, endpoint, outcome, schedule, settle

@@ -4,9 +4,9 @@ and republishing delivers them."""
 
 import pytest
 
-from bench.harness import platform
+from harness.platform import platform
 from scheduling.conf import broker
-from tests.support import wait_until
+from harness.waiting import wait_until
 from topology import cascade
 
 from .conftest import size

@@ -18,7 +18,8 @@ from django.db import connection
 from django.utils import timezone
 
 from scheduling.models import ArchiveFile, Endpoint, ScheduledMessage
-from tests.support import ROOT, database_url
+from harness.database import database_url
+from harness.paths import ROOT
 
 from .conftest import size
 

@@ -12,7 +12,8 @@ from drf_spectacular.generators import SchemaGenerator
 
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.services.delivery import delivery_receive
-from tests.support import ROOT, RecordingServer
+from harness.paths import ROOT
+from harness.recording_server import RecordingServer
 
 pytestmark = pytest.mark.reliability
 SECRET = "a-very-distinctive-signing-secret-123"

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 import rabbit
 from scheduling.models import Endpoint, ScheduledMessage
-from tests.vhost_lock import vhost_delete, vhost_lifecycle_lock
+from harness.vhosts import vhost_delete, vhost_lifecycle_lock
 from topology import cascade
 
 
@@ -24,7 +24,7 @@ def module_broker_url(request, rabbit_vhost):
     shared = broker()
     vhost = f"{rabbit_vhost}-{hashlib.sha1(request.module.__name__.encode()).hexdigest()[:8]}"
     url = f"{shared.url.rsplit('/', 1)[0]}/{vhost}"
-    with vhost_lifecycle_lock():  # the vhost and its cascades, one module at a time (tests/vhost_lock.py)
+    with vhost_lifecycle_lock():  # the vhost and its cascades, one module at a time (harness/vhosts.py)
         shared.management.create_vhost(vhost)
         with rabbit.Broker(url).session() as session:
             for version in cascade.VERSIONS.values():

@@ -24,7 +24,7 @@ from dotenv import dotenv_values
 from scheduling import setting_specs
 from scheduling.conf import DelaySettings, conf
 from scheduling.setting_specs import SPECS
-from tests.support import ROOT
+from harness.paths import ROOT
 
 # variable -> (value to set, Python expression read after start-up, what it must give)
 EFFECTS = {

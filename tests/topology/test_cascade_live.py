@@ -7,7 +7,7 @@ import pytest
 
 import rabbit
 from scheduling.conf import broker
-from tests.support import bind_endpoint
+from harness.endpoints import bind_endpoint
 from topology import cascade
 from topology.definitions import plan_definitions
 from topology.diff import diff_plan, diff_warnings

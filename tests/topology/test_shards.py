@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.support import ROOT
+from harness.paths import ROOT
 from topology import cascade, explain
 from topology.cascade import V1, V2, V3
 from topology.definitions import plan_definitions

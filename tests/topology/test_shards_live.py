@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from scheduling.conf import broker
-from tests.support import bind_endpoint
+from harness.endpoints import bind_endpoint
 from topology import cascade
 from topology.diff import diff_plan, leftover_shards
 

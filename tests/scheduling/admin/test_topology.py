@@ -6,7 +6,8 @@ from django.urls import reverse
 
 from scheduling.conf import broker
 from scheduling.models import TopologyVersion
-from tests.support import bind_endpoint, wait_until
+from harness.endpoints import bind_endpoint
+from harness.waiting import wait_until
 from topology import cascade
 
 pytestmark = [pytest.mark.django_db, pytest.mark.broker]

@@ -15,7 +15,7 @@ import pytest
 
 import scheduling.management.commands as commands
 from scheduling.management.commands._base import NOT_MIGRATED, PlatformCommand
-from tests.support import ROOT
+from harness.paths import ROOT
 
 ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 NO_BROKER = "amqp://guest:guest@127.0.0.1:1/nowhere"

@@ -11,7 +11,7 @@ from django.core.management import CommandError, call_command
 
 from scheduling.conf import broker
 from scheduling.models import TopologyVersion
-from tests.support import ROOT
+from harness.paths import ROOT
 from topology import cascade
 
 pytestmark = [pytest.mark.django_db, pytest.mark.broker]

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from scheduling.management.commands.worker_health import problem
-from tests.support import ROOT
+from harness.paths import ROOT
 
 
 def worker_health(env, *args):

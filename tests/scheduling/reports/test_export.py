@@ -13,7 +13,7 @@ from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.reports import export
 from scheduling.reports.accuracy import FACTS_SCHEMA, read_facts
 from scheduling.reports.facts import message_list_due_between
-from tests.support import ROOT
+from harness.paths import ROOT
 
 pytestmark = pytest.mark.django_db
 DAY1, DAY2, DAY3 = date(2026, 11, 18), date(2026, 11, 19), date(2026, 11, 20)

@@ -11,7 +11,8 @@ from scheduling.selectors.broker import (
     topology_version_count_in_flight,
 )
 from scheduling.services.topology import topology_provision
-from tests.support import bind_endpoint, wait_until
+from harness.endpoints import bind_endpoint
+from harness.waiting import wait_until
 from tests.topology.helpers import publish
 from topology import cascade
 

@@ -14,8 +14,8 @@ from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.selectors.broker import topology_count_by_level
 from scheduling.services.delays import delays_move
 from scheduling.services.relay import relay_publish
-from tests.support import bind_endpoint
-from tests.vhost_lock import vhost_own
+from harness.endpoints import bind_endpoint
+from harness.vhosts import vhost_own
 from tests.topology.helpers import get, publish
 from topology import cascade
 

@@ -23,7 +23,7 @@ from scheduling.services.delivery import (
     delivery_receive_many,
     delivery_retry_unsent,
 )
-from tests.support import RecordingServer
+from harness.recording_server import RecordingServer
 
 pytestmark = pytest.mark.django_db
 Status = ScheduledMessage.Status

@@ -10,7 +10,7 @@ from django.utils import timezone
 from scheduling import wire
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.services.relay import relay_publish
-from tests.support import bind_endpoint
+from harness.endpoints import bind_endpoint
 from tests.topology.helpers import get, wait_get
 from topology import cascade
 

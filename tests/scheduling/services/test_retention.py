@@ -18,7 +18,7 @@ from scheduling.models import AccuracyReport, ArchiveFile, ScheduledMessage
 from scheduling.reports.accuracy import COUNTS
 from scheduling.services.retention import PRUNE_LOCK, PruneError, message_prune
 from tests.scheduling.reports.conftest import spark  # noqa: F401 (the session's Spark)
-from tests.support import database_url
+from harness.database import database_url
 
 pytestmark = pytest.mark.django_db
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)

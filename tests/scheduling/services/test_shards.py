@@ -15,7 +15,8 @@ from scheduling.models import Endpoint, ScheduledMessage, TopologyVersion
 from scheduling.selectors.broker import topology_get_in_flight, topology_version_count_in_flight
 from scheduling.services.relay import relay_publish
 from scheduling.services.topology import topology_provision, topology_verify
-from tests.support import bind_endpoint, wait_until
+from harness.endpoints import bind_endpoint
+from harness.waiting import wait_until
 from tests.topology.helpers import get, publish
 from topology import cascade
 

@@ -7,7 +7,7 @@ from django.utils import timezone
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.services.relay import relay_publish
 from scheduling.services.unroutable import unroutable_drain
-from tests.support import wait_until
+from harness.waiting import wait_until
 
 pytestmark = [pytest.mark.django_db, pytest.mark.broker]
 

@@ -9,7 +9,8 @@ import subprocess
 from pathlib import Path
 
 from rabbit import Management
-from tests.support import ROOT, wait_until
+from harness.paths import ROOT
+from harness.waiting import wait_until
 
 
 class LocalCluster:

@@ -1,6 +1,6 @@
-"""A throwaway copy of the platform for benchmarks: its own RabbitMQ vhost and PostgreSQL
-database, the cascade provisioned, gunicorn serving the API, real Celery worker(s), and an API
-token. Everything is removed on exit."""
+"""A throwaway copy of the platform for benchmarks and the reliability tests: its own RabbitMQ vhost
+and PostgreSQL database, the cascade provisioned, gunicorn serving the API, real Celery worker(s),
+and an API token. Everything is removed on exit."""
 
 from __future__ import annotations
 
@@ -12,19 +12,17 @@ import threading
 import time
 import uuid
 from contextlib import contextmanager
-from pathlib import Path
 
 import psycopg
 import requests
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness.celery_worker import Worker
+from harness.database import throwaway_database
+from harness.paths import ARTIFACTS, ROOT
+from harness.vhosts import vhost_create, vhost_delete
+from harness.waiting import wait_until
+from rabbit import Management
 
-from rabbit import Management  # noqa: E402
-
-from tests.support import ARTIFACTS, Worker, wait_until  # noqa: E402
-
-PG = os.environ.get("BENCH_PG", "postgres://postgres:postgres@127.0.0.1:5432")
 AMQP = os.environ.get("BENCH_AMQP", "amqp://guest:guest@127.0.0.1:5672")
 MANAGEMENT = os.environ.get("BENCH_MANAGEMENT", "http://guest:guest@127.0.0.1:15672")
 
@@ -74,19 +72,6 @@ def manage(env: dict, *args: str) -> str:
     return result.stdout
 
 
-@contextmanager
-def throwaway_database(run_id: str):
-    """A PostgreSQL database of this run's own, migrated; dropped on exit. Yields its URL."""
-    db = f"dp_bench_{run_id}"
-    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{db}"')
-    try:
-        yield f"{PG}/{db}"
-    finally:
-        with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
-
-
 def django_env(run_id: str, database_url: str, settings: str = "delayplatform.settings", **overrides) -> dict:
     """The environment of manage.py, gunicorn and workers pointed at the run's database."""
     return {
@@ -112,7 +97,7 @@ def platform(web_workers: int = 4, broker_url: str | None = None, settings: str 
     vhost = f"dp-bench-{run_id}"
     management = Management(MANAGEMENT)
     if broker_url is None:
-        management.create_vhost(vhost)
+        vhost_create(management=management, vhost=vhost)
     web = None
     p = None
     with throwaway_database(run_id) as database_url:
@@ -156,26 +141,4 @@ def platform(web_workers: int = 4, broker_url: str | None = None, settings: str 
                 web.wait(30)
             time.sleep(0.5)
             if broker_url is None:
-                management.delete_vhost(vhost)
-
-
-def percentiles(values: list[float], points=(50, 95, 99)) -> dict:
-    """Nearest-rank percentiles plus max (empty input gives Nones)."""
-    if not values:
-        return {**{f"p{p}": None for p in points}, "max": None}
-    ordered = sorted(values)
-    out = {f"p{p}": ordered[min(len(ordered) - 1, max(0, -(-p * len(ordered) // 100) - 1))] for p in points}
-    out["max"] = ordered[-1]
-    return out
-
-
-def idle_share(seconds: float = 1.0) -> float:
-    """Share of CPU time idle over a short sample (from /proc/stat), to judge noise."""
-    def sample():
-        fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
-        return fields[3] + fields[4], sum(fields)
-
-    idle1, total1 = sample()
-    time.sleep(seconds)
-    idle2, total2 = sample()
-    return (idle2 - idle1) / max(1, total2 - total1)
+                vhost_delete(management=management, vhost=vhost)

@@ -22,7 +22,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.support import wait_until
+from harness.waiting import wait_until
 
 
 def spark_home() -> Path:

@@ -1,0 +1,85 @@
+"""Case 2, lateness under a burst: thousands of messages of 1-4 s through the bulk API at once, with
+the broker's CPU over the run; against a hand-written kombu publisher into the same cascade (the
+broker's own floor) and Celery native with as many producers as the API has clients."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+from bench.broker_cpu import broker_cpu
+from bench.cases.base import now_ms
+from bench.measure import percentiles
+from harness.waiting import wait_until
+
+
+def run(b) -> dict:
+    """20,000 messages of 1-4 s through the bulk API (4 clients), per version; the broker's
+    CPU over the whole run (scheduled and delivered). Then the raw publisher into each
+    version's cascade, and Celery native with 4 producers (the API's 4 clients)."""
+    n = 5000 if b.quick else 20000
+    result = {}
+    for version in b.versions:
+        endpoint = b.endpoint("burst", version)
+        bodies = b.bodies(endpoint, [round(b.rng.uniform(1, 4), 3) for _ in range(n)])
+        with broker_cpu(b.broker_pid) as cpu:
+            b.post(bodies)
+            wait_until(lambda: b.count(endpoint, "delivered") >= n, 300, 0.2, "burst deliveries")
+        result[version] = {**percentiles(b.lateness(endpoint)), "broker_cpu_s": cpu.seconds,
+                           "broker_us_per_msg": cpu.per(n)}
+        with broker_cpu(b.broker_pid) as cpu:
+            raw = raw_burst(b, n, version)
+        result[f"raw_{version}"] = {**percentiles(raw), "broker_cpu_s": cpu.seconds,
+                                    "broker_us_per_msg": cpu.per(n)}
+    with b.native_celery():
+        ids, seconds = b.send_native([round(b.rng.uniform(1, 4), 3) for _ in range(n)], producers=4)
+        wait_until(lambda: len(b.celery_lateness(ids)) >= n, 300, 0.5, "Celery native burst")
+    result["native"] = {**percentiles(b.celery_lateness(ids)), "offered_per_s": n / seconds}
+    return result
+
+
+def raw_burst(b, n: int, version_name: str) -> list[float]:
+    """A hand-written kombu publisher (128 unconfirmed at most) into the version's cascade,
+    and a consumer that notes arrival minus due: the broker's own floor for this burst."""
+    from harness.endpoints import bind_endpoint
+    from rabbit import Outgoing
+    from scheduling.conf import broker
+    from topology import cascade
+
+    version = cascade.get_version(version_name)
+    name, seen = f"raw-{version_name}-{uuid.uuid4().hex[:6]}", []
+    with broker().session() as setup:
+        bind_endpoint(setup, version, name)
+    done = threading.Event()
+
+    def consume():
+        with broker().session() as session:
+            conn = session.conn  # kombu itself: the broker's floor, no platform code
+            channel = conn.channel()
+            channel.basic_qos(0, 2000, False)
+
+            def on_message(message):
+                seen.append(now_ms() - message.headers["due"])
+                channel.basic_ack(message.delivery_tag)
+
+            channel.basic_consume(name, callback=on_message)
+            while len(seen) < n and not done.is_set():
+                try:
+                    conn.drain_events(timeout=1)
+                except OSError:
+                    pass
+
+    thread = threading.Thread(target=consume, daemon=True)
+    thread.start()
+    with broker().session() as session:
+        out = []
+        for _ in range(n):
+            delay = b.rng.randint(1, 4)
+            r = cascade.route(version, delay, name)
+            out.append(Outgoing(r.exchange, r.routing_key, b"x",
+                                {"due": now_ms() + delay * 1000, **r.headers},
+                                {"message_id": uuid.uuid4().hex}))
+        session.publish(out, window=128)
+    thread.join(120)
+    done.set()
+    return seen

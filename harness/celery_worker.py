@@ -1,0 +1,81 @@
+"""Real ``celery worker`` processes, started and stopped as the deployment does, and waiting until
+no task is left anywhere: for the end-to-end tests, the reliability tests and the benchmarks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from harness.paths import ROOT
+from harness.waiting import wait_until
+
+
+class Worker:
+    """A real ``celery worker`` process (with beat) on this run's vhost and database."""
+
+    def __init__(self, name: str, env: dict, log_path: Path, concurrency: int = 2, beat: bool = True,
+                 extra_args: tuple = (), app: str = "delayplatform"):
+        self.name, self.env, self.log_path = name, env, log_path
+        self.args = [sys.executable, "-m", "celery", "-A", app, "worker", "-n", f"{name}@%h",
+                     "-l", "INFO", "-c", str(concurrency), "--without-gossip", "--without-mingle",
+                     *(("--beat", "-s", str(log_path.with_suffix(".beat"))) if beat else ()), *extra_args]
+        self.process: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 60) -> Worker:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        log = open(self.log_path, "ab")
+        self.process = subprocess.Popen(self.args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+        log.close()
+
+        def ready():
+            if self.process.poll() is not None:
+                raise AssertionError(f"worker exited with {self.process.returncode}; see {self.log_path}")
+            with open(self.log_path, "rb") as fh:
+                fh.seek(offset)
+                return b" ready." in fh.read()
+
+        wait_until(ready, timeout, 0.2, f"worker {self.name} to be ready")
+        return self
+
+    def stop(self, timeout: float = 30) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+
+    def kill(self) -> None:
+        """SIGKILL the whole worker (main process and pool): nothing gets to clean up."""
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def celery_drained(queue: str = "celery", timeout: float = 30) -> None:
+    """Wait until no task of ``queue`` is waiting or running anywhere: the queue is empty (AMQP,
+    not the management API's lagging figures) and every worker answers that it holds no active
+    or reserved task. After that, counting a handler's runs gives a final answer."""
+    from delayplatform.celery import app
+    from scheduling.conf import broker
+
+    def idle() -> bool:
+        with broker().session() as session:
+            if session.queue_depth(queue):
+                return False
+        inspect = app.control.inspect(timeout=1)
+        active, reserved = inspect.active(), inspect.reserved()
+        if active is None or reserved is None:  # no worker answered: cannot tell
+            return False
+        return not any(active.values()) and not any(reserved.values())
+
+    wait_until(idle, timeout, 0.2, f"the {queue} queue to drain")

@@ -1,0 +1,100 @@
+"""A RabbitMQ node of a run's own, beside the shared broker: for settings the shared one must not
+take (a short consumer_timeout), and for faults (stopping, crashing, restarting the node)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from harness.waiting import wait_until
+
+
+class PrivateRabbit:
+    """A RabbitMQ node of a test's own (another node name and port), for settings that must not
+    touch the shared broker, such as a short consumer_timeout, or for stopping it. No plugins,
+    unless ``management_port`` is given: then the management plugin listens there
+    (``management_url``), for what reads the broker through it (verify, /metrics, the soak)."""
+
+    def __init__(self, port: int = 5699, consumer_timeout_ms: int | None = None, management_port: int | None = None):
+        import uuid
+
+        self.port, self.node = port, f"dp{uuid.uuid4().hex[:6]}@localhost"
+        self.base = Path(f"/tmp/{self.node.split('@')[0]}")
+        self.url = f"amqp://guest:guest@127.0.0.1:{port}//"
+        self.config = [f"listeners.tcp.local = 127.0.0.1:{port}", "loopback_users = none"]
+        if consumer_timeout_ms is not None:
+            self.config.append(f"consumer_timeout = {consumer_timeout_ms}")
+        self.plugins = "[]"
+        self.management_url = None
+        if management_port is not None:
+            self.plugins = "[rabbitmq_management]"
+            self.config += [f"management.tcp.port = {management_port}", "management.tcp.ip = 127.0.0.1"]
+            self.management_url = f"http://guest:guest@127.0.0.1:{management_port}"
+
+    def _env(self) -> dict:
+        return {**os.environ, "RABBITMQ_NODENAME": self.node, "RABBITMQ_NODE_PORT": str(self.port),
+                "RABBITMQ_DIST_PORT": str(self.port + 20000), "RABBITMQ_CONFIG_FILE": str(self.base / "rabbitmq"),
+                "RABBITMQ_ADVANCED_CONFIG_FILE": str(self.base / "advanced.config"),
+                "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.base / "enabled_plugins"),
+                "RABBITMQ_MNESIA_BASE": str(self.base / "mnesia"), "RABBITMQ_LOG_BASE": str(self.base / "log"),
+                "RABBITMQ_PID_FILE": str(self.base / "pid")}
+
+    def __enter__(self) -> PrivateRabbit:
+        import shutil
+
+        self.base.mkdir(parents=True, exist_ok=True)
+        (self.base / "rabbitmq.conf").write_text("\n".join(self.config) + "\n")
+        (self.base / "enabled_plugins").write_text(f"{self.plugins}.\n")
+        # as docs/reliability.md recommends for v2/v3: unconfirmed dead-letters re-sent after 5 s,
+        # not 180 s (a restart mid-dead-letter otherwise parks a whole level for three minutes)
+        (self.base / "advanced.config").write_text(
+            "[{rabbit, [{dead_letter_worker_publisher_confirm_timeout, 5000}]}].\n")
+        shutil.chown(self.base, "rabbitmq", "rabbitmq")
+        for child in self.base.iterdir():
+            shutil.chown(child, "rabbitmq", "rabbitmq")
+        subprocess.run(["rabbitmq-server", "-detached"], env=self._env(), check=True, capture_output=True)
+        wait_until(lambda: subprocess.run(["rabbitmqctl", "-q", "-n", self.node, "status"], capture_output=True)
+                   .returncode == 0, 60, 0.5, f"private RabbitMQ node {self.node}")
+        subprocess.run(["rabbitmqctl", "-q", "-n", self.node, "await_startup"], check=True, capture_output=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import shutil
+
+        subprocess.run(["rabbitmqctl", "-q", "-n", self.node, "stop"], capture_output=True, timeout=60)
+        shutil.rmtree(self.base, ignore_errors=True)
+
+    def ctl(self, *args: str) -> None:
+        subprocess.run(["rabbitmqctl", "-q", "-n", self.node, *args], check=True, capture_output=True, timeout=120)
+
+    def stop_app(self) -> None:
+        self.ctl("stop_app")
+
+    def list_queues(self) -> dict[str, int]:
+        """Queues that hold messages, by name (for a failing test's message)."""
+        out = subprocess.run(["rabbitmqctl", "-q", "-n", self.node, "list_queues", "name", "messages", "--no-table-headers"],
+                             capture_output=True, text=True, timeout=60).stdout
+        return {name: int(n) for name, n in (line.split("\t") for line in out.splitlines() if "\t" in line) if n != "0"}
+
+    def start_app(self) -> None:
+        self.ctl("start_app")
+        self.ctl("await_startup")
+
+    def crash(self) -> None:
+        """kill -9 the node: an unclean shutdown, nothing flushed or closed."""
+        pid = int((self.base / "pid").read_text().strip())
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: subprocess.run(["rabbitmqctl", "-q", "-n", self.node, "status"], capture_output=True)
+                   .returncode != 0, 30, 0.5, "the node to be gone")
+
+    def stop(self) -> None:
+        """A clean stop of the whole node (its data kept): ``restart()`` brings it back."""
+        self.ctl("stop")
+
+    def restart(self) -> None:
+        subprocess.run(["rabbitmq-server", "-detached"], env=self._env(), check=True, capture_output=True)
+        wait_until(lambda: subprocess.run(["rabbitmqctl", "-q", "-n", self.node, "status"], capture_output=True)
+                   .returncode == 0, 90, 0.5, f"private RabbitMQ node {self.node} to restart")
+        self.ctl("await_startup")

@@ -1,0 +1,50 @@
+"""A webhook destination that records what it is sent: the far end of a delivery, for the tests
+that check what the platform posts (and how it retries when the destination fails)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class RecordingServer:
+    """A local HTTP server that records every POST; ``fail_first`` answers 500 that many times;
+    ``answer`` (status, headers) replaces the 200 (a redirect, say)."""
+
+    def __init__(self, fail_first: int = 0, answer: tuple[int, dict] = (200, {})):
+        self.requests: list[dict] = []
+        self.fail_first = fail_first
+        recorder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                with lock:
+                    recorder.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+                    failing = recorder.fail_first > 0
+                    recorder.fail_first -= 1 if failing else 0
+                status, headers = (500, {}) if failing else answer
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def bodies(self) -> list:
+        return [json.loads(r["body"]) for r in self.requests]
