@@ -14,6 +14,17 @@ os.environ.setdefault("SECRET_KEY", "insecure-test-only-key")
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
 if os.environ.get("BROKER_URL", "").endswith(f"/dp-test-{_BASE}"):  # set by the starting process
     del os.environ["BROKER_URL"]
+# One process: the machine's RabbitMQ. Under pytest-xdist, each test process has a RabbitMQ node of
+# its own (started by tests/conftest.py on these ports): the machine's 3.10.8 node stalled for good
+# when several test processes added vhosts and declared cascades on it at once, even one at a time
+# under a lock (docs/reference/commands.md).
+if _WORKER:
+    _PORT = 5710 + int(_WORKER.removeprefix("gw"))
+    os.environ["BROKER_URL"] = f"amqp://guest:guest@127.0.0.1:{_PORT}/dp-test-{RUN_ID}"
+    os.environ["RABBITMQ_MANAGEMENT_URL"] = f"http://guest:guest@127.0.0.1:{_PORT + 10000}"
+    # harness.platform's throwaway platforms (the soak, the cluster's) take the same node
+    os.environ["BENCH_AMQP"] = f"amqp://guest:guest@127.0.0.1:{_PORT}"
+    os.environ["BENCH_MANAGEMENT"] = os.environ["RABBITMQ_MANAGEMENT_URL"]
 os.environ.setdefault("BROKER_URL", f"amqp://guest:guest@127.0.0.1:5672/dp-test-{RUN_ID}")
 # tests' webhook receivers listen on 127.0.0.1, and their celery_task endpoints run tests/testapp's tasks
 os.environ.setdefault("DELAY_WEBHOOK_ALLOWED_NETWORKS", "127.0.0.1/32")

@@ -1,10 +1,11 @@
 """Vhosts of a test's (or a benchmark's) own, added and deleted one at a time on this machine.
 
-RabbitMQ 3.10.8 here has stopped adding and deleting vhosts, and then declaring queues, for more
-than ten minutes after several runs added and deleted vhosts holding cascades at the same moment
-(docs/reference/commands.md). Test processes (pytest-xdist) and benchmarks therefore hold one
-machine-wide file lock while a vhost is added or deleted; what happens inside the vhosts runs in
-parallel."""
+RabbitMQ 3.10.8 here has stopped adding vhosts for good (a new vhost's message store never
+started; every later add, delete and connection to it timed out) while several test processes
+shared it. Holding one machine-wide file lock while a vhost is added or deleted did not prevent it
+(2026-11-24: it stalled 4 minutes into a three-process run with this lock held), so each test
+process now has a node of its own (tests/conftest.py). The lock stays for what still shares the
+machine's node: a benchmark beside a test run, two runs at once."""
 
 from __future__ import annotations
 

@@ -12,6 +12,31 @@ from harness.vhosts import vhost_own
 from topology import cascade
 
 
+_OWN_NODE = None
+
+
+def pytest_configure(config):
+    """A test process of pytest-xdist starts the RabbitMQ node settings_test gave it (its ports in
+    BROKER_URL and RABBITMQ_MANAGEMENT_URL); one process alone uses the machine's."""
+    global _OWN_NODE
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    from urllib.parse import urlsplit
+
+    from django.conf import settings
+
+    from harness.rabbit_node import PrivateRabbit
+
+    _OWN_NODE = PrivateRabbit(port=urlsplit(settings.BROKER_URL).port,
+                              management_port=urlsplit(settings.RABBITMQ_MANAGEMENT_URL).port)
+    _OWN_NODE.__enter__()
+
+
+def pytest_unconfigure(config):
+    if _OWN_NODE is not None:
+        _OWN_NODE.__exit__(None, None, None)
+
+
 @pytest.fixture(scope="session")
 def rabbit_vhost():
     management, vhost = broker().management, broker().vhost
