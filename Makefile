@@ -3,8 +3,8 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
-# parallel test processes (pytest-xdist; 0: one process), each with a RabbitMQ node of its own (docs/reference/commands.md)
-TEST_PROCESSES ?= 3
+# parallel test processes (pytest-xdist; 0: one process, the default). Not the default yet: 17 tests fail with 3 (docs/reference/commands.md)
+TEST_PROCESSES ?= 0
 
 .PHONY: venv run test test-fast test-reliability test-cluster cluster cluster-stop soak bench bench-profile bench-migration bench-admin bench-history bench-report docs
 
