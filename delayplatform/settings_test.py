@@ -12,8 +12,6 @@ _BASE = os.environ.setdefault("DP_TEST_RUN_ID", uuid.uuid4().hex[:10]).removesuf
 RUN_ID = os.environ["DP_TEST_RUN_ID"] = f"{_BASE}-{_WORKER}" if _WORKER else _BASE
 os.environ.setdefault("SECRET_KEY", "insecure-test-only-key")
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
-if os.environ.get("BROKER_URL", "").endswith(f"/dp-test-{_BASE}"):  # set by the starting process
-    del os.environ["BROKER_URL"]
 # One process: the machine's RabbitMQ. Under pytest-xdist, each test process has a RabbitMQ node of
 # its own (started by tests/conftest.py on these ports): the machine's 3.10.8 node stalled for good
 # when several test processes added vhosts and declared cascades on it at once, even one at a time
