@@ -3,8 +3,8 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
-# parallel test processes (pytest-xdist; 0: one process, the default). Not the default yet: 17 tests fail with 3 (docs/reference/commands.md)
-TEST_PROCESSES ?= 0
+# parallel test processes (pytest-xdist, each with a RabbitMQ node of its own; 0: one process). docs/reference/commands.md
+TEST_PROCESSES ?= 3
 
 .PHONY: venv run test test-fast test-reliability test-cluster cluster cluster-stop soak bench bench-profile bench-migration bench-admin bench-history bench-report docs
 
@@ -32,7 +32,7 @@ run: venv .env
 ## in TEST_PROCESSES parallel processes (pytest-xdist; each with its own vhost, database and workers)
 test: venv
 	scripts/services.sh rabbitmq postgres chromium java
-	$(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 ## test-reliability: fault injection and fuzzing at full size (make test runs them reduced); prints the counts
 test-reliability: venv

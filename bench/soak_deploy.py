@@ -32,6 +32,7 @@ from bench.soak_rules import Plan
 from harness.celery_worker import Worker
 from harness.paths import ARTIFACTS, ROOT
 from harness.platform import manage
+from harness.ports import free_port
 from harness.rabbit_node import PrivateRabbit
 from harness.waiting import wait_until
 from scheduling.durations import format_duration
@@ -54,12 +55,6 @@ def port_free(port: int) -> bool:
         except OSError:
             return False
     return True
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def node_ports() -> tuple[int, int]:

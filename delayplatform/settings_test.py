@@ -16,7 +16,10 @@ os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgr
 # its own (started by tests/conftest.py on these ports): the machine's 3.10.8 node stalled for good
 # when several test processes added vhosts and declared cascades on it at once, even one at a time
 # under a lock (docs/reference/commands.md).
-if _WORKER:
+# A process these tests start (a worker, a command) inherits the variables below, or a BROKER_URL
+# the test chose for it (a private node, an unreachable port): DP_TEST_NODE_OF says they are set.
+if _WORKER and os.environ.get("DP_TEST_NODE_OF") != _WORKER:
+    os.environ["DP_TEST_NODE_OF"] = _WORKER
     _PORT = 5710 + int(_WORKER.removeprefix("gw"))
     os.environ["BROKER_URL"] = f"amqp://guest:guest@127.0.0.1:{_PORT}/dp-test-{RUN_ID}"
     os.environ["RABBITMQ_MANAGEMENT_URL"] = f"http://guest:guest@127.0.0.1:{_PORT + 10000}"

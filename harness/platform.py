@@ -19,6 +19,7 @@ import requests
 from harness.celery_worker import Worker
 from harness.database import throwaway_database
 from harness.paths import ARTIFACTS, ROOT
+from harness.ports import free_port
 from harness.vhosts import vhost_create, vhost_delete
 from harness.waiting import wait_until
 from rabbit import Management
@@ -113,7 +114,7 @@ def platform(web_workers: int = 4, broker_url: str | None = None, settings: str 
                 p = Platform(run_id, env, "", token)
                 yield p
                 return
-            port = 18000 + int(run_id[:4], 16) % 1000
+            port = free_port()
             web = subprocess.Popen(
                 [sys.executable, "-m", "gunicorn", "delayplatform.wsgi", "--bind", f"127.0.0.1:{port}",
                  "--workers", str(web_workers), "--timeout", "120", "--log-level", "warning"],

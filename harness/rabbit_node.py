@@ -17,7 +17,8 @@ class PrivateRabbit:
     unless ``management_port`` is given: then the management plugin listens there
     (``management_url``), for what reads the broker through it (verify, /metrics, the soak)."""
 
-    def __init__(self, port: int = 5699, consumer_timeout_ms: int | None = None, management_port: int | None = None):
+    def __init__(self, port: int = 5699, consumer_timeout_ms: int | None = None, management_port: int | None = None,
+                 channel_tick_ms: int | None = None):
         import uuid
 
         self.port, self.node = port, f"dp{uuid.uuid4().hex[:6]}@localhost"
@@ -26,6 +27,12 @@ class PrivateRabbit:
         self.config = [f"listeners.tcp.local = 127.0.0.1:{port}", "loopback_users = none"]
         if consumer_timeout_ms is not None:
             self.config.append(f"consumer_timeout = {consumer_timeout_ms}")
+        # as docs/reliability.md recommends for v2/v3: unconfirmed dead-letters re-sent after 5 s,
+        # not 180 s (a restart mid-dead-letter otherwise parks a whole level for three minutes)
+        self.advanced = ["{dead_letter_worker_publisher_confirm_timeout, 5000}"]
+        # how often each channel checks its consumers' timeout (RabbitMQ's default: once a minute)
+        if channel_tick_ms is not None:
+            self.advanced.append(f"{{channel_tick_interval, {channel_tick_ms}}}")
         self.plugins = "[]"
         self.management_url = None
         if management_port is not None:
@@ -47,10 +54,8 @@ class PrivateRabbit:
         self.base.mkdir(parents=True, exist_ok=True)
         (self.base / "rabbitmq.conf").write_text("\n".join(self.config) + "\n")
         (self.base / "enabled_plugins").write_text(f"{self.plugins}.\n")
-        # as docs/reliability.md recommends for v2/v3: unconfirmed dead-letters re-sent after 5 s,
-        # not 180 s (a restart mid-dead-letter otherwise parks a whole level for three minutes)
         (self.base / "advanced.config").write_text(
-            "[{rabbit, [{dead_letter_worker_publisher_confirm_timeout, 5000}]}].\n")
+            f"[{{rabbit, [{', '.join(self.advanced)}]}}].\n")
         shutil.chown(self.base, "rabbitmq", "rabbitmq")
         for child in self.base.iterdir():
             shutil.chown(child, "rabbitmq", "rabbitmq")

@@ -16,12 +16,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
 
+from harness.ports import free_ports
 from harness.waiting import wait_until
 
 
@@ -29,18 +29,6 @@ def spark_home() -> Path:
     import pyspark
 
     return Path(pyspark.__file__).resolve().parent
-
-
-def free_ports(count: int) -> list[int]:
-    """Ports free on 127.0.0.1 now, all different (the sockets are held until every one is known)."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 class StandaloneCluster:

@@ -32,6 +32,19 @@ def pytest_configure(config):
     _OWN_NODE.__enter__()
 
 
+# Modules that start platforms, workers, brokers or browsers of their own (minutes each) go first,
+# so that in parallel no process is left running one of them while the others have finished.
+# pytest-xdist is run with --no-loadscope-reorder, which keeps this order (it would otherwise put
+# the modules with the most tests first, and the three-minute soak, one test, last).
+LONG_KINDS = {"reliability", "e2e", "browser"}
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-randomly's shuffle, which stays the order within each group
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: not LONG_KINDS & {mark.name for mark in item.iter_markers()})
+
+
 def pytest_unconfigure(config):
     if _OWN_NODE is not None:
         _OWN_NODE.__exit__(None, None, None)

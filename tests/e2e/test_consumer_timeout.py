@@ -1,5 +1,5 @@
-"""On a private broker node with a 5 s consumer_timeout (RabbitMQ checks it once a minute, so it
-bites at the first check, ~60 s after delivery — scaled down from the default 30 min): a plain
+"""On a private broker node with a 5 s consumer_timeout, checked every second (RabbitMQ's
+channel_tick_interval; once a minute by default) — scaled down from the default 30 min: a plain
 Celery countdown longer than that is held unacked by its worker and the broker's 406
 PRECONDITION_FAILED kills the worker; the same countdown through the platform waits in the
 cascade, where nothing is unacked, and runs once, on time."""
@@ -11,7 +11,7 @@ from harness.rabbit_node import PrivateRabbit
 from harness.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.broker]
-COUNTDOWN = 75  # past the first consumer-timeout check
+COUNTDOWN = 20  # well past the timeout and its first checks
 SCHEDULE = (
     "from tests.testapp.tasks import plain_receipt, delayed_receipt; "
     f"print(plain_receipt.apply_async(args=['plain'], countdown={COUNTDOWN}, queue='plain').id, "
@@ -20,7 +20,7 @@ SCHEDULE = (
 
 
 def test_countdown_past_the_consumer_timeout_kills_plain_celery_but_not_the_platform():
-    with PrivateRabbit(consumer_timeout_ms=5000) as node, \
+    with PrivateRabbit(consumer_timeout_ms=5000, channel_tick_ms=1000) as node, \
             platform(web_workers=0, broker_url=node.url, settings="delayplatform.settings_test") as p:
         plain_worker = p.start_worker(name="plain", concurrency=1, beat=False, extra_args=("-Q", "plain"))
         platform_worker = p.start_worker(name="platform", concurrency=2)

@@ -77,7 +77,7 @@ def test_migrate_delays_delivers_each_message_once_and_on_time(api, platform, wo
                                                                 source, target):
     create_endpoint(api, endpoint_name, topology=source)
     rng = random.Random(5)
-    ids = schedule_many(api, endpoint_name, [round(rng.uniform(5, 25), 3) for _ in range(2000)])
+    ids = schedule_many(api, endpoint_name, [round(rng.uniform(10, 30), 3) for _ in range(2000)])
     hours = schedule_many(api, endpoint_name, [3600, 7200, 36_000])
     wait_until(lambda: count(ids + hours, Status.PUBLISHED) == len(ids) + len(hours), 30, 0.2, "all published")
     assert in_flight(amqp, source) >= 2000
@@ -86,7 +86,7 @@ def test_migrate_delays_delivers_each_message_once_and_on_time(api, platform, wo
     call_command("migrate_delays", "--from", source, "--to", target, stdout=out)
     assert f"{source} level queues now hold 0 message(s)" in out.getvalue(), out.getvalue()
     assert in_flight(amqp, source) == 0
-    # what fell due while the run was moving (5 s and up) left the source cascade before the run
+    # what fell due while the run was moving (10 s and up; all 2,000 must be in flight when it starts) left the source cascade before the run
     # could take it and is delivered from there (some may still be on the way from the endpoint
     # queue); everything still waiting now belongs to the target
     left = ScheduledMessage.objects.filter(id__in=ids + hours, topology__name=source)

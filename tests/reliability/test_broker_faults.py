@@ -11,7 +11,7 @@ from harness.rabbit_node import PrivateRabbit
 from harness.waiting import wait_until
 
 from .conftest import FULL, size
-from .faults import count_status, endpoint, outcome, schedule, settle, why_lost
+from .faults import count_status, endpoint, outcome, schedule, settle, wait_published, why_lost
 
 pytestmark = [pytest.mark.reliability, pytest.mark.broker, pytest.mark.e2e]
 # make test runs a clean restart of every version and a crash of v2 and v3 (reduced); v1's crash,
@@ -39,7 +39,7 @@ def test_broker_restart_mid_delay(node, private_platform, version, how, report, 
     endpoint(p, name, topology=version)
     n, longest = size(2000, 400), (30 if FULL else 15)
     schedule(p, name, [round(rng.uniform(5, longest), 3) for _ in range(n)])
-    wait_until(lambda: count_status(p, name, "published") == n, 60, 0.2, "all published")
+    wait_published(p, name, n, timeout=60)
     time.sleep(2)  # messages spread over the levels
     if how == "clean":
         node.stop_app()

@@ -23,7 +23,7 @@ from harness.vhosts import vhost_create, vhost_delete
 from harness.waiting import wait_until
 
 from .conftest import FULL, size
-from .faults import count_status, endpoint, outcome, schedule, settle, wait_receipts, why_lost
+from .faults import endpoint, outcome, schedule, settle, wait_published, wait_receipts, why_lost
 
 pytestmark = [pytest.mark.reliability, pytest.mark.broker, pytest.mark.e2e, pytest.mark.cluster]
 
@@ -118,7 +118,7 @@ def test_a_node_killed_mid_delay(cluster, version, report, rng):
         name = endpoint(p, f"node-killed-{version}", topology=version)
         n, longest = size(5000, 400), (30 if FULL else 15)
         schedule(p, name, [round(rng.uniform(5, longest), 3) for _ in range(n)])
-        wait_until(lambda: count_status(p, name, "published") == n, 90, 0.2, "all published")
+        wait_published(p, name, n, timeout=90)
         leaders = cluster.leaders(p.vhost)
         with Load(p, name, per_second=size(100, 30)) as load:
             time.sleep(2)

@@ -6,7 +6,7 @@ import pytest
 import schemathesis
 from django.core.wsgi import get_wsgi_application
 from drf_spectacular.generators import SchemaGenerator
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 
 from scheduling.models import Endpoint, ScheduledMessage
 
@@ -42,16 +42,25 @@ def counts() -> tuple[int, int]:
     return Endpoint.objects.count(), ScheduledMessage.objects.count()
 
 
-@schema.parametrize()
-@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-def test_api_never_errors_and_stores_nothing_it_rejects(case, auth):
-    before = counts()
-    response = case.call(headers=auth)
-    CALLS["total"] += 1
-    CALLS["by_status"][response.status_code] = CALLS["by_status"].get(response.status_code, 0) + 1
-    assert response.status_code < 500, f"{case.method} {case.formatted_path} -> {response.status_code}: {response.text[:500]}"
-    if response.status_code >= 400:
-        assert counts() == before, f"{case.method} {case.formatted_path} was rejected but stored a row"
+# One pytest item per operation, named by its label: schemathesis's own parametrize gives all its
+# items one node id, and pytest-xdist, which schedules by node id, then ran only the first.
+OPERATIONS = [result.ok() for result in schema.get_all_operations()]
+
+
+@pytest.mark.parametrize("operation", OPERATIONS, ids=[operation.label for operation in OPERATIONS])
+def test_api_never_errors_and_stores_nothing_it_rejects(operation, auth):
+    @given(case=operation.as_strategy())
+    @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+    def each(case):
+        before = counts()
+        response = case.call(headers=auth)
+        CALLS["total"] += 1
+        CALLS["by_status"][response.status_code] = CALLS["by_status"].get(response.status_code, 0) + 1
+        assert response.status_code < 500, f"{case.method} {case.formatted_path} -> {response.status_code}: {response.text[:500]}"
+        if response.status_code >= 400:
+            assert counts() == before, f"{case.method} {case.formatted_path} was rejected but stored a row"
+
+    each()
 
 
 def test_enough_cases_were_generated():
@@ -72,7 +81,6 @@ def test_enough_cases_were_generated():
 import json  # noqa: E402
 from datetime import datetime, timedelta, timezone  # noqa: E402
 
-from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from scheduling.api.validation import has_refused_characters  # noqa: E402

@@ -39,7 +39,7 @@ def names_with(prefix):
     ]
 
 
-def test_provisions_the_platform_versions_and_records_it(provisioned):
+def test_provisions_the_platform_versions_and_records_it(provisioned, versions):
     # The platform's cascades are shared by this run's tests: provisioning again is a no-op.
     out, _ = run("--version", "all")
     assert "Provisioned v1 (dp., 28 levels)" in out and "Provisioned v2 (dp.v2., 28 levels)" in out

@@ -8,7 +8,7 @@ import time
 import pytest
 from django.db import connections
 
-from scheduling.conf import broker
+from harness.ports import free_port
 from scheduling.observability import health
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the check runs in its own thread and connection
@@ -21,12 +21,6 @@ def fresh_answer():
     health.forget()
 
 
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_all_parts_ok(platform):
     result = health.check_now()
     assert result.ok and result.checks == {"database": "ok", "broker": "ok", "cascade": "ok"}
@@ -34,7 +28,7 @@ def test_all_parts_ok(platform):
 
 def test_database_on_a_closed_port_is_named(platform, monkeypatch):
     # the check's thread opens a new connection from these settings (the test's own stays open)
-    monkeypatch.setitem(connections.settings["default"], "PORT", closed_port())
+    monkeypatch.setitem(connections.settings["default"], "PORT", free_port())
     result = health.check_now()
     assert set(result.failed) == {"database"}
     assert result.failed["database"] == "unavailable (OperationalError)"

@@ -2,7 +2,6 @@
 them, and the sum over processes in multiprocess mode. The figures from the database and the
 broker are a fake reading here (test_metrics_figures.py reads the real ones)."""
 
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -11,6 +10,7 @@ import pytest
 from prometheus_client.mmap_dict import MmapedDict, mmap_key
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness.ports import free_port
 from scheduling.observability import metrics, metrics_figures
 from scheduling.observability.metrics_dir import ENV
 from scheduling.observability.metrics_figures import CachedFigures, Figures
@@ -54,12 +54,6 @@ def test_metrics_asks_for_the_bearer_token_when_one_is_set(client, settings):
     assert refused.status_code == 401 and refused["WWW-Authenticate"] == "Bearer"
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-secret").status_code == 200
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get(url, token=None):
