@@ -94,7 +94,7 @@ class StandaloneCluster:
                 raise AssertionError(f"Spark {name} exited with {process.returncode}:\n{tail}")
         try:
             return self.state().get("aliveworkers", 0) >= 1
-        except OSError:  # the master's web UI is not listening yet
+        except (OSError, ValueError):  # the master's web UI is not listening yet, or answers empty
             return False
 
     def state(self) -> dict:
