@@ -68,7 +68,10 @@ class PrivateRabbit:
     def __exit__(self, *exc) -> None:
         import shutil
 
-        subprocess.run(["rabbitmqctl", "-q", "-n", self.node, "stop"], capture_output=True, timeout=60)
+        # with the pid file, stop returns once the node's process is gone: removing its directory
+        # any earlier left the files it wrote while stopping (a /tmp/dp<hex> per node)
+        pid_file = [str(self.base / "pid")] if (self.base / "pid").exists() else []
+        subprocess.run(["rabbitmqctl", "-q", "-n", self.node, "stop", *pid_file], capture_output=True, timeout=60)
         shutil.rmtree(self.base, ignore_errors=True)
 
     def ctl(self, *args: str) -> None:
