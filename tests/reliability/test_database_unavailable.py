@@ -10,10 +10,9 @@ import psycopg
 import pytest
 
 from harness.platform import platform
-from harness.waiting import wait_until
 
 from .conftest import size
-from .faults import count_status, endpoint, outcome, schedule, settle
+from .faults import count_status, endpoint, outcome, schedule, settle, wait_published
 
 pytestmark = [pytest.mark.reliability, pytest.mark.broker, pytest.mark.e2e]
 
@@ -37,7 +36,7 @@ def test_database_unavailable_at_delivery(report, rng):
             name = endpoint(p, "no-db")
             n = size(500, 200)
             schedule(p, name, [round(rng.uniform(3, 15), 3) for _ in range(n)])
-            wait_until(lambda: count_status(p, name, "published") == n, 30, 0.2, "all published")
+            wait_published(p, name, n, timeout=30)
             time.sleep(2)
             admin_sql(p.env["DATABASE_URL"], f"ALTER ROLE {role} NOLOGIN",
                       f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{role}'")
