@@ -25,31 +25,13 @@ import json
 import random
 import time
 import uuid
-from contextlib import contextmanager
 
 from harness.paths import ARTIFACTS
-from harness.platform import AMQP, MANAGEMENT, platform
-from harness.rabbit_cluster import LocalCluster
-from harness.vhosts import vhost_create, vhost_delete
+from harness.platform import platform
+from harness.rabbit_cluster import LocalCluster, cluster_platform
 from harness.waiting import wait_until
-from rabbit import Broker, Management, Outgoing
+from rabbit import Broker, Outgoing
 from topology import cascade
-
-
-@contextmanager
-def on(url: str, management_url: str):
-    """A platform of its own on a fresh vhost of the broker at ``url`` (no vhost in it)."""
-    management = Management(management_url)
-    vhost = f"dp-bench-{uuid.uuid4().hex[:8]}"
-    vhost_create(management=management, vhost=vhost)
-    broker_url = ";".join(f"{node}/{vhost}" for node in url.split(";"))
-    try:
-        with platform(web_workers=2, broker_url=broker_url, settings="delayplatform.settings_test",
-                      RABBITMQ_MANAGEMENT_URL=management_url, DELAY_QUEUE_TYPE="quorum") as p:
-            p.start_worker(concurrency=2)
-            yield p, broker_url
-    finally:
-        vhost_delete(management=management, vhost=vhost)
 
 
 def count(p, name: str, *statuses: str) -> int:
@@ -92,12 +74,11 @@ def raw(broker_url: str, n: int) -> dict:
     return {"published_s": round(seconds, 2), "per_s": round(n / seconds)}
 
 
-def measure(url: str, management_url: str, n: int, chunk: int) -> dict:
+def measure(p, n: int, chunk: int) -> dict:
     rng = random.Random(3)
-    with on(url, management_url) as (p, broker_url):
-        return {"long": through_api(p, [3600.0] * n, chunk),
-                "test": through_api(p, [round(rng.uniform(5, 30), 3) for _ in range(n)], chunk),
-                "raw": raw(broker_url, n)}
+    return {"long": through_api(p, [3600.0] * n, chunk),
+            "test": through_api(p, [round(rng.uniform(5, 30), 3) for _ in range(n)], chunk),
+            "raw": raw(p.env["BROKER_URL"], n)}
 
 
 def main() -> None:
@@ -105,10 +86,12 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=5000)
     parser.add_argument("--chunk", type=int, default=500)
     args = parser.parse_args()
-    results = {"one node": measure(AMQP, MANAGEMENT, args.messages, args.chunk)}
-    with LocalCluster(name="dpp", port=5791) as cluster:
-        results["cluster"] = measure(cluster.broker_url("").rstrip("/").replace("/;", ";"),
-                                     cluster.management_url, args.messages, args.chunk)
+    # the machine's node, a fresh vhost; the cluster: harness.rabbit_cluster's, as make test-cluster runs it
+    with platform(web_workers=2, settings="delayplatform.settings_test", DELAY_QUEUE_TYPE="quorum") as p:
+        p.start_worker(concurrency=2)
+        results = {"one node": measure(p, args.messages, args.chunk)}
+    with LocalCluster(name="dpp", port=5791) as cluster, cluster_platform(cluster) as p:
+        results["cluster"] = measure(p, args.messages, args.chunk)
     print(f"\n{args.messages:,} messages through the bulk API in requests of {args.chunk} (quorum queues)\n")
     print("| broker | delays | accepted in | all published in | rate | delivered when the last was published | "
           "raw publisher |")

@@ -6,10 +6,14 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 from rabbit import Management
 from harness.paths import ROOT
+from harness.platform import platform
+from harness.vhosts import vhost_create, vhost_delete
 from harness.waiting import wait_until
 
 
@@ -107,6 +111,23 @@ class LocalCluster:
             if q.get("type") == "quorum" and q.get("leader"):
                 counts[q["leader"]] = counts.get(q["leader"], 0) + 1
         return counts
+
+
+@contextmanager
+def cluster_platform(cluster: LocalCluster, workers: int = 1, concurrency: int = 2):
+    """A platform of its own on a vhost of the cluster (``p.vhost``): web, workers, database, every
+    queue a quorum queue."""
+    vhost = f"dp-cluster-{uuid.uuid4().hex[:8]}"
+    vhost_create(management=cluster.management, vhost=vhost)
+    try:
+        with platform(web_workers=2, broker_url=cluster.broker_url(vhost), settings="delayplatform.settings_test",
+                      RABBITMQ_MANAGEMENT_URL=cluster.management_url, DELAY_QUEUE_TYPE="quorum") as p:
+            p.vhost = vhost
+            for _ in range(workers):
+                p.start_worker(concurrency=concurrency)
+            yield p
+    finally:
+        vhost_delete(management=cluster.management, vhost=vhost)
 
 
 class VhostQueues:

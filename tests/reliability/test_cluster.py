@@ -11,15 +11,11 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections import Counter
-from contextlib import contextmanager
 
 import pytest
 
-from harness.platform import platform
-from harness.rabbit_cluster import LocalCluster, VhostQueues
-from harness.vhosts import vhost_create, vhost_delete
+from harness.rabbit_cluster import LocalCluster, VhostQueues, cluster_platform
 from harness.waiting import wait_until
 
 from .conftest import FULL, size
@@ -32,22 +28,6 @@ pytestmark = [pytest.mark.reliability, pytest.mark.broker, pytest.mark.e2e, pyte
 def cluster():
     with LocalCluster() as c:
         yield c
-
-
-@contextmanager
-def cluster_platform(cluster: LocalCluster, workers: int = 1, concurrency: int = 2):
-    """A platform of its own on a vhost of the cluster: web, workers, database."""
-    vhost = f"dp-cluster-{uuid.uuid4().hex[:8]}"
-    vhost_create(management=cluster.management, vhost=vhost)
-    try:
-        with platform(web_workers=2, broker_url=cluster.broker_url(vhost), settings="delayplatform.settings_test",
-                      RABBITMQ_MANAGEMENT_URL=cluster.management_url, DELAY_QUEUE_TYPE="quorum") as p:
-            p.vhost = vhost
-            for _ in range(workers):
-                p.start_worker(concurrency=concurrency)
-            yield p
-    finally:
-        vhost_delete(management=cluster.management, vhost=vhost)
 
 
 class Load:
