@@ -14,6 +14,7 @@ from celery.worker.control import control_command
 
 from ..conf import conf
 from ..observability import metrics_worker  # noqa: F401  (every worker serves its metrics: the signals it connects)
+from . import stale_connections  # noqa: F401  (the task_prerun signal it connects)
 
 log = logging.getLogger(__name__)
 _loop = None
