@@ -3,9 +3,9 @@
 Celery's Django fixup closes connections between tasks, but Django's ``close()`` does nothing
 for a connection it marked closed inside a transaction, so a pool process can keep handing a
 dead psycopg connection to every task ("the connection is closed"). That happened once in the
-database-unavailable fault test (77 handler tasks failed for ~7 s after the database was back);
-no transaction spans two tasks, so any such state is stale here and is reset, with a warning that
-records what Django's flags were.
+database-unavailable fault test (77 handler tasks failed for ~7 s after the database was back).
+A connection psycopg reports closed is dropped and Django's transaction flags reset, with a
+warning that records what they were.
 """
 
 import logging
@@ -17,8 +17,10 @@ log = logging.getLogger(__name__)
 
 
 def _stale(conn) -> bool:
+    """Only a connection psycopg knows is dead: a live one inside a transaction is the caller's
+    (a task run in-process by a test or a shell, within its transaction)."""
     raw = conn.connection
-    return conn.in_atomic_block or conn.closed_in_transaction or (raw is not None and raw.closed)
+    return raw is not None and raw.closed
 
 
 @signals.task_prerun.connect

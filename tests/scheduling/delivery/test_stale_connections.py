@@ -45,6 +45,17 @@ def test_a_dead_connection_is_dropped_before_the_next_task(caplog):
     assert "dropping a stale database connection" in caplog.text
 
 
+def test_a_live_connection_inside_a_transaction_is_kept():
+    """A task run in-process within its caller's transaction (a test, a shell) keeps it."""
+    from django.db import transaction
+
+    conn = connections["default"]
+    with transaction.atomic():
+        raw = conn.connection
+        signals.task_prerun.send(sender=sweep_pending, task_id="t", task=None)
+        assert conn.connection is raw and conn.in_atomic_block
+
+
 def test_an_eager_task_keeps_its_callers_connection():
     conn = connections["default"]
     conn.ensure_connection()
