@@ -131,6 +131,7 @@ def platform(web_workers: int = 4, broker_url: str | None = None, settings: str 
 
             wait_until(up, 60, 0.2, "gunicorn")
             p = Platform(run_id, env, url, token)
+            p.web_pid = web.pid  # gunicorn's master (bench.cluster_failover dumps its workers' stacks)
             yield p
         finally:
             if p:

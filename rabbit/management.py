@@ -108,6 +108,14 @@ class Management:
         """The cluster's nodes with their figures (``name``, ``mem_used``, ``running`` …)."""
         return self._request("GET", "/nodes") or []
 
+    def overview(self) -> dict:
+        """The broker's version (``rabbitmq_version``) and cluster-wide figures."""
+        return self._request("GET", "/overview") or {}
+
+    def feature_flags(self) -> list[dict]:
+        """Each feature flag with its ``state`` (enabled, disabled, unavailable)."""
+        return self._request("GET", "/feature-flags") or []
+
     def vhosts(self) -> list[str]:
         return [v["name"] for v in self._request("GET", "/vhosts") or []]
 

@@ -66,7 +66,11 @@ def diff_warnings(plan: Plan, exchanges: list[dict]) -> list[str]:
     have = {e["name"]: e for e in exchanges}
     return [
         f"exchange {e.name} has no alternate-exchange (declared by another system): a message for a "
-        f"destination with no queue bound is dropped by the broker, not kept in {unroutable_name(plan.version.prefix)}"
+        f"destination with no queue bound is not kept in {unroutable_name(plan.version.prefix)}; from classic "
+        "queues the broker drops it, and from quorum queues (at-least-once dead-lettering) it waits in the last "
+        "level, tried again every dead_letter_worker_publisher_confirm_timeout, and 32 of them stall that level for "
+        "every destination (NServiceBus.RabbitMQ#1407); the platform binds each endpoint before taking a message for it "
+        "and never unbinds one, so the risk is an endpoint queue deleted by hand"
         for e in plan.exchanges if _kept_as_found(e, have.get(e.name))
     ]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import rabbit
+from rabbit.requirements import Requirement, broker_facts, requirements_check
 from topology import cascade
 from topology.diff import diff_plan, diff_warnings, leftover_shards, leftover_warning, replication_check
 
@@ -41,6 +42,12 @@ def topology_check(*, version: cascade.Version, url: str | None = None) -> Verif
         replication.summary,
         len(replication.problems),
     )
+
+
+def topology_check_broker(*, quorum: bool, url: str | None = None) -> list[Requirement]:
+    """The broker's version, feature flags and dead-letter confirm timeout against what the
+    cascades need (``quorum``: some version uses quorum queues)."""
+    return requirements_check(broker_facts(broker(url).management), quorum=quorum)
 
 
 def _replication(management: rabbit.Management, vhost: str, plan: cascade.Plan, listed: list[dict]):

@@ -10,6 +10,7 @@ from topology import cascade
 from topology.definitions import plan_definitions
 
 from ...conf import broker
+from ...selectors.broker import topology_check_broker
 from ...services.topology import topology_provision, topology_verify
 from ._base import require_migrated
 from ._versions import VersionedCommand, add_version_arguments, resolve_versions
@@ -84,8 +85,8 @@ class Command(VersionedCommand):
                 )
                 for line in result.kept:
                     self.stdout.write(f"  {line}: shared with another system (NServiceBus?); a message for a "
-                                      "destination with no queue bound is dropped by the broker instead of kept "
-                                      f"in {cascade.unroutable_name(plan.version.prefix)}")
+                                      "destination with no queue bound is not kept "
+                                      f"in {cascade.unroutable_name(plan.version.prefix)} (--verify says what it risks)")
         except BrokerError as exc:
             raise CommandError(str(exc)) from None
 
@@ -113,6 +114,11 @@ class Command(VersionedCommand):
 
     def _verify(self, versions, url):
         failed = replication = 0
+        unmet = 0
+        for requirement in topology_check_broker(quorum=any(v.queue_kind == "quorum" for v in versions), url=url):
+            (self.stdout if requirement.ok or requirement.warning or requirement.ok is None
+             else self.stderr).write(f"broker: {requirement.line()}")
+            unmet += requirement.ok is False and not requirement.warning
         for version in versions:
             result = topology_verify(version=version, url=url)
             for warning in result.warnings:
@@ -126,7 +132,7 @@ class Command(VersionedCommand):
             else:
                 self.stdout.write(f"{version.name} ({version.prefix}{_shards(version)}): cascade complete and as planned"
                                   + (f" ({len(result.warnings)} warning(s) above)" if result.warnings else ""))
-        reasons = []
+        reasons = [f"{unmet} broker requirement(s) unmet (fixes above)"] if unmet else []
         if failed > replication:
             reasons.append(f"{failed - replication} missing or mismatched piece(s); run provision_delays to fix")
         if replication:

@@ -53,6 +53,15 @@ def test_provisions_the_platform_versions_and_records_it(provisioned, versions):
     assert v2.verified_at and v2.verify_problems == []
 
 
+def test_verify_checks_the_broker_itself():
+    """Version and feature flags from the management API, the dead-letter worker's confirm
+    timeout with rabbitmqctl (the machine's 3.10.8 keeps the 180,000 ms default: a warning)."""
+    out, _ = run("--verify", "--version", "v2")
+    assert "broker: ok: RabbitMQ version: 3." in out
+    assert "broker: ok: feature flag stream_queue: enabled" in out
+    assert "broker: warning: dead_letter_worker_publisher_confirm_timeout on " in out and "180,000 ms" in out
+
+
 def test_verify_fails_naming_a_deleted_queue(amqp, teardown, unique_prefix):
     teardown(cascade.cascade_plan(cascade.V2.with_(prefix=unique_prefix, levels=4)))
     run("--version", "v2", "--prefix", unique_prefix, "--levels", "4")
@@ -135,11 +144,12 @@ def test_beside_nservicebus_it_succeeds_keeps_their_exchange_and_verify_warns(am
     out, _ = run("--version", "v2", "--prefix", prefix, "--levels", "3")
     assert "Provisioned v2" in out
     assert f"exchange {prefix}delay-delivery already exists without alternate-exchange={prefix}delay-unroutable: " \
-           "kept as it is: shared with another system" in out and "dropped by the broker" in out
+           "kept as it is: shared with another system" in out and "--verify says what it risks" in out
     delivery = next(e for e in broker().management.exchanges(broker().vhost) if e["name"] == f"{prefix}delay-delivery")
     assert delivery["arguments"] == {}
     out, _ = run("--verify", "--version", "v2", "--prefix", prefix, "--levels", "3")  # exit 0: a warning only
     assert f"v2: warning: exchange {prefix}delay-delivery has no alternate-exchange" in out
+    assert "32 of them stall that level for every destination (NServiceBus.RabbitMQ#1407)" in out
     assert "cascade complete and as planned (1 warning(s) above)" in out
 
 

@@ -1,0 +1,99 @@
+"""What a cascade needs of the broker itself, checked as NServiceBus's ``delays verify`` does: its
+version, the feature flags of quorum queues and at-least-once dead-lettering, and the dead-letter
+worker's confirm timeout. Pure checks over facts read by :func:`broker_facts`
+(docs/operations/rabbitmq-versions.md says where each comes from)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from .management import Management
+
+MINIMUM = (3, 10, 0)  # message TTL and at-least-once dead-lettering on quorum queues
+QUORUM_FLAGS = ("quorum_queue", "stream_queue")  # stream_queue: at-least-once dead-lettering on 3.10-3.13
+CONFIRM_TIMEOUT_KEY = "dead_letter_worker_publisher_confirm_timeout"
+CONFIRM_TIMEOUT_MAX_MS = 10_000  # the broker's default is 180,000 ms
+
+
+@dataclass(frozen=True)
+class BrokerFacts:
+    version: str  # "3.10.8"
+    flags: dict[str, str]  # feature flag -> state ("enabled", "disabled", "unavailable")
+    confirm_timeouts: dict[str, int | None]  # node -> ms; None: not readable from here
+
+
+@dataclass(frozen=True)
+class Requirement:
+    name: str
+    ok: bool | None  # None: could not be checked from here
+    found: str
+    fix: str = ""
+    warning: bool = False  # works, with less safety: reported, does not fail verify
+
+    def line(self) -> str:
+        mark = "ok" if self.ok else ("not checked" if self.ok is None else ("warning" if self.warning else "FAIL"))
+        return f"{mark}: {self.name}: {self.found}" + (f"; fix: {self.fix}" if self.fix and not self.ok else "")
+
+
+def _parse_version(text: str) -> tuple[int, ...] | None:
+    match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", text or "")
+    return tuple(int(x or 0) for x in match.groups()) if match else None
+
+
+def requirements_check(facts: BrokerFacts, *, quorum: bool) -> list[Requirement]:
+    """One line per requirement of a cascade (``quorum``: of quorum queues with at-least-once
+    dead-lettering, as v2 and v3 are)."""
+    found = _parse_version(facts.version)
+    checks = [Requirement(
+        "RabbitMQ version", None if found is None else found >= MINIMUM,
+        f"{facts.version or 'unknown'} (3.10.0 or later needed)",
+        "upgrade RabbitMQ (docs/operations/rabbitmq-versions.md gives the path)")]
+    if not quorum:
+        return checks
+    for flag in QUORUM_FLAGS:
+        state = facts.flags.get(flag)
+        if state is None and found is not None and found >= (4, 0, 0):
+            checks.append(Requirement(f"feature flag {flag}", True, "required and always on since 4.0"))
+            continue
+        checks.append(Requirement(f"feature flag {flag}", state == "enabled", state or "not listed",
+                                  f"rabbitmqctl enable_feature_flag {flag}"))
+    for node, ms in sorted(facts.confirm_timeouts.items()):
+        fix = (f"in advanced.config [{{rabbit, [{{{CONFIRM_TIMEOUT_KEY}, {CONFIRM_TIMEOUT_MAX_MS}}}]}}]. "
+               "and restart the node")
+        if ms is None:
+            checks.append(Requirement(f"{CONFIRM_TIMEOUT_KEY} on {node}", None,
+                                      "not readable here (rabbitmqctl cannot reach the node)",
+                                      f"rabbitmqctl -n {node} eval 'application:get_env(rabbit, {CONFIRM_TIMEOUT_KEY}).' "
+                                      f"should say at most {CONFIRM_TIMEOUT_MAX_MS}"))
+            continue
+        checks.append(Requirement(
+            f"{CONFIRM_TIMEOUT_KEY} on {node}", ms <= CONFIRM_TIMEOUT_MAX_MS,
+            f"{ms:,} ms: a hop a level's next queue does not confirm (its leader just died) is sent again only "
+            f"after this long, so those messages can be that late", fix, warning=True))
+    return checks
+
+
+def _confirm_timeout(node: str) -> int | None:
+    """The node's setting, read with rabbitmqctl (the management API does not show the
+    application environment); None where the CLI is missing or cannot reach the node."""
+    if not shutil.which("rabbitmqctl"):
+        return None
+    try:
+        result = subprocess.run(["rabbitmqctl", "-q", "-n", node, "eval",
+                                 f"application:get_env(rabbit, {CONFIRM_TIMEOUT_KEY})."],
+                                capture_output=True, text=True, timeout=15)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    match = re.search(r"\{ok,\s*(\d+)\}", result.stdout)
+    return int(match.group(1)) if result.returncode == 0 and match else None
+
+
+def broker_facts(management: Management) -> BrokerFacts:
+    overview = management.overview()
+    flags = {f["name"]: f.get("state", "") for f in management.feature_flags()}
+    nodes = [n["name"] for n in management.nodes() if n.get("running")]
+    return BrokerFacts(overview.get("rabbitmq_version") or overview.get("product_version") or "", flags,
+                       {node: _confirm_timeout(node) for node in nodes})
