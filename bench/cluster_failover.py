@@ -4,8 +4,9 @@ with stack dumps of the worker and the web processes taken while it happens.
     .venv/bin/python -m bench.cluster_failover [--scenario loop-node|rolling] [--per-second 100]
 
 A three-node cluster of its own (harness.rabbit_cluster), a platform on it as make test-cluster
-starts it (2 gunicorn workers, one Celery worker with the delivery loop, quorum queues), and the
-API taking ``--per-second`` messages due in 1-15 s. ``loop-node`` kills -9 the node the delivery
+starts it (2 gunicorn workers, one Celery worker with the delivery loop, quorum queues, an
+endpoint whose handler is a Celery task, or ``--handler none``), and the API taking
+``--per-second`` messages due in 1-15 s. ``loop-node`` kills -9 the node the delivery
 loop is connected to; ``rolling`` stops and starts each node in turn. Every second from the fault
 on, ``py-spy dump`` of the Celery worker (the loop's thread, Celery's consumer) and of each
 gunicorn worker (the relay) goes to artifacts/cluster_failover-stacks.txt.
@@ -101,12 +102,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenario", choices=["loop-node", "rolling"], default="loop-node")
     parser.add_argument("--per-second", type=int, default=100)
+    parser.add_argument("--handler", choices=["celery_task", "none"], default="celery_task",
+                        help="celery_task (a test task per message, as make test-cluster's endpoints) or none")
     args = parser.parse_args()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     stacks_path = ARTIFACTS / "cluster_failover-stacks.txt"
     with LocalCluster(name="dpf", port=5801) as cluster, cluster_platform(cluster) as p:
         name = "failover"
-        p.api("POST", "/api/endpoints/", json={"name": name})
+        handler = ({"handler": "celery_task", "handler_target": "testapp.record_receipt"}
+                   if args.handler == "celery_task" else {})
+        p.api("POST", "/api/endpoints/", json={"name": name, **handler})
         load = Load(p, name, args.per_second)
         load.start()
         time.sleep(8)

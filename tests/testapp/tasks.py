@@ -48,3 +48,11 @@ def started_at(self, due_ms: int):
 
     started_ms = int(time.time() * 1000)
     Receipt.objects.create(message_id=self.request.id, payload={"due_ms": due_ms, "started_ms": started_ms})
+
+
+@shared_task(bind=True, base=DelayedTask, name="testapp.retry_until", max_retries=None)
+def retry_until(self, times: int, countdown: float):
+    """Retried ``times`` times through the cascade, ``countdown`` apart: one receipt per run."""
+    _record(self, (times, countdown), {})
+    if self.request.retries < times:
+        raise self.retry(countdown=countdown)
