@@ -22,12 +22,21 @@ import argparse
 import json
 import random
 import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 from harness.paths import ARTIFACTS
 from harness.rabbit_cluster import LocalCluster, cluster_platform
 from harness.waiting import wait_until
+
+LATE_SQL = """
+    SELECT floor(extract(epoch FROM delivered_at) - %s)::int AS delivered_second, count(*),
+           min(delivery_count), max(delivery_count), max(attempts), min(extract(epoch FROM published_at - created_at))::numeric(8,2)
+    FROM scheduling_scheduledmessage WHERE lateness_ms > 2000 GROUP BY 1 ORDER BY 1
+"""
+PY_SPY = str(Path(sys.executable).parent / "py-spy")  # requirements-dev: installed in the venv
 
 TIMELINE_SQL = """
     SELECT floor(extract(epoch FROM due_at))::bigint AS second, count(*),
@@ -69,11 +78,15 @@ class Stacks(threading.Thread):
         with open(self.path, "w") as out:
             while not self.stopping.is_set():
                 for role, pid in self.pids.items():
-                    dump = subprocess.run(["py-spy", "dump", "--pid", str(pid)], capture_output=True, text=True,
+                    dump = subprocess.run([PY_SPY, "dump", "--pid", str(pid)], capture_output=True, text=True,
                                           timeout=30)
                     out.write(f"\n===== t+{time.monotonic() - started:.1f}s {role} pid {pid}\n{dump.stdout}{dump.stderr}")
                     out.flush()
                 self.stopping.wait(1)
+
+
+def VhostQueuesDepth(cluster, vhost):  # noqa: N802 - a diagnostic line
+    return {n: q.get("messages") for n, q in cluster.management.queue_depths(vhost).items() if q.get("messages")}
 
 
 def gunicorn_workers(master_pid: int) -> list[int]:
@@ -125,9 +138,16 @@ def main() -> None:
         time.sleep(5)
         load.stopping.set()
         load.join(30)
-        wait_until(lambda: p.sql("SELECT count(*) FROM scheduling_scheduledmessage WHERE status <> 'delivered'")[0][0] == 0,
-                   180, 1, "every message delivered")
+        try:
+            wait_until(lambda: p.sql("SELECT count(*) FROM scheduling_scheduledmessage WHERE status <> 'delivered'")[0][0]
+                       == 0, 180, 1, "every message delivered")
+        except AssertionError:
+            print("NOT ALL DELIVERED:", p.sql("SELECT status, count(*), min(due_at), max(due_at), max(attempts), "
+                                              "max(last_error) FROM scheduling_scheduledmessage WHERE status <> "
+                                              "'delivered' GROUP BY 1"), "fault at", fault_at)
+            print(VhostQueuesDepth(cluster, p.vhost))
         rows = p.sql(TIMELINE_SQL)
+        late = p.sql(LATE_SQL, fault_at)
         warnings = [line for line in p.workers[0].log_text().splitlines() if " WARNING" in line or " ERROR" in line]
     print(f"\n{what}; {load.scheduled} scheduled at {args.per_second}/s, {len(load.errors)} API errors\n")
     print("| due second (from the fault) | messages | lateness p50 | p99 | max | latest publish after due |")
@@ -136,10 +156,14 @@ def main() -> None:
         offset = second - int(fault_at)
         if -3 <= offset <= 45:
             print(f"| {offset:+d} | {n} | {p50} ms | {p99} ms | {worst} ms | {published_after} ms |")
+    print("\nmessages over 2 s late, by when they were delivered (from the fault):")
+    for second, n, min_count, max_count, attempts, publish_s in late:
+        print(f"  +{second}s: {n} (delivery_count {min_count}-{max_count}, attempts up to {attempts}, "
+              f"published {publish_s} s after scheduling at least)")
     print("\nworker warnings:\n" + "\n".join(warnings[:40]))
     print(f"\nstacks: {stacks_path}")
     (ARTIFACTS / "cluster_failover.json").write_text(json.dumps(
-        {"scenario": args.scenario, "fault": what, "fault_at": fault_at, "timeline": rows, "warnings": warnings},
+        {"scenario": args.scenario, "fault": what, "fault_at": fault_at, "timeline": rows, "late": late, "warnings": warnings},
         indent=2, default=str))
 
 

@@ -169,6 +169,9 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # Every task that comes out of the cascade goes through the message lifecycle in the worker:
 # recorded delivered; skipped if cancelled or a duplicate (scheduling/celery/claim.py).
 CELERY_TASK_ANNOTATIONS = ["scheduling.celery.claim.ClaimBeforeStart"]
+# Celery's consumer, with native delayed delivery's setup once per worker instead of on every
+# reconnect (it held the consumer ~17 s after a cluster node's loss): scheduling/celery/consumer.py
+CELERY_WORKER_CONSUMER = "scheduling.celery.consumer:Consumer"
 
 _RELAY_QUEUE = _env["relay_queue"]
 CELERY_TASK_QUEUES = [

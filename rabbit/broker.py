@@ -134,15 +134,16 @@ class Broker:
         given (BrokerUnavailable when the vhost cannot be reached)."""
         return probe(self.url, exchanges=exchanges, queues=queues, timeout=timeout)
 
-    def publish(self, messages: list[Outgoing], *, window: int = DEFAULT_WINDOW) -> Outcome:
+    def publish(self, messages: list[Outgoing], *, window: int = DEFAULT_WINDOW, timeout: float = 30.0) -> Outcome:
         """Confirmed publish on this thread's long-lived connection (opened on first use and
         again after a failure). Raises BrokerUnavailable when no connection can be had; a
-        connection that breaks mid-batch is an Outcome with ``error`` set."""
+        connection that breaks mid-batch, or confirms not all in by ``timeout`` seconds, is an
+        Outcome with ``error`` set (the connection is then replaced)."""
         conn = getattr(self._local, "conn", None)
         if conn is None or not conn.connected:
             self.close_publisher()
             conn = self._local.conn = open_connection(self.url, role="publisher")
-        outcome = publish_confirmed(conn, messages, window=window)
+        outcome = publish_confirmed(conn, messages, window=window, timeout=timeout)
         if outcome.error:
             self.close_publisher()
         return outcome

@@ -34,9 +34,8 @@ def open_connection(url: str, first: int = 0, role: str = "session", timeout: fl
     failover URL (``amqp://a;amqp://b``) is tried node by node, from node ``first`` on, so a
     dead node costs one refused connection. The connection is named after ``role`` (see
     :func:`connection_name`), so an operator can tell which node each part is on. Its publishes can be batched into one socket write
-    (rabbit.framing). ``timeout``: one attempt (kombu's connect() tries again after 2 s), its
-    connect and every socket read and write bounded by it (a probe must answer in bounded time,
-    even from a broker that accepts TCP and then hangs)."""
+    (rabbit.framing). ``timeout``: its connect and every socket read and write bounded by it (a
+    probe must answer in bounded time, even from a broker that accepts TCP and then hangs)."""
     failures = []
     for node in rotated(node_urls(url), first):
         bounded = {} if timeout is None else {"read_timeout": timeout, "write_timeout": timeout}
@@ -45,10 +44,9 @@ def open_connection(url: str, first: int = 0, role: str = "session", timeout: fl
                                              "client_properties": {"connection_name": connection_name(role)},
                                              **bounded})
         try:
-            if timeout is None:
-                conn.connect()
-            else:
-                conn.ensure_connection(max_retries=0, reraise_as_library_errors=False)
+            # one attempt per node: kombu's connect() tries a refused node again after 2 s, which
+            # a dead cluster node cost every reconnect (the delivery loop's, the relay's; issue 22)
+            conn.ensure_connection(max_retries=0, reraise_as_library_errors=False)
         except CONNECTION_ERRORS as exc:
             conn.release()
             failures.append(f"{describe(node)}: {reason(exc)}")

@@ -46,6 +46,8 @@ def deliver(self, message_id: str, attempt: int = 0) -> str:
         raise self.retry(exc=exc, countdown=backoff.database(self.request.retries + 1)) from None
     if outcome.result is Result.EARLY:
         raise self.retry(eta=outcome.eta)
+    if outcome.result is Result.POSTPONED:  # the broker did not take its handler task
+        raise self.retry(countdown=backoff.broker(self.request.retries + 1))
     if outcome.result is Result.RETRY:
         raise self.retry(
             kwargs={"message_id": message_id, "attempt": outcome.attempt}, countdown=outcome.retry_in

@@ -1,5 +1,5 @@
 """How long to wait before trying again: one doubling rule for every retry in the platform
-(handler attempts, deliveries postponed while the database is away)."""
+(handler attempts, deliveries postponed while the database or the broker is away)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,17 @@ def exponential(attempt: int, *, first: float, cap: float | None = None) -> floa
         raise ValueError(f"attempt counts from 1, got {attempt}")
     seconds = first * 2 ** (attempt - 1)
     return seconds if cap is None else min(seconds, cap)
+
+
+# The broker did not take a handler's task (a node lost, a queue's leader being elected): try the
+# delivery again after 0.25, 0.5, 1 ... seconds, at most 2; not a handler attempt (issue 22).
+BROKER_FIRST_SECONDS = 0.25
+BROKER_CAP_SECONDS = 2.0
+
+
+def broker(failures: int) -> float:
+    """Seconds to wait after the ``failures``-th time the broker did not take a handler's task."""
+    return exponential(failures, first=BROKER_FIRST_SECONDS, cap=BROKER_CAP_SECONDS)
 
 
 def database(failures: int) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+from dataclasses import dataclass, field
 
 import requests
 from celery import current_app
@@ -14,7 +15,7 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConnectionError
 
-from rabbit import Outgoing
+from rabbit import BrokerUnavailable, Outgoing
 
 from ..conf import broker, conf
 from ..models import Endpoint, ScheduledMessage
@@ -148,23 +149,42 @@ def celery_task_outgoing(message: ScheduledMessage) -> Outgoing:
                      "delivery_mode": 2, "priority": 0})
 
 
-def send_celery_tasks(messages: list[ScheduledMessage]) -> dict[int, str]:
+# How long the delivery loop waits for the broker to confirm a batch's handler tasks. A task queue
+# whose quorum leader was just lost confirms only once a new leader is elected; waiting out the
+# publisher's 30 s held every delivery behind it (issue 22). Unconfirmed by then: postponed.
+TASK_CONFIRM_SECONDS = 3.0
+
+
+@dataclass
+class TaskSends:
+    """What became of a batch's handler tasks, by index: ``refused`` cannot run (the allowlist, no
+    queue takes the task: a handler failure, retried with the handler's backoff); ``unsent`` the
+    broker did not take now (connection lost, nacked, not confirmed in time: the delivery is
+    postponed, not counted as a handler attempt)."""
+
+    refused: dict[int, str] = field(default_factory=dict)
+    unsent: dict[int, str] = field(default_factory=dict)
+
+
+def send_celery_tasks(messages: list[ScheduledMessage]) -> TaskSends:
     """Send the handler tasks of a batch in one confirmed publish (a window of confirms in
     flight, as the relay does): one at a time, each waited a broker round trip, which on a
-    replicated (quorum) task queue held the delivery loop ~6 ms per message (docs/scaling.md).
-    Returns index -> why, for the ones the broker did not take or DELAY_CELERY_TASK_ALLOWLIST
-    does not allow."""
+    replicated (quorum) task queue held the delivery loop ~6 ms per message (docs/scaling.md)."""
     patterns = conf().celery_task_allowlist
-    failed = {i: why for i, m in enumerate(messages)  # checked again here: the allowlist may have changed
-              if (why := guards.task_refusal(m.endpoint.handler_target, patterns))}
-    sendable = [i for i in range(len(messages)) if i not in failed]
+    sends = TaskSends(refused={i: why for i, m in enumerate(messages)  # checked again here: the allowlist may have changed
+                               if (why := guards.task_refusal(m.endpoint.handler_target, patterns))})
+    sendable = [i for i in range(len(messages)) if i not in sends.refused]
     if not sendable:
-        return failed
-    outcome = broker().publish([celery_task_outgoing(messages[i]) for i in sendable], window=conf().publish_window)
-    failed.update({sendable[n]: why for n, why in dict(outcome.failed).items()})
-    if outcome.error:
-        failed.update({i: outcome.error for n, i in enumerate(sendable) if n not in outcome.confirmed})
-    return failed
+        return sends
+    try:
+        outcome = broker().publish([celery_task_outgoing(messages[i]) for i in sendable], window=conf().publish_window,
+                                   timeout=TASK_CONFIRM_SECONDS)
+    except BrokerUnavailable as exc:  # no connection to any node
+        sends.unsent.update({i: str(exc) for i in sendable})
+        return sends
+    for n, why in outcome.failed.items():
+        (sends.refused if why.startswith("returned by") else sends.unsent)[sendable[n]] = why
+    return sends
 
 
 def run_handler(message: ScheduledMessage) -> None:

@@ -20,7 +20,7 @@ class Held:
     seq: int  # arrival order breaks ties: never compare messages
     message: Received = field(compare=False)
     delivery: Delivery = field(compare=False)
-    failures: int = field(compare=False, default=0)  # database outages met so far
+    failures: int = field(compare=False, default=0)  # database or broker outages met so far
 
 
 class Holding:
@@ -43,8 +43,15 @@ class Holding:
 
     def database_failed(self, held: Held, now_ms: int) -> float:
         """The database was away when ``held`` was due: hold it for the backoff, return it."""
+        return self._postpone(held, now_ms, backoff.database)
+
+    def broker_failed(self, held: Held, now_ms: int) -> float:
+        """The broker did not take ``held``'s handler task: hold it for the (short) backoff."""
+        return self._postpone(held, now_ms, backoff.broker)
+
+    def _postpone(self, held: Held, now_ms: int, rule) -> float:
         held.failures += 1
-        wait_s = backoff.database(held.failures)
+        wait_s = rule(held.failures)
         self.hold_until(held, now_ms + int(wait_s * 1000))
         return wait_s
 

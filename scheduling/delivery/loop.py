@@ -78,13 +78,19 @@ class DeliveryLoop(threading.Thread):
         self.webhooks.shutdown(wait=False, cancel_futures=True)
 
     def run(self) -> None:
+        failures = 0  # sessions in a row that ended on the broker
         while not self.stopping.is_set():
+            started = time.monotonic()
             try:
                 self._session()
             except rabbit.BrokerUnavailable as exc:
+                # a session that ran a while lost its node: reconnect at once (the next node of the
+                # URL takes it; the 1 s wait added to every held message's lateness, issue 22);
+                # one that could not even start waits 1 s, not to spin against a broker that is down
+                failures = 0 if time.monotonic() - started > 5 else failures + 1
                 if not self.stopping.is_set():
                     log.warning("delivery loop: %s; reconnecting", exc)
-                    time.sleep(1)
+                    time.sleep(0.05 if failures == 0 else 1)
             except Exception:  # never let the thread die silently
                 log.exception("delivery loop failed; restarting it")
                 time.sleep(1)
@@ -204,6 +210,9 @@ class DeliveryLoop(threading.Thread):
         """Whether the message is done with (to be acked): not when it came early."""
         if outcome.result is Result.EARLY:  # clocks disagree: wait for the row's due time
             self.holding.hold_until(held, to_epoch_ms(outcome.eta))
+            return False
+        if outcome.result is Result.POSTPONED:  # the broker did not take its handler task: soon again
+            self.holding.broker_failed(held, now_ms())
             return False
         if outcome.result is Result.RETRY:
             self._publish_retry(held, outcome)

@@ -37,6 +37,7 @@ class Result(enum.Enum):
     EARLY = "early"
     RETRY = "retry"
     DEFERRED = "deferred"  # left for the one-by-one path (webhooks)
+    POSTPONED = "postponed"  # the broker did not take its handler task: nothing recorded, try again soon
     FAILED = "failed"
     UNKNOWN = "unknown"
 
@@ -74,15 +75,22 @@ def _handler_failed(message: ScheduledMessage, error: str) -> Outcome:
 
 
 def _handle_many(to_handle: list[tuple[int, ScheduledMessage]], outcomes: list) -> None:
-    """Celery task handlers of the batch in one windowed publish; the others one by one."""
+    """Celery task handlers of the batch in one windowed publish; the others one by one. A task
+    the broker did not take now is POSTPONED: a node lost or a task queue's leader being elected
+    is the transport's hiccup, not the handler's failure, and the handler's backoff (2, 4, 8 s)
+    made it a 15-s pause after a node loss (issue 22)."""
     tasks = [(i, m) for i, m in to_handle if m.endpoint_handler == Endpoint.Handler.CELERY_TASK]
-    try:
-        failed = send_celery_tasks([m for _, m in tasks])
-    except Exception as exc:  # no connection at all: every task of the batch failed to send
-        failed = {n: f"{type(exc).__name__}: {exc}" for n in range(len(tasks))}
+    sends = send_celery_tasks([m for _, m in tasks]) if tasks else None
     for n, (index, message) in enumerate(tasks):
-        outcomes[index] = _handler_failed(message, f"task not sent: {failed[n]}") if n in failed \
-            else Outcome(Result.DELIVERED)
+        if n in sends.unsent:
+            outcomes[index] = Outcome(Result.POSTPONED)
+        elif n in sends.refused:
+            outcomes[index] = _handler_failed(message, f"task not sent: {sends.refused[n]}")
+        else:
+            outcomes[index] = Outcome(Result.DELIVERED)
+    if sends is not None and sends.unsent:
+        log.warning("%d handler task(s) not taken by the broker (%s); their deliveries are postponed",
+                    len(sends.unsent), next(iter(sends.unsent.values())))
     for index, message in to_handle:
         if message.endpoint_handler == Endpoint.Handler.NONE:
             outcomes[index] = Outcome(Result.DELIVERED)
@@ -103,7 +111,7 @@ def delivery_receive_many(*, items: list[tuple[str, int]], defer_webhooks: bool 
             [message_id for message_id in {i for i, _ in items} if wire.is_row_id(message_id)])}
         now = timezone.now()
         outcomes: list[Outcome | None] = []
-        changed, to_handle, counted = {}, [], []
+        changed, to_handle, counted, arrived = {}, [], [], {}
         for index, (message_id, attempt) in enumerate(items):
             message = rows.get(message_id)
             if message is None:
@@ -117,9 +125,10 @@ def delivery_receive_many(*, items: list[tuple[str, int]], defer_webhooks: bool 
                 outcomes.append(Outcome(Result.EARLY, attempt=attempt, eta=message.due_at))
                 continue
             arrival, change = lifecycle.arrive(message, attempt=attempt, now=now, by=by)
+            before = {name: getattr(message, name) for name in change}  # to undo a postponed one
             lifecycle.apply(message, change)
             changed[message.id] = message
-            counted.append(metrics.arrival(arrival, message, change))
+            arrived[index] = (before, metrics.arrival(arrival, message, change))
             outcomes.append(Outcome(_DROPPED[arrival]) if arrival in _DROPPED else None)
             if arrival is Arrival.DELIVER:
                 to_handle.append((index, message))
@@ -131,6 +140,15 @@ def delivery_receive_many(*, items: list[tuple[str, int]], defer_webhooks: bool 
             for message in with_handlers:
                 message.payload, message.endpoint = payloads[message.id], endpoints[message.endpoint_id]
         _handle_many(to_handle, outcomes)
+        # postponed: the row stays as it was and the message is held for another try (a second copy
+        # of it in this batch was already dropped as a duplicate; its count goes with the undo)
+        for index, message in to_handle:
+            if outcomes[index].result is Result.POSTPONED:
+                before, _ = arrived.pop(index)
+                for name, value in before.items():
+                    setattr(message, name, value)
+                del changed[message.id]
+        counted += [count for _, count in arrived.values()]
         for index, message in to_handle:
             if outcomes[index].result in (Result.RETRY, Result.FAILED):
                 counted += metrics.handler_failed(message, retried=outcomes[index].result is Result.RETRY)

@@ -38,6 +38,7 @@ class RelayResult:
     published: int = 0
     failed: int = 0
     errors: list[str] = field(default_factory=list)
+    broken: bool = False  # a connection broke mid-batch (its node lost): another node may take it
 
 
 PUBLISHED = lifecycle.transition(Status.PENDING, Event.PUBLISH)
@@ -68,6 +69,7 @@ def _publish_batch(rows: list[ScheduledMessage], result: RelayResult, direct: bo
         return
     if outcome.error:
         result.errors.append(outcome.error)
+        result.broken = True
     published, failed = [], []
     for index, (row, (_, route)) in enumerate(zip(rows, prepared, strict=True)):
         if index in outcome.confirmed:
@@ -140,9 +142,17 @@ def relay_publish_rows(*, rows: list[ScheduledMessage]) -> RelayResult:
     try:
         for start in range(0, len(rows), size):
             chunk = rows[start:start + size]
-            with transaction.atomic():
-                locked = ScheduledMessage.objects.lock_ids([row.id for row in chunk], status=Status.PENDING)
-                _publish_batch([row for row in chunk if row.id in locked], result, direct=False)
+            for again in (False, True):
+                failed_before, result.broken = result.failed, False
+                with transaction.atomic():
+                    locked = ScheduledMessage.objects.lock_ids([row.id for row in chunk], status=Status.PENDING)
+                    _publish_batch([row for row in chunk if row.id in locked], result, direct=False)
+                if again or not result.broken:
+                    break
+                # the connection broke under the batch (a cluster node lost): once more, at once, on a
+                # new connection (open_connection goes on to a live node); leaving the rows to the
+                # sweeper made them seconds late (issue 22)
+                result.failed = failed_before
             if result.failed:
                 break
     except DatabaseError as exc:

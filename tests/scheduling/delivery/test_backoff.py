@@ -24,3 +24,8 @@ def test_database_outage_waits_double_up_to_thirty_seconds(failures, seconds):
 def test_attempts_count_from_one():
     with pytest.raises(ValueError, match="counts from 1"):
         backoff.exponential(0, first=1)
+
+
+@pytest.mark.parametrize(("failures", "seconds"), [(1, 0.25), (2, 0.5), (3, 1), (4, 2), (5, 2), (100, 2)])
+def test_a_broker_that_did_not_take_a_handler_task_is_tried_again_within_two_seconds(failures, seconds):
+    assert backoff.broker(failures) == seconds

@@ -59,6 +59,13 @@ def test_a_database_outage_holds_the_message_for_the_backoff(failures, wait_s):
     assert holding.due(1000 + wait_s * 1000, 10) == [held]
 
 
+def test_a_broker_failure_holds_the_message_for_the_short_backoff():
+    holding = holding_of(100)
+    (held,) = holding.due(100, 10)
+    assert [holding.broker_failed(held, now_ms=1000), holding.due(1249, 10), holding.due(1250, 10)] == [0.25, [], [held]]
+    assert holding.broker_failed(held, now_ms=2000) == 0.5 and held.failures == 2
+
+
 def test_hold_until_moves_a_message_later():
     holding = holding_of(100, 200)
     first, _ = holding.due(200, 10)
