@@ -39,7 +39,7 @@ test-reliability: venv
 	scripts/services.sh rabbitmq postgres
 	RELIABILITY_FULL=1 $(BIN)/python -m pytest tests/reliability -m "not cluster" -s -p no:randomly $(PYTEST_ARGS)
 
-## test-cluster: every cluster fault at full size on a three-node cluster of its own (~8 min); prints the counts
+## test-cluster: every cluster fault at full size on a three-node cluster of its own (~6 min); prints the counts
 test-cluster: venv
 	scripts/services.sh rabbitmq postgres
 	RELIABILITY_FULL=1 $(BIN)/python -m pytest tests/reliability -m cluster -s -p no:randomly $(PYTEST_ARGS)

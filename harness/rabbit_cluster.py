@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
@@ -89,6 +90,16 @@ class LocalCluster:
     def start_app(self, i: int) -> None:
         self._ctl(i, "start_app")
         self._ctl(i, "await_startup")
+
+    def rolling_restart(self, vhost: str, down_seconds: float = 5, settle_seconds: float = 3) -> None:
+        """Each node in turn stopped and started again, as an upgrade does, the next one only once
+        every quorum queue of ``vhost`` has all its members back."""
+        for i in self.nodes:
+            self.stop_app(i)
+            time.sleep(down_seconds)
+            self.start_app(i)
+            self.wait_replicas_online(vhost)
+            time.sleep(settle_seconds)
 
     def wait_replicas_online(self, vhost: str, timeout: float = 90) -> None:
         """Every quorum queue of the vhost has all its members online again (after a restart)."""

@@ -16,6 +16,7 @@ MINIMUM = (3, 10, 0)  # message TTL and at-least-once dead-lettering on quorum q
 QUORUM_FLAGS = ("quorum_queue", "stream_queue")  # stream_queue: at-least-once dead-lettering on 3.10-3.13
 CONFIRM_TIMEOUT_KEY = "dead_letter_worker_publisher_confirm_timeout"
 CONFIRM_TIMEOUT_MAX_MS = 10_000  # the broker's default is 180,000 ms
+CONFIRM_TIMEOUT_ADVISED_MS = 5_000  # docs/operations/cluster.md; scripts/rabbitmq-cluster.sh sets it
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def requirements_check(facts: BrokerFacts, *, quorum: bool) -> list[Requirement]
         checks.append(Requirement(f"feature flag {flag}", state == "enabled", state or "not listed",
                                   f"rabbitmqctl enable_feature_flag {flag}"))
     for node, ms in sorted(facts.confirm_timeouts.items()):
-        fix = (f"in advanced.config [{{rabbit, [{{{CONFIRM_TIMEOUT_KEY}, {CONFIRM_TIMEOUT_MAX_MS}}}]}}]. "
+        fix = (f"in advanced.config [{{rabbit, [{{{CONFIRM_TIMEOUT_KEY}, {CONFIRM_TIMEOUT_ADVISED_MS}}}]}}]. "
                "and restart the node")
         if ms is None:
             checks.append(Requirement(f"{CONFIRM_TIMEOUT_KEY} on {node}", None,

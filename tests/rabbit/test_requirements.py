@@ -35,7 +35,7 @@ def test_the_default_confirm_timeout_is_a_warning_with_the_setting_to_change():
                   if "confirm_timeout" in c.name]
     assert timeout.ok is False and timeout.warning
     assert timeout.line().startswith("warning: dead_letter_worker_publisher_confirm_timeout on rabbit@a: 180,000 ms")
-    assert "[{rabbit, [{dead_letter_worker_publisher_confirm_timeout, 10000}]}]." in timeout.line()
+    assert "[{rabbit, [{dead_letter_worker_publisher_confirm_timeout, 5000}]}]." in timeout.line()
 
 
 def test_a_timeout_within_bounds_passes_and_an_unreadable_one_says_how_to_look():

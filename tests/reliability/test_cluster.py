@@ -151,12 +151,7 @@ def test_rolling_restart_under_steady_load(cluster, report):
         name = endpoint(p, "rolling-restart")
         with Load(p, name, per_second=200, delays=(1, 15)) as load:
             time.sleep(5)
-            for i in cluster.nodes:
-                cluster.stop_app(i)
-                time.sleep(5)
-                cluster.start_app(i)
-                cluster.wait_replicas_online(p.vhost)
-                time.sleep(3)
+            cluster.rolling_restart(p.vhost)
         settle_and_count(p, cluster, name, load.scheduled, "cluster: rolling restart at 200/s", report, timeout=150, once=False,
                          note=f"{load.scheduled} scheduled during the restarts")
         assert not load.errors, load.errors[:3]
