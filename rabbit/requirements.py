@@ -34,6 +34,11 @@ class Requirement:
     fix: str = ""
     warning: bool = False  # works, with less safety: reported, does not fail verify
 
+    @property
+    def failed(self) -> bool:
+        """Unmet, and not only a warning: verify fails."""
+        return self.ok is False and not self.warning
+
     def line(self) -> str:
         mark = "ok" if self.ok else ("not checked" if self.ok is None else ("warning" if self.warning else "FAIL"))
         return f"{mark}: {self.name}: {self.found}" + (f"; fix: {self.fix}" if self.fix and not self.ok else "")

@@ -78,7 +78,6 @@ class DeliveryLoop(threading.Thread):
         self.webhooks.shutdown(wait=False, cancel_futures=True)
 
     def run(self) -> None:
-        failures = 0  # sessions in a row that ended on the broker
         while not self.stopping.is_set():
             started = time.monotonic()
             try:
@@ -87,10 +86,9 @@ class DeliveryLoop(threading.Thread):
                 # a session that ran a while lost its node: reconnect at once (the next node of the
                 # URL takes it; the 1 s wait added to every held message's lateness, issue 22);
                 # one that could not even start waits 1 s, not to spin against a broker that is down
-                failures = 0 if time.monotonic() - started > 5 else failures + 1
                 if not self.stopping.is_set():
                     log.warning("delivery loop: %s; reconnecting", exc)
-                    time.sleep(0.05 if failures == 0 else 1)
+                    time.sleep(0.05 if time.monotonic() - started > 5 else 1)
             except Exception:  # never let the thread die silently
                 log.exception("delivery loop failed; restarting it")
                 time.sleep(1)

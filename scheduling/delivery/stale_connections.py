@@ -36,8 +36,7 @@ def connections_drop_stale(sender=None, **_) -> None:
         raw, conn.connection = conn.connection, None
         conn.in_atomic_block = conn.closed_in_transaction = conn.needs_rollback = False
         conn.atomic_blocks, conn.savepoint_ids = [], []
-        if raw is not None:
-            try:
-                raw.close()
-            except Exception:  # noqa: BLE001 - it is already broken; nothing to keep from it
-                pass
+        try:
+            raw.close()
+        except Exception:  # noqa: BLE001 - it is already broken; nothing to keep from it
+            pass

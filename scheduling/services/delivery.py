@@ -20,7 +20,7 @@ from django.utils import timezone
 from .. import lifecycle, wire
 from ..conf import conf
 from ..delivery import backoff
-from ..delivery.handlers import run_handler, send_celery_tasks
+from ..delivery.handlers import TaskSends, run_handler, send_celery_tasks
 from ..lifecycle import Arrival, Event
 from ..models import Endpoint, ScheduledMessage
 from ..observability import metrics
@@ -80,7 +80,7 @@ def _handle_many(to_handle: list[tuple[int, ScheduledMessage]], outcomes: list) 
     is the transport's hiccup, not the handler's failure, and the handler's backoff (2, 4, 8 s)
     made it a 15-s pause after a node loss (issue 22)."""
     tasks = [(i, m) for i, m in to_handle if m.endpoint_handler == Endpoint.Handler.CELERY_TASK]
-    sends = send_celery_tasks([m for _, m in tasks]) if tasks else None
+    sends = send_celery_tasks([m for _, m in tasks]) if tasks else TaskSends()
     for n, (index, message) in enumerate(tasks):
         if n in sends.unsent:
             outcomes[index] = Outcome(Result.POSTPONED)
@@ -88,7 +88,7 @@ def _handle_many(to_handle: list[tuple[int, ScheduledMessage]], outcomes: list) 
             outcomes[index] = _handler_failed(message, f"task not sent: {sends.refused[n]}")
         else:
             outcomes[index] = Outcome(Result.DELIVERED)
-    if sends is not None and sends.unsent:
+    if sends.unsent:
         log.warning("%d handler task(s) not taken by the broker (%s); their deliveries are postponed",
                     len(sends.unsent), next(iter(sends.unsent.values())))
     for index, message in to_handle:

@@ -113,12 +113,10 @@ class Command(VersionedCommand):
         )
 
     def _verify(self, versions, url):
-        failed = replication = 0
-        unmet = 0
+        failed = replication = unmet = 0
         for requirement in topology_check_broker(quorum=any(v.queue_kind == "quorum" for v in versions), url=url):
-            (self.stdout if requirement.ok or requirement.warning or requirement.ok is None
-             else self.stderr).write(f"broker: {requirement.line()}")
-            unmet += requirement.ok is False and not requirement.warning
+            (self.stderr if requirement.failed else self.stdout).write(f"broker: {requirement.line()}")
+            unmet += requirement.failed
         for version in versions:
             result = topology_verify(version=version, url=url)
             for warning in result.warnings:
