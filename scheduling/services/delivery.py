@@ -80,7 +80,10 @@ def _handle_many(to_handle: list[tuple[int, ScheduledMessage]], outcomes: list) 
     is the transport's hiccup, not the handler's failure, and the handler's backoff (2, 4, 8 s)
     made it a 15-s pause after a node loss (issue 22)."""
     tasks = [(i, m) for i, m in to_handle if m.endpoint_handler == Endpoint.Handler.CELERY_TASK]
-    sends = send_celery_tasks([m for _, m in tasks]) if tasks else TaskSends()
+    try:
+        sends = send_celery_tasks([m for _, m in tasks]) if tasks else TaskSends()
+    except Exception as exc:  # not the broker's hiccup (that is ``unsent``): every task of the batch failed to send
+        sends = TaskSends(refused={n: f"{type(exc).__name__}: {exc}" for n in range(len(tasks))})
     for n, (index, message) in enumerate(tasks):
         if n in sends.unsent:
             outcomes[index] = Outcome(Result.POSTPONED)
