@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from harness.paths import ARTIFACTS
-from harness.rabbit_cluster import LocalCluster, cluster_platform
+from harness.rabbit_cluster import LocalCluster, VhostQueues, cluster_platform
 from harness.waiting import wait_until
 
 LATE_SQL = """
@@ -83,10 +83,6 @@ class Stacks(threading.Thread):
                     out.write(f"\n===== t+{time.monotonic() - started:.1f}s {role} pid {pid}\n{dump.stdout}{dump.stderr}")
                     out.flush()
                 self.stopping.wait(1)
-
-
-def VhostQueuesDepth(cluster, vhost):  # noqa: N802 - a diagnostic line
-    return {n: q.get("messages") for n, q in cluster.management.queue_depths(vhost).items() if q.get("messages")}
 
 
 def gunicorn_workers(master_pid: int) -> list[int]:
@@ -145,7 +141,7 @@ def main() -> None:
             print("NOT ALL DELIVERED:", p.sql("SELECT status, count(*), min(due_at), max(due_at), max(attempts), "
                                               "max(last_error) FROM scheduling_scheduledmessage WHERE status <> "
                                               "'delivered' GROUP BY 1"), "fault at", fault_at)
-            print(VhostQueuesDepth(cluster, p.vhost))
+            print(VhostQueues(cluster, p.vhost).list_queues())
         rows = p.sql(TIMELINE_SQL)
         late = p.sql(LATE_SQL, fault_at)
         warnings = [line for line in p.workers[0].log_text().splitlines() if " WARNING" in line or " ERROR" in line]

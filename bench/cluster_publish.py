@@ -34,11 +34,6 @@ from rabbit import Broker, Outgoing
 from topology import cascade
 
 
-def count(p, name: str, *statuses: str) -> int:
-    return p.sql("SELECT count(*) FROM scheduling_scheduledmessage m JOIN scheduling_endpoint e ON e.id = "
-                 "m.endpoint_id WHERE e.name = %s AND m.status = ANY(%s)", name, list(statuses))[0][0]
-
-
 def through_api(p, delays: list[float], chunk: int) -> dict:
     name = f"publish-{uuid.uuid4().hex[:6]}"
     p.api("POST", "/api/endpoints/", json={"name": name})
@@ -48,11 +43,11 @@ def through_api(p, delays: list[float], chunk: int) -> dict:
             {"endpoint": name, "payload": {"n": start + i}, "delay_seconds": d}
             for i, d in enumerate(delays[start:start + chunk])]})
     accepted = time.monotonic() - started
-    wait_until(lambda: count(p, name, "pending") == 0, 300, 0.05, "every message published")
+    wait_until(lambda: p.count_status(name, "pending") == 0, 300, 0.05, "every message published")
     seconds = time.monotonic() - started
     return {"accepted_s": round(accepted, 2), "published_s": round(seconds, 2),
-            "per_s": round(len(delays) / seconds), "delivered_by_then": count(p, name, "delivered"),
-            "published_by_then": count(p, name, "published")}
+            "per_s": round(len(delays) / seconds), "delivered_by_then": p.count_status(name, "delivered"),
+            "published_by_then": p.count_status(name, "published")}
 
 
 def raw(broker_url: str, n: int) -> dict:

@@ -60,6 +60,11 @@ class Platform:
                 self._sql = psycopg.connect(self.env["DATABASE_URL"], autocommit=True)
             return self._sql.execute(query, params).fetchall()
 
+    def count_status(self, endpoint: str, *statuses: str) -> int:
+        """How many of the endpoint's messages are in any of ``statuses``."""
+        return self.sql("SELECT count(*) FROM scheduling_scheduledmessage m JOIN scheduling_endpoint e "
+                        "ON e.id = m.endpoint_id WHERE e.name = %s AND m.status = ANY(%s)", endpoint, list(statuses))[0][0]
+
     def close(self) -> None:
         if self._sql is not None:
             self._sql.close()

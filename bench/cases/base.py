@@ -112,9 +112,7 @@ class Bench:
                 for m in json.loads(answer)["messages"]]
 
     def count(self, endpoint: str, status: str) -> int:
-        return self.p.sql("SELECT count(*) FROM scheduling_scheduledmessage m JOIN scheduling_endpoint e "
-                          "ON e.id = m.endpoint_id WHERE e.name = %s AND m.status = %s",
-                          endpoint, status)[0][0]
+        return self.p.count_status(endpoint, status)
 
     def lateness(self, endpoint: str, due_from_s: float | None = None, due_to_s: float | None = None,
                  start: float | None = None) -> list[float]:

@@ -25,8 +25,7 @@ def schedule(p, endpoint: str, delays: list[float], chunk: int = 500) -> list[st
 
 
 def count_status(p, endpoint: str, *statuses: str) -> int:
-    return p.sql("SELECT count(*) FROM scheduling_scheduledmessage m JOIN scheduling_endpoint e "
-                 "ON e.id = m.endpoint_id WHERE e.name = %s AND m.status = ANY(%s)", endpoint, list(statuses))[0][0]
+    return p.count_status(endpoint, *statuses)
 
 
 def wait_published(p, endpoint: str, total: int, timeout: float) -> None:
