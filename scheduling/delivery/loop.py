@@ -42,6 +42,7 @@ from ..services.delivery import (
     delivery_receive_many,
     delivery_retry_unsent,
 )
+from ..services.rescue import message_rescue_overdue
 from .holding import Held, Holding
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,7 @@ class DeliveryLoop(threading.Thread):
         self.consumer: rabbit.Consumer | None = None
         self.unknown_reported: set[str] = set()
         self.beat_at = time.monotonic()  # the last turn of the loop (the worker health check reads it)
+        self.in_webhooks: set[str] = set()  # ids handed to the webhook threads, not yet settled
 
     # --- lifecycle of the thread --------------------------------------------------------------
 
@@ -100,7 +102,7 @@ class DeliveryLoop(threading.Thread):
         self.consumer = rabbit.Consumer(broker().url, prefetch=self.settings.delivery_prefetch,
                                         on_message=self._on_message, on_cancel=self._on_cancel)
         with self.consumer.connected():
-            next_sync = 0.0
+            next_sync = next_rescue = 0.0
             while not self.stopping.is_set():
                 self.beat_at = time.monotonic()
                 if self.sync_now.is_set() or time.monotonic() >= next_sync:
@@ -109,6 +111,9 @@ class DeliveryLoop(threading.Thread):
                     next_sync = time.monotonic() + self.settings.consumer_sync_seconds
                 self._finish_webhooks()
                 self._deliver_due()
+                if self.settings.rescue_after_ms and time.monotonic() >= next_rescue:
+                    self._rescue()
+                    next_rescue = time.monotonic() + self.settings.rescue_after_ms / 4000
                 metrics.held(len(self.holding))
                 wait_s = 0.0 if not self.finished.empty() else self.holding.wait_seconds(now_ms(), LONGEST_WAIT_SECONDS)
                 self.consumer.wait(max(wait_s, 0.0005), then_take=self.settings.delivery_batch * 4)
@@ -169,6 +174,7 @@ class DeliveryLoop(threading.Thread):
         decided = []
         for held, outcome in zip(due, outcomes):
             if outcome.result is Result.DEFERRED:
+                self.in_webhooks.add(held.delivery.message_id)
                 future = self.webhooks.submit(delivery_receive, message_id=held.delivery.message_id, by=self.worker_name,
                                               attempt=held.delivery.attempt)
                 future.add_done_callback(lambda f, h=held: self.finished.put((h, f.exception() or f.result())))
@@ -180,6 +186,7 @@ class DeliveryLoop(threading.Thread):
         decided = []
         while not self.finished.empty():
             held, result = self.finished.get()
+            self.in_webhooks.discard(held.delivery.message_id)
             if isinstance(result, DatabaseError):
                 self.holding.database_failed(held, now_ms())
             elif isinstance(result, Exception):
@@ -187,6 +194,22 @@ class DeliveryLoop(threading.Thread):
             else:
                 decided.append((held, result))
         self._settle_all(decided)
+
+    def _rescue(self) -> None:
+        """Messages overdue by DELAY_RESCUE_AFTER_MS that this loop neither holds nor is handing
+        over: their copy is stuck in the broker (services/rescue.py). Only when the loop is caught
+        up, with nothing due waiting: a loop that is behind is the lateness, not the broker."""
+        now = now_ms()
+        if self.holding.due_ms_of_first() <= now - LONGEST_WAIT_SECONDS * 1000:
+            return
+        cutoff = now - self.settings.rescue_after_ms
+        skip = self.holding.ids_due_before(cutoff) | self.in_webhooks
+        try:
+            message_rescue_overdue(queues=self.consumer.queues, skip=skip, publish=self.consumer.publish,
+                                   limit=self.settings.delivery_batch)
+        except DatabaseError as exc:
+            close_old_connections()
+            log.warning("overdue check skipped: database unavailable (%s)", exc)
 
     def _settle_all(self, decided: list[tuple[Held, Outcome]]) -> None:
         """Settle a batch, then ack it in one write (as few frames as AMQP's multiple ack allows).

@@ -49,6 +49,9 @@ RELAY_PUBLISHED = Counter(
     "delay_relay_published", "Rows the relay published into a cascade (broker confirmed).", ("version",))
 RELAY_FAILURES = Counter(
     "delay_relay_failures", "Rows the relay could not publish (left pending for the sweeper).", ("version",))
+RESCUED = Counter(
+    "delay_rescued", "Overdue messages still in the broker that an idle delivery loop published again "
+    "straight to their queue (DELAY_RESCUE_AFTER_MS).", BY_MESSAGE)
 HELD = Gauge(
     "delay_delivery_loop_held_messages", "Messages the delivery loop holds until they are due.",
     multiprocess_mode="livesum")
@@ -117,6 +120,11 @@ def relay_outcome(published, failed) -> None:
     for metric, rows in ((RELAY_PUBLISHED, published), (RELAY_FAILURES, failed)):
         for version, n in Tally(row.topology.name for row in rows).items():
             metric.labels(version).inc(n)
+
+
+def rescued(rows) -> None:
+    """Direct copies the broker confirmed: counted at once, like the relay's publishes."""
+    record([Counted(RESCUED, row) for row in rows])
 
 
 def held(count: int) -> None:

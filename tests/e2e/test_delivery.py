@@ -26,6 +26,7 @@ from harness.celery_worker import celery_drained
 from harness.paths import ROOT
 from harness.recording_server import RecordingServer
 from harness.waiting import wait_until
+from tests.topology.helpers import get
 from tests.testapp.models import Receipt
 from topology import cascade
 
@@ -139,6 +140,26 @@ def test_two_copies_in_the_endpoint_queue_run_the_handler_once(api, make_endpoin
     row = ScheduledMessage.objects.get(id=message_id)
     assert row.status == Status.DELIVERED and row.delivered_at >= row.due_at
     assert [r["headers"]["X-Delay-Message-Id"] for r in server.requests] == [message_id]
+
+
+def test_a_copy_the_broker_lost_is_rescued_once_and_the_late_one_suppressed(api, make_endpoint, endpoint_name, amqp):
+    """The broker loses the message's copy in the cascade (taken out of its level queue, as a
+    stalled dead-letter worker holds it or an at-most-once hop drops it): the worker's loop, idle,
+    publishes a direct copy once it is DELAY_RESCUE_AFTER_MS overdue. The lost copy turning up
+    after all is a duplicate: the handler runs once."""
+    name = make_endpoint(endpoint_name, handler="celery_task", handler_target="testapp.record_receipt")
+    message_id = schedule(api, name, payload={"lost": True}, delay_seconds=6)
+    (row,) = wait_until(settled([message_id], (Status.PUBLISHED,)), 5, message="published")
+    lost = get(amqp, row.first_exchange)  # a level's exchange and queue share the name
+    assert lost is not None and lost.headers[wire.H_MESSAGE_ID] == message_id
+    (row,) = wait_until(settled([message_id]), timeout=30, message="the rescued copy delivered")
+    assert row.delivered_at >= row.due_at and conf().rescue_after_ms <= row.lateness_ms < 15_000
+    late, _ = wire.outgoing(row, row.topology.cascade, timezone.now(), direct=True, margin_ms=0)
+    assert amqp.publish([late]).confirmed == {0}
+    wait_until(lambda: ScheduledMessage.objects.get(id=message_id).delivery_count == 2, 15,
+               message="the late copy handed over")
+    celery_drained()
+    assert list(Receipt.objects.values_list("message_id", flat=True)) == [message_id]
 
 
 def test_webhook_handler_posts_signed_json_once_per_message(api, make_endpoint, endpoint_name, version):

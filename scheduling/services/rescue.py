@@ -1,0 +1,68 @@
+"""The safety net under the cascade: a message overdue by ``DELAY_RESCUE_AFTER_MS`` whose row still
+says ``published`` is published again, straight into its endpoint's queue.
+
+Why: the broker can hold a copy back for longer than any delay's precision. On RabbitMQ 3.10.8 a
+quorum queue's at-least-once dead-letter worker stopped forwarding for 3 to 25 s after a cluster
+node died, although the queue's new leader was up (docs/operations/cluster.md); a hop lost
+under at-most-once dead-lettering (v1) never comes at all. The row knows the message is late;
+the second copy makes it as late as this setting, not as the broker's recovery. Whichever copy
+arrives first is delivered and the other is a duplicate, suppressed by the row's lifecycle like
+any copy at-least-once dead-lettering makes: the handler runs once either way.
+
+Only an idle delivery loop calls this (scheduling/delivery/loop.py), and it passes the ids it
+holds or is handing over: a loop that is behind makes messages late itself, and copying them
+would add load where there is too much. Celery-queue endpoints are left out: their workers are
+the user's, not the loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from rabbit import Outcome, Outgoing
+
+from .. import wire
+from ..conf import conf
+from ..lifecycle import Status
+from ..models import DeliveryMode, Endpoint, ScheduledMessage
+from ..observability import metrics
+
+log = logging.getLogger(__name__)
+
+
+def message_rescue_overdue(*, queues: Collection[str], skip: Collection[str],
+                           publish: Callable[[list[Outgoing]], Outcome], limit: int) -> int:
+    """Publish a direct copy of up to ``limit`` overdue first deliveries of the endpoints whose
+    queues are ``queues``, except the ids in ``skip``; return how many the broker confirmed.
+    The rows are locked (SKIP LOCKED) while their copies are published, so a row being delivered
+    right now, or rescued by another loop, is left alone. ``skip`` should hold only overdue ids
+    (it widens the read by its size)."""
+    after_ms = conf().rescue_after_ms
+    if not after_ms or not queues:
+        return 0
+    now = timezone.now()
+    with transaction.atomic():
+        rows = [row for row in (
+            ScheduledMessage.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("endpoint", "topology")
+            .only("id", "due_at", "topology", "endpoint__name", "endpoint__handler")
+            .filter(status=Status.PUBLISHED, attempts=0, delivery_mode=DeliveryMode.NATIVE,
+                    due_at__lt=now - timedelta(milliseconds=after_ms), endpoint__name__in=list(queues))
+            .exclude(endpoint__handler=Endpoint.Handler.CELERY_QUEUE)
+            .order_by("due_at")[:limit + len(skip)]
+        ) if str(row.id) not in skip][:limit]
+        if not rows:
+            return 0
+        copies = [wire.outgoing(row, row.topology.cascade, now, margin_ms=0, direct=True)[0] for row in rows]
+        outcome = publish(copies)
+    rescued = [row for index, row in enumerate(rows) if index in outcome.confirmed]
+    metrics.rescued(rescued)
+    log.warning("rescued %d message(s) overdue by more than %d ms and not delivered (the oldest due %s): "
+                "a direct copy is in their queues%s", len(rescued), after_ms, rows[0].due_at.isoformat(),
+                f"; {len(rows) - len(rescued)} not confirmed ({outcome.error})" if len(rescued) < len(rows) else "")
+    return len(rescued)

@@ -1,0 +1,79 @@
+"""The safety net against the live broker: an overdue first delivery whose row still says
+``published`` gets a direct copy in its endpoint's queue; nothing else does."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from harness.endpoints import bind_endpoint
+from scheduling import wire
+from scheduling.conf import broker
+from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.services.rescue import message_rescue_overdue
+from tests.topology.helpers import get, wait_get
+from topology import cascade
+
+pytestmark = [pytest.mark.django_db, pytest.mark.broker]
+Status = ScheduledMessage.Status
+
+
+@pytest.fixture
+def endpoint(platform, endpoint_name, amqp):
+    bind_endpoint(amqp, cascade.V3, endpoint_name)
+    yield Endpoint.objects.create(name=endpoint_name, topology=platform["v3"])
+    amqp.delete_queue(endpoint_name)
+
+
+def published(endpoint, overdue_ms, **fields):
+    """A row the relay published (its copy is somewhere in the broker), due ``overdue_ms`` ago."""
+    now = timezone.now()
+    return ScheduledMessage.objects.create(
+        endpoint=endpoint, topology=endpoint.topology, payload={}, published_at=now,
+        due_at=now - timedelta(milliseconds=overdue_ms), requested_delay_ms=5000,
+        **{"status": Status.PUBLISHED, **fields})
+
+
+def rescue(endpoint, skip=()):
+    return message_rescue_overdue(queues={endpoint.name}, skip=set(skip), publish=lambda out: broker().publish(out),
+                                  limit=100)
+
+
+def test_an_overdue_published_message_gets_a_direct_copy_in_its_queue(endpoint, amqp):
+    row = published(endpoint, 1500)
+    assert rescue(endpoint) == 1
+    got, _ = wait_get(amqp, endpoint.name, timeout=3)
+    assert got.headers["task"] == "scheduling.deliver" and got.headers[wire.H_MESSAGE_ID] == str(row.id)
+    assert got.headers[wire.H_DUE_AT_MS] == row.due_at_ms  # the loop holds it to its own due time
+    row.refresh_from_db()
+    assert row.status == Status.PUBLISHED  # nothing is recorded: the copy that arrives first delivers
+
+
+@pytest.mark.parametrize(("overdue_ms", "fields"), [
+    (500, {}),  # not yet overdue by DELAY_RESCUE_AFTER_MS (1,000 ms)
+    (1500, {"status": Status.PENDING}),  # the relay's (the sweeper publishes it)
+    (1500, {"status": Status.DELIVERED}),
+    (1500, {"status": Status.CANCELLED}),
+    (1500, {"attempts": 1}),  # a handler retry: its own message, its own backoff
+    (1500, {"delivery_mode": "timeout_manager"}),
+])
+def test_nothing_else_is_copied(endpoint, amqp, overdue_ms, fields):
+    published(endpoint, overdue_ms, **fields)
+    assert rescue(endpoint) == 0
+    assert get(amqp, endpoint.name) is None
+
+
+def test_what_the_loop_holds_and_other_queues_are_left_alone(endpoint, amqp):
+    held, stuck = published(endpoint, 3000), published(endpoint, 2000)
+    assert message_rescue_overdue(queues={"another-endpoint"}, skip=set(), publish=broker().publish, limit=10) == 0
+    assert rescue(endpoint, skip={str(held.id)}) == 1
+    got, _ = wait_get(amqp, endpoint.name, timeout=3)
+    assert got.headers[wire.H_MESSAGE_ID] == str(stuck.id)
+    assert get(amqp, endpoint.name) is None
+
+
+def test_off_when_the_setting_is_zero(endpoint, amqp, settings):
+    published(endpoint, 5000)
+    settings.DELAY_RESCUE_AFTER_MS = 0
+    assert rescue(endpoint) == 0
+    assert get(amqp, endpoint.name) is None
