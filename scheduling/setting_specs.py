@@ -275,6 +275,29 @@ class ApiRate(Parser):
         return None if value is None else super().check(value, name)
 
 
+class ApiRateGroups(Parser):
+    """``partners=100/second,batch=off`` (or a dict, from tests' settings) -> {"partners":
+    "100/second", "batch": None}: a Django group's members get its rate instead of DELAY_API_RATE."""
+
+    type = dict[str, str | None]
+
+    def parse(self, text, name):
+        items = {}
+        for item in (part.strip() for part in text.split(",")):
+            if not item:
+                continue
+            group, equals, rate = item.partition("=")
+            if not equals or not group.strip():
+                raise ImproperlyConfigured(f"{name}: {item!r} is not GROUP=RATE (e.g. {name}=partners=100/second)")
+            items[group.strip()] = rate
+        return self.check(items, name)
+
+    def check(self, value, name):
+        if not isinstance(value, Mapping):
+            return super().check(value, name)
+        return {str(group): ApiRate().coerce(rate, f"{name} ({group})") for group, rate in value.items()}
+
+
 class TimeOfDay(Parser):
     """``HH:MM`` (UTC) -> a time, or ``off`` (None)."""
 
@@ -525,8 +548,12 @@ SPECS: tuple[Spec, ...] = (
     ),
     *_group(
         "The API",
-        Spec("DELAY_API_RATE", ApiRate(), "6000/minute", "API requests per user (a bulk request counts its "
-             "messages), `<n>/second`, `minute`, `hour` or `day`, or `off`", "100/second", conf=True),
+        Spec("DELAY_API_RATE", ApiRate(), "5000/second", "API requests per user (a bulk request counts its "
+             "messages), `<n>/second`, `minute`, `hour` or `day`, or `off`; the default is below what one "
+             "2-core machine schedules ([Security](../security.md#rate-limits))", "100/second", conf=True),
+        Spec("DELAY_API_RATE_GROUPS", ApiRateGroups(), "", "rates for the members of Django groups, instead of "
+             "`DELAY_API_RATE` (a user in several gets the lowest)", "partners=100/second,batch=off", conf=True,
+             shown_default="—"),
         Spec("DELAY_MAX_JSON_DEPTH", Integer(min=4, why="a bulk request's payloads are at level 4"), "64",
              "how deep a JSON request body may nest (arrays and objects)", "16", conf=True),
     ),

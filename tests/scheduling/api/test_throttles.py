@@ -94,3 +94,40 @@ def test_the_counts_live_in_the_shared_cache_table(api, endpoint, rate):
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM dp_throttle_cache WHERE cache_key LIKE %s", ["%throttle:api:%"])
         assert cursor.fetchone()[0] == 1
+
+
+def history(user):
+    from django.core.cache import caches
+
+    return caches["throttle"].get(f"dp:throttle:api:{user.pk}", [])
+
+
+def test_a_process_takes_the_budget_in_leases_and_spends_them_without_the_table(api, admin_user, endpoint, settings,
+                                                                                clock):
+    settings.DELAY_API_RATE = "6000/minute"  # a lease is a slot's worth: 100 requests, for 1 s
+    for _ in range(50):
+        assert api.get("/api/messages/").status_code == 200
+    assert [n for _, n in history(admin_user)] == [100]  # one visit of the table for 50 requests
+    clock["t"] += 1.001  # the lease has expired: its 50 unspent requests stay counted, and are lost
+    assert api.get("/api/messages/").status_code == 200
+    assert sum(n for _, n in history(admin_user)) == 200
+
+
+def test_a_lease_never_admits_more_than_the_rate(api, admin_user, endpoint, settings, clock):
+    settings.DELAY_API_RATE = "120/minute"  # leases of 2
+    answers = [api.get("/api/messages/").status_code for _ in range(125)]
+    assert answers.count(200) == 120 and set(answers[120:]) == {429}
+    assert sum(n for _, n in history(admin_user)) == 120
+
+
+def test_a_group_s_rate_replaces_the_default_for_its_members(api, api_as, admin_user, endpoint, settings, clock):
+    from django.contrib.auth.models import Group
+
+    settings.DELAY_API_RATE = "1000/minute"
+    settings.DELAY_API_RATE_GROUPS = {"slow": "2/minute", "batch": None}
+    Group.objects.create(name="slow").user_set.add(admin_user)
+    Group.objects.create(name="batch").user_set.add(admin_user)  # in two: the lowest rate holds
+    assert bulk(api, endpoint, 2).status_code == 201
+    assert bulk(api, endpoint, 1).status_code == 429
+    other = api_as("scheduling.add_scheduledmessage")  # in no group: the default
+    assert bulk(other, endpoint, 3).status_code == 201
