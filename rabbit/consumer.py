@@ -118,5 +118,5 @@ class Consumer:
         self.unsettled.settle(message.tag)
         self.channel.basic_reject(message.tag, requeue=requeue)
 
-    def publish(self, messages: list[Outgoing]) -> Outcome:
-        return publish_confirmed(self.conn, messages)
+    def publish(self, messages: list[Outgoing], *, timeout: float = 30.0) -> Outcome:
+        return publish_confirmed(self.conn, messages, timeout=timeout)

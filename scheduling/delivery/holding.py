@@ -62,10 +62,6 @@ class Holding:
             taken.append(heapq.heappop(self._heap))
         return taken
 
-    def due_ms_of_first(self) -> float:
-        """When the earliest held message is due (infinity: none held)."""
-        return self._heap[0].due_ms if self._heap else float("inf")
-
     def ids_due_before(self, due_ms: int) -> set[str]:
         """Ids of held messages whose own due time is before ``due_ms``, however long they are held
         now (a database or broker outage postpones them)."""

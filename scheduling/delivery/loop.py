@@ -113,7 +113,7 @@ class DeliveryLoop(threading.Thread):
                 self._deliver_due()
                 if self.settings.rescue_after_ms and time.monotonic() >= next_rescue:
                     self._rescue()
-                    next_rescue = time.monotonic() + self.settings.rescue_after_ms / 4000
+                    next_rescue = time.monotonic() + self.settings.rescue_after_ms / 4000  # 4 looks a rescue
                 metrics.held(len(self.holding))
                 wait_s = 0.0 if not self.finished.empty() else self.holding.wait_seconds(now_ms(), LONGEST_WAIT_SECONDS)
                 self.consumer.wait(max(wait_s, 0.0005), then_take=self.settings.delivery_batch * 4)
@@ -197,16 +197,16 @@ class DeliveryLoop(threading.Thread):
 
     def _rescue(self) -> None:
         """Messages overdue by DELAY_RESCUE_AFTER_MS that this loop neither holds nor is handing
-        over: their copy is stuck in the broker (services/rescue.py). Only when the loop is caught
-        up, with nothing due waiting: a loop that is behind is the lateness, not the broker."""
-        now = now_ms()
-        if self.holding.due_ms_of_first() <= now - LONGEST_WAIT_SECONDS * 1000:
+        over: their copy is stuck in the broker (services/rescue.py). Not while the loop holds all
+        its prefetch allows (the rest may wait in its queue). The copies' confirms are waited for
+        1 s at most: a queue whose leader is being elected must not stop the loop."""
+        settings = self.settings
+        if len(self.holding) >= settings.delivery_prefetch:
             return
-        cutoff = now - self.settings.rescue_after_ms
-        skip = self.holding.ids_due_before(cutoff) | self.in_webhooks
+        skip = self.holding.ids_due_before(now_ms() - settings.rescue_after_ms) | self.in_webhooks
         try:
-            message_rescue_overdue(queues=self.consumer.queues, skip=skip, publish=self.consumer.publish,
-                                   limit=self.settings.delivery_batch)
+            message_rescue_overdue(queues=self.consumer.queues, skip=skip, limit=settings.delivery_batch,
+                                   publish=lambda copies: self.consumer.publish(copies, timeout=1.0))
         except DatabaseError as exc:
             close_old_connections()
             log.warning("overdue check skipped: database unavailable (%s)", exc)

@@ -50,8 +50,8 @@ RELAY_PUBLISHED = Counter(
 RELAY_FAILURES = Counter(
     "delay_relay_failures", "Rows the relay could not publish (left pending for the sweeper).", ("version",))
 RESCUED = Counter(
-    "delay_rescued", "Overdue messages still in the broker that an idle delivery loop published again "
-    "straight to their queue (DELAY_RESCUE_AFTER_MS).", BY_MESSAGE)
+    "delay_rescued", "Overdue messages still in the broker that the delivery loop published again "
+    "straight to their queue.", BY_MESSAGE)
 HELD = Gauge(
     "delay_delivery_loop_held_messages", "Messages the delivery loop holds until they are due.",
     multiprocess_mode="livesum")

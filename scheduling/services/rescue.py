@@ -9,10 +9,10 @@ the second copy makes it as late as this setting, not as the broker's recovery. 
 arrives first is delivered and the other is a duplicate, suppressed by the row's lifecycle like
 any copy at-least-once dead-lettering makes: the handler runs once either way.
 
-Only an idle delivery loop calls this (scheduling/delivery/loop.py), and it passes the ids it
-holds or is handing over: a loop that is behind makes messages late itself, and copying them
-would add load where there is too much. Celery-queue endpoints are left out: their workers are
-the user's, not the loop.
+The delivery loop calls this 4 times per DELAY_RESCUE_AFTER_MS (scheduling/delivery/loop.py),
+unless it holds all its prefetch allows, and passes the overdue ids it holds or is handing over:
+those are late because of the loop, and a copy would only add work. Celery-queue endpoints are
+left out: their workers are the user's, not the loop.
 """
 
 from __future__ import annotations

@@ -86,11 +86,6 @@ def test_clear_empties_it():
     assert len(holding.clear()) == 3 and len(holding) == 0 and holding.due(10, 10) == []
 
 
-def test_due_ms_of_first_is_the_earliest_hold_or_infinity():
-    assert Holding().due_ms_of_first() == float("inf")
-    assert holding_of(500, 100, 300).due_ms_of_first() == 100
-
-
 def test_ids_due_before_reads_each_message_s_own_due_time_not_its_hold():
     holding = holding_of(100, 200, 900)
     (first,) = holding.due(100, 1)
