@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from harness.waiting import wait_until
 
 from .conftest import Counts
@@ -71,7 +73,7 @@ def outcome(p, endpoint: str, scenario: str, note: str = "") -> Counts:
     wait_receipts(p, endpoint)
     rows = p.sql(OUTCOME_SQL, endpoint)
     delivered = [r for r in rows if r[1] == "delivered"]
-    lateness = [r[3] for r in delivered if r[3] is not None]
+    lateness = sorted(r[3] for r in delivered if r[3] is not None)
     return Counts(
         scenario=scenario,
         messages=len(rows),
@@ -79,7 +81,8 @@ def outcome(p, endpoint: str, scenario: str, note: str = "") -> Counts:
         duplicates_to_handler=sum(max(0, r[5] - 1) for r in rows),
         duplicates_suppressed=sum(max(0, r[2] - 1) for r in delivered),
         early=sum(1 for r in delivered if r[4]),
-        worst_lateness_ms=max(lateness) if lateness else None,
+        worst_lateness_ms=lateness[-1] if lateness else None,
+        p99_lateness_ms=lateness[math.ceil(0.99 * len(lateness)) - 1] if lateness else None,
         note=note,
     )
 

@@ -76,10 +76,6 @@ def settle_and_count(p, cluster, name: str, total: int, scenario: str, report, t
     wait_receipts(p, name, timeout=300)
     note = f"{note}; handler backlog drained in {time.monotonic() - drained:.0f} s" if time.monotonic() - drained > 5 \
         else note
-    (p50, p99), = p.sql("SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY lateness_ms), percentile_disc(0.99) "
-                        "WITHIN GROUP (ORDER BY lateness_ms) FROM scheduling_scheduledmessage m JOIN "
-                        "scheduling_endpoint e ON e.id = m.endpoint_id WHERE e.name = %s", name)
-    note = f"{note}; lateness p50 {p50} ms, p99 {p99} ms".lstrip("; ")
     counts = report(outcome(p, name, scenario, note=note))
     assert settled and counts.lost == 0 and counts.messages == total, why_lost(p, name, VhostQueues(cluster, p.vhost))
     assert counts.early == 0
@@ -88,6 +84,10 @@ def settle_and_count(p, cluster, name: str, total: int, scenario: str, report, t
 
 
 VERSIONS = ["v2", "v3"] if FULL else ["v3"]
+# A node's loss paused deliveries 18-33 s (p99) before issue 22; the target, p99 <= 2 s, is a
+# figure the table prints (met in the runs of docs/operations/cluster.md), not a bound to assert
+# on a busy 2-core machine. The pause's return fails at this one.
+PAUSED_MS = 10_000
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -138,10 +138,11 @@ def test_the_node_the_loop_and_relay_use_is_killed(cluster, report, rng):
                                    "a publisher on another node")
             relay_seconds = time.monotonic() - killed_at
         cluster.restart(index)
-        settle_and_count(p, cluster, name, n + load.scheduled, "cluster: the loop's and relay's node killed", report,
-                         timeout=150, once=False, note=f"loop {target} -> {sorted(moved)} in {loop_seconds:.1f} s, publishers on "
+        counts = settle_and_count(p, cluster, name, n + load.scheduled, "cluster: the loop's and relay's node killed",
+                                  report, timeout=150, once=False, note=f"loop {target} -> {sorted(moved)} in {loop_seconds:.1f} s, publishers on "
                                            f"{sorted(publisher)} by {relay_seconds:.1f} s (management API lag included)")
         assert loop_seconds <= 20 and not load.errors
+        assert counts.p99_lateness_ms <= PAUSED_MS, f"p99 {counts.p99_lateness_ms} ms: the node-loss pause is back"
 
 
 @pytest.mark.skipif(not FULL, reason="make test-cluster")
@@ -152,9 +153,10 @@ def test_rolling_restart_under_steady_load(cluster, report):
         with Load(p, name, per_second=200, delays=(1, 15)) as load:
             time.sleep(5)
             cluster.rolling_restart(p.vhost)
-        settle_and_count(p, cluster, name, load.scheduled, "cluster: rolling restart at 200/s", report, timeout=150, once=False,
-                         note=f"{load.scheduled} scheduled during the restarts")
+        counts = settle_and_count(p, cluster, name, load.scheduled, "cluster: rolling restart at 200/s", report,
+                                  timeout=150, once=False, note=f"{load.scheduled} scheduled during the restarts")
         assert not load.errors, load.errors[:3]
+        assert counts.p99_lateness_ms <= PAUSED_MS, f"p99 {counts.p99_lateness_ms} ms: the node-loss pause is back"
 
 
 @pytest.mark.skipif(not FULL, reason="make test-cluster")
