@@ -24,6 +24,7 @@ from .clock import to_epoch_ms
 from .models import Endpoint, ScheduledMessage
 
 DELIVER_TASK = "scheduling.deliver"
+ENVELOPE_TASK = "scheduling.deliver_envelope"  # one broker message, many messages (docs/concepts/envelopes.md)
 H_MESSAGE_ID = "x-dp-message-id"
 H_DUE_AT_MS = "x-dp-due-at-ms"
 H_DESTINATION = "x-dp-destination"  # read when present; the routing key also names it
@@ -31,6 +32,7 @@ H_VERSION = "x-dp-version"
 H_DELAY_MS = "x-dp-delay-ms"  # time the message was set to spend in the cascade
 H_PUBLISHED_AT_MS = "x-dp-published-at-ms"
 H_POISON_REASON = "x-dp-poison-reason"
+H_ENVELOPE = "x-dp-envelope"  # how many messages the envelope carries
 
 
 Route = cascade.Route  # exchange, routing key and CC keys of a publish, with its whole units
@@ -83,8 +85,9 @@ def retry(message: Received, message_id: str, attempt: int, eta: datetime) -> Ou
     """The next handler attempt of a delivered message: the same message with ``attempt`` and a
     new eta, back where it came from (the delivery exchange with its key, or the queue)."""
     body, headers, properties = deliver_message(message_id, eta, attempt)
-    kept = {k: v for k, v in message.headers.items() if k.startswith("x-dp-")}
-    return Outgoing(message.exchange, message.routing_key, body, {**kept, **headers}, properties)
+    kept = {k: v for k, v in message.headers.items() if k.startswith("x-dp-") and k != H_ENVELOPE}
+    return Outgoing(message.exchange, message.routing_key, body, {**kept, H_MESSAGE_ID: message_id, **headers},
+                    properties)
 
 
 def _x_dp_headers(message: ScheduledMessage, version: cascade.Version, r: Route, now_ms: int) -> dict:
@@ -127,6 +130,35 @@ def outgoing_task(message: ScheduledMessage, version: cascade.Version, now: date
                   "content_encoding": captured["content_encoding"], "message_id": str(message.id)}
     return Outgoing(r.exchange, r.routing_key, captured["body"].encode(captured["content_encoding"]), headers,
                     properties), r
+
+
+def envelope_key(message: ScheduledMessage, version: cascade.Version) -> tuple | None:
+    """What rows one envelope may carry share: version, shard, endpoint and due second. None: the
+    row travels alone (a topic version, a Celery queue's task message)."""
+    if not version.envelopes or message.endpoint.handler == Endpoint.Handler.CELERY_QUEUE:
+        return None
+    return (version.name, cascade.shard_of(message.id, version.shards), message.endpoint.name,
+            message.due_at_ms // 1000)
+
+
+def outgoing_envelope(messages: list[ScheduledMessage], version: cascade.Version, now: datetime, *,
+                      margin_ms: int) -> tuple[Outgoing, Route]:
+    """One broker message for rows of one envelope_key: timed by the earliest (it leaves the cascade
+    ``margin_ms`` before that one is due, as a single message would) and carrying each row's id and
+    due time, which the delivery loop holds each to. Payloads stay in the database."""
+    first = min(messages, key=lambda m: m.due_at_ms)
+    now_ms = to_epoch_ms(now)
+    r = route(first.due_at_ms, now_ms, version, first.endpoint.name, margin_ms=margin_ms, message_id=first.id)
+    envelope_id = str(uuid.uuid4())
+    items = json.dumps([[str(m.id), m.due_at_ms] for m in messages], separators=(",", ":"))
+    body = f"[[{items}],{{}},{_EMBED}]".encode()
+    headers = {"lang": "py", "task": ENVELOPE_TASK, "id": envelope_id, "root_id": envelope_id,
+               "eta": first.due_at.isoformat(), "retries": 0, H_ENVELOPE: len(messages),
+               H_DUE_AT_MS: first.due_at_ms, H_VERSION: version.name, H_DELAY_MS: r.delay_units * version.unit_ms,
+               H_PUBLISHED_AT_MS: now_ms, **r.headers}
+    properties = {"content_type": "application/json", "content_encoding": "utf-8", "correlation_id": envelope_id,
+                  "message_id": envelope_id}
+    return Outgoing(r.exchange, r.routing_key, body, headers, properties), r
 
 
 # --- how a message travels, for people (the admin's message page) --------------------------------
@@ -183,6 +215,31 @@ def _iso_ms(value) -> int | None:
         return to_epoch_ms(datetime.fromisoformat(value)) if isinstance(value, str) else None
     except (ValueError, TypeError):  # not ISO, or naive (cannot be compared with UTC)
         return None
+
+
+def read_envelope(headers: dict, body: bytes) -> list[Delivery] | None:
+    """The messages an envelope carries, each with its own due time; None if it is not one."""
+    if headers.get("task") != ENVELOPE_TASK:
+        return None
+    try:
+        (items,), _, _ = json.loads(body)
+        deliveries = [Delivery(str(message_id), 0, int(due_ms)) for message_id, due_ms in items]
+    except (ValueError, TypeError, IndexError, KeyError, AttributeError):
+        return None
+    return deliveries or None
+
+
+def envelope_ids(headers: dict, body: bytes) -> list[str]:
+    """The ids an envelope carries ([] if it is not one): what a tool that meets it acts on."""
+    return [d.message_id for d in read_envelope(headers, body) or []]
+
+
+def read_deliveries(headers: dict, body: bytes, now_ms: int) -> list[Delivery] | None:
+    """What the delivery loop holds for one broker message: its one message, or an envelope's."""
+    if headers.get("task") == ENVELOPE_TASK:
+        return read_envelope(headers, body)
+    delivery = read_delivery(headers, body, now_ms)
+    return None if delivery is None else [delivery]
 
 
 def read_delivery(headers: dict, body: bytes, now_ms: int) -> Delivery | None:

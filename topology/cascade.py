@@ -70,6 +70,12 @@ class Version:
         return version
 
     @property
+    def envelopes(self) -> bool:
+        """Whether one broker message may carry many of the platform's messages: not on the topic
+        versions (v1, v2), which stay NServiceBus's one message per broker message, byte for byte."""
+        return self.routing != TOPIC
+
+    @property
     def queue_kind(self) -> str:
         return dict(self.kind_arguments).get("x-queue-type", "classic")
 

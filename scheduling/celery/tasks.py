@@ -6,6 +6,7 @@ from celery import shared_task
 from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
 
+from ..clock import from_epoch_ms
 from ..delivery import backoff
 from ..reports.services import accuracy_report_run
 from ..services.delivery import Result, delivery_receive
@@ -53,6 +54,15 @@ def deliver(self, message_id: str, attempt: int = 0) -> str:
             kwargs={"message_id": message_id, "attempt": outcome.attempt}, countdown=outcome.retry_in
         )
     return outcome.result.value
+
+
+@shared_task(bind=True, name=task_names.DELIVER_ENVELOPE, acks_late=True, reject_on_worker_lost=True)
+def deliver_envelope(self, items: list) -> int:
+    """The fallback for an envelope (DELAY_ENVELOPES): each message it carries becomes a deliver
+    task of its own, due at its own time (a worker with the delivery loop never runs this)."""
+    for message_id, due_ms in items:
+        deliver.apply_async(args=(message_id,), eta=from_epoch_ms(due_ms))
+    return len(items)
 
 
 @shared_task(name=task_names.ACCURACY_NIGHTLY)

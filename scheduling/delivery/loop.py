@@ -63,6 +63,7 @@ class DeliveryLoop(threading.Thread):
         self.unknown_reported: set[str] = set()
         self.beat_at = time.monotonic()  # the last turn of the loop (the worker health check reads it)
         self.in_webhooks: set[str] = set()  # ids handed to the webhook threads, not yet settled
+        self.parts: dict[int, int] = {}  # delivery tag of an envelope -> its messages not yet settled
 
     # --- lifecycle of the thread --------------------------------------------------------------
 
@@ -96,6 +97,7 @@ class DeliveryLoop(threading.Thread):
                 time.sleep(1)
             finally:
                 self.holding.clear()  # unacked: the broker hands them back on the next connection
+                self.parts.clear()
                 metrics.held(0)
 
     def _session(self) -> None:
@@ -133,8 +135,11 @@ class DeliveryLoop(threading.Thread):
                 log.info("consuming endpoint queue %s", name)
         for name in sorted(self.consumer.queues - wanted):
             self.consumer.cancel(name)
-            for held in self.holding.release(lambda h, name=name: h.message.queue == name):
-                self.consumer.reject(held.message, requeue=True)  # a paused endpoint's messages go back
+            released = {held.message.tag: held.message
+                        for held in self.holding.release(lambda h, name=name: h.message.queue == name)}
+            for tag, message in released.items():  # an envelope goes back once, whole
+                self.parts.pop(tag, None)
+                self.consumer.reject(message, requeue=True)  # a paused endpoint's messages go back
             log.info("pausing endpoint queue %s (endpoint inactive or gone)", name)
 
     def _queue_exists(self, name: str) -> bool:
@@ -151,12 +156,15 @@ class DeliveryLoop(threading.Thread):
     # --- messages -----------------------------------------------------------------------------
 
     def _on_message(self, message: rabbit.Received) -> None:
-        delivery = wire.read_delivery(message.headers, message.body, now_ms())
-        if delivery is None:  # not ours: keep it unacked (never dropped) and say so
-            log.error("endpoint queue %s holds a message that is not a scheduling.deliver task; left unacked",
-                      message.queue)
+        deliveries = wire.read_deliveries(message.headers, message.body, now_ms())
+        if deliveries is None:  # not ours: keep it unacked (never dropped) and say so
+            log.error("endpoint queue %s holds a message that is not a scheduling.deliver task or envelope; "
+                      "left unacked", message.queue)
             return
-        self.holding.hold(message, delivery)
+        if len(deliveries) > 1:  # an envelope: acked once every message in it is settled
+            self.parts[message.tag] = len(deliveries)
+        for delivery in deliveries:
+            self.holding.hold(message, delivery)
 
     def _deliver_due(self) -> None:
         due = self.holding.due(now_ms(), self.settings.delivery_batch)
@@ -218,7 +226,7 @@ class DeliveryLoop(threading.Thread):
         settled = []
         for index, (held, outcome) in enumerate(decided):
             try:
-                if self._settle(held, outcome):
+                if self._settle(held, outcome) and self._last_part(held):
                     settled.append(held.message)
             except rabbit.BrokerUnavailable:
                 for later, later_outcome in decided[index + 1:]:
@@ -226,6 +234,18 @@ class DeliveryLoop(threading.Thread):
                         delivery_retry_unsent(message_id=later.delivery.message_id, attempt=later_outcome.attempt)
                 raise
         self.consumer.ack_many(settled)
+
+    def _last_part(self, held: Held) -> bool:
+        """Whether ``held`` was the last unsettled message of its broker message (a lone message
+        always is): only then may the broker message be acked."""
+        left = self.parts.get(held.message.tag)
+        if left is None:
+            return True
+        if left > 1:
+            self.parts[held.message.tag] = left - 1
+            return False
+        del self.parts[held.message.tag]
+        return True
 
     def _settle(self, held: Held, outcome: Outcome) -> bool:
         """Whether the message is done with (to be acked): not when it came early."""

@@ -53,11 +53,28 @@ def message_mark_published(*, rows: list[ScheduledMessage], published_at, topolo
     )
 
 
+def _envelopes(rows: list[ScheduledMessage], versions: dict, *, direct: bool, enabled: bool) -> list[list[ScheduledMessage]]:
+    """The rows of a batch as broker messages: rows of one wire.envelope_key share one (when
+    DELAY_ENVELOPES is on and the publish goes through a cascade), every other row goes alone."""
+    if direct or not enabled:
+        return [[row] for row in rows]
+    groups: dict[object, list[ScheduledMessage]] = {}
+    for row in rows:
+        key = wire.envelope_key(row, versions[row.topology_id])
+        groups.setdefault(key if key is not None else ("alone", row.id), []).append(row)
+    return list(groups.values())
+
+
 def _publish_batch(rows: list[ScheduledMessage], result: RelayResult, direct: bool) -> None:
     now, settings = timezone.now(), conf()
     versions = {row.topology_id: row.topology.cascade for row in rows}  # built once per batch
-    prepared = [wire.outgoing(row, versions[row.topology_id], now, margin_ms=settings.arrival_margin_ms,
-                              direct=direct) for row in rows]
+    groups = _envelopes(rows, versions, direct=direct, enabled=settings.envelopes)
+    prepared = [
+        wire.outgoing(group[0], versions[group[0].topology_id], now, margin_ms=settings.arrival_margin_ms, direct=direct)
+        if len(group) == 1 else
+        wire.outgoing_envelope(group, versions[group[0].topology_id], now, margin_ms=settings.arrival_margin_ms)
+        for group in groups
+    ]
     try:
         outcome = broker().publish([out for out, _ in prepared], window=settings.publish_window)
     except BrokerUnavailable as exc:
@@ -71,13 +88,14 @@ def _publish_batch(rows: list[ScheduledMessage], result: RelayResult, direct: bo
         result.errors.append(outcome.error)
         result.broken = True
     published, failed = [], []
-    for index, (row, (_, route)) in enumerate(zip(rows, prepared, strict=True)):
-        if index in outcome.confirmed:
-            row.routing_key, row.first_exchange = route.routing_key, route.exchange
-            published.append(row)
-        else:
-            row.last_error = f"publish failed: {outcome.failed.get(index, 'unknown')}"
-            failed.append(row)
+    for index, (group, (_, route)) in enumerate(zip(groups, prepared, strict=True)):
+        for row in group:
+            if index in outcome.confirmed:
+                row.routing_key, row.first_exchange = route.routing_key, route.exchange
+                published.append(row)
+            else:
+                row.last_error = f"publish failed: {outcome.failed.get(index, 'unknown')}"
+                failed.append(row)
     metrics.relay_outcome(published, failed)
     message_mark_published(rows=published, published_at=now)
     for row in published:  # the caller's objects say what the database now says

@@ -41,13 +41,14 @@ def unroutable_drain(*, limit: int = 1000) -> int:
         for version in topology_version_list_provisioned():
             with session.reader(cascade.unroutable_name(version.prefix)) as reader:
                 for message in reader.get(limit):
-                    message_id = message.headers.get(wire.H_MESSAGE_ID)
-                    if not message_id:  # not one of ours: leave it (unacked) for an operator
+                    ids = wire.envelope_ids(message.headers, message.body) or [
+                        i for i in [message.headers.get(wire.H_MESSAGE_ID)] if i]
+                    if not ids:  # not one of ours: leave it (unacked) for an operator
                         continue
                     _, destination = cascade.read_route(version.cascade, message.routing_key,
                                                         message.headers.get(cascade.CC_HEADER))
-                    updated = _mark_failed(message_id, destination or message.routing_key, version.prefix)
-                    if not updated and not ScheduledMessage.objects.filter(id=message_id).exists():
+                    updated = sum(_mark_failed(i, destination or message.routing_key, version.prefix) for i in ids)
+                    if not updated and not ScheduledMessage.objects.filter(id__in=ids).exists():
                         continue  # no row (yet): keep the message
                     marked += updated
                     reader.ack(message)

@@ -248,3 +248,57 @@ def test_moved_goes_into_the_targets_shard_of_the_id_or_of_the_amqp_message_id()
     assert out.exchange == cascade.level_name("dp.v3.", 5, cascade.shard_of("task-42", 3))
     out, _ = wire.moved(eta, {}, b"", foreign, V3X3, NOW_MS, margin_ms=250)
     assert out.exchange == "dp.v3.delay-level-05"  # no id at all: shard 0
+
+
+# --- envelopes (DELAY_ENVELOPES): one broker message, many messages ----------------------------
+
+
+def rows_on(version_name: str, *offsets_ms: int, handler=Endpoint.Handler.NONE) -> list[ScheduledMessage]:
+    endpoint = Endpoint(name="orders", handler=handler,
+                        topology=TopologyVersion(name=version_name, prefix=f"dp.{version_name}.", levels=28))
+    return [ScheduledMessage(id=uuid.uuid4(), endpoint=endpoint, payload={}, requested_delay_ms=ms,
+                             due_at=NOW + timedelta(milliseconds=ms)) for ms in offsets_ms]
+
+
+def test_an_envelope_is_timed_by_its_earliest_message_and_carries_each_id_and_due_time():
+    rows = rows_on("v3", 10_900, 10_500, 10_700)
+    out, route = wire.outgoing_envelope(rows, V3, NOW, margin_ms=250)
+    single, single_route = wire.outgoing(rows[1], V3, NOW, margin_ms=250)  # the earliest, alone
+    assert (out.exchange, out.routing_key, out.headers["CC"]) == (single.exchange, single.routing_key, single.headers["CC"])
+    assert route.delay_units == single_route.delay_units == 10
+    assert out.headers["task"] == wire.ENVELOPE_TASK and out.headers[wire.H_ENVELOPE] == 3
+    assert out.headers[wire.H_DUE_AT_MS] == NOW_MS + 10_500 and wire.H_MESSAGE_ID not in out.headers
+    assert out.properties["message_id"] == out.headers["id"]  # unique per envelope: returns are matched by it
+    assert wire.read_deliveries(out.headers, out.body, NOW_MS) == [
+        wire.Delivery(str(r.id), 0, r.due_at_ms) for r in rows]
+    assert wire.envelope_ids(out.headers, out.body) == [str(r.id) for r in rows]
+    assert wire.read_delivery(out.headers, out.body, NOW_MS) is None  # not a scheduling.deliver message
+
+
+def test_only_rows_of_one_version_shard_endpoint_and_second_share_an_envelope():
+    a, b, c = rows_on("v3", 10_000, 10_999, 11_000)
+    assert wire.envelope_key(a, V3) == wire.envelope_key(b, V3) != wire.envelope_key(c, V3)
+    assert wire.envelope_key(rows_on("v2", 0)[0], V2) is None  # v1 and v2 stay one message per broker message
+    celery_queue = rows_on("v3", 0, handler=Endpoint.Handler.CELERY_QUEUE)[0]
+    assert wire.envelope_key(celery_queue, V3) is None  # a user's task message travels as it is
+    sharded = V3.with_(shards=4)
+    keys = {wire.envelope_key(row, sharded) for row in rows_on("v3", *[10_000] * 40)}
+    assert {key[1] for key in keys} == {0, 1, 2, 3}
+
+
+def test_a_retry_of_an_envelope_s_message_is_a_message_of_its_own():
+    from rabbit import Received
+
+    rows = rows_on("v3", 10_500, 10_700)
+    out, _ = wire.outgoing_envelope(rows, V3, NOW, margin_ms=250)
+    came = Received(tag=1, body=out.body, headers=out.headers, exchange="dp.v3.delay-delivery", routing_key="orders",
+                    queue="orders")
+    retry = wire.retry(came, str(rows[1].id), 1, datetime.fromisoformat(ETA))
+    assert retry.headers["task"] == wire.DELIVER_TASK and wire.H_ENVELOPE not in retry.headers
+    assert retry.headers[wire.H_MESSAGE_ID] == str(rows[1].id)
+    assert wire.read_deliveries(retry.headers, retry.body, NOW_MS) == [wire.Delivery(str(rows[1].id), 1, ETA_MS)]
+
+
+@pytest.mark.parametrize("body", [b"", b"[[[]],{},{}]", b'[[[["id"]]],{},{}]', b'[[[["id", "soon"]]],{},{}]'])
+def test_a_broken_envelope_is_not_read(body):
+    assert wire.read_deliveries({"task": wire.ENVELOPE_TASK}, body, NOW_MS) is None

@@ -125,3 +125,40 @@ def test_a_publisher_connection_lost_under_a_batch_is_replaced_at_once(endpoint,
     assert ScheduledMessage.objects.filter(id__in=[r.id for r in rows], status=Status.PUBLISHED).count() == 3
     for _ in range(4):
         assert wait_get(amqp, endpoint.name, 5)[0] is not None  # the warm one and the three
+
+
+@pytest.fixture
+def v3_endpoint(platform, endpoint_name, amqp):
+    bind_endpoint(amqp, cascade.V3, endpoint_name)
+    yield Endpoint.objects.create(name=endpoint_name, topology=platform["v3"])
+    amqp.delete_queue(endpoint_name)
+
+
+def test_with_envelopes_a_batch_due_in_one_second_is_one_broker_message(v3_endpoint, amqp, settings):
+    settings.DELAY_ENVELOPES = True
+    due = (timezone.now() + timedelta(seconds=3)).replace(microsecond=100_000)
+    rows = [ScheduledMessage.objects.create(endpoint=v3_endpoint, topology=v3_endpoint.topology, payload={"n": n},
+                                            due_at=due + timedelta(milliseconds=100 * n), requested_delay_ms=3000)
+            for n in range(5)]
+    later = row(v3_endpoint, 10)
+    assert relay_publish(ids=[str(r.id) for r in [*rows, later]]).published == 6
+    published = {r.id: r for r in ScheduledMessage.objects.filter(status=Status.PUBLISHED)}
+    assert len(published) == 6 and len({published[r.id].first_exchange for r in rows}) == 1
+    levels = {published[r.id].first_exchange for r in [*rows, later]}
+    messages = [m for level in levels for m in iter(lambda level=level: get(amqp, level), None)]
+    assert len(messages) == 2  # 5 messages in one envelope, the later one alone
+    (envelope,) = [m for m in messages if m.headers["task"] == wire.ENVELOPE_TASK]
+    assert wire.envelope_ids(envelope.headers, envelope.body) == [str(r.id) for r in rows]
+    (alone,) = [m for m in messages if m.headers["task"] == wire.DELIVER_TASK]
+    assert alone.headers[wire.H_MESSAGE_ID] == str(later.id)
+
+
+def test_v2_never_uses_envelopes(endpoint, amqp, settings):
+    settings.DELAY_ENVELOPES = True
+    due = timezone.now() + timedelta(seconds=3)
+    rows = [ScheduledMessage.objects.create(endpoint=endpoint, topology=endpoint.topology, payload={}, due_at=due,
+                                            requested_delay_ms=3000) for _ in range(3)]
+    assert relay_publish(ids=[str(r.id) for r in rows]).published == 3
+    level = ScheduledMessage.objects.get(id=rows[0].id).first_exchange
+    messages = list(iter(lambda: get(amqp, level), None))
+    assert [m.headers["task"] for m in messages] == [wire.DELIVER_TASK] * 3
