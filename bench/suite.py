@@ -1,7 +1,7 @@
 """`make bench`: the six performance cases on v2 and v3 side by side, each against its
 comparisons in the same run, one table at the end (and artifacts/bench.json).
 
-    .venv/bin/python -m bench.suite [--runs 3] [--quick] [--cases idle,burst] [--versions v2,v3]
+    .venv/bin/python -m bench.suite [--runs 3] [--quick] [--cases idle,burst] [--versions v2,v3] [--envelopes on]
 
 One throwaway platform serves every case (its own database and vhost, gunicorn, a platform
 worker) plus, per case, the comparisons: a hand-written kombu publisher into the same cascade
@@ -39,6 +39,8 @@ def main() -> None:
     parser.add_argument("--cases", default=",".join(CASES),
                         help=f"comma-separated subset of {','.join(CASES)}")
     parser.add_argument("--versions", default=",".join(VERSIONS), help="cascade versions to run side by side")
+    parser.add_argument("--envelopes", choices=("on", "off"), default="off",
+                        help="DELAY_ENVELOPES of the platform under test (v3: many messages per broker message)")
     args = parser.parse_args()
     cases, versions = args.cases.split(","), tuple(args.versions.split(","))
     if unknown := set(cases) - set(CASES):
@@ -49,12 +51,12 @@ def main() -> None:
     idle_before = idle_share(2.0)
     started = time.monotonic()
     results: dict = {"machine": {"cpus": os.cpu_count(), "idle_share_before": round(idle_before, 2)},
-                     "runs": runs, "versions": list(versions)}
+                     "runs": runs, "versions": list(versions), "envelopes": args.envelopes}
 
     def step(title: str) -> None:
         print(f"[{(time.monotonic() - started) / 60:4.1f} min] {title}", flush=True)
 
-    with platform(web_workers=4, settings="delayplatform.settings_test") as p:
+    with platform(web_workers=4, settings="delayplatform.settings_test", DELAY_ENVELOPES=args.envelopes) as p:
         platform_worker = p.start_worker(name="platform", concurrency=2)
         b = Bench(p, args.quick, versions)
         step("warm-up"); b.warm_up()

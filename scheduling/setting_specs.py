@@ -538,7 +538,7 @@ SPECS: tuple[Spec, ...] = (
         Spec("DELAY_DELIVERY_PREFETCH", Integer(min=1), "20000", "unacked messages the delivery loop may hold",
              "5000", conf=True),
         Spec("DELAY_RESCUE_AFTER_MS", Integer(min=0), "1000", "a message this overdue whose copy the broker still "
-             "holds is published again straight to its queue by the delivery loop (the copy that comes second "
+             "holds is published again to its version's delivery exchange by the delivery loop (the copy that comes second "
              "is a suppressed duplicate); `0`: never ([Reliability](../reliability.md))", "2000", conf=True),
         Spec("DELAY_CONSUMER_SYNC_SECONDS", Number(above=0), "5", "how often workers re-read which endpoint "
              "queues to consume", "10", conf=True),

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
 from rabbit import Outgoing, Received
 from topology import cascade, explain
 
-from .clock import to_epoch_ms
+from .clock import from_epoch_ms, to_epoch_ms
 from .models import Endpoint, ScheduledMessage
 
 DELIVER_TASK = "scheduling.deliver"
@@ -336,6 +336,26 @@ def moved(out_headers: dict, properties: dict, body: bytes, found: Found, versio
             "timestamp", "type", "app_id")
     props = {k: properties[k] for k in keep if properties.get(k) is not None}
     return Outgoing(r.exchange, r.routing_key, body, headers, props), r
+
+
+def moved_envelope(message: Received, found: Found, parts: list[Delivery], version: cascade.Version,
+                   now_ms: int, *, margin_ms: int) -> list[tuple[Outgoing, Route, str | None]]:
+    """An envelope republished into ``version``: whole, into the shard of its first message, where
+    the version carries envelopes; else (v1, v2) split into one ``scheduling.deliver`` message per
+    message, each with its own due time, as that version's messages are. (out, route, id): the
+    id each publish carries, None for the whole envelope."""
+    if version.envelopes:
+        out, r = moved(message.headers, message.properties, message.body,
+                       replace(found, message_id=parts[0].message_id), version, now_ms, margin_ms=margin_ms)
+        return [(out, r, None)]
+    singles = []
+    for part in parts:
+        body, headers, properties = deliver_message(part.message_id, from_epoch_ms(part.due_ms))
+        headers[H_MESSAGE_ID] = part.message_id
+        out, r = moved(headers, properties, body, replace(found, due_at_ms=part.due_ms, message_id=part.message_id),
+                       version, now_ms, margin_ms=margin_ms)
+        singles.append((out, r, part.message_id))
+    return singles
 
 
 def poisoned(message: Received, reason: str, poison_queue: str) -> Outgoing:

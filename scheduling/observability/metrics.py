@@ -51,7 +51,7 @@ RELAY_FAILURES = Counter(
     "delay_relay_failures", "Rows the relay could not publish (left pending for the sweeper).", ("version",))
 RESCUED = Counter(
     "delay_rescued", "Overdue messages still in the broker that the delivery loop published again "
-    "straight to their queue.", BY_MESSAGE)
+    "to their delivery exchange.", BY_MESSAGE)
 HELD = Gauge(
     "delay_delivery_loop_held_messages", "Messages the delivery loop holds until they are due.",
     multiprocess_mode="livesum")

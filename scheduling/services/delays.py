@@ -59,14 +59,12 @@ def _stale(row: ScheduledMessage | None, found: wire.Found) -> bool:
 
 
 def _mark_parked(message: rabbit.Received, out: rabbit.Outgoing, poison_queue: str) -> int:
-    """A platform message parked in the poison queue is ``failed`` with the reason, so it is
-    neither counted lost nor forgotten: republishing it sends it through its own version again."""
-    message_id = message.headers.get(wire.H_MESSAGE_ID)
-    if not wire.is_row_id(message_id):
-        return 0
-    return message_mark_unroutable(
-        message_id=message_id,
-        reason=f"not moved: {out.headers[wire.H_POISON_REASON]}; parked in {poison_queue}; republish it")
+    """A platform message parked in the poison queue is ``failed`` with the reason (each message of
+    an envelope), so it is neither counted lost nor forgotten: republishing it sends it through its
+    own version again."""
+    ids = wire.envelope_ids(message.headers, message.body) or [message.headers.get(wire.H_MESSAGE_ID)]
+    reason = f"not moved: {out.headers[wire.H_POISON_REASON]}; parked in {poison_queue}; republish it"
+    return sum(message_mark_unroutable(message_id=i, reason=reason) for i in ids if wire.is_row_id(i))
 
 
 class _Mover:
@@ -80,12 +78,14 @@ class _Mover:
         self.margin_ms = conf().arrival_margin_ms
 
     def classify(self, messages: list[rabbit.Received]):
-        """(message, found, action) with action 'move', 'drop' or the reason to poison it."""
+        """(message, found, action) with action 'move', 'drop' or the reason to poison it. An
+        envelope is stale only when every message it carries is."""
         founds = [wire.read_found(m.headers, m.properties, m.routing_key, self.source_version) for m in messages]
-        ids = [f.message_id for f in founds if wire.is_row_id(f.message_id)]  # foreign ids have no row
+        carried = [self._ids(m, f) for m, f in zip(messages, founds)]
+        ids = [i for group in carried for i in group]
         rows = {str(r.id): r for r in ScheduledMessage.objects.filter(id__in=ids)} if ids else {}
-        for message, found in zip(messages, founds):
-            if _stale(rows.get(found.message_id), found):
+        for message, found, group in zip(messages, founds, carried):
+            if group and all(_stale(rows.get(i), found) for i in group):
                 yield message, found, "drop"
             elif found.due_at_ms is None:
                 yield message, found, POISON_REASON
@@ -94,40 +94,59 @@ class _Mover:
             else:
                 yield message, found, "move"
 
+    @staticmethod
+    def _ids(message: rabbit.Received, found: wire.Found) -> list[str]:
+        """The rows a message stands for: an envelope's, or its own id (foreign ids have no row)."""
+        return wire.envelope_ids(message.headers, message.body) or (
+            [found.message_id] if wire.is_row_id(found.message_id) else [])
+
     def _route(self, message: rabbit.Received, found: wire.Found, at_ms: int):
-        return wire.moved(message.headers, message.properties, message.body, found, self.target_version, at_ms,
-                          margin_ms=self.margin_ms)
+        """[(out, route, id)]: the publishes that move the message (several where an envelope is
+        split for a version without envelopes); id None: the publish carries every row of ``message``."""
+        parts = wire.read_envelope(message.headers, message.body)
+        if parts:
+            return wire.moved_envelope(message, found, parts, self.target_version, at_ms, margin_ms=self.margin_ms)
+        out, r = wire.moved(message.headers, message.properties, message.body, found, self.target_version, at_ms,
+                            margin_ms=self.margin_ms)
+        return [(out, r, None)]
 
     def move_batch(self, reader, messages: list[rabbit.Received], level: int) -> None:
         at_ms = now_ms()
         moves, poisons, drops = [], [], []
         for message, found, action in self.classify(messages):
             if action == "move":
-                moves.append((message, found, *self._route(message, found, at_ms)))
+                moves.append((message, found, self._route(message, found, at_ms)))
             elif action == "drop":
                 drops.append(message)
             else:
                 poisons.append((message, wire.poisoned(message, action, self.poison.name)))
-        moved_outcome = self.target.publish([out for _, _, out, _ in moves])
+        outs = [(index, publish) for index, (_, _, publishes) in enumerate(moves) for publish in publishes]
+        moved_outcome = self.target.publish([out for _, (out, _, _) in outs])
         poison_outcome = self.source.publish([out for _, out in poisons])
-        confirmed = [moves[i] for i in sorted(moved_outcome.confirmed)]
+        whole = {index for index, _ in outs} - {index for n, (index, _) in enumerate(outs) if n not in moved_outcome.confirmed}
         with transaction.atomic():
-            rows = [ScheduledMessage(id=found.message_id, routing_key=r.routing_key, first_exchange=r.exchange)
-                    for _, found, _, r in confirmed if wire.is_row_id(found.message_id)]
+            rows = []
+            for n in sorted(moved_outcome.confirmed):  # the row says where its message went
+                index, (_, r, carried) = outs[n]
+                message, found, _ = moves[index]
+                rows += [ScheduledMessage(id=i, routing_key=r.routing_key, first_exchange=r.exchange)
+                         for i in ([carried] if carried else self._ids(message, found))]
             self.summary.rows_updated += message_mark_published(rows=rows, published_at=from_epoch_ms(at_ms),
                                                                 topology=self.target_row)
             for i in poison_outcome.confirmed:  # the row says where its message went and why
                 message, out = poisons[i]
                 self.summary.rows_updated += _mark_parked(message, out, self.poison.name)
+        confirmed = [moves[i] for i in sorted(whole)]
         for message in [m for m, *_ in confirmed] + [poisons[i][0] for i in poison_outcome.confirmed] + drops:
             reader.ack(message)
-        unconfirmed = [moves[i][0] for i in moved_outcome.failed] + [poisons[i][0] for i in poison_outcome.failed]
-        for message in unconfirmed:
+        unconfirmed = [moves[i][0] for i in sorted(set(range(len(moves))) - whole)] + \
+            [poisons[i][0] for i in poison_outcome.failed]
+        for message in unconfirmed:  # a split envelope partly moved comes back: its moved rows are then stale
             reader.reject(message, requeue=True)
         s = self.summary
         s.found += len(messages)
         s.moved += len(confirmed)
-        s.immediate += sum(1 for *_, r in confirmed if r.delay_units == 0)
+        s.immediate += sum(1 for *_, publishes in confirmed if publishes[0][1].delay_units == 0)
         s.poisoned += len(poison_outcome.confirmed)
         s.dropped += len(drops)
         s.failed += len(unconfirmed)
@@ -144,7 +163,7 @@ class _Mover:
                     self.summary.dropped += 1
                 elif action == "move":
                     self.summary.moved += 1
-                    self.summary.immediate += self._route(message, found, at_ms)[1].delay_units == 0
+                    self.summary.immediate += self._route(message, found, at_ms)[0][1].delay_units == 0
                 else:
                     self.summary.poisoned += 1
             self.summary.found += len(messages)

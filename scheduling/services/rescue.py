@@ -1,5 +1,6 @@
 """The safety net under the cascade: a message overdue by ``DELAY_RESCUE_AFTER_MS`` whose row still
-says ``published`` is published again, straight into its endpoint's queue.
+says ``published`` is published again, straight to its version's delivery exchange (the last
+hop: bindings still decide, and a destination with none ends in the unroutable queue as before).
 
 Why: the broker can hold a copy back for longer than any delay's precision. On RabbitMQ 3.10.8 a
 quorum queue's at-least-once dead-letter worker stopped forwarding for 3 to 25 s after a cluster
@@ -37,8 +38,9 @@ log = logging.getLogger(__name__)
 
 def message_rescue_overdue(*, queues: Collection[str], skip: Collection[str],
                            publish: Callable[[list[Outgoing]], Outcome], limit: int) -> int:
-    """Publish a direct copy of up to ``limit`` overdue first deliveries of the endpoints whose
-    queues are ``queues``, except the ids in ``skip``; return how many the broker confirmed.
+    """Publish a copy of up to ``limit`` overdue first deliveries of the endpoints whose queues are
+    ``queues``, except the ids in ``skip``, whose copy has been in the broker that long too (one
+    republished or swept late gets its chance first); return how many the broker confirmed.
     The rows are locked (SKIP LOCKED) while their copies are published, so a row being delivered
     right now, or rescued by another loop, is left alone. ``skip`` should hold only overdue ids
     (it widens the read by its size)."""
@@ -46,23 +48,24 @@ def message_rescue_overdue(*, queues: Collection[str], skip: Collection[str],
     if not after_ms or not queues:
         return 0
     now = timezone.now()
+    cutoff = now - timedelta(milliseconds=after_ms)
     with transaction.atomic():
         rows = [row for row in (
             ScheduledMessage.objects.select_for_update(skip_locked=True, of=("self",))
             .select_related("endpoint", "topology")
             .only("id", "due_at", "topology", "endpoint__name", "endpoint__handler")
             .filter(status=Status.PUBLISHED, attempts=0, delivery_mode=DeliveryMode.NATIVE,
-                    due_at__lt=now - timedelta(milliseconds=after_ms), endpoint__name__in=list(queues))
+                    due_at__lt=cutoff, published_at__lt=cutoff, endpoint__name__in=list(queues))
             .exclude(endpoint__handler=Endpoint.Handler.CELERY_QUEUE)
             .order_by("due_at")[:limit + len(skip)]
         ) if str(row.id) not in skip][:limit]
         if not rows:
             return 0
-        copies = [wire.outgoing(row, row.topology.cascade, now, margin_ms=0, direct=True)[0] for row in rows]
+        copies = [wire.outgoing(row, row.topology.cascade, now, margin_ms=0)[0] for row in rows]  # overdue: no delay
         outcome = publish(copies)
     rescued = [row for index, row in enumerate(rows) if index in outcome.confirmed]
     metrics.rescued(rescued)
     log.warning("rescued %d message(s) overdue by more than %d ms and not delivered (the oldest due %s): "
-                "a direct copy is in their queues%s", len(rescued), after_ms, rows[0].due_at.isoformat(),
+                "a copy is on their delivery exchange%s", len(rescued), after_ms, rows[0].due_at.isoformat(),
                 f"; {len(rows) - len(rescued)} not confirmed ({outcome.error})" if len(rescued) < len(rows) else "")
     return len(rescued)

@@ -145,7 +145,7 @@ def test_two_copies_in_the_endpoint_queue_run_the_handler_once(api, make_endpoin
 def test_a_copy_the_broker_lost_is_rescued_once_and_the_late_one_suppressed(api, make_endpoint, endpoint_name, amqp):
     """The broker loses the message's copy in the cascade (taken out of its level queue, as a
     stalled dead-letter worker holds it or an at-most-once hop drops it): the worker's loop, idle,
-    publishes a direct copy once it is DELAY_RESCUE_AFTER_MS overdue. The lost copy turning up
+    publishes a copy to the delivery exchange once it is DELAY_RESCUE_AFTER_MS overdue. The lost copy turning up
     after all is a duplicate: the handler runs once."""
     name = make_endpoint(endpoint_name, handler="celery_task", handler_target="testapp.record_receipt")
     message_id = schedule(api, name, payload={"lost": True}, delay_seconds=6)

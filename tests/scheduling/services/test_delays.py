@@ -220,3 +220,78 @@ def test_every_shard_of_the_source_is_drained_into_the_targets_shard_of_each_id(
 def level_depths_per_shard(session, version, shards: int) -> dict[int, int]:
     return {shard: sum(session.queue_depth(cascade.level_name(version.prefix, level, shard)) or 0
                        for level in range(version.levels)) for shard in range(shards)}
+
+
+# --- envelopes (DELAY_ENVELOPES): moved whole where the target carries them, split where not ----
+
+
+@pytest.fixture
+def envelope_setup(versions, declared, unique_prefix, endpoint_name, amqp, settings):
+    """An endpoint on a fresh v3 cascade with one envelope of 3 messages (due in one second, an
+    hour out) and one message alone in flight; a second v3 and a v2 cascade to move them to."""
+    settings.DELAY_ENVELOPES = True
+    old = declared(cascade.V3, prefix=unique_prefix + "v3.")
+    targets = {"v3": declared(cascade.V3, prefix=unique_prefix + "v3b."), "v2": declared(cascade.V2, prefix=unique_prefix + "v2.")}
+    for name, plan in (("v3", old), ("v2", targets["v2"])):
+        versions[name].prefix = plan.version.prefix
+        versions[name].provisioned_at = timezone.now()
+        versions[name].save()
+    for plan in (old, *targets.values()):
+        bind_endpoint(amqp, plan.version, endpoint_name)
+    endpoint = Endpoint.objects.create(name=endpoint_name, topology=versions["v3"])
+    due = (timezone.now() + timedelta(hours=1)).replace(microsecond=0)
+    rows = [ScheduledMessage.objects.create(endpoint=endpoint, topology=versions["v3"], payload={"n": n},
+                                            due_at=due + timedelta(milliseconds=300 * n), requested_delay_ms=3_600_000)
+            for n in (0, 1, 2)]
+    rows.append(ScheduledMessage.objects.create(endpoint=endpoint, topology=versions["v3"], payload={}, requested_delay_ms=0,
+                                                due_at=due + timedelta(seconds=30)))
+    assert relay_publish(ids=[str(r.id) for r in rows]).published == 4
+    assert sum(topology_count_by_level(session=amqp, version=old.version).values()) == 2  # an envelope and one alone
+    yield versions, old.version, {name: plan.version for name, plan in targets.items()}, rows
+    amqp.delete_queue(endpoint_name)
+    amqp.delete_queue(cascade.poison_queue(old.version).name)
+
+
+def in_flight(amqp, version):
+    return [m for level, depth in topology_count_by_level(session=amqp, version=version).items() if depth
+            for m in iter(lambda level=level: get(amqp, cascade.level_name(version.prefix, level)), None)]
+
+
+def test_an_envelope_moves_whole_into_a_version_with_envelopes_and_its_rows_follow(envelope_setup, amqp):
+    versions, old, targets, rows = envelope_setup
+    summary = delays_move(source=broker(), target=broker(), source_version=old, target_version=targets["v3"],
+                          target_row=versions["v3"])
+    assert (summary.found, summary.moved, summary.rows_updated, summary.left_in_source) == (2, 2, 4, 0)
+    moved = in_flight(amqp, targets["v3"])
+    (envelope,) = [m for m in moved if m.headers["task"] == wire.ENVELOPE_TASK]
+    assert wire.envelope_ids(envelope.headers, envelope.body) == [str(r.id) for r in rows[:3]]
+    assert envelope.headers[wire.H_DUE_AT_MS] == rows[0].due_at_ms  # its remaining delay kept
+    for row in rows[:3]:
+        row.refresh_from_db()
+        assert row.first_exchange.startswith(targets["v3"].prefix) and row.status == ScheduledMessage.Status.PUBLISHED
+
+
+def test_an_envelope_moved_to_v2_is_split_one_message_each_at_its_own_time(envelope_setup, amqp):
+    versions, old, targets, rows = envelope_setup
+    summary = delays_move(source=broker(), target=broker(), source_version=old, target_version=targets["v2"],
+                          target_row=versions["v2"])
+    assert (summary.found, summary.moved, summary.rows_updated, summary.left_in_source) == (2, 2, 4, 0)
+    moved = in_flight(amqp, targets["v2"])
+    assert [m.headers["task"] for m in moved] == [wire.DELIVER_TASK] * 4  # v2 stays one message per broker message
+    due = {m.headers[wire.H_MESSAGE_ID]: m.headers[wire.H_DUE_AT_MS] for m in moved}
+    assert due == {str(r.id): r.due_at_ms for r in rows}
+    for row in rows:
+        row.refresh_from_db()
+        assert row.topology == versions["v2"] and row.first_exchange.startswith(targets["v2"].prefix)
+
+
+def test_a_stale_envelope_is_dropped_only_when_every_message_in_it_is(envelope_setup, amqp):
+    versions, old, targets, rows = envelope_setup
+    ScheduledMessage.objects.filter(id__in=[r.id for r in rows[:2]]).update(status=ScheduledMessage.Status.DELIVERED)
+    summary = delays_move(source=broker(), target=broker(), source_version=old, target_version=targets["v3"],
+                          target_row=versions["v3"])
+    assert (summary.moved, summary.dropped) == (2, 0)  # one message of the envelope still waits
+    ScheduledMessage.objects.filter(id=rows[2].id).update(status=ScheduledMessage.Status.CANCELLED)
+    back = delays_move(source=broker(), target=broker(), source_version=targets["v3"], target_version=old,
+                       target_row=versions["v3"])
+    assert (back.moved, back.dropped) == (1, 1)

@@ -1,5 +1,5 @@
 """The safety net against the live broker: an overdue first delivery whose row still says
-``published`` gets a direct copy in its endpoint's queue; nothing else does."""
+``published`` gets a copy through its version's delivery exchange; nothing else does."""
 
 from datetime import timedelta
 
@@ -25,11 +25,13 @@ def endpoint(platform, endpoint_name, amqp):
     amqp.delete_queue(endpoint_name)
 
 
-def published(endpoint, overdue_ms, **fields):
-    """A row the relay published (its copy is somewhere in the broker), due ``overdue_ms`` ago."""
+def published(endpoint, overdue_ms, published_ms_ago=6000, **fields):
+    """A row the relay published ``published_ms_ago`` (its copy is somewhere in the broker), due
+    ``overdue_ms`` ago."""
     now = timezone.now()
     return ScheduledMessage.objects.create(
-        endpoint=endpoint, topology=endpoint.topology, payload={}, published_at=now,
+        endpoint=endpoint, topology=endpoint.topology, payload={},
+        published_at=now - timedelta(milliseconds=published_ms_ago),
         due_at=now - timedelta(milliseconds=overdue_ms), requested_delay_ms=5000,
         **{"status": Status.PUBLISHED, **fields})
 
@@ -39,7 +41,7 @@ def rescue(endpoint, skip=()):
                                   limit=100)
 
 
-def test_an_overdue_published_message_gets_a_direct_copy_in_its_queue(endpoint, amqp):
+def test_an_overdue_published_message_gets_a_copy_through_the_delivery_exchange(endpoint, amqp):
     row = published(endpoint, 1500)
     assert rescue(endpoint) == 1
     got, _ = wait_get(amqp, endpoint.name, timeout=3)
@@ -56,6 +58,7 @@ def test_an_overdue_published_message_gets_a_direct_copy_in_its_queue(endpoint, 
     (1500, {"status": Status.CANCELLED}),
     (1500, {"attempts": 1}),  # a handler retry: its own message, its own backoff
     (1500, {"delivery_mode": "timeout_manager"}),
+    (5000, {"published_ms_ago": 500}),  # republished (or swept) late: its own copy's turn first
 ])
 def test_nothing_else_is_copied(endpoint, amqp, overdue_ms, fields):
     published(endpoint, overdue_ms, **fields)
@@ -69,6 +72,15 @@ def test_what_the_loop_holds_and_other_queues_are_left_alone(endpoint, amqp):
     assert rescue(endpoint, skip={str(held.id)}) == 1
     got, _ = wait_get(amqp, endpoint.name, timeout=3)
     assert got.headers[wire.H_MESSAGE_ID] == str(stuck.id)
+    assert get(amqp, endpoint.name) is None
+
+
+def test_an_unbound_destination_s_copy_ends_in_the_unroutable_queue(endpoint, amqp):
+    """The copy takes the last hop, not a shortcut: bindings still decide."""
+    published(endpoint, 1500)
+    amqp.unbind(cascade.endpoint_binding(cascade.V3, endpoint.name))
+    assert rescue(endpoint) == 1
+    assert wait_get(amqp, "dp.v3.delay-unroutable", timeout=3)[0].headers["task"] == "scheduling.deliver"
     assert get(amqp, endpoint.name) is None
 
 
