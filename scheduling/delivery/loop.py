@@ -64,6 +64,7 @@ class DeliveryLoop(threading.Thread):
         self.beat_at = time.monotonic()  # the last turn of the loop (the worker health check reads it)
         self.in_webhooks: set[str] = set()  # ids handed to the webhook threads, not yet settled
         self.parts: dict[int, int] = {}  # delivery tag of an envelope -> its messages not yet settled
+        self.given_back: set[int] = set()  # envelopes rejected whole while a message of theirs was at a webhook
 
     # --- lifecycle of the thread --------------------------------------------------------------
 
@@ -98,6 +99,7 @@ class DeliveryLoop(threading.Thread):
             finally:
                 self.holding.clear()  # unacked: the broker hands them back on the next connection
                 self.parts.clear()
+                self.given_back.clear()
                 metrics.held(0)
 
     def _session(self) -> None:
@@ -138,7 +140,8 @@ class DeliveryLoop(threading.Thread):
             released = {held.message.tag: held.message
                         for held in self.holding.release(lambda h, name=name: h.message.queue == name)}
             for tag, message in released.items():  # an envelope goes back once, whole
-                self.parts.pop(tag, None)
+                if self.parts.pop(tag, None) is not None:
+                    self.given_back.add(tag)
                 self.consumer.reject(message, requeue=True)  # a paused endpoint's messages go back
             log.info("pausing endpoint queue %s (endpoint inactive or gone)", name)
 
@@ -238,6 +241,8 @@ class DeliveryLoop(threading.Thread):
     def _last_part(self, held: Held) -> bool:
         """Whether ``held`` was the last unsettled message of its broker message (a lone message
         always is): only then may the broker message be acked."""
+        if held.message.tag in self.given_back:  # rejected already: it comes back whole
+            return False
         left = self.parts.get(held.message.tag)
         if left is None:
             return True

@@ -45,6 +45,24 @@ def module_broker(request):
 
 
 @pytest.fixture
+def bound_endpoint(platform, endpoint_name, amqp):
+    """bound_endpoint("v3") -> an Endpoint row on that version whose queue is declared and bound on
+    the broker (removed after the test)."""
+    from harness.endpoints import bind_endpoint
+
+    made = []
+
+    def make(version: str = "v2") -> Endpoint:
+        bind_endpoint(amqp, cascade.get_version(version), endpoint_name)
+        made.append(endpoint_name)
+        return Endpoint.objects.create(name=endpoint_name, topology=platform[version])
+
+    yield make
+    for name in made:
+        amqp.delete_queue(name)
+
+
+@pytest.fixture
 def endpoint_row(versions, endpoint_name):
     """An endpoint row without a queue on the broker: enough for pages that only read rows."""
     return Endpoint.objects.create(name=endpoint_name, topology=versions["v2"])

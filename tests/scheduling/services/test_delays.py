@@ -252,17 +252,20 @@ def envelope_setup(versions, declared, unique_prefix, endpoint_name, amqp, setti
     amqp.delete_queue(cascade.poison_queue(old.version).name)
 
 
-def in_flight(amqp, version):
+def move_envelope_setup(envelope_setup, amqp, target: str) -> list:
+    """Move the setup's cascade into the target version's; every message now in the target's levels."""
+    versions, old, targets, rows = envelope_setup
+    summary = delays_move(source=broker(), target=broker(), source_version=old, target_version=targets[target],
+                          target_row=versions[target])
+    assert (summary.found, summary.moved, summary.rows_updated, summary.left_in_source) == (2, 2, 4, 0)
+    version = targets[target]
     return [m for level, depth in topology_count_by_level(session=amqp, version=version).items() if depth
             for m in iter(lambda level=level: get(amqp, cascade.level_name(version.prefix, level)), None)]
 
 
 def test_an_envelope_moves_whole_into_a_version_with_envelopes_and_its_rows_follow(envelope_setup, amqp):
     versions, old, targets, rows = envelope_setup
-    summary = delays_move(source=broker(), target=broker(), source_version=old, target_version=targets["v3"],
-                          target_row=versions["v3"])
-    assert (summary.found, summary.moved, summary.rows_updated, summary.left_in_source) == (2, 2, 4, 0)
-    moved = in_flight(amqp, targets["v3"])
+    moved = move_envelope_setup(envelope_setup, amqp, "v3")
     (envelope,) = [m for m in moved if m.headers["task"] == wire.ENVELOPE_TASK]
     assert wire.envelope_ids(envelope.headers, envelope.body) == [str(r.id) for r in rows[:3]]
     assert envelope.headers[wire.H_DUE_AT_MS] == rows[0].due_at_ms  # its remaining delay kept
@@ -273,10 +276,7 @@ def test_an_envelope_moves_whole_into_a_version_with_envelopes_and_its_rows_foll
 
 def test_an_envelope_moved_to_v2_is_split_one_message_each_at_its_own_time(envelope_setup, amqp):
     versions, old, targets, rows = envelope_setup
-    summary = delays_move(source=broker(), target=broker(), source_version=old, target_version=targets["v2"],
-                          target_row=versions["v2"])
-    assert (summary.found, summary.moved, summary.rows_updated, summary.left_in_source) == (2, 2, 4, 0)
-    moved = in_flight(amqp, targets["v2"])
+    moved = move_envelope_setup(envelope_setup, amqp, "v2")
     assert [m.headers["task"] for m in moved] == [wire.DELIVER_TASK] * 4  # v2 stays one message per broker message
     due = {m.headers[wire.H_MESSAGE_ID]: m.headers[wire.H_DUE_AT_MS] for m in moved}
     assert due == {str(r.id): r.due_at_ms for r in rows}

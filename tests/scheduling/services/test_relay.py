@@ -10,7 +10,6 @@ from django.utils import timezone
 from scheduling import wire
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.services.relay import relay_publish
-from harness.endpoints import bind_endpoint
 from tests.topology.helpers import get, wait_get
 from topology import cascade
 
@@ -19,10 +18,8 @@ Status = ScheduledMessage.Status
 
 
 @pytest.fixture
-def endpoint(platform, endpoint_name, amqp):
-    bind_endpoint(amqp, cascade.V2, endpoint_name)
-    yield Endpoint.objects.create(name=endpoint_name, topology=platform["v2"])
-    amqp.delete_queue(endpoint_name)
+def endpoint(bound_endpoint):
+    return bound_endpoint("v2")
 
 
 def row(endpoint, seconds, **fields):
@@ -128,10 +125,8 @@ def test_a_publisher_connection_lost_under_a_batch_is_replaced_at_once(endpoint,
 
 
 @pytest.fixture
-def v3_endpoint(platform, endpoint_name, amqp):
-    bind_endpoint(amqp, cascade.V3, endpoint_name)
-    yield Endpoint.objects.create(name=endpoint_name, topology=platform["v3"])
-    amqp.delete_queue(endpoint_name)
+def v3_endpoint(bound_endpoint):
+    return bound_endpoint("v3")
 
 
 def test_with_envelopes_a_batch_due_in_one_second_is_one_broker_message(v3_endpoint, amqp, settings):

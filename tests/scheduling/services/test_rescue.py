@@ -6,10 +6,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from harness.endpoints import bind_endpoint
 from scheduling import wire
 from scheduling.conf import broker
-from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.models import ScheduledMessage
 from scheduling.services.rescue import message_rescue_overdue
 from tests.topology.helpers import get, wait_get
 from topology import cascade
@@ -19,10 +18,8 @@ Status = ScheduledMessage.Status
 
 
 @pytest.fixture
-def endpoint(platform, endpoint_name, amqp):
-    bind_endpoint(amqp, cascade.V3, endpoint_name)
-    yield Endpoint.objects.create(name=endpoint_name, topology=platform["v3"])
-    amqp.delete_queue(endpoint_name)
+def endpoint(bound_endpoint):
+    return bound_endpoint("v3")
 
 
 def published(endpoint, overdue_ms, published_ms_ago=6000, **fields):
