@@ -33,7 +33,8 @@ node_env() {  # the environment of node N: where it listens and keeps its data
     RABBITMQ_LOG_BASE="$base/log" RABBITMQ_PID_FILE="$base/pid"
 }
 
-running() { ctl "$1" status >/dev/null 2>&1; }
+# a node that stopped answering (a wedged cluster) counts as not running after 20 s: stop must end
+running() { timeout 20 rabbitmqctl -q -n "$(node "$1")" status >/dev/null 2>&1; }
 
 wait_for() {  # wait_for SECONDS COMMAND...
   local seconds=$1; shift
@@ -101,7 +102,9 @@ start() {
 
 stop() {
   for n in $(seq "$NODES" -1 1); do
-    if running "$n"; then say "stopping $(node "$n")"; ctl "$n" stop || true; fi
+    if running "$n"; then say "stopping $(node "$n")"; timeout 60 rabbitmqctl -q -n "$(node "$n")" stop || true; fi
+    pid=$(cat "$DIR/$NAME$n/pid" 2>/dev/null) || continue
+    if grep -qs beam "/proc/$pid/cmdline"; then kill -9 "$pid" 2>/dev/null || true; fi  # one that did not stop
   done
   rm -rf "$DIR"
 }
