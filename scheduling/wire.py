@@ -67,18 +67,22 @@ def direct_route(destination: str) -> Route:
 _EMBED = json.dumps({"callbacks": None, "errbacks": None, "chain": None, "chord": None}, separators=(",", ":"))
 
 
-def deliver_message(message_id: str, eta: datetime, attempt: int = 0) -> tuple[bytes, dict, dict]:
-    """(body, headers, properties) of the Celery protocol-2 message for ``scheduling.deliver``.
-    Only the headers Celery's worker reads are sent (it defaults the rest): every header is
-    encoded per message, and Celery's full builder with its 19 headers made the relay's
+def _task_message(task: str, task_id: str, eta: datetime, args: str, kwargs: str) -> tuple[bytes, dict, dict]:
+    """(body, headers, properties) of a Celery protocol-2 message with ``args`` and ``kwargs``
+    already JSON. Only the headers Celery's worker reads are sent (it defaults the rest): every
+    header is encoded per message, and Celery's full builder with its 19 headers made the relay's
     per-message cost ~0.25 ms, the bulk of it. The e2e tests run these on a real worker."""
-    headers = {"lang": "py", "task": DELIVER_TASK, "id": message_id, "root_id": message_id,
-               "eta": eta.isoformat(), "retries": 0}
-    kwargs = f'{{"attempt":{int(attempt)}}}' if attempt else "{}"
-    body = f"[[{json.dumps(message_id)}],{kwargs},{_EMBED}]".encode()  # one template, per message
+    headers = {"lang": "py", "task": task, "id": task_id, "root_id": task_id, "eta": eta.isoformat(), "retries": 0}
+    body = f"[{args},{kwargs},{_EMBED}]".encode()  # one template, per message
     properties = {"content_type": "application/json", "content_encoding": "utf-8",
-                  "correlation_id": message_id, "message_id": message_id}
+                  "correlation_id": task_id, "message_id": task_id}
     return body, headers, properties
+
+
+def deliver_message(message_id: str, eta: datetime, attempt: int = 0) -> tuple[bytes, dict, dict]:
+    """(body, headers, properties) of the Celery message for ``scheduling.deliver``."""
+    kwargs = f'{{"attempt":{int(attempt)}}}' if attempt else "{}"
+    return _task_message(DELIVER_TASK, message_id, eta, f"[{json.dumps(message_id)}]", kwargs)
 
 
 def retry(message: Received, message_id: str, attempt: int, eta: datetime) -> Outgoing:
@@ -151,13 +155,10 @@ def outgoing_envelope(messages: list[ScheduledMessage], version: cascade.Version
     r = route(first.due_at_ms, now_ms, version, first.endpoint.name, margin_ms=margin_ms, message_id=first.id)
     envelope_id = str(uuid.uuid4())
     items = json.dumps([[str(m.id), m.due_at_ms] for m in messages], separators=(",", ":"))
-    body = f"[[{items}],{{}},{_EMBED}]".encode()
-    headers = {"lang": "py", "task": ENVELOPE_TASK, "id": envelope_id, "root_id": envelope_id,
-               "eta": first.due_at.isoformat(), "retries": 0, H_ENVELOPE: len(messages),
-               H_DUE_AT_MS: first.due_at_ms, H_VERSION: version.name, H_DELAY_MS: r.delay_units * version.unit_ms,
-               H_PUBLISHED_AT_MS: now_ms, **r.headers}
-    properties = {"content_type": "application/json", "content_encoding": "utf-8", "correlation_id": envelope_id,
-                  "message_id": envelope_id}
+    body, headers, properties = _task_message(ENVELOPE_TASK, envelope_id, first.due_at, f"[{items}]", "{}")
+    headers.update(_x_dp_headers(first, version, r, now_ms), **r.headers)
+    del headers[H_MESSAGE_ID]  # the ids are in the body
+    headers[H_ENVELOPE] = len(messages)
     return Outgoing(r.exchange, r.routing_key, body, headers, properties), r
 
 
@@ -232,6 +233,13 @@ def read_envelope(headers: dict, body: bytes) -> list[Delivery] | None:
 def envelope_ids(headers: dict, body: bytes) -> list[str]:
     """The ids an envelope carries ([] if it is not one): what a tool that meets it acts on."""
     return [d.message_id for d in read_envelope(headers, body) or []]
+
+
+def carried_ids(headers: dict, body: bytes) -> list[str]:
+    """The rows a broker message stands for: an envelope's, or its own ``x-dp-message-id`` when that
+    can name a row ([] for a foreign message)."""
+    own = headers.get(H_MESSAGE_ID)
+    return envelope_ids(headers, body) or ([own] if is_row_id(own) else [])
 
 
 def read_deliveries(headers: dict, body: bytes, now_ms: int) -> list[Delivery] | None:

@@ -208,11 +208,12 @@ class DeliveryLoop(threading.Thread):
 
     def _rescue(self) -> None:
         """Messages overdue by DELAY_RESCUE_AFTER_MS that this loop neither holds nor is handing
-        over: their copy is stuck in the broker (services/rescue.py). Not while the loop holds all
-        its prefetch allows (the rest may wait in its queue). The copies' confirms are waited for
-        1 s at most: a queue whose leader is being elected must not stop the loop."""
+        over: their copy is stuck in the broker (services/rescue.py). Not while its prefetch is
+        full (unacked broker messages, an envelope counting once: the rest may wait in its queue).
+        The copies' confirms are waited for 1 s at most: a queue whose leader is being elected must
+        not stop the loop."""
         settings = self.settings
-        if len(self.holding) >= settings.delivery_prefetch:
+        if len(self.consumer.unsettled) >= settings.delivery_prefetch:
             return
         skip = self.holding.ids_due_before(now_ms() - settings.rescue_after_ms) | self.in_webhooks
         try:

@@ -123,7 +123,7 @@ def relay_outcome(published, failed) -> None:
 
 
 def rescued(rows) -> None:
-    """Direct copies the broker confirmed: counted at once, like the relay's publishes."""
+    """Rescue copies the broker confirmed: counted at once, like the relay's publishes."""
     record([Counted(RESCUED, row) for row in rows])
 
 

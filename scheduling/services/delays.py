@@ -62,9 +62,9 @@ def _mark_parked(message: rabbit.Received, out: rabbit.Outgoing, poison_queue: s
     """A platform message parked in the poison queue is ``failed`` with the reason (each message of
     an envelope), so it is neither counted lost nor forgotten: republishing it sends it through its
     own version again."""
-    ids = wire.envelope_ids(message.headers, message.body) or [message.headers.get(wire.H_MESSAGE_ID)]
     reason = f"not moved: {out.headers[wire.H_POISON_REASON]}; parked in {poison_queue}; republish it"
-    return sum(message_mark_unroutable(message_id=i, reason=reason) for i in ids if wire.is_row_id(i))
+    return sum(message_mark_unroutable(message_id=i, reason=reason)
+               for i in wire.carried_ids(message.headers, message.body))
 
 
 class _Mover:
@@ -81,7 +81,7 @@ class _Mover:
         """(message, found, action) with action 'move', 'drop' or the reason to poison it. An
         envelope is stale only when every message it carries is."""
         founds = [wire.read_found(m.headers, m.properties, m.routing_key, self.source_version) for m in messages]
-        carried = [self._ids(m, f) for m, f in zip(messages, founds)]
+        carried = [wire.carried_ids(m.headers, m.body) for m in messages]
         ids = [i for group in carried for i in group]
         rows = {str(r.id): r for r in ScheduledMessage.objects.filter(id__in=ids)} if ids else {}
         for message, found, group in zip(messages, founds, carried):
@@ -93,12 +93,6 @@ class _Mover:
                 yield message, found, f"{self.target_version.name} cannot carry destination {found.destination!r}"
             else:
                 yield message, found, "move"
-
-    @staticmethod
-    def _ids(message: rabbit.Received, found: wire.Found) -> list[str]:
-        """The rows a message stands for: an envelope's, or its own id (foreign ids have no row)."""
-        return wire.envelope_ids(message.headers, message.body) or (
-            [found.message_id] if wire.is_row_id(found.message_id) else [])
 
     def _route(self, message: rabbit.Received, found: wire.Found, at_ms: int):
         """[(out, route, id)]: the publishes that move the message (several where an envelope is
@@ -130,7 +124,7 @@ class _Mover:
                 index, (_, r, carried) = outs[n]
                 message, found, _ = moves[index]
                 rows += [ScheduledMessage(id=i, routing_key=r.routing_key, first_exchange=r.exchange)
-                         for i in ([carried] if carried else self._ids(message, found))]
+                         for i in ([carried] if carried else wire.carried_ids(message.headers, message.body))]
             self.summary.rows_updated += message_mark_published(rows=rows, published_at=from_epoch_ms(at_ms),
                                                                 topology=self.target_row)
             for i in poison_outcome.confirmed:  # the row says where its message went and why

@@ -41,8 +41,7 @@ def unroutable_drain(*, limit: int = 1000) -> int:
         for version in topology_version_list_provisioned():
             with session.reader(cascade.unroutable_name(version.prefix)) as reader:
                 for message in reader.get(limit):
-                    ids = wire.envelope_ids(message.headers, message.body) or [
-                        i for i in [message.headers.get(wire.H_MESSAGE_ID)] if i]
+                    ids = wire.carried_ids(message.headers, message.body)
                     if not ids:  # not one of ours: leave it (unacked) for an operator
                         continue
                     _, destination = cascade.read_route(version.cascade, message.routing_key,
