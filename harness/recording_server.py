@@ -9,7 +9,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class RecordingServer:
-    """A local HTTP server that records every POST; ``fail_first`` answers 500 that many times;
+    """A local HTTP/1.1 server (keep-alive) that records every POST with the client's address
+    (``peer``: how many connections a sender used); ``fail_first`` answers 500 that many times;
     ``answer`` (status, headers) replaces the 200 (a redirect, say)."""
 
     def __init__(self, fail_first: int = 0, answer: tuple[int, dict] = (200, {})):
@@ -18,16 +19,20 @@ class RecordingServer:
         recorder = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
             def do_POST(self):  # noqa: N802
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 with lock:
-                    recorder.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+                    recorder.requests.append({"path": self.path, "headers": dict(self.headers), "body": body,
+                                              "peer": self.client_address})
                     failing = recorder.fail_first > 0
                     recorder.fail_first -= 1 if failing else 0
                 status, headers = (500, {}) if failing else answer
                 self.send_response(status)
                 for name, value in headers.items():
                     self.send_header(name, value)
+                self.send_header("Content-Length", "0")
                 self.end_headers()
 
             def log_message(self, *args):
@@ -45,6 +50,9 @@ class RecordingServer:
     def __exit__(self, *exc):
         self.server.shutdown()
         self.server.server_close()
+
+    def connections(self) -> int:
+        return len({r["peer"] for r in self.requests})
 
     def bodies(self) -> list:
         return [json.loads(r["body"]) for r in self.requests]

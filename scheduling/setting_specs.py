@@ -512,10 +512,11 @@ SPECS: tuple[Spec, ...] = (
         Spec("DELAY_MAX_PAYLOAD_BYTES", Integer(min=1), "262144", "largest payload (its JSON) a message may carry",
              "65536", conf=True),
         Spec("DELAY_BULK_MAX", Integer(min=1), "1000", "messages one bulk request may schedule", "500", conf=True),
-        Spec("DELAY_ENVELOPES", Boolean(), "off", "v3 (and later versions): the relay sends the messages of one "
+        Spec("DELAY_ENVELOPES", Boolean(), "on", "v3 (and later versions): the relay sends the messages of one "
              "batch due in the same second to the same endpoint as one broker message, an envelope, which the "
-             "cascade times and the delivery loop unpacks; v1 and v2 never ([Envelopes](../concepts/envelopes.md))",
-             "on", conf=True),
+             "cascade times and the delivery loop unpacks; v1 and v2 never; off: one broker message per message "
+             "([Envelopes](../concepts/envelopes.md))",
+             "off", conf=True),
         Spec("DELAY_PUBLISH_WINDOW", Integer(min=1), "128", "unconfirmed publishes in flight per publishing "
              "connection", "256", conf=True),
         Spec("DELAY_PUBLISH_BATCH", Integer(min=1), "500", "rows locked and published per transaction (after a "

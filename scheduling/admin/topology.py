@@ -4,6 +4,7 @@ queue, the delivery exchange's endpoint bindings)."""
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from rabbit import ManagementUnavailable
@@ -11,7 +12,11 @@ from topology import cascade, explain
 
 from ..models import TopologyVersion
 from ..selectors.broker import topology_get_in_flight, topology_version_count_in_flight
-from ..selectors.database import topology_version_get_default
+from ..selectors.database import (
+    LEVEL_COUNT_TIMEOUT_MS,
+    topology_count_messages_by_level,
+    topology_version_get_default,
+)
 from ..services.delays import delays_preview
 from ..services.topology import topology_provision, topology_verify
 from . import html
@@ -151,8 +156,13 @@ class TopologyVersionAdmin(ControlRoomAdmin):
         context = {"detail_template": "admin/scheduling/topology_in_flight.html", **(extra_context or {})}
         if version is not None:
             try:
-                context["in_flight"] = topology_get_in_flight(version=version)
+                context["in_flight"] = in_flight = topology_get_in_flight(version=version)
                 context["versions_in_flight"] = topology_version_count_in_flight()
+                counted = topology_count_messages_by_level(version=version, now=timezone.now())
+                context["level_rows"] = [(level, None if counted is None else counted.get(level.level, 0))
+                                         for level in in_flight.levels]
+                context["messages_counted"], context["level_count_timeout_ms"] = counted is not None, LEVEL_COUNT_TIMEOUT_MS
+                context["messages_leaving"] = None if counted is None else counted.get(None, 0)
             except ManagementUnavailable as exc:
                 context["in_flight_error"] = str(exc)
         return super().change_view(request, object_id, form_url, context)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 import requests
 from celery import current_app
@@ -100,21 +103,64 @@ def webhook_headers(message: ScheduledMessage, body: bytes, *, timestamp: int) -
     }
 
 
+SESSION_MAX_AGE_SECONDS = 60.0  # a kept connection's name is resolved and checked again at least this often
+SESSIONS_PER_THREAD = 64  # origins a webhook thread keeps connections to; the least recently used goes
+
+
+class _Sessions(threading.local):
+    """Keep-alive per webhook thread and origin: a new connection per call cost a TCP (and TLS)
+    handshake per message. A kept connection goes to the address the guard checked when it
+    opened; the allowed networks are part of the key (a change opens new, checked connections),
+    and a session older than SESSION_MAX_AGE_SECONDS is closed, so DNS is checked again."""
+
+    def __init__(self):
+        self.kept: OrderedDict[tuple, tuple[requests.Session, float]] = OrderedDict()
+
+    def get(self, url: str) -> requests.Session:
+        parts = urlsplit(url)
+        key = (parts.scheme.lower(), parts.netloc.lower(), tuple(conf().webhook_allowed_networks))
+        now = time.monotonic()
+        kept = self.kept.pop(key, None)
+        if kept and now - kept[1] > SESSION_MAX_AGE_SECONDS:
+            kept[0].close()
+            kept = None
+        if kept is None:
+            session = requests.Session()
+            session.mount("http://", GuardedAdapter())
+            session.mount("https://", GuardedAdapter())
+            kept = (session, now)
+        self.kept[key] = kept
+        while len(self.kept) > SESSIONS_PER_THREAD:
+            self.kept.popitem(last=False)[1][0].close()
+        return kept[0]
+
+    def drop(self, url: str) -> None:
+        """After a failed call: its connection may be broken or half-read."""
+        parts = urlsplit(url)
+        for key in [k for k in self.kept if k[:2] == (parts.scheme.lower(), parts.netloc.lower())]:
+            self.kept.pop(key)[0].close()
+
+
+_sessions = _Sessions()
+
+
 def post_webhook(message: ScheduledMessage) -> None:
-    """POST the payload; redirects are not followed, and a target the guard refuses now (DNS or
-    DELAY_WEBHOOK_ALLOWED_NETWORKS changed since the endpoint was saved) raises TargetRefused
-    before any connection, a handler failure like any other."""
-    body = webhook_body(message)
-    with requests.Session() as session:
-        session.mount("http://", GuardedAdapter())
-        session.mount("https://", GuardedAdapter())
-        response = session.post(
-            message.endpoint.handler_target,
+    """POST the payload on a kept connection to the endpoint's origin (_Sessions); redirects are
+    not followed, and a target the guard refuses now (DNS or DELAY_WEBHOOK_ALLOWED_NETWORKS changed
+    since the endpoint was saved) raises TargetRefused before any new connection, a handler
+    failure like any other."""
+    body, url = webhook_body(message), message.endpoint.handler_target
+    try:
+        response = _sessions.get(url).post(
+            url,
             data=body,
             headers=webhook_headers(message, body, timestamp=int(time.time())),
             timeout=conf().webhook_timeout_seconds,
             allow_redirects=False,
         )
+    except Exception:
+        _sessions.drop(url)
+        raise
     if not 200 <= response.status_code < 300:
         raise RuntimeError(f"webhook answered {response.status_code}")
 

@@ -47,6 +47,9 @@ SCHEDULED_IN_PAST = Counter(
     "delay_scheduled_in_past", "Messages accepted with a due time before their acceptance.", BY_MESSAGE)
 RELAY_PUBLISHED = Counter(
     "delay_relay_published", "Rows the relay published into a cascade (broker confirmed).", ("version",))
+RELAY_BROKER_MESSAGES = Counter(
+    "delay_relay_broker_messages", "Broker messages the relay published into a cascade (confirmed): an envelope "
+    "counts once, however many rows it carries.", ("version",))
 RELAY_FAILURES = Counter(
     "delay_relay_failures", "Rows the relay could not publish (left pending for the sweeper).", ("version",))
 RESCUED = Counter(
@@ -114,10 +117,12 @@ def scheduled(rows) -> None:
                       if lifecycle.scheduled_in_past(row.due_at, row.created_at)])
 
 
-def relay_outcome(published, failed) -> None:
+def relay_outcome(published, failed, broker_messages=()) -> None:
     """Broker facts, counted at once (a publish happened even if its commit does not). The relay's
-    rows carry their version (it built their routes from it): no query inside its transaction."""
-    for metric, rows in ((RELAY_PUBLISHED, published), (RELAY_FAILURES, failed)):
+    rows carry their version (it built their routes from it): no query inside its transaction.
+    ``broker_messages``: the first row of each confirmed broker message (of each envelope)."""
+    for metric, rows in ((RELAY_PUBLISHED, published), (RELAY_FAILURES, failed),
+                         (RELAY_BROKER_MESSAGES, broker_messages)):
         for version, n in Tally(row.topology.name for row in rows).items():
             metric.labels(version).inc(n)
 

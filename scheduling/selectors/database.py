@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 from itertools import product
 
-from django.db import connection
+from django.db import OperationalError, connection, transaction
 from django.db.models import Count, F, Max, Min, Q, Subquery, Sum
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
@@ -553,3 +553,45 @@ def message_count_overdue_by_version(*, now: datetime, grace: timedelta) -> dict
     grouped = (ScheduledMessage.objects.filter(status__in=IN_FLIGHT, due_at__lt=now - grace)
                .order_by().values("topology__name").annotate(n=Count("id")))
     return {row["topology__name"]: row["n"] for row in grouped}
+
+
+LEVEL_COUNT_TIMEOUT_MS = 2000  # the admin page's bound: a version with too many rows in flight shows no figure
+
+_MESSAGES_BY_LEVEL_SQL = """
+    WITH carried AS (  -- each row with the first due time of the broker message it went in (its envelope's)
+        SELECT published_at,
+               min(due_at) OVER (PARTITION BY endpoint_id, published_at, date_trunc('second', due_at)) AS first_due
+        FROM scheduling_scheduledmessage
+        WHERE topology_id = %(version)s AND status = 'published' AND attempts = 0 AND published_at IS NOT NULL
+    ), timed AS (
+        SELECT greatest(0, least(%(max_units)s, floor(
+                   (extract(epoch FROM first_due - published_at) * 1000 - %(margin_ms)s) / %(unit_ms)s)))::bigint AS units,
+               floor(extract(epoch FROM %(now)s - published_at) * 1000 / %(unit_ms)s)::bigint AS elapsed
+        FROM carried
+    )
+    SELECT CASE WHEN elapsed < units THEN floor(log(2, (units # elapsed)::numeric))::int END AS level, count(*)
+    FROM timed GROUP BY 1
+"""
+
+
+def topology_count_messages_by_level(*, version: TopologyVersion, now: datetime) -> dict[int | None, int] | None:
+    """Level -> messages the rows say are in it now (None: past the last level, on their way to the
+    endpoint), or None when counting took longer than LEVEL_COUNT_TIMEOUT_MS. The broker counts
+    broker messages; with envelopes one carries many, so this is what the levels hold in messages.
+
+    A message's broker message entered the cascade with ``units`` of delay; ``elapsed`` units later
+    it is in the level of the highest bit where the two differ (the levels spend the set bits
+    highest first: elapsed agrees with units above that level, and has not yet spent its bit).
+    From the rows' publish and due times and the current arrival margin: a row published again
+    (a retry, a rescue, a move) may be counted where its first copy would be."""
+    plan = version.cascade
+    params = {"version": version.id, "max_units": plan.max_delay_units, "margin_ms": conf().arrival_margin_ms,
+              "unit_ms": plan.unit_ms, "now": now}
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"SET LOCAL statement_timeout = {LEVEL_COUNT_TIMEOUT_MS}")
+        try:
+            with transaction.atomic():
+                cursor.execute(_MESSAGES_BY_LEVEL_SQL, params)
+                return dict(cursor.fetchall())
+        except OperationalError:  # cancelled by the timeout: too many rows in flight to count here
+            return None

@@ -88,6 +88,7 @@ def _publish_batch(rows: list[ScheduledMessage], result: RelayResult, direct: bo
         result.errors.append(outcome.error)
         result.broken = True
     published, failed = [], []
+    carriers = [group[0] for index, group in enumerate(groups) if index in outcome.confirmed]
     for index, (group, (_, route)) in enumerate(zip(groups, prepared, strict=True)):
         for row in group:
             if index in outcome.confirmed:
@@ -96,7 +97,7 @@ def _publish_batch(rows: list[ScheduledMessage], result: RelayResult, direct: bo
             else:
                 row.last_error = f"publish failed: {outcome.failed.get(index, 'unknown')}"
                 failed.append(row)
-    metrics.relay_outcome(published, failed)
+    metrics.relay_outcome(published, failed, carriers)
     message_mark_published(rows=published, published_at=now)
     for row in published:  # the caller's objects say what the database now says
         row.status, row.published_at = PUBLISHED, now

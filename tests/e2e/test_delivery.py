@@ -1,6 +1,7 @@
 """The whole path for real: API -> outbox -> relay -> RabbitMQ cascade -> Celery worker ->
 handler, with the worker as a separate process on this run's vhost and database. Every test
-runs on v2 (the seeds' topic cascade) and v3 (the platform's direct cascade)."""
+runs on v2 (the seeds' topic cascade) and on v3 (the platform's direct cascade) twice: with
+envelopes (the default) and one broker message per message (DELAY_ENVELOPES off)."""
 
 import base64
 import hashlib
@@ -34,9 +35,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transac
 Status = ScheduledMessage.Status
 
 
-@pytest.fixture(params=["v2", "v3"])
-def version(request):
-    return request.param
+@pytest.fixture(params=["v2", "v3", "v3-per-message"])
+def version(request, settings):
+    """The topology's name; the relay in this process packs envelopes unless the id says not to."""
+    settings.DELAY_ENVELOPES = not request.param.endswith("-per-message")
+    return request.param.removesuffix("-per-message")
 
 
 @pytest.fixture
@@ -151,7 +154,7 @@ def test_a_copy_the_broker_lost_is_rescued_once_and_the_late_one_suppressed(api,
     message_id = schedule(api, name, payload={"lost": True}, delay_seconds=6)
     (row,) = wait_until(settled([message_id], (Status.PUBLISHED,)), 5, message="published")
     lost = get(amqp, row.first_exchange)  # a level's exchange and queue share the name
-    assert lost is not None and lost.headers[wire.H_MESSAGE_ID] == message_id
+    assert lost is not None and wire.carried_ids(lost.headers, lost.body) == [message_id]
     (row,) = wait_until(settled([message_id]), timeout=30, message="the rescued copy delivered")
     assert row.delivered_at >= row.due_at and conf().rescue_after_ms <= row.lateness_ms < 15_000
     late, _ = wire.outgoing(row, row.topology.cascade, timezone.now(), direct=True, margin_ms=0)
@@ -173,6 +176,7 @@ def test_webhook_handler_posts_signed_json_once_per_message(api, make_endpoint, 
         ids = [schedule(api, endpoint_name, payload={"n": n}, delay_seconds=0.5 + n / 2) for n in range(4)]
         wait_until(settled(ids), timeout=15)
     assert sorted(r["headers"]["webhook-id"] for r in server.requests) == sorted(ids)
+    assert server.connections() < len(ids)  # keep-alive: the worker's calls to one origin share connections
     assert [Webhook(secret).verify(r["body"], r["headers"]) for r in server.requests] == server.bodies()
     assert sorted(b["n"] for b in server.bodies()) == [0, 1, 2, 3]
     key = base64.b64decode(secret.removeprefix("whsec_"))

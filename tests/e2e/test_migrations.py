@@ -13,6 +13,10 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
+from django.db.models import Count
+from django.db.models.functions import TruncSecond
+
+import rabbit
 
 from scheduling.conf import broker
 from scheduling.models import ScheduledMessage
@@ -152,13 +156,25 @@ def test_migrate_delays_drains_every_shard_of_a_sharded_source(api, sharded, wor
     assert all(held >= mine for held, mine in zip(per_shard(amqp, target), waiting, strict=True))
 
 
-@pytest.mark.parametrize(("source", "target"), [("v1", "v2"), ("v2", "v3")])
+def envelopes_in_flight(amqp, name: str, ids) -> int:
+    """How many of the version's broker messages are envelopes: that the move is tried on them."""
+    sizes = (ScheduledMessage.objects.filter(id__in=ids).annotate(second=TruncSecond("due_at"))
+             .values("published_at", "second").annotate(n=Count("id")))
+    assert in_flight(amqp, name) < len(ids)  # fewer broker messages than messages: they travel in envelopes
+    return sum(1 for group in sizes if group["n"] > 1)
+
+
+@pytest.mark.parametrize(("source", "target"), [("v1", "v2"), ("v2", "v3"), ("v3", "v2")])
 def test_killed_migration_run_again_loses_nothing_and_runs_each_handler_once(api, platform, worker, worker_env,
                                                                             endpoint_name, amqp, source, target):
+    """v3 -> v2: the source holds envelopes (DELAY_ENVELOPES), which v2 cannot carry: each is split
+    into its messages, and a run killed between the split's publish and its ack moves it again."""
     create_endpoint(api, endpoint_name, topology=source)
     rng = random.Random(9)
     ids = schedule_many(api, endpoint_name, [round(rng.uniform(8, 30), 3) for _ in range(1500)])
     wait_until(lambda: count(ids, Status.PUBLISHED) == len(ids), 30, 0.2, "all published")
+    if source == "v3":
+        assert envelopes_in_flight(amqp, source, ids) > 0
     command = [sys.executable, "manage.py", "migrate_delays", "--from", source, "--to", target, "--batch", "5"]
     first = subprocess.Popen(command, cwd=ROOT, env=worker_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wait_until(lambda: ScheduledMessage.objects.filter(id__in=ids, topology__name=target).count() >= 150
@@ -173,8 +189,11 @@ def test_killed_migration_run_again_loses_nothing_and_runs_each_handler_once(api
     assert_each_delivered_once_on_time(ids, timeout=90)
 
 
-@pytest.mark.parametrize("version", ["v2", "v3"])
-def test_transfer_delays_to_another_broker(api, platform, worker, worker_env, endpoint_name, amqp, version):
+@pytest.mark.parametrize(("version", "killed"), [("v2", False), ("v3", False), ("v3", True)])
+def test_transfer_delays_to_another_broker(api, platform, worker, worker_env, endpoint_name, amqp, version, killed):
+    """On v3 the messages travel in envelopes, moved whole with their remaining delay; killed: the
+    first run is SIGKILLed after it moved some (between a batch's confirm and its acks it may have
+    copied a few twice: each message still runs its handler once), and a second run moves the rest."""
     management, green_vhost = broker().management, f"{broker().vhost}-green"
     green_url = f"{worker_env['BROKER_URL']}-green"
     vhost_create(management=management, vhost=green_vhost)
@@ -185,6 +204,19 @@ def test_transfer_delays_to_another_broker(api, platform, worker, worker_env, en
         rng = random.Random(11)
         ids = schedule_many(api, endpoint_name, [round(rng.uniform(8, 20), 3) for _ in range(500)])
         wait_until(lambda: count(ids, Status.PUBLISHED) == len(ids), 30, 0.2, "all published")
+        if version == "v3":
+            assert envelopes_in_flight(amqp, version, ids) > 0
+        if killed:
+            command = [sys.executable, "manage.py", "transfer_delays", "--to-broker", green_url, "--version", version,
+                       "--batch", "2"]
+            first = subprocess.Popen(command, cwd=ROOT, env=worker_env, stdout=subprocess.DEVNULL)
+            with rabbit.Broker(green_url).session() as on_green:
+                wait_until(lambda: in_flight(on_green, version) > 0 or first.poll() is not None, 60, 0.01,
+                           "the first run to move some")
+            os.kill(first.pid, signal.SIGKILL)
+            first.wait()
+            assert first.returncode == -signal.SIGKILL, "the run finished before it could be interrupted"
+            assert in_flight(amqp, version) > 0, "nothing left to resume"
         out = StringIO()
         call_command("transfer_delays", "--to-broker", green_url, "--version", version, stdout=out)
         assert f"{version} level queues now hold 0 message(s)" in out.getvalue(), out.getvalue()

@@ -15,7 +15,7 @@ from topology.explain import (
     markdown_table,
 )
 
-from ...conf import setting_name
+from ...conf import conf, setting_name
 from ._versions import VersionedCommand, add_version_arguments, resolve_versions
 
 
@@ -64,4 +64,10 @@ class Command(VersionedCommand):
         if remainder:
             self.stdout.write(
                 f"The remaining {remainder}s is held by the consumer until the exact due time."
+            )
+        if version.envelopes and conf().envelopes:
+            self.stdout.write(
+                f"Envelopes ({setting_name('envelopes')} on): messages to {destination} that the relay publishes "
+                f"together and that fall due in the same second take this path as one broker message; the "
+                f"consumer holds each to its own due time."
             )

@@ -1,11 +1,14 @@
 """Topology versions in the admin: provision and verify against the real broker, and the
 detail page's in-flight counts, unroutable depth and endpoint bindings."""
 
+from datetime import timedelta
+
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from scheduling.conf import broker
-from scheduling.models import TopologyVersion
+from scheduling.models import ScheduledMessage, TopologyVersion
 from harness.endpoints import bind_endpoint
 from harness.waiting import wait_until
 from topology import cascade
@@ -73,10 +76,16 @@ def test_detail_shows_depth_per_level_with_ttl_unroutable_and_bindings(admin_cli
     wait_until(lambda: all(management.queue_depths(vhost).get(q, {}).get("messages") == n for q, n in expected.items()),
                60, 0.5, "the broker's statistics to count the messages")
 
+    now = timezone.now()  # and the rows of three messages in one envelope, 1,000 s in the cascade: level 9
+    ScheduledMessage.objects.bulk_create([ScheduledMessage(
+        endpoint=endpoint_row, topology=fresh_v1, payload={}, requested_delay_ms=0, status="published",
+        published_at=now, due_at=now + timedelta(seconds=1000, milliseconds=n)) for n in range(3)])
     page = admin_client.get(reverse("admin:scheduling_topologyversion_change", args=[fresh_v1.pk])).content.decode()
     assert '<tr data-level="11"><td>11</td>' in page and '<tr data-level="0"><td>00</td>' in page
     rows = {level: page.split(f'data-level="{level}"')[1].split("</tr>")[0] for level in range(12)}
     assert "512 seconds" in rows[9] and '<td class="dp-num dp-messages">2</td>' in rows[9]
+    assert '<td class="dp-num dp-level-messages">3</td>' in rows[9]
+    assert all('<td class="dp-num dp-level-messages">0</td>' in rows[level] for level in range(12) if level != 9)
     assert "256 seconds" in rows[8] and '<td class="dp-num dp-messages">1</td>' in rows[8]
     assert '<td class="dp-num dp-messages">0</td>' in rows[0]
     assert '<strong id="dp-in-cascade">3</strong>' in page and '<strong id="dp-unroutable">1</strong>' in page

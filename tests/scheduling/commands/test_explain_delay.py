@@ -92,3 +92,11 @@ def test_one_shard_explains_as_before_and_says_so_for_an_id():
     text = run("10", "destination", "--version", "v2", "--levels", "4", "--id", ON_SHARD_2)
     assert table_rows(text) == SEED_TABLE
     assert f"v2 has one shard: message {ON_SHARD_2} travels on it." in text
+
+
+@pytest.mark.parametrize(("version", "on", "said"), [("v3", True, True), ("v3", False, False), ("v2", True, False)])
+def test_envelopes_are_explained_where_they_are_used(settings, version, on, said):
+    settings.DELAY_ENVELOPES = on
+    text = run("10", "billing", "--version", version)
+    assert ("messages to billing that the relay publishes together and that fall due in the same second take this "
+            "path as one broker message" in text) is said

@@ -6,7 +6,8 @@ cursor returns every row exactly once, ties of created_at included."""
 import json
 import random
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 from functools import partial
 
 import pytest
@@ -27,6 +28,7 @@ from scheduling.selectors.database import (
     lateness_list_by_hour,
     message_get_page,
     message_list_groups,
+    topology_count_messages_by_level,
 )
 from scheduling.services.delivery import delivery_receive_many
 from scheduling.services.delivery_minutes import delivery_minute_record
@@ -301,3 +303,45 @@ def test_a_list_does_not_walk_other_endpoints_messages_in_flight(make_rows, vers
     in_flight = next(q["sql"] for q in captured.captured_queries if "IN ('pending', 'published')" in q["sql"])
     removed, indexes = rows_visited(in_flight)
     assert removed == 0 and "message_endpoint_in_flight" in indexes, (removed, indexes)
+
+
+# --- messages per level (the admin's in-flight page, with envelopes) ---------------------------
+
+
+def test_messages_by_level_follow_each_broker_message_down_its_set_bits(versions, endpoint_name, settings):
+    settings.DELAY_ARRIVAL_MARGIN_MS = 20
+    v3 = versions["v3"]
+    endpoint = Endpoint.objects.create(name=endpoint_name, topology=v3)
+    t = datetime(2026, 11, 25, 12, 0, 0, 500_000, tzinfo=dt_timezone.utc)  # published at x.5 s
+
+    def published(due_after_s, **fields):
+        fields = {"status": ScheduledMessage.Status.PUBLISHED, "published_at": t, **fields}
+        return ScheduledMessage(endpoint=endpoint, topology=v3, payload={}, requested_delay_ms=0,
+                                due_at=t + timedelta(seconds=due_after_s), **fields)
+
+    ScheduledMessage.objects.bulk_create([
+        published(1000),  # 999 units: levels 9, 8, 7, 6, 5, 2, 1, 0; 10 s on, still in level 9 (512 s)
+        published(300),  # 299 units: levels 8, 5, 3, 1, 0; 260 s on, in level 5 (256 <= 260 < 288)
+        # one envelope (due in the same second, x+6): it has the first one's 5 units (levels 2 and 0)
+        # though the second alone would have 6 (levels 2 and 1); 4 s on, both are in level 0
+        published(5.6), published(6.4),
+        published(3),  # 2 units: gone from the cascade after 2 s
+        published(100, attempts=1),  # a retry: not on its first path
+        published(100, status=ScheduledMessage.Status.DELIVERED),
+        published(100, status=ScheduledMessage.Status.PENDING, published_at=None),
+    ])
+    ScheduledMessage.objects.create(endpoint=Endpoint.objects.create(name=f"{endpoint_name}-2", topology=versions["v2"]),
+                                    topology=versions["v2"], payload={}, requested_delay_ms=0, due_at=t,
+                                    status=ScheduledMessage.Status.PUBLISHED, published_at=t)
+    count = partial(topology_count_messages_by_level, version=v3)
+    assert count(now=t + timedelta(seconds=4.2)) == {9: 1, 8: 1, 0: 2, None: 1}
+    assert count(now=t + timedelta(seconds=10)) == {9: 1, 8: 1, None: 3}
+    assert count(now=t + timedelta(seconds=260)) == {9: 1, 5: 1, None: 3}
+
+
+def test_messages_by_level_give_up_past_their_time_bound(versions, monkeypatch):
+    monkeypatch.setattr("scheduling.selectors.database.LEVEL_COUNT_TIMEOUT_MS", 50)
+    monkeypatch.setattr("scheduling.selectors.database._MESSAGES_BY_LEVEL_SQL",
+                        "SELECT 0, count(*) FROM pg_sleep(1) WHERE %(version)s > 0")
+    assert topology_count_messages_by_level(version=versions["v3"], now=timezone.now()) is None
+    assert ScheduledMessage.objects.count() == 0  # the connection is usable after the cancelled statement

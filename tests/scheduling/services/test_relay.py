@@ -5,6 +5,7 @@ import json
 from datetime import timedelta
 
 import pytest
+from prometheus_client import REGISTRY
 from django.utils import timezone
 
 from scheduling import wire
@@ -136,7 +137,11 @@ def test_with_envelopes_a_batch_due_in_one_second_is_one_broker_message(v3_endpo
                                             due_at=due + timedelta(milliseconds=100 * n), requested_delay_ms=3000)
             for n in range(5)]
     later = row(v3_endpoint, 10)
+    counted = [REGISTRY.get_sample_value(f"delay_relay_{name}_total", {"version": "v3"}) or 0
+               for name in ("published", "broker_messages")]
     assert relay_publish(ids=[str(r.id) for r in [*rows, later]]).published == 6
+    assert [(REGISTRY.get_sample_value(f"delay_relay_{name}_total", {"version": "v3"}) or 0) - before
+            for name, before in zip(("published", "broker_messages"), counted)] == [6, 2]
     published = {r.id: r for r in ScheduledMessage.objects.filter(status=Status.PUBLISHED)}
     assert len(published) == 6 and len({published[r.id].first_exchange for r in rows}) == 1
     levels = {published[r.id].first_exchange for r in [*rows, later]}
