@@ -16,6 +16,7 @@ from ..services.messages import message_cancel, message_republish, message_sched
 from ..services.retention import message_describe_gone
 from .pagination import MessageCursorPagination
 from .permissions import ModelPermissions
+from .renderers import FastJSONRenderer
 from .serializers import (
     BulkCreateSerializer,
     EndpointCreatedSerializer,
@@ -165,7 +166,7 @@ class MessageViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
 
     @extend_schema(request=BulkCreateSerializer, responses={201: inline_serializer(
         "BulkCreated", {"messages": MessageCreatedSerializer(many=True)})})
-    @action(detail=False, methods=["post"])
+    @action(detail=False, methods=["post"], renderer_classes=[FastJSONRenderer])
     def bulk(self, request):
         serializer = BulkCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)

@@ -19,9 +19,10 @@ from topology import cascade
 from .. import lifecycle
 from ..conf import conf
 from ..errors import BulkValidationError, Conflict, NotFound
+from ..lifecycle import Status
 from ..models import DeliveryMode, Endpoint, ScheduledMessage
 from ..observability import metrics
-from .relay import relay_publish_rows
+from .relay import relay_claim_new, relay_publish_rows, relay_send_claimed
 from .retention import message_describe_gone
 
 MS = timedelta(milliseconds=1)
@@ -208,11 +209,17 @@ def _save(rows: list[ScheduledMessage]) -> list[Scheduled]:
                 if row.idempotency_key:
                     seen[key] = row
                 results.append(Scheduled(row, created=True))
+        for row in new:  # as built (a second attempt after an IntegrityError finds them claimed)
+            row.status, row.published_at = Status.PENDING, None
+        claimed = relay_claim_new(rows=new)  # written as published, sent after the commit
         with transaction.atomic():
             ScheduledMessage.objects.insert_many(new)
         metrics.scheduled(new)
-        if any(row.delivery_mode == DeliveryMode.NATIVE for row in new):
-            transaction.on_commit(lambda: relay_publish_rows(rows=new))
+        if claimed:
+            transaction.on_commit(lambda: relay_send_claimed(claimed=claimed))
+        outbox = [row for row in new if row.delivery_mode == DeliveryMode.NATIVE and row.status == Status.PENDING]
+        if outbox:
+            transaction.on_commit(lambda: relay_publish_rows(rows=outbox))
     return results
 
 

@@ -65,8 +65,9 @@ def _envelopes(rows: list[ScheduledMessage], versions: dict, *, direct: bool, en
     return list(groups.values())
 
 
-def _publish_batch(rows: list[ScheduledMessage], result: RelayResult, direct: bool) -> None:
-    now, settings = timezone.now(), conf()
+def _prepare(rows: list[ScheduledMessage], now, *, direct: bool) -> tuple[list[list[ScheduledMessage]], list]:
+    """The broker messages of a batch: the rows grouped (envelopes) and each group's (Outgoing, Route)."""
+    settings = conf()
     versions = {row.topology_id: row.topology.cascade for row in rows}  # built once per batch
     groups = _envelopes(rows, versions, direct=direct, enabled=settings.envelopes)
     prepared = [
@@ -75,15 +76,21 @@ def _publish_batch(rows: list[ScheduledMessage], result: RelayResult, direct: bo
         wire.outgoing_envelope(group, versions[group[0].topology_id], now, margin_ms=settings.arrival_margin_ms)
         for group in groups
     ]
+    return groups, prepared
+
+
+def _send(groups, prepared, rows, result: RelayResult) -> tuple[list, list] | None:
+    """Publish the prepared broker messages: (published rows, failed rows), routes set on the
+    published ones; None if no broker could be reached (the rows' last_error says why)."""
     try:
-        outcome = broker().publish([out for out, _ in prepared], window=settings.publish_window)
+        outcome = broker().publish([out for out, _ in prepared], window=conf().publish_window)
     except BrokerUnavailable as exc:
         reason = str(exc)
         ScheduledMessage.objects.filter(id__in=[r.id for r in rows]).update(last_error=reason)
         metrics.relay_outcome([], rows)
         result.failed += len(rows)
         result.errors.append(reason)
-        return
+        return None
     if outcome.error:
         result.errors.append(outcome.error)
         result.broken = True
@@ -98,13 +105,79 @@ def _publish_batch(rows: list[ScheduledMessage], result: RelayResult, direct: bo
                 row.last_error = f"publish failed: {outcome.failed.get(index, 'unknown')}"
                 failed.append(row)
     metrics.relay_outcome(published, failed, carriers)
+    result.published += len(published)
+    result.failed += len(failed)
+    return published, failed
+
+
+def _publish_batch(rows: list[ScheduledMessage], result: RelayResult, direct: bool) -> None:
+    now = timezone.now()
+    groups, prepared = _prepare(rows, now, direct=direct)
+    sent = _send(groups, prepared, rows, result)
+    if sent is None:
+        return
+    published, failed = sent
     message_mark_published(rows=published, published_at=now)
     for row in published:  # the caller's objects say what the database now says
         row.status, row.published_at = PUBLISHED, now
     if failed:
         ScheduledMessage.objects.bulk_update(failed, ["last_error"])
-    result.published += len(published)
-    result.failed += len(failed)
+
+
+@dataclass
+class Claimed:
+    """New rows written as published, and what to publish for them once they are committed."""
+
+    rows: list[ScheduledMessage]
+    groups: list[list[ScheduledMessage]]
+    prepared: list
+    published_at: object
+
+
+def relay_claim_new(*, rows: list[ScheduledMessage]) -> Claimed | None:
+    """Write new rows as ``published`` and publish them after their commit, without locking and
+    updating them again: that lock and update were half of PostgreSQL's work per scheduled
+    message (docs/performance.md). The route is fixed now and sent as is after the commit (a
+    few ms later, inside the arrival margin).
+
+    Only where the rescue covers the one window this opens, a process killed between the commit
+    and the publish (rows say published, the broker never got them): DELAY_RESCUE_AFTER_MS on,
+    native rows of endpoints the rescue serves (not celery_queue ones), and a broker that did
+    not refuse lately. Those rows are published again once overdue, DELAY_RESCUE_AFTER_MS late.
+    Everything else (None, or the rows left out) goes the outbox's way: relay_publish_rows."""
+    settings = conf()
+    eligible = [row for row in rows if row.delivery_mode == DeliveryMode.NATIVE
+                and row.endpoint.handler != Endpoint.Handler.CELERY_QUEUE]
+    if not eligible or not settings.rescue_after_ms or time.monotonic() < _Pause.until:
+        return None
+    now = timezone.now()
+    groups, prepared = _prepare(eligible, now, direct=False)
+    for group, (_, route) in zip(groups, prepared, strict=True):
+        for row in group:
+            row.status, row.published_at = PUBLISHED, now
+            row.routing_key, row.first_exchange = route.routing_key, route.exchange
+    return Claimed(eligible, groups, prepared, now)
+
+
+def relay_send_claimed(*, claimed: Claimed) -> RelayResult:
+    """After the commit: publish what relay_claim_new prepared. Rows the broker did not confirm go
+    back to pending for the sweeper (compare-and-set: one cancelled meanwhile stays cancelled)."""
+    result = RelayResult()
+    try:
+        sent = _send(claimed.groups, claimed.prepared, claimed.rows, result)
+        unsent = claimed.rows if sent is None else sent[1]
+        if unsent:
+            _Pause.until = time.monotonic() + conf().sweep_seconds
+            reason = result.errors[0] if result.errors else "publish failed"
+            ScheduledMessage.objects.filter(
+                id__in=[row.id for row in unsent], status=PUBLISHED, published_at=claimed.published_at,
+            ).update(status=Status.PENDING, published_at=None, last_error=reason)
+            for row in unsent:
+                row.status, row.published_at, row.last_error = Status.PENDING, None, reason
+            log.warning("relay not reached (%s); %d message(s) stay pending for the sweeper", reason, len(unsent))
+    except DatabaseError as exc:  # the rows stay published: the rescue sends them once overdue
+        log.warning("returning unpublished rows to the sweeper failed (%s); the rescue will publish them", exc)
+    return result
 
 
 def _load_task_messages(rows: list[ScheduledMessage]) -> None:

@@ -76,3 +76,31 @@ def test_another_charset_is_scanned_after_decoding(api):
     body = nested(100).encode("utf-16")
     response = api.post("/api/messages/", body, content_type="application/json; charset=utf-16")
     assert response.status_code == 400 and "deeper than 64" in response.json()["detail"]
+
+
+# --- orjson first, DRF's parser for what orjson refuses: the same acceptance and the same errors ---
+
+
+@pytest.mark.parametrize(("body", "parsed"), [
+    (b'{"a": [1, 2.5, "x", null, true]}', {"a": [1, 2.5, "x", None, True]}),  # orjson
+    (b'{"big": 123456789012345678901234567890}', {"big": 123456789012345678901234567890}),  # past 64 bits
+    (b'["\\ud800"]', ["\ud800"]),  # a lone surrogate escape, which orjson refuses and json keeps
+])
+def test_orjson_parses_and_drf_takes_what_it_refuses(body, parsed):
+    import io
+
+    from scheduling.api.parsers import DepthLimitedJSONParser
+
+    assert DepthLimitedJSONParser().parse(io.BytesIO(body), "application/json", {}) == parsed
+
+
+@pytest.mark.parametrize(("body", "error"), [(b'{"a": NaN}', "Out of range float values"), (b'{"a": ', "JSON parse error")])
+def test_what_neither_takes_is_drfs_parse_error(body, error):
+    import io
+
+    from rest_framework.exceptions import ParseError
+
+    from scheduling.api.parsers import DepthLimitedJSONParser
+
+    with pytest.raises(ParseError, match=error):
+        DepthLimitedJSONParser().parse(io.BytesIO(body), "application/json", {})
