@@ -32,15 +32,17 @@ class ScheduledMessageQuerySet(models.QuerySet):
         columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
         # psycopg adapts UUIDs, ints, strings and aware datetimes itself; only JSON needs Django's
         # preparation (Django's datetime path alone cost ~0.1 ms a row in timezone checks).
+        # A JSON field's text when the scheduling service encoded it already (``payload_json``).
         prepare = [
-            (f.attname, (lambda value, f=f: f.get_db_prep_save(value, connection)) if isinstance(f, models.JSONField)
-             else None)
+            (f.attname, (lambda row, f=f: getattr(row, f"{f.attname}_json", None)
+                         or f.get_db_prep_save(getattr(row, f.attname), connection))
+             if isinstance(f, models.JSONField) else None)
             for f in fields
         ]
         with connection.cursor() as cursor, connection.wrap_database_errors:
             with cursor.cursor.copy(f"COPY {self.model._meta.db_table} ({columns}) FROM STDIN") as copy:
                 for row in rows:
-                    copy.write_row([prep(getattr(row, name)) if prep else getattr(row, name) for name, prep in prepare])
+                    copy.write_row([prep(row) if prep else getattr(row, name) for name, prep in prepare])
 
     DELIVERY_FIELDS = ("status", "delivered_at", "lateness_ms", "delivery_count", "attempts", "last_error",
                        "delivered_by", "finished_at")

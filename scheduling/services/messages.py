@@ -1,5 +1,6 @@
-"""Scheduling, cancelling and republishing messages. The row is the outbox: it is saved
-``pending`` in one transaction and published by the relay after commit."""
+"""Scheduling, cancelling and republishing messages. The row is the outbox: it is saved in one
+transaction and published after the commit, either written ``published`` with its route fixed
+(relay_claim_new) or ``pending`` for the relay to lock, publish and mark."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from decimal import Decimal, InvalidOperation
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+import orjson
 from uuid_utils.compat import uuid7
 
 from topology import cascade
@@ -68,9 +70,27 @@ def _has_nul(value) -> bool:
     return False
 
 
-def _payload_size(payload) -> int:
+def _has_non_finite(value) -> bool:
+    if type(value) is float:
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_has_non_finite(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_non_finite(v) for v in value)
+    return False
+
+
+def _payload_json(payload) -> str:
+    """The payload as compact JSON, written to the row as is (one encoding per message). orjson
+    where it encodes as json would (not NaN nor infinity, which JSON has not; not an integer past
+    64 bits, which it refuses): json's otherwise, and its error."""
+    if not _has_non_finite(payload):
+        try:
+            return orjson.dumps(payload, option=orjson.OPT_NON_STR_KEYS).decode()
+        except TypeError:
+            pass
     try:
-        return len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode())
+        return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ValidationError({"payload": f"must be JSON: {exc}"}) from None
 
@@ -122,7 +142,8 @@ def _build(item: dict, endpoints: dict[str, Endpoint], now: datetime) -> Schedul
         errors["payload"] = "required (any JSON value except null)"
     else:
         try:
-            size = _payload_size(payload)
+            encoded = _payload_json(payload)
+            size = len(encoded.encode())
         except ValidationError as exc:
             errors["payload"] = exc.message_dict["payload"][0]
         else:
@@ -135,7 +156,7 @@ def _build(item: dict, endpoints: dict[str, Endpoint], now: datetime) -> Schedul
         errors["idempotency_key"] = "must be a string of 1 to 255 characters, without NUL"
     if errors:
         raise ValidationError(errors)
-    return ScheduledMessage.new(
+    row = ScheduledMessage.new(
         id=item.get("id") or uuid7(),  # a Celery task keeps its task id
         status=lifecycle.transition(lifecycle.NEW, lifecycle.Event.SCHEDULE),
         endpoint=endpoint,
@@ -146,6 +167,8 @@ def _build(item: dict, endpoints: dict[str, Endpoint], now: datetime) -> Schedul
         idempotency_key=key,
         created_at=now,
     )
+    row.payload_json = encoded  # what insert_many writes
+    return row
 
 
 def _limit_ms(endpoint: Endpoint | None) -> int:

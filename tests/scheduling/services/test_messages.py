@@ -171,3 +171,20 @@ def test_republish_only_failed_messages(endpoint):
     message = message_republish(message_id=message.id)
     message.refresh_from_db()
     assert (message.status, message.attempts, message.delivered_at, message.lateness_ms) == (Status.PENDING, 0, None, None)
+
+
+@pytest.mark.parametrize(("payload", "stored"), [
+    ({"a": [1, 2.5, "é€😀", None, True]}, {"a": [1, 2.5, "é€😀", None, True]}),  # orjson's text
+    ({1: "int key"}, {"1": "int key"}),  # as json.dumps writes it
+    ({"big": 2**70}, {"big": 2**70}),  # past 64 bits: json's text, exact
+])
+def test_the_payload_is_stored_as_json_reads_it_back(endpoint, payload, stored):
+    message = schedule(endpoint, delay=5, payload=payload)
+    assert ScheduledMessage.objects.get(id=message.id).payload == stored
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), {"deep": [float("-inf")]}, {"x": object()}])
+def test_a_payload_json_cannot_encode_is_refused_and_nothing_stored(endpoint, bad):
+    with pytest.raises(ValidationError, match="must be JSON"):
+        schedule(endpoint, delay=5, payload=bad)
+    assert not ScheduledMessage.objects.exists()
