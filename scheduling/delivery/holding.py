@@ -67,6 +67,10 @@ class Holding:
         now (a database or broker outage postpones them)."""
         return {held.delivery.message_id for held in self._heap if held.delivery.due_ms < due_ms}
 
+    def behind_ms(self, now_ms: int) -> int:
+        """How long the earliest message ready for delivery has waited for the loop (0: none waits)."""
+        return max(0, now_ms - self._heap[0].due_ms) if self._heap else 0
+
     def wait_seconds(self, now_ms: int, longest: float) -> float:
         """How long the loop may sleep: until the next due time, at most ``longest``."""
         if not self._heap:

@@ -92,3 +92,12 @@ def test_ids_due_before_reads_each_message_s_own_due_time_not_its_hold():
     holding.database_failed(first, now_ms=150)  # held on to 1,150 ms: still due at 100
     assert holding.ids_due_before(300) == {"m1", "m2"}
     assert holding.ids_due_before(100) == set()
+
+
+def test_behind_is_how_long_the_earliest_ready_message_has_waited_not_a_postponed_one():
+    assert Holding().behind_ms(1000) == 0
+    holding = holding_of(100, 900)
+    assert holding.behind_ms(50) == 0 and holding.behind_ms(400) == 300
+    (first,) = holding.due(400, 1)
+    holding.database_failed(first, now_ms=400)  # postponed: ready again later, not waiting for the loop
+    assert holding.behind_ms(400) == 0 and holding.behind_ms(1000) == 100
