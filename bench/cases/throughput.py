@@ -11,7 +11,7 @@ from bench.measure import percentiles
 from harness.waiting import wait_until
 
 # messages a second offered per version, in turn, until one misses
-LOADS = {"v1": [500, 750], "v2": [500, 750, 1000], "v3": [1000, 1500, 2000, 2500, 3000]}
+LOADS = {"v1": [500, 750], "v2": [500, 750, 1000], "v3": [1000, 2000, 2500, 3500, 5000, 7500, 10000]}
 QUICK_LOADS = {"v1": [250], "v2": [250, 500], "v3": [500, 1000]}
 
 
