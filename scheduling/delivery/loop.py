@@ -65,7 +65,6 @@ class DeliveryLoop(threading.Thread):
         self.in_webhooks: set[str] = set()  # ids handed to the webhook threads, not yet settled
         self.parts: dict[int, int] = {}  # delivery tag of an envelope -> its messages not yet settled
         self.given_back: set[int] = set()  # envelopes rejected whole while a message of theirs was at a webhook
-        self.backlog_at = -1e9  # when a message last arrived later than DELAY_RESCUE_AFTER_MS (monotonic)
 
     # --- lifecycle of the thread --------------------------------------------------------------
 
@@ -167,8 +166,6 @@ class DeliveryLoop(threading.Thread):
             return
         if len(deliveries) > 1:  # an envelope: acked once every message in it is settled
             self.parts[message.tag] = len(deliveries)
-        if now_ms() - min(d.due_ms for d in deliveries) > self.settings.rescue_after_ms:
-            self.backlog_at = time.monotonic()  # it waited in its queue: others may wait there still
         for delivery in deliveries:
             self.holding.hold(message, delivery)
 
@@ -212,18 +209,16 @@ class DeliveryLoop(threading.Thread):
     def _rescue(self) -> None:
         """Messages overdue by DELAY_RESCUE_AFTER_MS that this loop neither holds nor is handing
         over: their copy is stuck in the broker (services/rescue.py). Not while the loop is behind:
-        its prefetch full (unacked broker messages, an envelope counting once), messages ready in
-        its hold for half the setting, or one arrived that late within the setting (the overdue
-        ones then wait in its queues: a copy of each doubled the work of a burst it had not
-        caught up with, and the delivery rate collapsed).
+        its prefetch full (unacked broker messages, an envelope counting once), or messages ready
+        in its hold for half the setting (a copy of each overdue message doubled the work of a
+        burst it had not caught up with, and the delivery rate collapsed).
         The copies' confirms are waited for 1 s at most: a queue whose leader is being elected must
         not stop the loop."""
         settings = self.settings
         if len(self.consumer.unsettled) >= settings.delivery_prefetch:
             return
-        if (self.holding.behind_ms(now_ms()) > settings.rescue_after_ms / 2
-                or time.monotonic() - self.backlog_at < settings.rescue_after_ms / 1000):
-            return  # behind: the loop, or the queues it reads (a burst), hold what is overdue
+        if self.holding.behind_ms(now_ms()) > settings.rescue_after_ms / 2:
+            return  # behind (a burst): what is overdue waits in its hold and its queues
         skip = self.holding.ids_due_before(now_ms() - settings.rescue_after_ms) | self.in_webhooks
         try:
             message_rescue_overdue(queues=self.consumer.queues, skip=skip, limit=settings.delivery_batch,
