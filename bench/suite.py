@@ -28,7 +28,7 @@ from bench.table import print_table, table_rows
 from harness.paths import ARTIFACTS
 from harness.platform import platform
 
-CASES = ("idle", "burst", "rate", "hol", "throughput", "holding")
+CASES = ("idle", "burst", "burst100k", "rate", "hol", "throughput", "holding")
 VERSIONS = ("v2", "v3")
 
 
@@ -64,6 +64,10 @@ def main() -> None:
             step("1 lateness at idle"); results["idle"] = [idle.run(b) for _ in range(runs)]
         if "burst" in cases:
             step("2 burst"); results["burst"] = [burst.run(b) for _ in range(runs)]
+        if "burst100k" in cases:
+            step("2b burst of 100,000")
+            results["burst100k"] = [burst.run(b, n=20000 if args.quick else 100_000, delays=(1, 10), native=False)
+                                    for _ in range(runs)]
         if "rate" in cases:
             step("3 scheduling rate"); results["rate"] = [rate.run(b) for _ in range(runs)]
         if "hol" in cases:

@@ -16,8 +16,10 @@ from .faults import count_status, endpoint, outcome, schedule, settle
 pytestmark = [pytest.mark.reliability, pytest.mark.broker, pytest.mark.e2e]
 
 
-def test_worker_killed_three_times(report, rng):
-    with platform(web_workers=2, settings="delayplatform.settings_test") as p:
+@pytest.mark.parametrize("envelopes", ["on", "off"])
+def test_worker_killed_three_times(report, rng, envelopes):
+    """On v3 (the default version), with envelopes (a kill leaves some half delivered) and without."""
+    with platform(web_workers=2, settings="delayplatform.settings_test", DELAY_ENVELOPES=envelopes) as p:
         worker = p.start_worker(concurrency=2)
         name = endpoint(p, "killed")
         n = size(2000, 600)
@@ -29,5 +31,5 @@ def test_worker_killed_three_times(report, rng):
             time.sleep(1)
             worker.start()
         settle(p, name, n, timeout=90)
-        counts = report(outcome(p, name, "worker SIGKILLed 3 times"))
+        counts = report(outcome(p, name, f"worker SIGKILLed 3 times, envelopes {envelopes}"))
     assert counts.lost == 0 and counts.early == 0  # lost includes "delivered, but its handler never ran"
