@@ -16,19 +16,20 @@ from __future__ import annotations
 import argparse
 import random
 import time
+from urllib.parse import unquote, urlsplit
 
 from bench.cases.base import Bench
-from harness.platform import platform
+from harness.platform import MANAGEMENT, platform
+from rabbit import Management
 from harness.waiting import wait_until
 
 SHAPES = {"sparse": (3600, 7200), "dense": (3600, 3660)}
 
 
 def level_queues(b: Bench) -> dict[str, dict]:
-    from scheduling.conf import broker
-
-    on = broker()
-    return {q["name"]: q for q in on.management.queues(on.vhost) if q["name"].startswith("dp.v3.delay-level")}
+    """This platform's (its vhost, not the process's cached broker: each mode has a platform of its own)."""
+    vhost = unquote(urlsplit(b.p.env["BROKER_URL"]).path.lstrip("/"))
+    return {q["name"]: q for q in Management(MANAGEMENT).queues(vhost) if q["name"].startswith("dp.v3.delay-level")}
 
 
 def totals(queues: dict[str, dict]) -> tuple[int, int]:
@@ -68,8 +69,9 @@ def run_mode(envelopes: str, n: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--envelopes", default="off,on", help="the modes to measure, in turn")
     args = parser.parse_args()
-    for envelopes in ("off", "on"):
+    for envelopes in args.envelopes.split(","):
         run_mode(envelopes, args.messages)
 
 
