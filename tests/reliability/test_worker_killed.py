@@ -10,15 +10,16 @@ import pytest
 from harness.platform import platform
 from harness.waiting import wait_until
 
-from .conftest import size
+from .conftest import FULL, size
 from .faults import count_status, endpoint, outcome, schedule, settle
 
 pytestmark = [pytest.mark.reliability, pytest.mark.broker, pytest.mark.e2e]
 
 
-@pytest.mark.parametrize("envelopes", ["on", "off"])
+@pytest.mark.parametrize("envelopes", ["on", "off"] if FULL else ["on"])
 def test_worker_killed_three_times(report, rng, envelopes):
-    """On v3 (the default version), with envelopes (a kill leaves some half delivered) and without."""
+    """On v3 (the default version), with envelopes (a kill leaves some half delivered) and, in
+    `make test-reliability`, without (make test has tests/e2e/test_envelopes.py's kill for that)."""
     with platform(web_workers=2, settings="delayplatform.settings_test", DELAY_ENVELOPES=envelopes) as p:
         worker = p.start_worker(concurrency=2)
         name = endpoint(p, "killed")
