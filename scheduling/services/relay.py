@@ -165,7 +165,16 @@ def relay_send_claimed(*, claimed: Claimed) -> RelayResult:
     result = RelayResult()
     try:
         sent = _send(claimed.groups, claimed.prepared, claimed.rows, result)
-        unsent = claimed.rows if sent is None else sent[1]
+        if sent is not None and sent[1] and result.broken:
+            # the connection broke under the batch (a cluster node lost): once more, at once, on a new
+            # connection, as relay_publish_rows does (the sweeper made them seconds late, issue 22)
+            failed = {row.id for row in sent[1]}
+            again = [index for index, group in enumerate(claimed.groups) if group[0].id in failed]
+            result.failed -= len(sent[1])
+            retried = _send([claimed.groups[i] for i in again], [claimed.prepared[i] for i in again], sent[1], result)
+            unsent = sent[1] if retried is None else retried[1]
+        else:
+            unsent = claimed.rows if sent is None else sent[1]
         if unsent:
             _Pause.until = time.monotonic() + conf().sweep_seconds
             reason = result.errors[0] if result.errors else "publish failed"
