@@ -179,7 +179,7 @@ CELERY_TASK_QUEUES = [
     Queue(_RELAY_QUEUE, Exchange(_RELAY_QUEUE, type="direct"), routing_key=_RELAY_QUEUE,
           queue_arguments=_TASK_QUEUE_ARGUMENTS),
 ]
-CELERY_TASK_ROUTES = {"scheduling.relay.*": {"queue": _RELAY_QUEUE}}
+CELERY_TASK_ROUTES = {"scheduling.relay.*": {"queue": _RELAY_QUEUE}, "scheduling.schedules.*": {"queue": _RELAY_QUEUE}}
 CELERY_BEAT_SCHEDULE = {
     "sweep-pending-messages": {
         "task": task_names.RELAY_SWEEP,
@@ -190,6 +190,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": task_names.RELAY_TIMEOUTS,
         "schedule": 1.0,
         "options": {"expires": 5},
+    },
+    "create-schedule-runs": {
+        "task": task_names.SCHEDULE_RUNS,
+        "schedule": _env["schedules_every_seconds"],
+        "options": {"expires": 2 * _env["schedules_every_seconds"]},
     },
     "drain-unroutable": {
         "task": task_names.DRAIN_UNROUTABLE,

@@ -18,6 +18,12 @@ def now_ms() -> int:
     return to_epoch_ms(datetime.now(timezone.utc))
 
 
+def ceil_ms(moment: datetime) -> datetime:
+    """``moment`` rounded up to a whole millisecond (a due time is never made earlier)."""
+    extra = moment.microsecond % 1000
+    return moment + timedelta(microseconds=1000 - extra) if extra else moment
+
+
 def minute_floor(moment: datetime) -> datetime:
     """The start of the minute ``moment`` is in (the dashboard's figures are per minute)."""
     return moment.replace(second=0, microsecond=0)

@@ -9,6 +9,7 @@ loop, Celery tasks, the migration tools and the unroutable drain.
        │                    │  └──────retry───────┘  └─give up─► failed ──republish──► pending
        ├──cancel──► cancelled ◄──cancel──┘                          ▲
        └──────────────unroutable (also from published)──────────────┘
+    reschedule: pending or published ──► pending, due at its new time (published again)
 
 ``deliver`` is taken *before* the handler runs, so a second copy of the message in the same
 batch (or transaction) already sees ``delivered`` and is a duplicate: the handler runs once per
@@ -21,6 +22,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+
+from .clock import to_epoch_ms
 
 MS = timedelta(milliseconds=1)
 
@@ -51,6 +54,7 @@ class Event(enum.StrEnum):
     UNROUTABLE = "unroutable"
     CANCEL = "cancel"
     REPUBLISH = "republish"
+    RESCHEDULE = "reschedule"
 
 
 NEW = None  # the "status" of a message before it exists
@@ -65,6 +69,7 @@ TRANSITIONS: dict[Event, dict[Status | None, Status]] = {
     Event.UNROUTABLE: {P: F, U: F},
     Event.CANCEL: {P: C, U: C, C: C},
     Event.REPUBLISH: {F: P},
+    Event.RESCHEDULE: {P: P, U: P},  # pending again: its copy for the new time is published anew
 }
 
 
@@ -107,6 +112,7 @@ class Arrival(enum.Enum):
     DELIVER = "deliver"  # run the handler (of this attempt)
     DUPLICATE = "duplicate"  # already delivered (or another attempt is current): drop it
     CANCELLED = "cancelled"  # cancelled while it waited: drop it
+    SUPERSEDED = "superseded"  # a copy for a due time the message no longer has (rescheduled): drop it
 
 
 @dataclass(frozen=True)
@@ -121,14 +127,17 @@ class State:
 
 
 def arrive(state: State, *, attempt: int, now: datetime, redelivered: bool = False,
-           rerun_redelivered: bool = False, by: str | None = None) -> tuple[Arrival, dict]:
+           rerun_redelivered: bool = False, by: str | None = None, due_ms: int | None = None) -> tuple[Arrival, dict]:
     """What to do with a hand-over of ``attempt`` (0: the copy that came through the cascade;
     n: the n-th handler retry) and the fields to record. Every copy of attempt 0 counts in
     ``delivery_count``, so duplicates the broker made stay visible. ``rerun_redelivered``: a
     Celery task with acks_late runs again when its worker died mid-run (the broker marks the
     copy redelivered), as Celery would without the platform. ``by``: the worker that received
-    it, recorded with the delivery (which worker of several delivered a message)."""
+    it, recorded with the delivery (which worker of several delivered a message). ``due_ms``: the
+    due time the copy carries, when the wire says it (see superseded)."""
     counted = {"delivery_count": state.delivery_count + 1} if attempt == 0 else {}
+    if superseded(state, attempt=attempt, due_ms=due_ms):
+        return Arrival.SUPERSEDED, {}
     if state.status == Status.CANCELLED:
         return Arrival.CANCELLED, counted
     if state.status in _DELIVERABLE and attempt == state.attempts:
@@ -142,6 +151,15 @@ def arrive(state: State, *, attempt: int, now: datetime, redelivered: bool = Fal
     if rerun_redelivered and redelivered and state.status == Status.DELIVERED:
         return Arrival.DELIVER, counted
     return Arrival.DUPLICATE, counted
+
+
+def superseded(state: State, *, attempt: int, due_ms: int | None) -> bool:
+    """A copy that came through the cascade for a due time the message no longer has: it was
+    rescheduled after this copy was published, and a copy for its new time is on its way. Such a
+    copy is not a hand-over (nothing is counted: once the message is delivered, it is no
+    duplicate either) and it must not wait for the new time in a worker's memory. Retries
+    (attempt > 0) carry their backoff's time, not the due time."""
+    return attempt == 0 and due_ms is not None and due_ms != to_epoch_ms(state.due_at)
 
 
 def handler_failed(state: State, *, error: str, max_retries: int, now: datetime) -> tuple[Event, dict]:
@@ -179,6 +197,15 @@ def republish(state: State) -> dict:
     delivery it may have had are forgotten (the broker's hand-overs stay counted)."""
     return {"status": transition(state.status, Event.REPUBLISH), "attempts": 0, "delivered_at": None,
             "lateness_ms": None, "finished_at": None}
+
+
+def reschedule(state: State, *, due_at: datetime, now: datetime, history: list | None) -> dict:
+    """Move a pending or published message to ``due_at``: pending again (the relay publishes a copy
+    for the new time; a copy for the old one is superseded when it arrives), the old due time kept
+    in ``due_history``. Illegal once delivered, cancelled or failed."""
+    status = transition(state.status, Event.RESCHEDULE)
+    moved = {"due_at": state.due_at.isoformat().replace("+00:00", "Z"), "moved_at": now.isoformat().replace("+00:00", "Z")}
+    return {"status": status, "due_at": due_at, "published_at": None, "due_history": [*(history or []), moved]}
 
 
 def unroutable(*, reason: str, now: datetime) -> dict:

@@ -11,6 +11,7 @@ from uuid_utils.compat import uuid7
 
 from topology import cascade
 
+from .schedules import rules
 from .clock import to_epoch_ms
 from .conf import configured_version, setting_name
 from .lifecycle import Status
@@ -163,6 +164,12 @@ class ScheduledMessage(models.Model):
     attempts = models.PositiveIntegerField(default=0, help_text="handler attempts that failed")
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     last_error = models.TextField(blank=True)
+    # The key of the recurring schedule that made it, copied (not a foreign key): a schedule's
+    # history stays listable after it is deleted, and the archive keeps it as text.
+    schedule = models.CharField(max_length=200, null=True, blank=True,
+                                help_text="the recurring schedule whose run this is")
+    due_history = models.JSONField(
+        null=True, blank=True, help_text="earlier due times, oldest first, each with when it was moved (reschedule)")
 
     objects = ScheduledMessageQuerySet.as_manager()
 
@@ -200,6 +207,9 @@ class ScheduledMessage(models.Model):
             # scheduled in the past: a few rows, none for a message asked for a time to come
             models.Index(fields=["created_at"], name="message_in_past_created",
                          condition=models.Q(due_at__lt=models.F("created_at"))),
+            # a schedule's runs by status, newest first (GET /api/messages/?schedule=; its runs in flight)
+            models.Index(fields=["schedule", "status", "created_at", "id"], name="message_schedule_runs",
+                         condition=models.Q(schedule__isnull=False)),
         ]
         permissions = [
             ("cancel_scheduledmessage", "Can cancel scheduled messages"),
@@ -232,6 +242,106 @@ class ScheduledMessage(models.Model):
     @property
     def due_at_ms(self) -> int:
         return to_epoch_ms(self.due_at)
+
+
+schedule_key_validator = RegexValidator(
+    r"^[A-Za-z0-9_-]+(?:[.:][A-Za-z0-9_-]+)*$",
+    "Use letters, digits, '-' and '_', in words joined by '.' or ':'.", code="invalid_key",
+)
+
+
+class Schedule(models.Model):
+    """A recurring message: a cron rule in a timezone, or an interval. Each run is an ordinary
+    ScheduledMessage, created ahead of its time by the materialiser (services/schedules.py)
+    with the idempotency key (schedule, revision, run time); ``next_run_at`` is the first run
+    not created yet. Changing the rule or the payload makes a new revision."""
+
+    class MissedRuns(models.TextChoices):
+        SKIP = "skip", "skip runs missed while the platform was down"
+        LATEST = "latest", "run the latest missed run once, at once"
+
+    key = models.CharField(max_length=200, unique=True, validators=[schedule_key_validator])
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.PROTECT, related_name="schedules")
+    payload = models.JSONField()
+    cron = models.CharField(max_length=200, blank=True, help_text="five fields: minute hour day month weekday")
+    timezone = models.CharField(max_length=64, default="UTC", help_text="IANA name the cron rule is read in")
+    interval_ms = models.BigIntegerField(null=True, blank=True)
+    anchor_at = models.DateTimeField(null=True, blank=True, help_text="an interval schedule's first run")
+    start_at = models.DateTimeField(null=True, blank=True, help_text="no run before this")
+    end_at = models.DateTimeField(null=True, blank=True, help_text="no run after this")
+    missed_runs = models.CharField(max_length=8, choices=MissedRuns.choices, default=MissedRuns.SKIP)
+    is_paused = models.BooleanField(default=False)
+    revision = models.PositiveIntegerField(default=1, help_text="raised when the rule or the payload changes")
+    next_run_at = models.DateTimeField(null=True, blank=True, help_text="the first run not created yet")
+    last_run_at = models.DateTimeField(null=True, blank=True, help_text="the last run created")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["key"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(models.Q(cron="") & models.Q(interval_ms__isnull=False))
+                | (~models.Q(cron="") & models.Q(interval_ms__isnull=True)),
+                name="schedule_cron_or_interval",
+            ),
+        ]
+        indexes = [  # what the materialiser looks at
+            models.Index(fields=["next_run_at"], name="schedule_due",
+                         condition=models.Q(is_paused=False, next_run_at__isnull=False)),
+        ]
+        permissions = [("pause_schedule", "Can pause and resume schedules")]
+
+    def __str__(self) -> str:
+        return self.key
+
+    @property
+    def rule(self) -> rules.Rule:
+        return rules.Rule(cron=self.cron, tz=self.timezone, interval_ms=self.interval_ms,
+                               anchor=self.anchor_at, start=self.start_at, end=self.end_at)
+
+    @property
+    def interval_seconds(self):
+        return None if self.interval_ms is None else self.interval_ms / 1000
+
+
+class FailedMessage(ScheduledMessage):
+    """The dead letters: failed messages, each with its last error (the admin's own list of them)."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "failed message (dead letter)"
+        verbose_name_plural = "failed messages (dead letters)"
+
+
+class BulkAction(models.Model):
+    """One cancel or republish of every message matching filters (API, admin): done in batches of
+    a short transaction each; ``done`` grows as they commit, which is the admin's progress."""
+
+    class Kind(models.TextChoices):
+        CANCEL = "cancel", "cancel"
+        REPUBLISH = "republish", "republish"
+
+    class State(models.TextChoices):
+        RUNNING = "running", "running"
+        DONE = "done", "done"
+        FAILED = "failed", "failed"
+
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    filters = models.JSONField(help_text="what the messages matched (API names)")
+    matched = models.PositiveBigIntegerField(help_text="messages matching when it started")
+    done = models.PositiveBigIntegerField(default=0, help_text="messages cancelled or republished so far")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.RUNNING)
+    requested_by = models.CharField(max_length=150, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.done:,}/{self.matched:,}"
 
 
 class DeliveryMinute(models.Model):

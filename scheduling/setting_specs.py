@@ -529,6 +529,11 @@ SPECS: tuple[Spec, ...] = (
              "rows due within this window", "2000", conf=True),
         Spec("DELAY_CELERY_THRESHOLD_SECONDS", Number(min=0), "0", "`DelayedTask` delays up to this keep Celery's "
              "own path", "60", conf=True),
+        Spec("DELAY_SCHEDULES_EVERY_SECONDS", Number(above=0), "5", "how often beat creates the coming runs of "
+             "recurring schedules ([Recurring schedules](../guides/schedules.md))", "10", conf=True),
+        Spec("DELAY_SCHEDULES_AHEAD_SECONDS", Number(min=0), "60", "how far ahead a schedule's runs are created "
+             "(and always its next run); above the beat's period, so that no run waits for its creation", "300",
+             conf=True),
     ),
     *_group(
         "Delivery",

@@ -200,6 +200,13 @@ class Delivery:
     message_id: str
     attempt: int  # 0: the copy that came through the cascade; n: the n-th handler retry
     due_ms: int  # hold it until then
+    stamped: bool = True  # due_ms is the due time the platform stamped on it (not a guess from eta or now)
+
+    @property
+    def stamped_due_ms(self) -> int | None:
+        """The due time this copy was published for, if it says: a rescheduled message's copy
+        for its old time is told apart by it (lifecycle.superseded)."""
+        return self.due_ms if self.stamped else None
 
 
 def is_row_id(value) -> bool:
@@ -264,12 +271,13 @@ def read_delivery(headers: dict, body: bytes, now_ms: int) -> Delivery | None:
     except (ValueError, TypeError, IndexError, KeyError, AttributeError):
         return None
     due = headers.get(H_DUE_AT_MS)
-    if not isinstance(due, int) or isinstance(due, bool):
+    stamped = isinstance(due, int) and not isinstance(due, bool)
+    if not stamped:
         due = _iso_ms(headers.get("eta"))
         due = now_ms if due is None else due
     if attempt and (eta := _iso_ms(headers.get("eta"))) is not None:
         due = max(due, eta)
-    return Delivery(message_id, attempt, due)
+    return Delivery(message_id, attempt, due, stamped)
 
 
 # --- reading a message found in a level queue (migrate_delays, transfer_delays) ---------------

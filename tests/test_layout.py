@@ -44,7 +44,7 @@ TOP_LEVEL_MAX = 12
 ENTITIES = ("message", "message_table", "endpoint", "topology", "topology_version", "delays", "delivery",
             "delivery_minute", "delivery_log", "relay", "timeout", "unroutable", "retention", "archive",
             "archive_file", "accuracy_report", "celery_task", "celery_queue", "dashboard", "lateness", "outbox",
-            "queryset", "cursor")
+            "queryset", "cursor", "schedule")
 
 
 def imports(path: Path, *, on_import: bool = False) -> set[str]:
@@ -126,7 +126,7 @@ def test_the_databases_selectors_do_not_reach_the_broker(path):
                 or n.endswith(("conf.broker", "rabbit.Broker")) or n.startswith("scheduling.selectors.broker")}
 
 
-@pytest.mark.parametrize("module", ["lifecycle", "delivery/backoff", "delivery/holding", "wire", "clock",
+@pytest.mark.parametrize("module", ["lifecycle", "delivery/backoff", "delivery/holding", "wire", "clock", "schedules/rules",
                                     "selectors/cursors"])
 def test_pure_parts_do_no_io(module):
     names = imports(SCHEDULING / f"{module}.py")

@@ -3,7 +3,7 @@ allowed lives in the services, shared with the API (see base.service_form_view).
 
 from django import forms
 
-from ..models import DeliveryMode, Endpoint, TopologyVersion
+from ..models import DeliveryMode, Endpoint, Schedule, TopologyVersion
 from ..selectors.database import endpoint_list, topology_version_get_default
 from ..services.retention import retention_describe
 
@@ -75,3 +75,39 @@ class ScheduleMessageForm(forms.Form):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["idempotency_key"].help_text += f" while that message is kept ({retention_describe()})"
+
+
+class ScheduleForm(forms.Form):
+    """A recurring schedule (an upsert: the service checks the rule, the payload and the key)."""
+
+    key = forms.CharField(max_length=200, help_text="unique: letters, digits, '-' and '_', in words joined by "
+                                                    "'.' or ':'")
+    endpoint = EndpointChoiceField(queryset=endpoint_list(), to_field_name="name")
+    payload = forms.JSONField(required=False, widget=forms.Textarea(attrs={"rows": 6, "cols": 60}),
+                              help_text="any JSON value: every run carries it")
+    cron = forms.CharField(required=False, max_length=200,
+                           help_text="five fields: minute hour day month weekday, e.g. 30 2 * * 1-5; or give an "
+                                     "interval")
+    timezone = forms.CharField(max_length=64, initial="UTC", help_text="IANA name the cron rule is read in")
+    interval_seconds = forms.DecimalField(required=False, help_text="seconds between runs, at least 1")
+    start_at = forms.DateTimeField(required=False, help_text=f"no run before this; {ISO_HELP}")
+    end_at = forms.DateTimeField(required=False, help_text="no run after this")
+    missed_runs = forms.ChoiceField(choices=Schedule.MissedRuns.choices, initial=Schedule.MissedRuns.SKIP)
+
+    def __init__(self, *args, next_runs=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        if next_runs is not None:
+            self.fields["key"].disabled = True
+            listed = ", ".join(f"{run:%Y-%m-%d %H:%M:%S}" for run in next_runs) or "none"
+            self.fields["cron"].help_text += f". Next runs (UTC): {listed}"
+
+    @staticmethod
+    def service_arguments(data: dict) -> dict:
+        return {**{k: v for k, v in data.items() if k != "timezone"}, "timezone_name": data["timezone"],
+                "cron": data["cron"] or ""}
+
+
+class RescheduleForm(forms.Form):
+    delay_seconds = forms.DecimalField(required=False, help_text="seconds from now (fractions allowed); or give a "
+                                                                 "deliver-at time")
+    deliver_at = forms.DateTimeField(required=False, help_text=ISO_HELP)

@@ -50,7 +50,7 @@ class MessageChangeList(ChangeList):
         if self.query or "in_past" in params:  # a search finds a row or two; the past ones have their index
             return "created_at", True, []
         fixed = {name for name, key in (("status", "status__exact"), ("endpoint", "endpoint__id__exact"),
-                                        ("topology", "topology__id__exact")) if key in params}
+                                        ("topology", "topology__id__exact"), ("schedule", "schedule")) if key in params}
         return "created_at", True, message_list_groups(fixed=fixed)
 
     def get_results(self, request):

@@ -7,7 +7,8 @@ from datetime import timedelta
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
-from django.urls import path
+from django.http import Http404
+from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
@@ -17,12 +18,12 @@ from .. import wire
 from ..conf import conf
 from ..lifecycle import IN_FLIGHT, Status, scheduled_in_past
 from ..models import ScheduledMessage
-from ..selectors.database import SCHEDULED_IN_PAST, message_search
-from ..services.messages import message_cancel, message_republish, message_schedule
+from ..selectors.database import SCHEDULED_IN_PAST, message_search, schedule_list
+from ..services.messages import message_cancel, message_republish, message_reschedule, message_schedule
 from ..services.retention import retention_describe
 from . import dashboard, html
 from .base import ControlRoomAdmin, has_model_perm
-from .forms import ScheduleMessageForm
+from .forms import RescheduleForm, ScheduleMessageForm
 from .keyset import MessageChangeList
 
 
@@ -69,11 +70,28 @@ class ScheduledInPastFilter(admin.SimpleListFilter):
         return queryset
 
 
+class ScheduleFilter(admin.SimpleListFilter):
+    """The runs of one recurring schedule (the schedules page links here); the choices list the
+    first 50 schedules by key, any key works in the address."""
+
+    title = "schedule"
+    parameter_name = "schedule"
+
+    def lookups(self, request, model_admin):
+        keys = list(schedule_list().values_list("key", flat=True)[:50])
+        if self.value() and self.value() not in keys:
+            keys.append(self.value())
+        return [(key, key) for key in keys]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(schedule=self.value()) if self.value() else queryset
+
+
 @admin.register(ScheduledMessage)
 class ScheduledMessageAdmin(ControlRoomAdmin):
     list_display = ("short_id", "endpoint", "topology", "status_badge", "due", "delivered", "lateness",
                     "delivery_count")
-    list_filter = ("status", DueWindowFilter, ScheduledInPastFilter, "endpoint", "topology")
+    list_filter = ("status", DueWindowFilter, ScheduledInPastFilter, "endpoint", "topology", ScheduleFilter)
     list_select_related = ("endpoint", "topology")
     date_hierarchy = "due_at"
     search_fields = ("=id", "=idempotency_key")
@@ -88,7 +106,8 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
     actions = ("cancel", "republish")
     object_actions = {"cancel": "Cancel message", "republish": "Republish"}
     fieldsets = (
-        (None, {"fields": ("id", "endpoint", "topology", "status_badge", "idempotency_key", "last_error")}),
+        (None, {"fields": ("id", "endpoint", "topology", "status_badge", "idempotency_key", "schedule", "due_history",
+                           "last_error")}),
         ("Timing (UTC)", {"fields": ("requested_delay", "created", "due", "published", "delivered", "cancelled",
                                      "lateness", "delivery_count", "attempts", "delivered_by")}),
         ("Payload", {"fields": ("payload_json",)}),
@@ -150,9 +169,30 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
     def changelist_view(self, request, extra_context=None):
         return super().changelist_view(request, {"retention_window": retention_describe(), **(extra_context or {})})
 
+    def reschedule_view(self, request, object_id):
+        message = self.get_object(request, object_id)
+        if message is None:
+            raise Http404(f"no message {object_id}")
+        if not self.has_change_permission(request, message):
+            raise PermissionDenied
+        return self.service_form_view(
+            request, RescheduleForm, lambda data: message_reschedule(
+                message_id=message.pk, delay=data["delay_seconds"], deliver_at=data["deliver_at"]),
+            title="Reschedule message", obj=message, field_map={"delay": "delay_seconds"}, done="Rescheduled")
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        message = self.get_object(request, object_id)
+        links = []
+        if message is not None and message.status in IN_FLIGHT and self.has_change_permission(request, message):
+            links.append((reverse("admin:scheduling_scheduledmessage_reschedule", args=[message.pk]), "Reschedule"))
+        return super().change_view(request, object_id, form_url, {"object_links": links, **(extra_context or {})})
+
     def get_urls(self):
         view = self.admin_site.admin_view(lambda request: dashboard.dashboard_view(self, request))
-        return [path("dashboard/", view, name="scheduling_dashboard"), *super().get_urls()]
+        reschedule = self.admin_site.admin_view(self.reschedule_view)
+        return [path("dashboard/", view, name="scheduling_dashboard"),
+                path("<path:object_id>/reschedule/", reschedule, name="scheduling_scheduledmessage_reschedule"),
+                *super().get_urls()]
 
     # --- columns and read-only fields ----------------------------------------------------
 

@@ -2,13 +2,15 @@
 scheduled lives in the services, shared with the admin and Python callers."""
 
 import math
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
 
+from django.utils import timezone
 from rest_framework import serializers
 
 from ..conf import conf, setting_name
 from ..lifecycle import Status, scheduled_in_past
-from ..models import DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
+from ..models import DeliveryMode, Endpoint, Schedule, ScheduledMessage, TopologyVersion
 from .validation import RefuseControlCharacters, has_refused_characters
 
 
@@ -167,6 +169,33 @@ class MessageFilterSerializer(RefuseControlCharacters, serializers.Serializer):
 
     endpoint = serializers.CharField(required=False, max_length=100)
     status = serializers.ChoiceField(choices=[s.value for s in Status], required=False)
+    schedule = serializers.CharField(required=False, max_length=200, help_text="the runs of this schedule (its key)")
+
+
+class MessageRescheduleSerializer(RefuseControlCharacters, serializers.Serializer):
+    """A new due time for a pending or published message: exactly one of the two."""
+
+    delay_seconds = serializers.DecimalField(max_digits=None, decimal_places=None, required=False, allow_null=True,
+                                             help_text="seconds from now, fractions allowed (ms precision)")
+    deliver_at = serializers.DateTimeField(required=False, allow_null=True, help_text="absolute UTC time")
+
+
+class MessageMatchSerializer(RefuseControlCharacters, serializers.Serializer):
+    """The messages a bulk cancel or republish acts on (at least one filter; bounds exclusive)."""
+
+    endpoint = serializers.CharField(required=False, max_length=100)
+    status = serializers.ChoiceField(choices=[s.value for s in Status], required=False)
+    schedule = serializers.CharField(required=False, max_length=200, help_text="a recurring schedule's runs")
+    due_before = serializers.DateTimeField(required=False)
+    due_after = serializers.DateTimeField(required=False)
+    created_before = serializers.DateTimeField(required=False)
+    created_after = serializers.DateTimeField(required=False)
+    dry_run = serializers.BooleanField(required=False, default=False,
+                                       help_text="count the matching messages, change nothing")
+
+
+class CountSerializer(serializers.Serializer):
+    count = serializers.IntegerField(help_text="messages changed (or, in a dry run, that would be)")
 
 
 class BulkCreateSerializer(RefuseControlCharacters, serializers.Serializer):
@@ -190,8 +219,8 @@ class MessageSerializer(serializers.ModelSerializer):
         model = ScheduledMessage
         fields = ["id", "endpoint", "topology", "status", "due_at", "requested_delay_ms", "routing_key",
                   "first_exchange", "created_at", "published_at", "delivered_at", "cancelled_at",
-                  "lateness_ms", "scheduled_in_past", "delivery_count", "idempotency_key", "last_error",
-                  "payload"]
+                  "lateness_ms", "scheduled_in_past", "delivery_count", "idempotency_key", "schedule",
+                  "due_history", "last_error", "payload"]
         read_only_fields = fields
 
     def get_scheduled_in_past(self, message) -> bool:
@@ -228,3 +257,61 @@ class MessageCreatedSerializer(serializers.Serializer):
 class StatusSerializer(serializers.Serializer):
     id = serializers.UUIDField()
     status = serializers.CharField()
+
+
+class ScheduleSerializer(serializers.ModelSerializer):
+    endpoint = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    interval_seconds = serializers.FloatField(read_only=True, allow_null=True)
+    next_run_at = serializers.SerializerMethodField(
+        help_text="the next run after now (null when paused or when no run is left)")
+
+    class Meta:
+        model = Schedule
+        fields = ["key", "endpoint", "payload", "cron", "timezone", "interval_seconds", "start_at", "end_at",
+                  "missed_runs", "is_paused", "next_run_at", "revision", "created_at", "updated_at"]
+        read_only_fields = fields
+
+    def get_next_run_at(self, schedule) -> datetime | None:
+        return None if schedule.is_paused else schedule.rule.next_run(timezone.now())
+
+
+class ScheduleWriteSerializer(RefuseControlCharacters, serializers.Serializer):
+    """An upsert: the schedule ``key`` becomes exactly this (fields left out take their defaults)."""
+
+    key = serializers.CharField(max_length=200, help_text="unique; posting the same key again updates the schedule")
+    endpoint = serializers.CharField(max_length=100)
+    payload = serializers.JSONField(help_text="any JSON value, at most 256 KiB: every run carries it")
+    cron = serializers.CharField(required=False, allow_blank=True, max_length=200,
+                                 help_text="five fields (minute hour day month weekday), e.g. '30 2 * * 1-5'; "
+                                           "or give interval_seconds")
+    timezone = serializers.CharField(required=False, max_length=64,
+                                     help_text="IANA name the cron rule is read in (default UTC)")
+    interval_seconds = serializers.DecimalField(
+        max_digits=None, decimal_places=None, required=False, allow_null=True,
+        help_text="seconds between runs, at least 1, fractions allowed")
+    start_at = serializers.DateTimeField(required=False, allow_null=True,
+                                         help_text="no run before this; an interval schedule's first run")
+    end_at = serializers.DateTimeField(required=False, allow_null=True, help_text="no run after this")
+    missed_runs = serializers.ChoiceField(choices=Schedule.MissedRuns.choices, required=False,
+                                          help_text="runs missed while the platform was down: skip them "
+                                                    "(default), or run the latest one once, at once")
+
+    def to_service(self) -> dict:
+        data = self.validated_data
+        return {"key": data["key"], "endpoint": data["endpoint"], "payload": data["payload"],
+                "cron": data.get("cron", ""), "timezone_name": data.get("timezone", "UTC"),
+                "interval_seconds": data.get("interval_seconds"), "start_at": data.get("start_at"),
+                "end_at": data.get("end_at"), "missed_runs": data.get("missed_runs", Schedule.MissedRuns.SKIP)}
+
+
+class SchedulePreviewSerializer(RefuseControlCharacters, serializers.Serializer):
+    cron = serializers.CharField(required=False, allow_blank=True, max_length=200)
+    timezone = serializers.CharField(required=False, max_length=64)
+    interval_seconds = serializers.DecimalField(max_digits=None, decimal_places=None, required=False)
+    start_at = serializers.DateTimeField(required=False, help_text="an interval's first run (default: after)")
+    after = serializers.DateTimeField(required=False, help_text="runs after this time (default: now)")
+    count = serializers.IntegerField(required=False, min_value=1, max_value=100, default=10)
+
+
+class RunsSerializer(serializers.Serializer):
+    runs = serializers.ListField(child=serializers.DateTimeField(), help_text="run times, UTC")

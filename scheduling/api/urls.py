@@ -2,11 +2,12 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import DefaultRouter
 
-from .views import EndpointViewSet, MessageViewSet
+from .views import EndpointViewSet, MessageViewSet, ScheduleViewSet
 
 router = DefaultRouter()
 router.register("endpoints", EndpointViewSet, basename="endpoint")
 router.register("messages", MessageViewSet, basename="message")
+router.register("schedules", ScheduleViewSet, basename="schedule")
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -2,6 +2,7 @@
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
+from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -10,10 +11,19 @@ from rest_framework.response import Response
 from ..errors import BulkValidationError, NotFound
 from ..lifecycle import Status
 from ..models import Endpoint
-from ..selectors.database import endpoint_count_messages, endpoint_list, message_list, message_list_groups
+from ..schedules import rules
+from ..selectors.database import (
+    endpoint_count_messages,
+    endpoint_list,
+    message_list,
+    message_list_groups,
+    schedule_list,
+)
 from ..services.endpoints import endpoint_create, endpoint_rotate_secret, endpoint_set_active, endpoint_update
-from ..services.messages import message_cancel, message_republish, message_schedule_many
+from ..services.bulk_actions import message_bulk_matching
+from ..services.messages import message_cancel, message_republish, message_reschedule, message_schedule_many
 from ..services.retention import message_describe_gone
+from ..services.schedules import schedule_check_rule, schedule_delete, schedule_set_paused, schedule_upsert
 from .pagination import MessageCursorPagination
 from .permissions import ModelPermissions
 from .renderers import FastJSONRenderer
@@ -24,9 +34,16 @@ from .serializers import (
     EndpointUpdateSerializer,
     MessageCreatedSerializer,
     MessageCreateSerializer,
+    CountSerializer,
     MessageFilterSerializer,
+    MessageMatchSerializer,
+    MessageRescheduleSerializer,
     MessageSerializer,
     RotateSecretSerializer,
+    RunsSerializer,
+    SchedulePreviewSerializer,
+    ScheduleSerializer,
+    ScheduleWriteSerializer,
     SecretRotatedSerializer,
     StatusSerializer,
     message_item,
@@ -113,13 +130,16 @@ class EndpointViewSet(
 
 
 class MessageViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
-    """Scheduled messages: schedule (one or up to 1,000), watch, cancel, republish."""
+    """Scheduled messages: schedule (one or up to 1,000), watch, reschedule, cancel, republish."""
 
+    http_method_names = ["get", "post", "patch", "head", "options"]
     serializer_class = MessageSerializer
     permission_classes = [ModelPermissions]
     action_permissions = {
         "cancel": ["scheduling.cancel_scheduledmessage"],
         "republish": ["scheduling.republish_scheduledmessage"],
+        "cancel_matching": ["scheduling.cancel_scheduledmessage"],
+        "republish_matching": ["scheduling.republish_scheduledmessage"],
     }
 
     def get_object(self):
@@ -140,12 +160,13 @@ class MessageViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
     def list_groups(self) -> list[dict]:
         """The index ranges the list merges: one per status and version of the endpoint asked,
         or one per status (the pagination reads each no further than a page)."""
-        return message_list_groups(fixed={name for name in ("endpoint", "status") if self.filters.get(name)})
+        return message_list_groups(fixed={name for name in ("endpoint", "status", "schedule") if self.filters.get(name)})
 
     @extend_schema(
         parameters=[
             OpenApiParameter("endpoint", str, description="endpoint name"),
             OpenApiParameter("status", str, enum=[s.value for s in Status]),
+            OpenApiParameter("schedule", str, description="a recurring schedule's key: its runs"),
         ]
     )
     def list(self, request, *args, **kwargs):
@@ -164,6 +185,16 @@ class MessageViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
         return Response(MessageSerializer(result.message).data, status=code)
 
+    @extend_schema(request=MessageRescheduleSerializer, responses={200: MessageSerializer})
+    def partial_update(self, request, pk=None):
+        """Reschedule a pending or published message: delivered once, at the new time, with the same
+        id (its earlier due times are in due_history); 409 once delivered, cancelled or failed."""
+        changes = MessageRescheduleSerializer(data=request.data)
+        changes.is_valid(raise_exception=True)
+        message = message_reschedule(message_id=pk, delay=changes.validated_data.get("delay_seconds"),
+                                     deliver_at=changes.validated_data.get("deliver_at"))
+        return Response(MessageSerializer(message).data)
+
     @extend_schema(request=BulkCreateSerializer, responses={201: inline_serializer(
         "BulkCreated", {"messages": MessageCreatedSerializer(many=True)})})
     @action(detail=False, methods=["post"], renderer_classes=[FastJSONRenderer])
@@ -177,6 +208,27 @@ class MessageViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
             status=status.HTTP_201_CREATED,
         )
 
+    def _bulk(self, request, kind: str) -> Response:
+        query = MessageMatchSerializer(data=request.data)
+        query.is_valid(raise_exception=True)
+        filters = {k: v for k, v in query.validated_data.items() if k != "dry_run"}
+        count = message_bulk_matching(kind=kind, filters=filters, dry_run=query.validated_data["dry_run"],
+                                      requested_by=request.user.get_username())
+        return Response({"count": count})
+
+    @extend_schema(request=MessageMatchSerializer, responses={200: CountSerializer})
+    @action(detail=False, methods=["post"], url_path="cancel")
+    def cancel_matching(self, request):
+        """Cancel every pending or published message matching the filters, in batches; or count
+        them (dry_run). Progress shows in the admin (Bulk actions)."""
+        return self._bulk(request, "cancel")
+
+    @extend_schema(request=MessageMatchSerializer, responses={200: CountSerializer})
+    @action(detail=False, methods=["post"], url_path="republish")
+    def republish_matching(self, request):
+        """Republish every failed message matching the filters, in batches; or count them (dry_run)."""
+        return self._bulk(request, "republish")
+
     @extend_schema(request=None, responses={200: StatusSerializer})
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
@@ -188,3 +240,63 @@ class MessageViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
     def republish(self, request, pk=None):
         message = message_republish(message_id=pk)
         return Response({"id": message.id, "status": message.status})
+
+
+class ScheduleViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Recurring schedules: each run is a scheduled message, made ahead of its time (its runs:
+    ``GET /api/messages/?schedule=<key>``)."""
+
+    serializer_class = ScheduleSerializer
+    permission_classes = [ModelPermissions]
+    action_permissions = {
+        "create": ["scheduling.change_schedule"],  # an upsert may change an existing schedule
+        "pause": ["scheduling.pause_schedule"],
+        "resume": ["scheduling.pause_schedule"],
+    }
+    http_method_names = ["get", "post", "delete", "head", "options"]
+    lookup_field = "key"
+    lookup_value_regex = r"[A-Za-z0-9_-]+(?:[.:][A-Za-z0-9_-]+)*"
+
+    def get_queryset(self):
+        return schedule_list()
+
+    @extend_schema(request=ScheduleWriteSerializer, responses={201: ScheduleSerializer, 200: ScheduleSerializer})
+    def create(self, request):
+        """Create the schedule ``key``, or update it (upsert): 201 when created, 200 when updated.
+        A change to its rule, payload or endpoint cancels its runs to come and makes them again."""
+        serializer = ScheduleWriteSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        schedule, created = schedule_upsert(**serializer.to_service())
+        return Response(ScheduleSerializer(schedule).data,
+                        status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+    @extend_schema(responses={204: None})
+    def destroy(self, request, key=None):
+        """Delete the schedule and cancel its runs to come; its past runs stay listed by its key."""
+        schedule_delete(key=key)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(request=None, responses={200: ScheduleSerializer})
+    @action(detail=True, methods=["post"])
+    def pause(self, request, key=None):
+        """No more runs; the runs already made are cancelled."""
+        return Response(ScheduleSerializer(schedule_set_paused(key=key, paused=True)).data)
+
+    @extend_schema(request=None, responses={200: ScheduleSerializer})
+    @action(detail=True, methods=["post"])
+    def resume(self, request, key=None):
+        """Runs again from now on (runs that fell while paused are not made up)."""
+        return Response(ScheduleSerializer(schedule_set_paused(key=key, paused=False)).data)
+
+    @extend_schema(parameters=[SchedulePreviewSerializer], responses={200: RunsSerializer})
+    @action(detail=False, methods=["get"])
+    def preview(self, request):
+        """The next ``count`` run times (UTC) of a cron rule in a timezone, or of an interval."""
+        query = SchedulePreviewSerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        data = query.validated_data
+        after = data.get("after") or timezone.now()
+        rule = schedule_check_rule(cron=data.get("cron", ""), timezone_name=data.get("timezone", "UTC"),
+                             interval_seconds=data.get("interval_seconds"), start_at=data.get("start_at") or after)
+        runs = rules.preview(rule, after=after, count=data["count"])
+        return Response({"runs": [run.isoformat().replace("+00:00", "Z") for run in runs]})

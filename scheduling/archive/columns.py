@@ -35,6 +35,8 @@ COLUMNS: dict[str, tuple[str, pa.DataType]] = {
     "first_exchange": (f'{M}."first_exchange"', pa.string()),
     "idempotency_key": (f'{M}."idempotency_key"', pa.string()),
     "last_error": (f'{M}."last_error"', pa.string()),
+    "schedule": (f'{M}."schedule"', pa.string()),
+    "due_history": (f'{M}."due_history"::text', pa.string()),
     "payload": (f'{M}."payload"::text', pa.string()),
 }
 NO_PAYLOAD_SQL = "NULL::text"

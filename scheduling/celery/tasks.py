@@ -9,9 +9,12 @@ from django.utils import timezone
 from ..clock import from_epoch_ms
 from ..delivery import backoff
 from ..reports.services import accuracy_report_run
+from ..models import BulkAction
+from ..services.bulk_actions import message_apply_matching
 from ..services.delivery import Result, delivery_receive
 from ..services.relay import relay_sweep, timeout_publish_due
 from ..services.retention import message_prune
+from ..services.schedules import schedule_create_runs
 from ..services.unroutable import unroutable_drain
 from . import task_names
 
@@ -24,6 +27,20 @@ def sweep_pending() -> int:
 @shared_task(name=task_names.RELAY_TIMEOUTS)
 def publish_due_timeouts() -> int:
     return timeout_publish_due().published
+
+
+@shared_task(name=task_names.SCHEDULE_RUNS)
+def create_schedule_runs() -> dict:
+    """Beat runs this every DELAY_SCHEDULES_EVERY_SECONDS: the coming runs of recurring schedules."""
+    result = schedule_create_runs()
+    return {"schedules": result.schedules, "runs": result.runs, "skipped": result.skipped}
+
+
+@shared_task(name=task_names.BULK_ACTION)
+def apply_bulk_action(action_id: int) -> int:
+    """The admin's "all matching" cancel or republish, batch by batch (its BulkAction row shows how far)."""
+    action = BulkAction.objects.filter(pk=action_id, state=BulkAction.State.RUNNING, done=0).first()
+    return message_apply_matching(action=action).done if action else 0
 
 
 @shared_task(name=task_names.DRAIN_UNROUTABLE)

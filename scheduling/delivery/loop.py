@@ -174,7 +174,8 @@ class DeliveryLoop(threading.Thread):
         if not due:
             return
         try:
-            outcomes = delivery_receive_many(items=[(h.delivery.message_id, h.delivery.attempt) for h in due],
+            outcomes = delivery_receive_many(items=[(h.delivery.message_id, h.delivery.attempt,
+                                                     h.delivery.stamped_due_ms) for h in due],
                                              by=self.worker_name)
         except DatabaseError as exc:
             close_old_connections()

@@ -37,6 +37,10 @@ DUPLICATES = Counter(
     "delay_duplicates_suppressed", "Copies of already delivered messages dropped on arrival.", BY_MESSAGE)
 CANCELLED_ARRIVALS = Counter(
     "delay_cancelled_arrivals", "Cancelled messages dropped when they arrived.", BY_MESSAGE)
+SUPERSEDED = Counter(
+    "delay_superseded_copies", "Copies for a due time a rescheduled message no longer has, dropped.", BY_MESSAGE)
+RESCHEDULES = Counter(
+    "delay_reschedules", "Messages moved to another due time (PATCH, admin).", BY_MESSAGE)
 HANDLER_FAILURES = Counter(
     "delay_handler_failures", "Handler attempts that failed (webhook, Celery task send).", BY_MESSAGE)
 HANDLER_RETRIES = Counter(
@@ -100,7 +104,7 @@ def arrival(kind: Arrival, row, change: dict) -> Counted | None:
     or a cancelled one dropped. A retry's later attempt is not a new delivery."""
     if kind is Arrival.DELIVER:
         return Counted(DELIVERIES, row, change["lateness_ms"]) if "delivered_at" in change else None
-    return Counted(DUPLICATES if kind is Arrival.DUPLICATE else CANCELLED_ARRIVALS, row)
+    return Counted({Arrival.DUPLICATE: DUPLICATES, Arrival.SUPERSEDED: SUPERSEDED}.get(kind, CANCELLED_ARRIVALS), row)
 
 
 def handler_failed(row, *, retried: bool) -> list[Counted]:
@@ -109,6 +113,10 @@ def handler_failed(row, *, retried: bool) -> list[Counted]:
 
 def cancelled(row) -> None:
     record_on_commit([Counted(CANCELLATIONS, row)])
+
+
+def rescheduled(row) -> None:
+    record_on_commit([Counted(RESCHEDULES, row)])
 
 
 def scheduled(rows) -> None:

@@ -18,7 +18,7 @@ from django.utils import timezone
 from ..clock import minute_floor
 from ..conf import conf
 from ..lifecycle import FINISHED, IN_FLIGHT, Status
-from ..models import DeliveryMinute, DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
+from ..models import DeliveryMinute, DeliveryMode, Endpoint, Schedule, ScheduledMessage, TopologyVersion
 from ..observability import lateness_buckets
 from .cursors import Position
 
@@ -57,15 +57,36 @@ def endpoint_get_consumption() -> dict[str, bool]:
     )
 
 
+def schedule_list():
+    return Schedule.objects.select_related("endpoint").order_by("key")
+
+
+def message_list_matching(*, endpoint: str | None = None, status: str | None = None, schedule: str | None = None,
+                          due_before: datetime | None = None, due_after: datetime | None = None,
+                          created_before: datetime | None = None, created_after: datetime | None = None):
+    """The messages a bulk action names by filters (bounds exclusive); ids only are read from it."""
+    qs = ScheduledMessage.objects.all()
+    if endpoint:
+        qs = qs.filter(endpoint_id=Subquery(Endpoint.objects.filter(name=endpoint).values("id")[:1]))
+    for field, value in (("status", status), ("schedule", schedule), ("due_at__lt", due_before),
+                         ("due_at__gt", due_after), ("created_at__lt", created_before),
+                         ("created_at__gt", created_after)):
+        if value is not None and value != "":
+            qs = qs.filter(**{field: value})
+    return qs
+
+
 # lifecycle.scheduled_in_past in SQL: asked for a time strictly before the message was accepted
 SCHEDULED_IN_PAST = Q(due_at__lt=F("created_at"))
 
 
-def message_list(*, endpoint: str | None = None, status: str | None = None):
-    """Messages with their endpoint and version, by endpoint name and status. The endpoint is
-    looked up first (a subquery PostgreSQL runs once), so the message index's ranges serve the
-    list: joining on the name would leave the order to a sort of the endpoint's history."""
+def message_list(*, endpoint: str | None = None, status: str | None = None, schedule: str | None = None):
+    """Messages with their endpoint and version, by endpoint name, status and schedule key. The
+    endpoint is looked up first (a subquery PostgreSQL runs once), so the message index's ranges
+    serve the list: joining on the name would leave the order to a sort of the endpoint's history."""
     qs = ScheduledMessage.objects.select_related("endpoint", "topology")
+    if schedule:
+        qs = qs.filter(schedule=schedule)
     if endpoint:
         qs = qs.filter(endpoint_id=Subquery(Endpoint.objects.filter(name=endpoint).values("id")[:1]))
     if status:
@@ -89,11 +110,14 @@ class MessagePage:
 
 
 def message_list_groups(*, fixed: frozenset[str] | set[str]) -> list[dict]:
-    """The index ranges a list merges, given which of endpoint, status and topology its filters
-    fix to one value: each range is one value of each column the filters leave free. Through
-    (status, created_at) while neither endpoint nor version is fixed, else through (endpoint,
-    status, topology, created_at). [] when the filters fix every leading column (no merge)."""
+    """The index ranges a list merges, given which of endpoint, status, topology and schedule its
+    filters fix to one value: each range is one value of each column the filters leave free.
+    Through (schedule, status, created_at) for a schedule's runs; else through (status,
+    created_at) while neither endpoint nor version is fixed, else through (endpoint, status,
+    topology, created_at). [] when the filters fix every leading column (no merge)."""
     values = {"status": [s.value for s in Status]}
+    if "schedule" in fixed:  # (schedule, status, created_at, id): a range per status
+        return [] if "status" in fixed else [{"status": status} for status in values["status"]]
     if fixed & {"endpoint", "topology"}:
         values["endpoint_id"] = list(Endpoint.objects.order_by("id").values_list("id", flat=True))
         values["topology_id"] = list(TopologyVersion.objects.order_by("id").values_list("id", flat=True))

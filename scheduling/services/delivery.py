@@ -34,6 +34,7 @@ class Result(enum.Enum):
     DELIVERED = "delivered"
     DUPLICATE = "duplicate"
     CANCELLED = "cancelled"
+    SUPERSEDED = "superseded"  # a copy for the due time before a reschedule: dropped
     EARLY = "early"
     RETRY = "retry"
     DEFERRED = "deferred"  # left for the one-by-one path (webhooks)
@@ -105,21 +106,26 @@ def delivery_receive_many(*, items: list[tuple[str, int]], defer_webhooks: bool 
                           by: str = "") -> list[Outcome]:
     """Record a batch of hand-overs in one transaction (one lock query, one write, one commit):
     the delivery loop's path, thousands a second where a transaction per message managed a few
-    hundred. ``items`` are (message id, attempt), in arrival order; outcomes come back in the
-    same order. Webhook messages come back DEFERRED (untouched): an HTTP call must not hold the
+    hundred. ``items`` are (message id, attempt) or (message id, attempt, the due time in ms the
+    copy carries), in arrival order; outcomes come back in the same order. Webhook messages come back DEFERRED (untouched): an HTTP call must not hold the
     batch's locks, so the caller hands them to delivery_receive one by one. ``by``: the
     receiving worker, recorded on each delivery."""
     with transaction.atomic():
         rows = {str(m.id): m for m in ScheduledMessage.objects.locked_for_delivery(
-            [message_id for message_id in {i for i, _ in items} if wire.is_row_id(message_id)])}
+            [message_id for message_id in {item[0] for item in items} if wire.is_row_id(message_id)])}
         now = timezone.now()
         outcomes: list[Outcome | None] = []
         changed, to_handle, counted, arrived = {}, [], [], {}
-        for index, (message_id, attempt) in enumerate(items):
+        for index, (message_id, attempt, *due) in enumerate(items):
             message = rows.get(message_id)
             if message is None:
                 log.warning("delivery of unknown message %s dropped", message_id)
                 outcomes.append(Outcome(Result.UNKNOWN))
+                continue
+            if lifecycle.superseded(message, attempt=attempt, due_ms=due[0] if due else None):
+                # before the early check: a copy for the old time must not wait for the new one
+                outcomes.append(Outcome(Result.SUPERSEDED))
+                counted.append(metrics.arrival(Arrival.SUPERSEDED, message, {}))
                 continue
             if defer_webhooks and message.endpoint_handler == Endpoint.Handler.WEBHOOK:
                 outcomes.append(Outcome(Result.DEFERRED, attempt=attempt))

@@ -19,10 +19,11 @@ from uuid_utils.compat import uuid7
 from topology import cascade
 
 from .. import lifecycle
+from ..clock import ceil_ms
 from ..conf import conf
 from ..errors import BulkValidationError, Conflict, NotFound
 from ..lifecycle import Status
-from ..models import DeliveryMode, Endpoint, ScheduledMessage
+from ..models import DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
 from ..observability import metrics
 from .relay import relay_claim_new, relay_publish_rows, relay_send_claimed
 from .retention import message_describe_gone
@@ -52,11 +53,6 @@ def _delay_ms(delay) -> int:
     if not seconds.is_finite():
         raise ValidationError({"delay": "must be a finite number of seconds"})
     return math.ceil(max(-_BEYOND_SECONDS, min(seconds, _BEYOND_SECONDS)) * 1000)
-
-
-def _ceil_ms(moment: datetime) -> datetime:
-    extra = moment.microsecond % 1000
-    return moment + timedelta(microseconds=1000 - extra) if extra else moment
 
 
 def _has_nul(value) -> bool:
@@ -95,6 +91,57 @@ def _payload_json(payload) -> str:
         raise ValidationError({"payload": f"must be JSON: {exc}"}) from None
 
 
+def message_check_payload(*, payload) -> str:
+    """The payload's JSON text, or ValidationError on ``payload`` saying why it cannot be sent."""
+    if payload is None:
+        raise ValidationError({"payload": "required (any JSON value except null)"})
+    encoded = _payload_json(payload)
+    size = len(encoded.encode())
+    if _has_nul(payload):
+        raise ValidationError({"payload": "must not contain NUL characters (\\u0000)"})
+    if size > conf().max_payload_bytes:
+        raise ValidationError({"payload": f"is {size:,} bytes of JSON; the limit is {conf().max_payload_bytes:,}"})
+    return encoded
+
+
+def _due_at(delay, deliver_at, version: TopologyVersion | None, now: datetime, errors: dict) -> datetime | None:
+    """The due time of a delay or a deliver-at time (exactly one), within the version's longest
+    delay; None with the problem in ``errors`` (under "delay" or "deliver_at")."""
+    due_at = None
+    if (delay is None) == (deliver_at is None):
+        errors["delay"] = "give exactly one of a delay or a deliver-at time"
+    elif delay is not None:
+        try:
+            delay_ms = _delay_ms(delay)
+        except ValidationError as exc:
+            errors.update({k: v[0] for k, v in exc.message_dict.items()})
+        else:
+            limit_ms = version.max_delay_ms if version else cascade.V3.max_delay_ms
+            if delay_ms < 0:
+                errors["delay"] = "must not be negative"
+            elif delay_ms > limit_ms:  # checked before any date arithmetic (it would overflow)
+                name = version.name if version else "the default version"
+                errors["delay"] = f"is over the maximum delay of {limit_ms // 1000:,} s for topology {name}"
+            else:
+                due_at = _plus(now, delay_ms, errors, "delay")
+    else:
+        if not isinstance(deliver_at, datetime) or timezone.is_naive(deliver_at):
+            errors["deliver_at"] = "must be a date-time with a timezone, e.g. 2026-11-21T12:00:00.250Z"
+        elif abs((deliver_at - now) // MS) > _limit_ms(version):  # checked before rounding (it would overflow)
+            name = version.name if version else "the default version"
+            errors["deliver_at"] = (f"is {'over' if deliver_at > now else 'further in the past than'} the maximum "
+                                    f"delay of {_limit_ms(version) // 1000:,} s for topology {name}")
+        else:
+            due_at = ceil_ms(deliver_at)
+    if due_at is not None and version is not None:
+        limit_ms = version.max_delay_ms
+        if (due_at - now) // MS > limit_ms:
+            field = "delay" if delay is not None else "deliver_at"
+            errors[field] = (f"is over the maximum delay of {limit_ms // 1000:,} s for topology "
+                             f"{version.name}")
+    return due_at
+
+
 def _build(item: dict, endpoints: dict[str, Endpoint], now: datetime) -> ScheduledMessage:
     """Validate one request and return an unsaved row; every problem is a field error."""
     errors: dict[str, str] = {}
@@ -105,52 +152,12 @@ def _build(item: dict, endpoints: dict[str, Endpoint], now: datetime) -> Schedul
     elif not endpoint.is_active:
         errors["endpoint"] = f"endpoint {endpoint.name!r} is inactive"
     delay, deliver_at = item.get("delay"), item.get("deliver_at")
-    due_at = None
-    if (delay is None) == (deliver_at is None):
-        errors["delay"] = "give exactly one of a delay or a deliver-at time"
-    elif delay is not None:
-        try:
-            delay_ms = _delay_ms(delay)
-        except ValidationError as exc:
-            errors.update({k: v[0] for k, v in exc.message_dict.items()})
-        else:
-            limit_ms = endpoint.topology.max_delay_ms if endpoint else cascade.V3.max_delay_ms
-            if delay_ms < 0:
-                errors["delay"] = "must not be negative"
-            elif delay_ms > limit_ms:  # checked before any date arithmetic (it would overflow)
-                version = endpoint.topology.name if endpoint else "the default version"
-                errors["delay"] = f"is over the maximum delay of {limit_ms // 1000:,} s for topology {version}"
-            else:
-                due_at = _plus(now, delay_ms, errors, "delay")
-    else:
-        if not isinstance(deliver_at, datetime) or timezone.is_naive(deliver_at):
-            errors["deliver_at"] = "must be a date-time with a timezone, e.g. 2026-11-21T12:00:00.250Z"
-        elif abs((deliver_at - now) // MS) > _limit_ms(endpoint):  # checked before rounding (it would overflow)
-            version = endpoint.topology.name if endpoint else "the default version"
-            errors["deliver_at"] = (f"is {'over' if deliver_at > now else 'further in the past than'} the maximum "
-                                    f"delay of {_limit_ms(endpoint) // 1000:,} s for topology {version}")
-        else:
-            due_at = _ceil_ms(deliver_at)
-    if due_at is not None and endpoint is not None:
-        limit_ms = endpoint.topology.max_delay_ms
-        if (due_at - now) // MS > limit_ms:
-            field = "delay" if delay is not None else "deliver_at"
-            errors[field] = (f"is over the maximum delay of {limit_ms // 1000:,} s for topology "
-                             f"{endpoint.topology.name}")
+    due_at = _due_at(delay, deliver_at, endpoint.topology if endpoint else None, now, errors)
     payload = item.get("payload")
-    if payload is None:
-        errors["payload"] = "required (any JSON value except null)"
-    else:
-        try:
-            encoded = _payload_json(payload)
-            size = len(encoded.encode())
-        except ValidationError as exc:
-            errors["payload"] = exc.message_dict["payload"][0]
-        else:
-            if _has_nul(payload):
-                errors["payload"] = "must not contain NUL characters (\\u0000)"
-            elif size > conf().max_payload_bytes:
-                errors["payload"] = f"is {size:,} bytes of JSON; the limit is {conf().max_payload_bytes:,}"
+    try:
+        encoded = message_check_payload(payload=payload)
+    except ValidationError as exc:
+        errors["payload"] = exc.message_dict["payload"][0]
     key = item.get("idempotency_key")
     if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= 255 or _has_nul(key)):
         errors["idempotency_key"] = "must be a string of 1 to 255 characters, without NUL"
@@ -165,14 +172,15 @@ def _build(item: dict, endpoints: dict[str, Endpoint], now: datetime) -> Schedul
         due_at=due_at,
         requested_delay_ms=max(0, (due_at - now) // MS),
         idempotency_key=key,
+        schedule=item.get("schedule"),  # a schedule's run (services/schedules.py)
         created_at=now,
     )
     row.payload_json = encoded  # what insert_many writes
     return row
 
 
-def _limit_ms(endpoint: Endpoint | None) -> int:
-    return endpoint.topology.max_delay_ms if endpoint else cascade.V3.max_delay_ms
+def _limit_ms(version: TopologyVersion | None) -> int:
+    return version.max_delay_ms if version else cascade.V3.max_delay_ms
 
 
 def _plus(now: datetime, delay_ms: int, errors: dict, field: str) -> datetime | None:
@@ -191,7 +199,7 @@ def _endpoint_name(value) -> str | None:
 def message_schedule_many(*, items: list[dict]) -> list[Scheduled]:
     """All-or-nothing: validate every item, then save the new rows in one transaction. An
     idempotency key already used on the endpoint returns that message instead of a new one."""
-    now = _ceil_ms(timezone.now())
+    now = ceil_ms(timezone.now())
     names = {n for n in (_endpoint_name(item.get("endpoint")) for item in items) if n and not _has_nul(n)}
     endpoints = {e.name: e for e in Endpoint.objects.select_related("topology").filter(name__in=names)}
     rows, errors = [], {}
@@ -307,4 +315,32 @@ def message_republish(*, message_id) -> ScheduledMessage:
             ) from None
         message.save(update_fields=lifecycle.apply(message, change))
         transaction.on_commit(lambda: relay_publish_rows(rows=[message]))
+    return message
+
+
+def message_reschedule(*, message_id, delay=None, deliver_at: datetime | None = None) -> ScheduledMessage:
+    """Move a pending or published message to a new due time (a delay from now, or a time). It keeps
+    its id; its earlier due times stay in ``due_history``. Its copy for the old time, still in the
+    cascade, is dropped when it arrives (lifecycle.superseded), and a copy for the new time is
+    published after the commit. Conflict once delivered, cancelled or failed."""
+    now = ceil_ms(timezone.now())
+    with transaction.atomic():
+        message = _locked(message_id)
+        if message.endpoint.handler == Endpoint.Handler.CELERY_QUEUE:
+            raise Conflict(f"message {message.id} is a Celery task: revoke it with cancel_task and send it again")
+        errors: dict[str, str] = {}
+        due_at = _due_at(delay, deliver_at, message.topology, now, errors)
+        if errors:
+            raise ValidationError(errors)
+        try:
+            change = lifecycle.reschedule(message, due_at=due_at, now=now, history=message.due_history)
+        except lifecycle.IllegalTransition:
+            raise Conflict(f"message {message.id} is already {message.status} and cannot be rescheduled") from None
+        if due_at == message.due_at:
+            return message  # already due then: nothing to move
+        change["requested_delay_ms"] = max(0, (due_at - now) // MS)
+        message.save(update_fields=lifecycle.apply(message, change))
+        metrics.rescheduled(message)
+        if message.delivery_mode == DeliveryMode.NATIVE:
+            transaction.on_commit(lambda: relay_publish_rows(rows=[message]))
     return message

@@ -29,6 +29,7 @@ from ..conf import broker, conf
 from ..lifecycle import Event, Status
 from ..models import DeliveryMode, Endpoint, ScheduledMessage
 from ..observability import metrics
+from .rescue import message_rescue_covers
 
 log = logging.getLogger(__name__)
 
@@ -110,10 +111,25 @@ def _send(groups, prepared, rows, result: RelayResult) -> tuple[list, list] | No
     return published, failed
 
 
+def _send_retrying(groups, prepared, rows, result: RelayResult) -> tuple[list, list] | None:
+    """_send, and once more at once, on a new connection, for the broker messages whose connection
+    broke under them (a cluster node lost: open_connection goes on to a live node). Leaving them
+    to the sweeper made them seconds late (issue 22). Every publishing path goes through here."""
+    result.broken = False
+    sent = _send(groups, prepared, rows, result)
+    if sent is None or not sent[1] or not result.broken:
+        return sent
+    failed = {row.id for row in sent[1]}
+    again = [index for index, group in enumerate(groups) if group[0].id in failed]
+    result.failed -= len(sent[1])
+    retried = _send([groups[i] for i in again], [prepared[i] for i in again], sent[1], result)
+    return sent if retried is None else (sent[0] + retried[0], retried[1])
+
+
 def _publish_batch(rows: list[ScheduledMessage], result: RelayResult, direct: bool) -> None:
     now = timezone.now()
     groups, prepared = _prepare(rows, now, direct=direct)
-    sent = _send(groups, prepared, rows, result)
+    sent = _send_retrying(groups, prepared, rows, result)
     if sent is None:
         return
     published, failed = sent
@@ -146,8 +162,7 @@ def relay_claim_new(*, rows: list[ScheduledMessage]) -> Claimed | None:
     not refuse lately. Those rows are published again once overdue, DELAY_RESCUE_AFTER_MS late.
     Everything else (None, or the rows left out) goes the outbox's way: relay_publish_rows."""
     settings = conf()
-    eligible = [row for row in rows if row.delivery_mode == DeliveryMode.NATIVE
-                and row.endpoint.handler != Endpoint.Handler.CELERY_QUEUE]
+    eligible = [row for row in rows if message_rescue_covers(message=row)]
     if not eligible or not settings.rescue_after_ms or time.monotonic() < _Pause.until:
         return None
     now = timezone.now()
@@ -164,17 +179,8 @@ def relay_send_claimed(*, claimed: Claimed) -> RelayResult:
     back to pending for the sweeper (compare-and-set: one cancelled meanwhile stays cancelled)."""
     result = RelayResult()
     try:
-        sent = _send(claimed.groups, claimed.prepared, claimed.rows, result)
-        if sent is not None and sent[1] and result.broken:
-            # the connection broke under the batch (a cluster node lost): once more, at once, on a new
-            # connection, as relay_publish_rows does (the sweeper made them seconds late, issue 22)
-            failed = {row.id for row in sent[1]}
-            again = [index for index, group in enumerate(claimed.groups) if group[0].id in failed]
-            result.failed -= len(sent[1])
-            retried = _send([claimed.groups[i] for i in again], [claimed.prepared[i] for i in again], sent[1], result)
-            unsent = sent[1] if retried is None else retried[1]
-        else:
-            unsent = claimed.rows if sent is None else sent[1]
+        sent = _send_retrying(claimed.groups, claimed.prepared, claimed.rows, result)
+        unsent = claimed.rows if sent is None else sent[1]
         if unsent:
             _Pause.until = time.monotonic() + conf().sweep_seconds
             reason = result.errors[0] if result.errors else "publish failed"
@@ -243,17 +249,9 @@ def relay_publish_rows(*, rows: list[ScheduledMessage]) -> RelayResult:
     try:
         for start in range(0, len(rows), size):
             chunk = rows[start:start + size]
-            for again in (False, True):
-                failed_before, result.broken = result.failed, False
-                with transaction.atomic():
-                    locked = ScheduledMessage.objects.lock_ids([row.id for row in chunk], status=Status.PENDING)
-                    _publish_batch([row for row in chunk if row.id in locked], result, direct=False)
-                if again or not result.broken:
-                    break
-                # the connection broke under the batch (a cluster node lost): once more, at once, on a
-                # new connection (open_connection goes on to a live node); leaving the rows to the
-                # sweeper made them seconds late (issue 22)
-                result.failed = failed_before
+            with transaction.atomic():
+                locked = ScheduledMessage.objects.lock_ids([row.id for row in chunk], status=Status.PENDING)
+                _publish_batch([row for row in chunk if row.id in locked], result, direct=False)
             if result.failed:
                 break
     except DatabaseError as exc:

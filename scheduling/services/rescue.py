@@ -35,6 +35,17 @@ from ..observability import metrics
 
 log = logging.getLogger(__name__)
 
+# What the rescue serves, and so what relay_claim_new may write as published before the broker has
+# it: native rows of endpoints whose messages the delivery loop receives (a Celery queue's
+# workers are the user's). One declaration for both, read by the query below and by
+# message_rescue_covers.
+RESCUED_MODES = (DeliveryMode.NATIVE,)
+UNRESCUED_HANDLERS = (Endpoint.Handler.CELERY_QUEUE,)
+
+
+def message_rescue_covers(*, message: ScheduledMessage) -> bool:
+    return message.delivery_mode in RESCUED_MODES and message.endpoint.handler not in UNRESCUED_HANDLERS
+
 
 def message_rescue_overdue(*, queues: Collection[str], skip: Collection[str],
                            publish: Callable[[list[Outgoing]], Outcome], limit: int) -> int:
@@ -54,9 +65,9 @@ def message_rescue_overdue(*, queues: Collection[str], skip: Collection[str],
             ScheduledMessage.objects.select_for_update(skip_locked=True, of=("self",))
             .select_related("endpoint", "topology")
             .only("id", "due_at", "topology", "endpoint__name", "endpoint__handler")
-            .filter(status=Status.PUBLISHED, attempts=0, delivery_mode=DeliveryMode.NATIVE,
+            .filter(status=Status.PUBLISHED, attempts=0, delivery_mode__in=RESCUED_MODES,
                     due_at__lt=cutoff, published_at__lt=cutoff, endpoint__name__in=list(queues))
-            .exclude(endpoint__handler=Endpoint.Handler.CELERY_QUEUE)
+            .exclude(endpoint__handler__in=UNRESCUED_HANDLERS)
             .order_by("due_at")[:limit + len(skip)]
         ) if str(row.id) not in skip][:limit]
         if not rows:

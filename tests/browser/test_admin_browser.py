@@ -5,7 +5,7 @@ artifacts/screenshots/ (git-ignored)."""
 import pytest
 
 from scheduling.conf import broker
-from scheduling.models import ScheduledMessage
+from scheduling.models import Schedule, ScheduledMessage
 from scheduling.services.endpoints import endpoint_create
 from scheduling.services.messages import message_schedule
 from harness.waiting import wait_until
@@ -176,3 +176,68 @@ def test_operator_pages_through_a_long_list_by_older_and_newer(browser, admin_us
     browser.click_link(now.strftime("%B %Y"))
     assert len(browser.find_all("nav.toplinks a:not(.date-back)")) >= 28 and set(shown()) <= set(expected)
     browser.screenshot("14-messages-calendar")
+
+
+def test_operator_creates_a_schedule_sees_its_next_runs_and_pauses_it(browser, admin_user, platform, endpoint_name):
+    endpoint_create(name=endpoint_name)
+    browser.login("admin", "pw")
+    browser.open("/admin/scheduling/schedule/add/")
+    browser.fill(key=f"{endpoint_name}.nightly", endpoint=endpoint_name, payload='{"report": 1}',
+                 cron="30 2 * * *", timezone="Europe/Berlin")
+    browser.screenshot("30-schedule-add")
+    browser.submit('input[name="_save"]')
+    assert f"Saved: {endpoint_name}.nightly" in browser.messages(), browser.messages()
+    assert "Next runs (UTC):" in browser.text()
+    browser.screenshot("31-schedule-change")
+
+    browser.open("/admin/scheduling/schedule/")
+    row = browser.find("#result_list tbody tr").text
+    assert f"{endpoint_name}.nightly" in row and "30 2 * * * Europe/Berlin" in row
+    browser.screenshot("32-schedules")
+    message_schedule(endpoint=endpoint_name, payload={"not": "a run"}, delay=60)
+    browser.click_link("runs")
+    run = ScheduledMessage.objects.get(schedule=f"{endpoint_name}.nightly")  # the next run only: it is a day ahead
+    listed = [r.text for r in browser.find_all("#result_list tbody tr")]
+    assert len(listed) == 1 and str(run.pk)[:8] in listed[0]
+    browser.screenshot("33-schedule-runs")
+
+    browser.open(f"/admin/scheduling/schedule/{Schedule.objects.get().pk}/change/")
+    browser.submit('button.dp-action-button[value="pause"]')
+    assert "Paused: 1" in browser.messages()
+    assert ScheduledMessage.objects.get(pk=run.pk).status == "cancelled"
+    browser.screenshot("34-schedule-paused")
+
+
+def test_operator_reschedules_a_message_and_republishes_the_dead_letters(browser, admin_user, platform, worker,
+                                                                          endpoint_name):
+    endpoint_create(name=endpoint_name)
+    message = message_schedule(endpoint=endpoint_name, payload={"move": "me"}, delay=3600)
+    failed = [message_schedule(endpoint=endpoint_name, payload={"n": n}, delay=3600) for n in range(3)]
+    ScheduledMessage.objects.filter(pk__in=[m.pk for m in failed]).update(
+        status="failed", last_error="handler attempt 6: HTTPError: 503 Service Unavailable")
+    browser.login("admin", "pw")
+
+    browser.open(f"/admin/scheduling/scheduledmessage/{message.pk}/change/")
+    browser.click_link("Reschedule")
+    browser.fill(delay_seconds="2")
+    browser.screenshot("40-reschedule-form")
+    browser.submit('input[name="_save"]')
+    assert any(m.startswith("Rescheduled: ") for m in browser.messages()), browser.messages()
+    browser.reload_until(lambda: status_shown(browser) == "delivered", 30, "the moved message delivered")
+    row = ScheduledMessage.objects.get(pk=message.pk)
+    assert row.due_history and row.delivered_at >= row.due_at and row.delivery_count == 1
+    assert "moved_at" in browser.find(".field-due_history .readonly").text
+    browser.screenshot("41-rescheduled-delivered")
+
+    browser.open("/admin/scheduling/failedmessage/")
+    assert "503 Service Unavailable" in browser.find("#result_list").text
+    assert len(browser.find_all("#result_list tbody tr")) == 3
+    browser.screenshot("42-dead-letters")
+    browser.click(browser.find("#action-toggle"))
+    browser.fill(action="republish_all_matching")
+    browser.submit('button[name="index"]')
+    assert any("Republishing 3 failed message(s)" in m for m in browser.messages()), browser.messages()
+    browser.reload_until(lambda: "3 / 3" in browser.find("#result_list").text, 30, "the bulk action's progress")
+    assert "done" in browser.find("#result_list tbody tr").text
+    browser.screenshot("43-bulk-action-done")
+    assert not ScheduledMessage.objects.filter(pk__in=[m.pk for m in failed], status="failed").exists()

@@ -9,6 +9,7 @@ import hmac
 import os
 import subprocess
 import sys
+import time
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 from unittest import mock
@@ -126,6 +127,29 @@ def test_celery_task_handler_runs_exactly_once_per_message(api, make_endpoint, e
     celery_drained()
     receipts = sorted((r.message_id, r.payload["n"]) for r in Receipt.objects.all())
     assert receipts == sorted((i, n) for n, i in enumerate(ids))  # each message's handler ran exactly once
+
+
+def test_a_message_moved_earlier_and_one_moved_later_each_arrive_once_at_the_new_time(api, make_endpoint,
+                                                                                       endpoint_name):
+    """PATCH with a new time: the copy for the new time delivers; the copy for the old one, still
+    in the cascade, is dropped when it arrives (the later one's old copy comes first, at 1.5 s)."""
+    name = make_endpoint(endpoint_name, handler="celery_task", handler_target="testapp.record_receipt")
+    earlier, later = schedule(api, name, delay_seconds=6), schedule(api, name, delay_seconds=1.5)
+    wait_until(settled([earlier, later], (Status.PUBLISHED,)), 5, message="both published")
+    for message_id, delay in ((earlier, 2.5), (later, 4)):
+        moved = api.patch(f"/api/messages/{message_id}/", {"delay_seconds": delay}, format="json")
+        assert moved.status_code == 200, moved.content
+    rows = wait_until(settled([earlier, later]), 20, message="both delivered")
+    wait_until(lambda: Receipt.objects.count() >= 2, 10, message="both handlers ran")
+    time.sleep(6 - 2.5)  # the earlier one's old copy (due at 6 s) has come and gone
+    celery_drained()
+    assert sorted(Receipt.objects.values_list("message_id", flat=True)) == sorted([earlier, later])  # once each
+    for row in ScheduledMessage.objects.filter(id__in=[earlier, later]):
+        old_due = datetime.fromisoformat(row.due_history[0]["due_at"].replace("Z", "+00:00"))
+        assert row.delivered_at >= row.due_at and 0 <= row.lateness_ms < 2500  # at the new time
+        assert row.delivery_count == 1  # the old copy was no hand-over
+        assert (row.due_at < old_due) == (str(row.id) == earlier)
+    assert len(rows) == 2
 
 
 def test_two_copies_in_the_endpoint_queue_run_the_handler_once(api, make_endpoint, endpoint_name, amqp):

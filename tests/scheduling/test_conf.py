@@ -76,6 +76,9 @@ EFFECTS = {
     "DELAY_RELAY_QUEUE": ("dp.relay2", "[conf().relay_queue, settings.CELERY_TASK_ROUTES['scheduling.relay.*']"
                           "['queue']]", ["dp.relay2"] * 2),
     "DELAY_CELERY_THRESHOLD_SECONDS": ("60", "conf().celery_threshold_seconds", 60.0),
+    "DELAY_SCHEDULES_EVERY_SECONDS": ("10", "[conf().schedules_every_seconds, "
+                                      "settings.CELERY_BEAT_SCHEDULE['create-schedule-runs']['schedule']]", [10.0, 10.0]),
+    "DELAY_SCHEDULES_AHEAD_SECONDS": ("300", "conf().schedules_ahead_seconds", 300.0),
     "DELAY_METRICS_TOKEN": ("scrape-secret", "conf().metrics_token", "scrape-secret"),
     "DELAY_METRICS_ALLOWED_NETWORKS": ("10.0.0.0/8, ::1", "[str(n) for n in conf().metrics_allowed_networks]",
                                        ["10.0.0.0/8", "::1/128"]),

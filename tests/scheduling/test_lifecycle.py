@@ -24,6 +24,7 @@ ALLOWED = {
     (P, Event.UNROUTABLE): F, (U, Event.UNROUTABLE): F,
     (P, Event.CANCEL): C, (U, Event.CANCEL): C, (C, Event.CANCEL): C,
     (F, Event.REPUBLISH): P,
+    (P, Event.RESCHEDULE): P, (U, Event.RESCHEDULE): P,
 }
 
 
@@ -205,3 +206,39 @@ def test_apply_sets_fields_and_names_them():
     row = Row()
     assert lifecycle.apply(row, {"status": D, "attempts": 1}) == ["status", "attempts"]
     assert (row.status, row.attempts) == (D, 1)
+
+
+def test_reschedule_makes_a_message_pending_at_its_new_time_and_keeps_the_old_one():
+    later = DUE + timedelta(hours=1)
+    for status in (P, U):
+        assert lifecycle.reschedule(State(status=status, due_at=DUE), due_at=later, now=NOW, history=None) == {
+            "status": P, "due_at": later, "published_at": None,
+            "due_history": [{"due_at": DUE.isoformat().replace("+00:00", "Z"),
+                             "moved_at": NOW.isoformat().replace("+00:00", "Z")}]}
+    twice = lifecycle.reschedule(State(status=P, due_at=later), due_at=DUE, now=NOW, history=[{"due_at": "first"}])
+    assert [h["due_at"] for h in twice["due_history"]] == ["first", later.isoformat().replace("+00:00", "Z")]
+    for status in (D, C, F):
+        with pytest.raises(lifecycle.IllegalTransition, match="cannot take 'reschedule'"):
+            lifecycle.reschedule(State(status=status, due_at=DUE), due_at=later, now=NOW, history=None)
+
+
+DUE_MS = (DUE - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(milliseconds=1)
+
+
+@pytest.mark.parametrize(("status", "attempt", "due_ms", "dropped"), [
+    (U, 0, DUE_MS - 3_600_000, True),  # the copy for the time before a reschedule
+    (P, 0, DUE_MS + 1, True),  # rescheduled again and not yet published anew
+    (U, 0, DUE_MS, False),  # the copy for its time
+    (U, 0, None, False),  # a copy that does not say its time (another producer)
+    (U, 2, DUE_MS - 3_600_000, False),  # a retry carries its backoff's time
+    (D, 0, DUE_MS + 3_600_000, True),  # moved earlier and delivered: the old copy is no duplicate
+    (C, 0, DUE_MS - 3_600_000, True),
+    (D, 0, DUE_MS, False),  # a second copy for its time: a duplicate, counted as such
+])
+def test_a_copy_for_a_due_time_the_message_no_longer_has_is_superseded(status, attempt, due_ms, dropped):
+    state = State(status=status, due_at=DUE, attempts=attempt)
+    assert lifecycle.superseded(state, attempt=attempt, due_ms=due_ms) is dropped
+    arrival, change = lifecycle.arrive(state, attempt=attempt, now=NOW, due_ms=due_ms)
+    assert (arrival is Arrival.SUPERSEDED) is dropped
+    if dropped:
+        assert change == {}  # not a hand-over: delivery_count stays

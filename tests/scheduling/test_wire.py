@@ -125,23 +125,26 @@ def deliver(attempt=0, **headers):
 
 
 @pytest.mark.parametrize(
-    ("headers", "attempt", "due_ms"),
+    ("headers", "attempt", "due_ms", "stamped"),
     [
-        ({wire.H_DUE_AT_MS: ETA_MS, "eta": ETA}, 0, ETA_MS),  # the platform's own header
-        ({wire.H_DUE_AT_MS: 7, "eta": ETA}, 0, 7),  # ... wins over the eta
-        ({"eta": ETA}, 0, ETA_MS),  # another producer: Celery's eta
-        ({}, 0, NOW_MS),  # neither: due now
-        ({wire.H_DUE_AT_MS: "7", "eta": ETA}, 0, ETA_MS),  # a header of the wrong type is not trusted
-        ({wire.H_DUE_AT_MS: True}, 0, NOW_MS),
-        ({"eta": "not a date"}, 0, NOW_MS),
-        ({"eta": "2026-11-21T12:00:10"}, 0, NOW_MS),  # naive: cannot be placed in UTC
-        ({wire.H_DUE_AT_MS: NOW_MS - 60_000, "eta": ETA}, 2, ETA_MS),  # a retry waits for its own eta
-        ({wire.H_DUE_AT_MS: ETA_MS + 1, "eta": ETA}, 1, ETA_MS + 1),
+        ({wire.H_DUE_AT_MS: ETA_MS, "eta": ETA}, 0, ETA_MS, True),  # the platform's own header
+        ({wire.H_DUE_AT_MS: 7, "eta": ETA}, 0, 7, True),  # ... wins over the eta
+        ({"eta": ETA}, 0, ETA_MS, False),  # another producer: Celery's eta
+        ({}, 0, NOW_MS, False),  # neither: due now
+        ({wire.H_DUE_AT_MS: "7", "eta": ETA}, 0, ETA_MS, False),  # a header of the wrong type is not trusted
+        ({wire.H_DUE_AT_MS: True}, 0, NOW_MS, False),
+        ({"eta": "not a date"}, 0, NOW_MS, False),
+        ({"eta": "2026-11-21T12:00:10"}, 0, NOW_MS, False),  # naive: cannot be placed in UTC
+        ({wire.H_DUE_AT_MS: NOW_MS - 60_000, "eta": ETA}, 2, ETA_MS, True),  # a retry waits for its own eta
+        ({wire.H_DUE_AT_MS: ETA_MS + 1, "eta": ETA}, 1, ETA_MS + 1, True),
     ],
 )
-def test_read_delivery_finds_the_due_time(headers, attempt, due_ms):
+def test_read_delivery_finds_the_due_time(headers, attempt, due_ms, stamped):
     headers, body = deliver(attempt, **headers)
-    assert wire.read_delivery(headers, body, NOW_MS) == wire.Delivery(ID, attempt, due_ms)
+    delivery = wire.read_delivery(headers, body, NOW_MS)
+    assert delivery == wire.Delivery(ID, attempt, due_ms, stamped)
+    # what tells a rescheduled message's old copy apart: only a due time the platform stamped
+    assert delivery.stamped_due_ms == (due_ms if stamped else None)
 
 
 @pytest.mark.parametrize(

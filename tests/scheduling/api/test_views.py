@@ -3,6 +3,8 @@ stored), and the shapes docs/reference/api.md and docs/guides/scheduling.md docu
 creation binds a real queue."""
 
 import uuid
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 
 import pytest
 from django.db import connection
@@ -30,7 +32,9 @@ def endpoint(api, platform, endpoint_name, amqp):
     [("get", "/api/endpoints/"), ("post", "/api/endpoints/"), ("get", "/api/endpoints/x/"),
      ("get", "/api/messages/"), ("post", "/api/messages/"), ("post", "/api/messages/bulk/"),
      ("get", f"/api/messages/{MID}/"), ("post", f"/api/messages/{MID}/cancel/"),
-     ("post", f"/api/messages/{MID}/republish/"), ("get", "/api/schema/"), ("get", "/api/")],
+     ("post", f"/api/messages/{MID}/republish/"), ("get", "/api/schema/"), ("get", "/api/"),
+     ("get", "/api/schedules/"), ("post", "/api/schedules/"), ("get", "/api/schedules/x/"),
+     ("delete", "/api/schedules/x/"), ("post", "/api/schedules/x/pause/"), ("get", "/api/schedules/preview/")],
 )
 def test_every_route_needs_credentials(client, method, path):
     response = getattr(client, method)(path)
@@ -406,3 +410,46 @@ def test_bulk_limit_is_the_setting(api, endpoint, settings):
     assert response.status_code == 400 and "no more than 5" in str(response.json()["messages"])
     assert ScheduledMessage.objects.count() == 0
     assert api.post("/api/messages/bulk/", {"messages": [one] * 5}, format="json").status_code == 201
+
+
+def test_patch_reschedules_a_message_and_says_why_not(api, api_as, endpoint):
+    created = api.post("/api/messages/", {"endpoint": endpoint, "payload": {}, "delay_seconds": 60}, format="json")
+    message_id = created.json()["id"]
+    moved = api.patch(f"/api/messages/{message_id}/", {"deliver_at": "2030-11-21T12:00:00.250Z"}, format="json")
+    assert moved.status_code == 200, moved.content
+    body = moved.json()
+    assert (body["id"], body["status"], body["due_at"]) == (message_id, "pending", "2030-11-21T12:00:00.250000Z")
+    def instant(text):
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+    assert [instant(h["due_at"]) for h in body["due_history"]] == [instant(created.json()["due_at"])]
+    bad = api.patch(f"/api/messages/{message_id}/", {"delay_seconds": 1, "deliver_at": "2030-01-01T00:00:00Z"},
+                    format="json")
+    assert bad.status_code == 400 and "exactly one" in bad.json()["delay_seconds"][0]
+    assert api.patch(f"/api/messages/{message_id}/", {"delay_seconds": "x"}, format="json").status_code == 400
+    ScheduledMessage.objects.filter(id=message_id).update(status=Status.DELIVERED)
+    conflict = api.patch(f"/api/messages/{message_id}/", {"delay_seconds": 5}, format="json")
+    assert conflict.status_code == 409 and "already delivered" in conflict.json()["detail"]
+    assert api.patch(f"/api/messages/{uuid.uuid4()}/", {"delay_seconds": 5}, format="json").status_code == 404
+    reader = api_as("scheduling.view_scheduledmessage")
+    assert reader.patch(f"/api/messages/{message_id}/", {"delay_seconds": 5}, format="json").status_code == 403
+
+
+def test_bulk_cancel_and_republish_by_filter(api, api_as, endpoint):
+    ids = [api.post("/api/messages/", {"endpoint": endpoint, "payload": {}, "delay_seconds": d}, format="json")
+           .json()["id"] for d in (30, 60, 7200)]
+    soon = {"endpoint": endpoint, "due_before": (datetime.now(dt_timezone.utc) + timedelta(minutes=5)).isoformat()}
+    dry = api.post("/api/messages/cancel/", {**soon, "dry_run": True}, format="json")
+    assert dry.status_code == 200 and dry.json() == {"count": 2}
+    assert set(ScheduledMessage.objects.values_list("status", flat=True)) == {Status.PUBLISHED}
+    assert api.post("/api/messages/cancel/", soon, format="json").json() == {"count": 2}
+    assert dict(ScheduledMessage.objects.values_list("id", "status")) == {
+        uuid.UUID(ids[0]): Status.CANCELLED, uuid.UUID(ids[1]): Status.CANCELLED, uuid.UUID(ids[2]): Status.PUBLISHED}
+    ScheduledMessage.objects.filter(id=ids[2]).update(status=Status.FAILED)
+    assert api.post("/api/messages/republish/", {"endpoint": endpoint}, format="json").json() == {"count": 1}
+    assert ScheduledMessage.objects.get(id=ids[2]).status == Status.PENDING
+    bad = api.post("/api/messages/cancel/", {"dry_run": True}, format="json")
+    assert bad.status_code == 400 and "at least one filter" in bad.json()["non_field_errors"][0]
+    assert api.post("/api/messages/cancel/", {"due_before": "soon"}, format="json").status_code == 400
+    viewer = api_as("scheduling.view_scheduledmessage", "scheduling.add_scheduledmessage")
+    assert viewer.post("/api/messages/cancel/", soon, format="json").status_code == 403

@@ -414,3 +414,19 @@ def test_a_handler_task_the_broker_does_not_take_postpones_the_delivery_and_reco
     (outcome,) = delivery_receive_many(items=[(str(message.id), 0)])
     message.refresh_from_db()
     assert outcome.result is Result.DELIVERED and (message.status, message.delivery_count) == (Status.DELIVERED, 1)
+
+
+def test_a_rescheduled_messages_copy_for_its_old_time_is_dropped_and_the_new_one_delivers(make):
+    """The loop passes the due time each copy carries: the old copy must not wait in the worker
+    for the new time (it would be held for as long as the message was moved)."""
+    message = make(due_in=timedelta(milliseconds=-5))
+    old_ms = message.due_at_ms
+    ScheduledMessage.objects.filter(pk=message.pk).update(due_at=message.due_at + timedelta(milliseconds=2))
+    message.refresh_from_db()
+    old, new = delivery_receive_many(items=[(str(message.id), 0, old_ms), (str(message.id), 0, message.due_at_ms)])
+    assert (old.result, new.result) == (Result.SUPERSEDED, Result.DELIVERED)
+    message.refresh_from_db()
+    assert message.status == Status.DELIVERED and message.delivery_count == 1  # the old copy is not a hand-over
+    later = make(due_in=timedelta(hours=2))
+    (held,) = delivery_receive_many(items=[(str(later.id), 0, later.due_at_ms - 3_600_000)])
+    assert held.result is Result.SUPERSEDED  # dropped at once, not held as early for an hour

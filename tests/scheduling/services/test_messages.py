@@ -14,6 +14,7 @@ from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.services.messages import (
     message_cancel,
     message_republish,
+    message_reschedule,
     message_schedule,
     message_schedule_many,
 )
@@ -188,3 +189,52 @@ def test_a_payload_json_cannot_encode_is_refused_and_nothing_stored(endpoint, ba
     with pytest.raises(ValidationError, match="must be JSON"):
         schedule(endpoint, delay=5, payload=bad)
     assert not ScheduledMessage.objects.exists()
+
+
+@pytest.mark.parametrize("moved", [timedelta(hours=1), -timedelta(seconds=50)])
+def test_reschedule_moves_a_published_message_keeps_its_id_and_its_old_due_time(endpoint, moved):
+    message = schedule(endpoint, delay=60)
+    assert message.status == Status.PUBLISHED
+    target = message.due_at + moved
+    moved_message = message_reschedule(message_id=message.id, deliver_at=target)
+    row = ScheduledMessage.objects.get(pk=message.pk)
+    assert moved_message.id == message.id and row.due_at == target and row.status == Status.PENDING
+    assert row.published_at is None  # its copy for the new time is published after the commit
+    assert [h["due_at"] for h in row.due_history] == [message.due_at.isoformat().replace("+00:00", "Z")]
+    assert abs(row.requested_delay_ms - (target - timezone.now()) / timedelta(milliseconds=1)) < 1000
+
+
+def test_reschedule_by_a_delay_and_again(endpoint):
+    message = schedule(endpoint, delay=60)
+    before = timezone.now()
+    message_reschedule(message_id=message.id, delay="2.5")
+    message_reschedule(message_id=message.id, delay=10)
+    row = ScheduledMessage.objects.get(pk=message.pk)
+    assert timedelta(seconds=10) <= row.due_at - before < timedelta(seconds=11)
+    assert len(row.due_history) == 2
+
+
+@pytest.mark.parametrize(("kwargs", "field", "text"), [
+    ({}, "delay", "exactly one"),
+    ({"delay": 1, "deliver_at": timezone.now()}, "delay", "exactly one"),
+    ({"delay": -1}, "delay", "must not be negative"),
+    ({"delay": 10**12}, "delay", "maximum delay"),
+    ({"deliver_at": datetime(2030, 1, 1)}, "deliver_at", "with a timezone"),
+])
+def test_a_bad_new_time_is_a_field_error_and_changes_nothing(endpoint, kwargs, field, text):
+    message = schedule(endpoint, delay=60)
+    with pytest.raises(ValidationError) as caught:
+        message_reschedule(message_id=message.id, **kwargs)
+    assert text in caught.value.message_dict[field][0]
+    row = ScheduledMessage.objects.get(pk=message.pk)
+    assert row.due_at == message.due_at and row.status == Status.PUBLISHED and row.due_history is None
+
+
+@pytest.mark.parametrize("status", [Status.DELIVERED, Status.CANCELLED, Status.FAILED])
+def test_a_finished_message_cannot_be_rescheduled(endpoint, status):
+    message = schedule(endpoint, delay=60)
+    ScheduledMessage.objects.filter(pk=message.pk).update(status=status)
+    with pytest.raises(Conflict, match=f"already {status} and cannot be rescheduled"):
+        message_reschedule(message_id=message.id, delay=5)
+    with pytest.raises(NotFound):
+        message_reschedule(message_id="00000000-0000-0000-0000-000000000000", delay=5)

@@ -2,13 +2,12 @@
 in the database, are published straight to their queue when due, and two publishers running at
 once never publish the same row; migrating hands pending rows to the native cascade."""
 
-import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
+from harness.at_once import at_once
 from scheduling import wire
 from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage
 from scheduling.services.messages import message_schedule
@@ -55,19 +54,7 @@ def test_two_publishers_at_once_publish_each_row_once(tm_endpoint, amqp):
                          requested_delay_ms=0, delivery_mode=DeliveryMode.TIMEOUT_MANAGER)
         for i in range(1000)
     )
-    counts = []
-
-    def publisher():
-        try:
-            counts.append(timeout_publish_due().published)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=publisher) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
+    counts = at_once(lambda: timeout_publish_due().published)
     ids = drain_ids(amqp, tm_endpoint.name)
     assert sum(counts) == 1000 and len(ids) == 1000 and len(set(ids)) == 1000
     assert all(counts), f"one publisher did everything: {counts}"  # they really ran at once

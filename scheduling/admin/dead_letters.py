@@ -1,0 +1,122 @@
+"""The dead letters (failed messages with their last error) and the bulk actions' progress.
+
+"Republish selected" runs at once on the rows ticked. "Republish all matching" takes the list's
+filters (endpoint, schedule, when it was due: the bulk action's own) and runs in a worker batch by
+batch: the Bulk actions page shows how far it got."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from celery import current_app
+from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
+from django.http import HttpResponseRedirect
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html
+
+from ..celery import task_names
+from ..lifecycle import Status
+from ..models import BulkAction, Endpoint, FailedMessage
+from ..selectors.database import message_search
+from ..services.bulk_actions import message_start_matching
+from ..services.messages import message_republish
+from .base import ControlRoomAdmin, has_model_perm
+from .messages import ScheduleFilter
+
+
+class DueWithinFilter(admin.SimpleListFilter):
+    """When the message was due: the bulk action's due_after, so "all matching" is this list."""
+
+    title = "due"
+    parameter_name = "due_within"
+    WINDOWS = {"hour": ("in the last hour", timedelta(hours=1)), "day": ("in the last day", timedelta(days=1)),
+               "week": ("in the last week", timedelta(days=7))}
+
+    def lookups(self, request, model_admin):
+        return [(key, label) for key, (label, _) in self.WINDOWS.items()]
+
+    def due_after(self):
+        return timezone.now() - self.WINDOWS[self.value()][1] if self.value() in self.WINDOWS else None
+
+    def queryset(self, request, queryset):
+        after = self.due_after()
+        return queryset if after is None else queryset.filter(due_at__gt=after)
+
+
+@admin.register(FailedMessage)
+class DeadLetterAdmin(ControlRoomAdmin):
+    list_display = ("short_id", "endpoint", "schedule", "due_at", "finished_at", "attempts", "error")
+    list_filter = ("endpoint", ScheduleFilter, DueWithinFilter)
+    search_fields = ("=id", "=idempotency_key")
+    list_per_page = 50
+    show_full_result_count = False
+    actions = ("republish_selected", "republish_all_matching")
+    fields = ("id", "endpoint", "topology", "schedule", "due_at", "created_at", "finished_at", "attempts",
+              "delivery_count", "last_error", "payload")
+    readonly_fields = fields
+
+    def get_queryset(self, request):
+        return FailedMessage.objects.filter(status=Status.FAILED).select_related("endpoint", "topology")
+
+    def get_search_results(self, request, queryset, search_term):
+        term = search_term.strip()
+        return (message_search(queryset=queryset, term=term) if term else queryset), False
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_republish_permission(self, request):
+        return has_model_perm(request, self, "republish_scheduledmessage")
+
+    @admin.display(description="id")
+    def short_id(self, message):
+        url = reverse("admin:scheduling_scheduledmessage_change", args=[message.pk])
+        return format_html('<a href="{}">{}</a>', url, str(message.pk)[:8])
+
+    @admin.display(description="last error")
+    def error(self, message):
+        text = message.last_error or ""
+        return format_html('<span title="{}">{}</span>', text, text[:120] + ("…" if len(text) > 120 else ""))
+
+    @admin.action(description="Republish selected failed messages", permissions=["republish"])
+    def republish_selected(self, request, queryset):
+        self.run_each(request, queryset.values_list("pk", flat=True)[:1000],
+                      lambda pk: message_republish(message_id=pk), "Republished")
+
+    @admin.action(description="Republish all failed messages matching the filters (in a worker, with progress)",
+                  permissions=["republish"])
+    def republish_all_matching(self, request, queryset):
+        filters = {"status": Status.FAILED, "schedule": request.GET.get("schedule"),
+                   "due_after": DueWithinFilter(request, request.GET.copy(), FailedMessage, self).due_after()}
+        endpoint_id = request.GET.get("endpoint__id__exact")
+        if endpoint_id:
+            filters["endpoint"] = Endpoint.objects.filter(pk=endpoint_id).values_list("name", flat=True).first()
+        try:
+            action = message_start_matching(kind=BulkAction.Kind.REPUBLISH, filters=filters,
+                                            requested_by=request.user.get_username())
+        except ValidationError as exc:
+            self.message_user(request, "; ".join(exc.messages), messages.ERROR)
+            return None
+        current_app.send_task(task_names.BULK_ACTION, args=[action.pk])
+        self.message_user(request, f"Republishing {action.matched:,} failed message(s) in a worker: see Bulk actions",
+                          messages.SUCCESS)
+        return HttpResponseRedirect(reverse("admin:scheduling_bulkaction_changelist"))
+
+
+@admin.register(BulkAction)
+class BulkActionAdmin(ControlRoomAdmin):
+    list_display = ("created_at", "kind", "filters", "progress", "state", "requested_by", "finished_at", "error")
+    list_filter = ("kind", "state")
+    fields = ("kind", "filters", "matched", "done", "state", "requested_by", "error", "created_at", "finished_at")
+    readonly_fields = fields
+
+    def has_add_permission(self, request):
+        return False
+
+    @admin.display(description="progress")
+    def progress(self, action):
+        share = 100 if not action.matched else min(100, round(100 * action.done / action.matched))
+        return format_html('<progress max="100" value="{}"></progress> {} / {}', share, f"{action.done:,}",
+                           f"{action.matched:,}")

@@ -1,0 +1,2 @@
+"""Recurring schedules: their rules (rules.py, pure). The materialiser and the upsert are in
+services/schedules.py."""

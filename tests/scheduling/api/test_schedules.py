@@ -1,0 +1,114 @@
+"""/api/schedules/: the upsert (201 then 200), reads with next_run_at, pause/resume, delete,
+the preview (daylight saving on both change days), 400s naming the field, permissions, and the
+runs listed by ``/api/messages/?schedule=``. The e2e tests deliver the runs."""
+
+import pytest
+
+from scheduling.models import Schedule, ScheduledMessage
+
+pytestmark = pytest.mark.django_db
+Status = ScheduledMessage.Status
+
+
+@pytest.fixture
+def body(endpoint_row):
+    return {"key": "reports.daily", "endpoint": endpoint_row.name, "payload": {"report": "daily"},
+            "cron": "30 2 * * *", "timezone": "Europe/Berlin"}
+
+
+def test_post_creates_then_updates_the_same_key(api, body):
+    created = api.post("/api/schedules/", body, format="json")
+    assert created.status_code == 201, created.content
+    data = created.json()
+    assert data["key"] == "reports.daily" and data["cron"] == "30 2 * * *" and data["timezone"] == "Europe/Berlin"
+    assert data["interval_seconds"] is None and data["revision"] == 1 and data["next_run_at"].endswith("Z")
+    assert data["missed_runs"] == "skip" and data["is_paused"] is False
+    updated = api.post("/api/schedules/", {**body, "cron": "0 3 * * *"}, format="json")
+    assert updated.status_code == 200 and updated.json()["revision"] == 2 and updated.json()["cron"] == "0 3 * * *"
+    assert Schedule.objects.count() == 1
+
+
+def test_reads_list_and_detail(api, body):
+    api.post("/api/schedules/", body, format="json")
+    api.post("/api/schedules/", {**body, "key": "every-5s", "cron": "", "interval_seconds": 5}, format="json")
+    listed = api.get("/api/schedules/").json()
+    assert [s["key"] for s in listed["results"]] == ["every-5s", "reports.daily"]
+    detail = api.get("/api/schedules/every-5s/").json()
+    assert detail["interval_seconds"] == 5.0 and detail["next_run_at"]
+    assert api.get("/api/schedules/missing/").status_code == 404
+
+
+def test_the_runs_are_listed_by_the_schedules_key(api, body):
+    api.post("/api/schedules/", {**body, "cron": "", "interval_seconds": 7}, format="json")
+    runs = api.get("/api/messages/?schedule=reports.daily").json()["results"]
+    assert len(runs) == 8 and {r["schedule"] for r in runs} == {"reports.daily"}
+    assert api.get("/api/messages/?schedule=reports.daily&status=delivered").json()["results"] == []
+    assert len(api.get("/api/messages/?schedule=reports.daily&status=published").json()["results"]) == 8
+
+
+def test_pause_resume_and_delete(api, body):
+    api.post("/api/schedules/", {**body, "cron": "", "interval_seconds": 7}, format="json")
+    paused = api.post("/api/schedules/reports.daily/pause/")
+    assert paused.status_code == 200 and paused.json()["is_paused"] and paused.json()["next_run_at"] is None
+    assert not ScheduledMessage.objects.filter(schedule="reports.daily", status=Status.PUBLISHED).exists()
+    resumed = api.post("/api/schedules/reports.daily/resume/")
+    assert resumed.status_code == 200 and not resumed.json()["is_paused"]
+    assert ScheduledMessage.objects.filter(schedule="reports.daily", status=Status.PUBLISHED).count() == 8
+    assert api.delete("/api/schedules/reports.daily/").status_code == 204
+    assert api.delete("/api/schedules/reports.daily/").status_code == 404
+    assert not ScheduledMessage.objects.filter(schedule="reports.daily", status=Status.PUBLISHED).exists()
+
+
+def test_the_preview_is_daylight_saving_correct_on_both_change_days(api):
+    spring = api.get("/api/schedules/preview/", {"cron": "30 2 * * *", "timezone": "Europe/Berlin",
+                                                 "after": "2026-03-27T12:00:00Z", "count": 3})
+    assert spring.status_code == 200
+    # 02:30 CET; 03:00 CEST (02:30 does not exist on 29 March); 02:30 CEST
+    assert spring.json() == {"runs": ["2026-03-28T01:30:00Z", "2026-03-29T01:00:00Z", "2026-03-30T00:30:00Z"]}
+    autumn = api.get("/api/schedules/preview/", {"cron": "30 2 * * *", "timezone": "Europe/Berlin",
+                                                 "after": "2026-10-24T12:00:00Z", "count": 3})
+    # 25 October: 02:30 happens twice (CEST, then CET); one run, at the first
+    assert autumn.json() == {"runs": ["2026-10-25T00:30:00Z", "2026-10-26T01:30:00Z", "2026-10-27T01:30:00Z"]}
+    interval = api.get("/api/schedules/preview/", {"interval_seconds": "1.5", "start_at": "2026-01-01T00:00:00Z",
+                                                   "after": "2026-01-01T00:00:01Z", "count": 2})
+    assert interval.json() == {"runs": ["2026-01-01T00:00:01.500000Z", "2026-01-01T00:00:03Z"]}
+
+
+@pytest.mark.parametrize(("change", "field", "text"), [
+    ({"cron": "61 2 * * *"}, "cron", "bad minute"),
+    ({"cron": "30 2 * *"}, "cron", "has 4 fields"),
+    ({"timezone": "Europe/Atlantis"}, "timezone", "unknown timezone"),
+    ({"cron": "", "interval_seconds": 0.5}, "interval_seconds", "at least 1 s"),
+    ({"interval_seconds": 60}, "cron", "exactly one"),
+    ({"key": "a b"}, "key", "letters, digits"),
+    ({"endpoint": "missing"}, "endpoint", "unknown endpoint"),
+    ({"missed_runs": "all"}, "missed_runs", "not a valid choice"),
+    ({"start_at": "yesterday"}, "start_at", "Datetime has wrong format"),
+    ({"start_at": "2026-01-02T00:00:00Z", "end_at": "2026-01-01T00:00:00Z"}, "end_at", "after start_at"),
+])
+def test_bad_input_is_a_400_naming_the_field_and_stores_nothing(api, body, change, field, text):
+    response = api.post("/api/schedules/", {**body, **change}, format="json")
+    assert response.status_code == 400, response.content
+    assert text in response.json()[field][0]
+    assert not Schedule.objects.exists() and not ScheduledMessage.objects.exists()
+
+
+@pytest.mark.parametrize(("query", "field"), [({"cron": "* * *"}, "cron"), ({"cron": "* * * * *", "timezone": "x"},
+                                               "timezone"), ({"cron": "* * * * *", "count": 101}, "count"),
+                                              ({}, "cron")])
+def test_a_bad_preview_is_a_400_naming_the_field(api, query, field):
+    response = api.get("/api/schedules/preview/", query)
+    assert response.status_code == 400 and field in response.json()
+
+
+def test_permissions(api_as, body):
+    viewer = api_as("scheduling.view_schedule")
+    assert viewer.get("/api/schedules/").status_code == 200
+    assert viewer.post("/api/schedules/", body, format="json").status_code == 403
+    adder = api_as("scheduling.view_schedule", "scheduling.add_schedule")
+    assert adder.post("/api/schedules/", body, format="json").status_code == 403  # an upsert may change one
+    writer = api_as("scheduling.view_schedule", "scheduling.add_schedule", "scheduling.change_schedule")
+    assert writer.post("/api/schedules/", body, format="json").status_code == 201
+    assert writer.post("/api/schedules/reports.daily/pause/").status_code == 403
+    assert writer.delete("/api/schedules/reports.daily/").status_code == 403
+    assert Schedule.objects.filter(is_paused=False).count() == 1
