@@ -8,6 +8,7 @@ from datetime import timedelta
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
+from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
@@ -121,7 +122,10 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
         return super().get_queryset(request).defer("payload")  # up to 256 KiB a row; lists never show it
 
     def has_change_permission(self, request, obj=None):
-        return False  # messages change only through services: cancel, republish
+        return False  # messages change only through services: cancel, republish, reschedule
+
+    def has_reschedule_permission(self, request):
+        return has_model_perm(request, self, "change_scheduledmessage")  # what the API's PATCH needs
 
     def has_cancel_permission(self, request):
         return has_model_perm(request, self, "cancel_scheduledmessage")
@@ -173,17 +177,20 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
         message = self.get_object(request, object_id)
         if message is None:
             raise Http404(f"no message {object_id}")
-        if not self.has_change_permission(request, message):
+        if not self.has_reschedule_permission(request):
             raise PermissionDenied
-        return self.service_form_view(
+        response = self.service_form_view(
             request, RescheduleForm, lambda data: message_reschedule(
                 message_id=message.pk, delay=data["delay_seconds"], deliver_at=data["deliver_at"]),
             title="Reschedule message", obj=message, field_map={"delay": "delay_seconds"}, done="Rescheduled")
+        if isinstance(response, TemplateResponse):  # the form's Save: rows are read-only, this form is not
+            response.context_data["has_change_permission"] = True
+        return response
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         message = self.get_object(request, object_id)
         links = []
-        if message is not None and message.status in IN_FLIGHT and self.has_change_permission(request, message):
+        if message is not None and message.status in IN_FLIGHT and self.has_reschedule_permission(request):
             links.append((reverse("admin:scheduling_scheduledmessage_reschedule", args=[message.pk]), "Reschedule"))
         return super().change_view(request, object_id, form_url, {"object_links": links, **(extra_context or {})})
 
