@@ -216,14 +216,16 @@ class MessageViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
                                       requested_by=request.user.get_username())
         return Response({"count": count})
 
-    @extend_schema(request=MessageMatchSerializer, responses={200: CountSerializer})
+    @extend_schema(request=MessageMatchSerializer, responses={200: CountSerializer},
+                   operation_id="messages_cancel_matching")
     @action(detail=False, methods=["post"], url_path="cancel")
     def cancel_matching(self, request):
         """Cancel every pending or published message matching the filters, in batches; or count
         them (dry_run). Progress shows in the admin (Bulk actions)."""
         return self._bulk(request, "cancel")
 
-    @extend_schema(request=MessageMatchSerializer, responses={200: CountSerializer})
+    @extend_schema(request=MessageMatchSerializer, responses={200: CountSerializer},
+                   operation_id="messages_republish_matching")
     @action(detail=False, methods=["post"], url_path="republish")
     def republish_matching(self, request):
         """Republish every failed message matching the filters, in batches; or count them (dry_run)."""

@@ -49,10 +49,13 @@ class Rule:
         floor = max(moment, self.start) if self.start else moment
         inclusive = inclusive or (self.start is not None and self.start > moment)
         runs = self._interval_runs(floor, inclusive) if self.interval_ms else self._cron_runs(floor, inclusive)
-        for run in runs:
-            if self.end is not None and run > self.end:
-                return
-            yield run
+        try:
+            for run in runs:
+                if self.end is not None and run > self.end:
+                    return
+                yield run
+        except OverflowError:  # past the year 9999: no more runs
+            return
 
     def next_run(self, moment: datetime) -> datetime | None:
         return next(self.runs_after(moment), None)
@@ -73,12 +76,15 @@ class Rule:
         """The last run at or before ``moment``, found without walking to it."""
         if self.end is not None and moment > self.end:
             moment = self.end
-        if self.interval_ms:
-            step, anchor = self.interval_ms * MS, self.anchor or moment
-            run = anchor + math.floor((moment - anchor) / step) * step
-        else:
-            local = next(CronSim(self.cron, (moment + MS).astimezone(ZoneInfo(self.tz)), reverse=True), None)
-            run = local.astimezone(UTC) if local else None
+        try:
+            if self.interval_ms:
+                step, anchor = self.interval_ms * MS, self.anchor or moment
+                run = anchor + math.floor((moment - anchor) / step) * step
+            else:
+                local = next(CronSim(self.cron, (moment + MS).astimezone(ZoneInfo(self.tz)), reverse=True), None)
+                run = local.astimezone(UTC) if local else None
+        except OverflowError:
+            return None
         return run if run is not None and (self.start is None or run >= self.start) else None
 
     def _interval_runs(self, floor: datetime, inclusive: bool) -> Iterator[datetime]:

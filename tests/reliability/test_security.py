@@ -21,7 +21,8 @@ SECRET = "a-very-distinctive-signing-secret-123"
 
 def schema_routes():
     paths = SchemaGenerator().get_schema(request=None, public=True)["paths"]
-    return [(method, path.replace("{id}", "00000000-0000-0000-0000-000000000000").replace("{name}", "x"))
+    return [(method, path.replace("{id}", "00000000-0000-0000-0000-000000000000").replace("{name}", "x")
+             .replace("{key}", "x"))
             for path, operations in paths.items() for method in operations]
 
 

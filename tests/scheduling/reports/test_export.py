@@ -87,6 +87,8 @@ def test_each_due_date_gets_a_partition_with_the_facts(message, tmp_path):
         "first_exchange": "",
         "idempotency_key": None,
         "last_error": "",
+        "schedule": None,
+        "due_history": None,
         "payload": None,  # the report does not read payloads (the archive keeps them)
         "shard": 0,  # v2 has one shard here
     }

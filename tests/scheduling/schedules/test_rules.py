@@ -106,3 +106,10 @@ def test_a_bad_interval_is_an_interval_seconds_error(seconds, text):
     with pytest.raises(ValidationError) as caught:
         rules.interval_check(seconds)
     assert text in caught.value.message_dict["interval_seconds"][0]
+
+
+def test_runs_stop_at_the_largest_date_instead_of_failing():
+    late = at("9999-12-31T23:00:00Z")
+    assert rules.preview(Rule(cron="0 * * * *"), after=late, count=5) == []
+    assert rules.preview(Rule(interval_ms=7200_000, anchor=late), after=late, count=5) == []
+    assert rules.preview(Rule(cron="0 * * * *", start=late), after=at("2026-01-01T00:00:00Z"), count=3) == [late]
