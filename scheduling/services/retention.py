@@ -31,7 +31,7 @@ from ..archive import columns, parquet
 from ..conf import conf, setting_name
 from ..durations import format_duration
 from ..lifecycle import Status
-from ..models import AccuracyReport, ArchiveFile, ScheduledMessage
+from ..models import AccuracyReport, ArchiveFile, BulkAction, ScheduledMessage
 from ..queries import PRUNE_BATCH
 from ..selectors.database import (
     message_count_in_flight_created_before,
@@ -141,6 +141,8 @@ def _prune(rules, now: datetime, result: PruneResult, progress: Progress) -> Non
     result.archive_days_removed = archive_expire_days(now=now, archive=archive)
     result.report_rows_removed = accuracy_report_expire(now=now)
     _expired_sessions_remove()
+    # bulk actions (operators', not traffic's) go with the longest retention of the messages they changed
+    BulkAction.objects.filter(finished_at__lt=now - max(settings.retention, settings.failed_retention)).delete()
     if result.deleted:
         result.vacuumed = message_table_vacuum_unattended()
 

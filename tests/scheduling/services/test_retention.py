@@ -287,3 +287,15 @@ def test_a_file_that_reads_back_short_deletes_nothing_and_is_removed(archive, ro
         message_prune(now=NOW)
     assert ScheduledMessage.objects.count() == 1 and not ArchiveFile.objects.exists()
     assert not [p for p in archive.rglob("*") if p.is_file()]
+
+
+def test_finished_bulk_actions_go_with_the_prune_after_the_longest_retention(archive):
+    from scheduling.models import BulkAction
+
+    old = BulkAction.objects.create(kind="cancel", filters={}, matched=1, done=1, state="done",
+                                    finished_at=NOW - timedelta(days=31))
+    BulkAction.objects.create(kind="cancel", filters={}, matched=1, done=1, state="done",
+                              finished_at=NOW - timedelta(days=29))  # within the failed messages' 30 days
+    BulkAction.objects.create(kind="republish", filters={}, matched=9, done=3)  # running: kept
+    message_prune(now=NOW)
+    assert BulkAction.objects.count() == 2 and not BulkAction.objects.filter(pk=old.pk).exists()
