@@ -127,17 +127,15 @@ class State:
 
 
 def arrive(state: State, *, attempt: int, now: datetime, redelivered: bool = False,
-           rerun_redelivered: bool = False, by: str | None = None, due_ms: int | None = None) -> tuple[Arrival, dict]:
+           rerun_redelivered: bool = False, by: str | None = None) -> tuple[Arrival, dict]:
     """What to do with a hand-over of ``attempt`` (0: the copy that came through the cascade;
     n: the n-th handler retry) and the fields to record. Every copy of attempt 0 counts in
     ``delivery_count``, so duplicates the broker made stay visible. ``rerun_redelivered``: a
     Celery task with acks_late runs again when its worker died mid-run (the broker marks the
     copy redelivered), as Celery would without the platform. ``by``: the worker that received
-    it, recorded with the delivery (which worker of several delivered a message). ``due_ms``: the
-    due time the copy carries, when the wire says it (see superseded)."""
+    it, recorded with the delivery (which worker of several delivered a message). A copy for a
+    due time the message no longer has is told apart before this, by ``superseded``."""
     counted = {"delivery_count": state.delivery_count + 1} if attempt == 0 else {}
-    if superseded(state, attempt=attempt, due_ms=due_ms):
-        return Arrival.SUPERSEDED, {}
     if state.status == Status.CANCELLED:
         return Arrival.CANCELLED, counted
     if state.status in _DELIVERABLE and attempt == state.attempts:

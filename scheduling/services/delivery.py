@@ -107,7 +107,8 @@ def delivery_receive_many(*, items: list[tuple[str, int]], defer_webhooks: bool 
     """Record a batch of hand-overs in one transaction (one lock query, one write, one commit):
     the delivery loop's path, thousands a second where a transaction per message managed a few
     hundred. ``items`` are (message id, attempt) or (message id, attempt, the due time in ms the
-    copy carries), in arrival order; outcomes come back in the same order. Webhook messages come back DEFERRED (untouched): an HTTP call must not hold the
+    copy carries), in arrival order; outcomes come back in the same order. Webhook messages come
+    back DEFERRED (untouched): an HTTP call must not hold the
     batch's locks, so the caller hands them to delivery_receive one by one. ``by``: the
     receiving worker, recorded on each delivery."""
     with transaction.atomic():
