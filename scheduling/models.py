@@ -300,6 +300,11 @@ class Schedule(models.Model):
         return rules.Rule(cron=self.cron, tz=self.timezone, interval_ms=self.interval_ms,
                                anchor=self.anchor_at, start=self.start_at, end=self.end_at)
 
+    def upcoming(self, now, count: int = 1) -> list:
+        """The next ``count`` runs after ``now``, UTC; none while paused (what the API's
+        next_run_at and the admin's next runs show)."""
+        return [] if self.is_paused else rules.preview(self.rule, after=now, count=count)
+
     @property
     def interval_seconds(self):
         return None if self.interval_ms is None else self.interval_ms / 1000

@@ -9,7 +9,6 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from ..models import Schedule
-from ..schedules import rules
 from ..selectors.database import schedule_list
 from ..services.schedules import schedule_delete, schedule_set_paused, schedule_upsert
 from .base import ControlRoomAdmin
@@ -41,8 +40,8 @@ class ScheduleAdmin(ControlRoomAdmin):
     def next_run(self, schedule):
         if schedule.is_paused:
             return "paused"
-        run = schedule.rule.next_run(timezone.now())
-        return f"{run:%Y-%m-%d %H:%M:%S}" if run else "none left"
+        runs = schedule.upcoming(timezone.now())
+        return f"{runs[0]:%Y-%m-%d %H:%M:%S}" if runs else "none left"
 
     @admin.display(description="runs")
     def runs(self, schedule):
@@ -85,7 +84,7 @@ class ScheduleAdmin(ControlRoomAdmin):
         initial = {"key": obj.key, "endpoint": obj.endpoint.name, "payload": obj.payload, "cron": obj.cron,
                    "timezone": obj.timezone, "interval_seconds": obj.interval_seconds, "start_at": obj.start_at,
                    "end_at": obj.end_at, "missed_runs": obj.missed_runs}
-        upcoming = [] if obj.is_paused else rules.preview(obj.rule, after=timezone.now(), count=5)
+        upcoming = obj.upcoming(timezone.now(), count=5)
 
         def form(data, initial):
             return ScheduleForm(data, initial=initial, next_runs=upcoming)

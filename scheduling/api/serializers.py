@@ -272,7 +272,7 @@ class ScheduleSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_next_run_at(self, schedule) -> datetime | None:
-        return None if schedule.is_paused else schedule.rule.next_run(timezone.now())
+        return next(iter(schedule.upcoming(timezone.now())), None)
 
 
 class ScheduleWriteSerializer(RefuseControlCharacters, serializers.Serializer):
