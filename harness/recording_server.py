@@ -5,17 +5,22 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class RecordingServer:
     """A local HTTP/1.1 server (keep-alive) that records every POST with the client's address
-    (``peer``: how many connections a sender used); ``fail_first`` answers 500 that many times;
-    ``answer`` (status, headers) replaces the 200 (a redirect, say)."""
+    (``peer``: how many connections a sender used) and when it came (``at``, monotonic seconds);
+    ``fail_first`` answers 500 that many times; ``answer`` (status, headers) replaces the 200 (a
+    redirect, say); ``hold_seconds`` keeps each request that long before answering, and
+    ``most_in_flight`` is the most requests it held at once (flow control's concurrency, counted
+    here, where the calls arrive)."""
 
-    def __init__(self, fail_first: int = 0, answer: tuple[int, dict] = (200, {})):
+    def __init__(self, fail_first: int = 0, answer: tuple[int, dict] = (200, {}), hold_seconds: float = 0):
         self.requests: list[dict] = []
         self.fail_first = fail_first
+        self.in_flight = self.most_in_flight = 0
         recorder = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -24,10 +29,16 @@ class RecordingServer:
             def do_POST(self):  # noqa: N802
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 with lock:
+                    recorder.in_flight += 1
+                    recorder.most_in_flight = max(recorder.most_in_flight, recorder.in_flight)
                     recorder.requests.append({"path": self.path, "headers": dict(self.headers), "body": body,
-                                              "peer": self.client_address})
+                                              "peer": self.client_address, "at": time.monotonic()})
                     failing = recorder.fail_first > 0
                     recorder.fail_first -= 1 if failing else 0
+                if hold_seconds:
+                    time.sleep(hold_seconds)
+                with lock:
+                    recorder.in_flight -= 1
                 status, headers = (500, {}) if failing else answer
                 self.send_response(status)
                 for name, value in headers.items():

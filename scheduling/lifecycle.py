@@ -127,13 +127,16 @@ class State:
 
 
 def arrive(state: State, *, attempt: int, now: datetime, redelivered: bool = False,
-           rerun_redelivered: bool = False, by: str | None = None) -> tuple[Arrival, dict]:
+           rerun_redelivered: bool = False, by: str | None = None,
+           throttled_ms: int | None = None) -> tuple[Arrival, dict]:
     """What to do with a hand-over of ``attempt`` (0: the copy that came through the cascade;
     n: the n-th handler retry) and the fields to record. Every copy of attempt 0 counts in
     ``delivery_count``, so duplicates the broker made stay visible. ``rerun_redelivered``: a
     Celery task with acks_late runs again when its worker died mid-run (the broker marks the
     copy redelivered), as Celery would without the platform. ``by``: the worker that received
-    it, recorded with the delivery (which worker of several delivered a message). A copy for a
+    it, recorded with the delivery (which worker of several delivered a message). ``throttled_ms``:
+    how long its endpoint's flow control held it back, recorded so that the wait is told apart
+    from lateness (the report and the metrics subtract it). A copy for a
     due time the message no longer has is told apart before this, by ``superseded``."""
     counted = {"delivery_count": state.delivery_count + 1} if attempt == 0 else {}
     if state.status == Status.CANCELLED:
@@ -143,6 +146,8 @@ def arrive(state: State, *, attempt: int, now: datetime, redelivered: bool = Fal
         if attempt == 0:
             late = lateness_ms(state.due_at, now, accepted_at=state.created_at)
             change |= {"delivered_at": now, "lateness_ms": late}
+            if throttled_ms:
+                change["throttled_ms"] = throttled_ms
             if by is not None:
                 change["delivered_by"] = by
         return Arrival.DELIVER, change

@@ -14,6 +14,7 @@ from topology import cascade
 from .schedules import rules
 from .clock import to_epoch_ms
 from .conf import configured_version, setting_name
+from .delivery.flow import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
 from .lifecycle import Status
 from .queries import ScheduledMessageQuerySet, loaded_instance
 
@@ -98,6 +99,13 @@ class Endpoint(models.Model):
         help_text="the secret before the last rotation: signatures with it stay valid until the time below")
     webhook_secret_previous_expires_at = models.DateTimeField(null=True, blank=True, editable=False)
     is_active = models.BooleanField(default=True)
+    # Flow control (docs/guides/flow-control.md): kept by the delivery loops of every worker together.
+    max_deliveries_per_second = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(MAX_DELIVERIES_PER_SECOND)],
+        help_text="hand-overs in any one second, across all workers; over it, messages wait (empty: no limit)")
+    max_concurrent = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(MAX_CONCURRENT)],
+        help_text="webhook calls in flight at once, across all workers (empty: no limit)")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -124,8 +132,27 @@ class Endpoint(models.Model):
                     f"{self.topology.name} cannot carry the dotted name {self.name!r}: it binds '#.<name>', "
                     f"which another endpoint's binding could share; use a direct-routing version (v3)"
                 )
+        if self.handler == self.Handler.CELERY_QUEUE:
+            for name in ("max_deliveries_per_second", "max_concurrent"):
+                if getattr(self, name) is not None:
+                    errors[name] = "a Celery queue's messages go to its own workers: limit them there"
+        elif self.max_concurrent is not None and self.handler != self.Handler.WEBHOOK:
+            errors["max_concurrent"] = "applies to webhook endpoints only (a Celery task's concurrency is its workers')"
         if errors:
             raise ValidationError(errors)
+
+    @property
+    def flow_limited(self) -> bool:
+        return self.max_deliveries_per_second is not None or self.max_concurrent is not None
+
+
+class EndpointFlow(models.Model):
+    """An endpoint's rate slots: the next free slot, in microseconds of the database's clock. Its
+    own table, not a column of the endpoint: a form saving a whole endpoint row would write an old
+    slot back and let a burst through (scheduling/services/flow.py)."""
+
+    endpoint = models.OneToOneField(Endpoint, on_delete=models.CASCADE, primary_key=True, related_name="flow")
+    next_slot_us = models.BigIntegerField()
 
 
 class ScheduledMessage(models.Model):
@@ -160,6 +187,8 @@ class ScheduledMessage(models.Model):
     finished_at = models.DateTimeField(
         null=True, blank=True, help_text="delivered, cancelled or failed at; the retention counts from here")
     lateness_ms = models.BigIntegerField(null=True, blank=True)
+    throttled_ms = models.BigIntegerField(
+        null=True, blank=True, help_text="of its lateness, how long it waited for its endpoint's flow control")
     delivery_count = models.PositiveIntegerField(default=0)
     attempts = models.PositiveIntegerField(default=0, help_text="handler attempts that failed")
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
@@ -392,6 +421,9 @@ class AccuracyReport(models.Model):
     early = models.PositiveBigIntegerField(help_text="delivered before due (lateness < 0)")
     scheduled_in_past = models.PositiveBigIntegerField(
         default=0, help_text="due before they were accepted (deliver_at in the past): lateness counts from acceptance")
+    throttled = models.PositiveBigIntegerField(
+        default=0, help_text="delivered after waiting for their endpoint's flow control; the wait is not lateness")
+    throttled_max_ms = models.BigIntegerField(null=True, blank=True, help_text="the longest such wait")
     lateness_min_ms = models.BigIntegerField(null=True, blank=True)
     lateness_p50_ms = models.FloatField(null=True, blank=True)
     lateness_p95_ms = models.FloatField(null=True, blank=True)

@@ -63,9 +63,9 @@ class ScheduledMessageQuerySet(models.QuerySet):
                     copy.write_row([prep(row) if prep else getattr(row, name) for name, prep in prepare])
 
     DELIVERY_FIELDS = ("status", "delivered_at", "lateness_ms", "delivery_count", "attempts", "last_error",
-                       "delivered_by", "finished_at")
+                       "delivered_by", "finished_at", "throttled_ms")
 
-    DELIVERY_TYPES = ("text", "timestamptz", "bigint", "integer", "integer", "text", "text", "timestamptz")
+    DELIVERY_TYPES = ("text", "timestamptz", "bigint", "integer", "integer", "text", "text", "timestamptz", "bigint")
 
     def save_delivery_state(self, rows: list["ScheduledMessage"]) -> None:
         """Write what the delivery path changed on a batch of locked rows, in one statement: the
@@ -91,7 +91,8 @@ class ScheduledMessageQuerySet(models.QuerySet):
 
     def locked_for_delivery(self, ids) -> list["ScheduledMessage"]:
         """Lock a batch of rows (FOR UPDATE, one array parameter) and load only what delivering
-        them reads and writes, with their endpoint's handler as ``endpoint_handler``; other
+        them reads and writes, with their endpoint's handler as ``endpoint_handler`` (and its
+        ``endpoint_max_concurrent``); other
         fields load on access. The ORM's IN list of 500 ids and its full rows cost the delivery
         loop ~40 % of its time in a burst, and a second query for the endpoints a round trip of
         every delivery's lateness (docs/performance.md)."""
@@ -103,7 +104,7 @@ class ScheduledMessageQuerySet(models.QuerySet):
         endpoints = self.model._meta.get_field("endpoint").related_model._meta.db_table
         with connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT {columns}, e.handler FROM {self.model._meta.db_table} m "
+                f"SELECT {columns}, e.handler, e.max_concurrent FROM {self.model._meta.db_table} m "
                 f"JOIN {endpoints} e ON e.id = m.endpoint_id "
                 f"WHERE m.id = ANY(%s::uuid[]) FOR UPDATE OF m",
                 [uuid_array(ids)],
@@ -111,7 +112,8 @@ class ScheduledMessageQuerySet(models.QuerySet):
             rows = cursor.fetchall()
         messages = []
         for row in rows:
-            messages.append(loaded_instance(self.model, self.db, {**dict(zip(fields, row)), "endpoint_handler": row[-1]}))
+            values = {**dict(zip(fields, row)), "endpoint_handler": row[-2], "endpoint_max_concurrent": row[-1]}
+            messages.append(loaded_instance(self.model, self.db, values))
         return messages
 
     def lock_ids(self, ids: list, *, status: str) -> set:

@@ -32,14 +32,15 @@ def _count_column(status: str):
 
 @admin.register(Endpoint)
 class EndpointAdmin(ControlRoomAdmin):
-    list_display = ("name", "topology", "handler_summary", "is_active", *(f"n_{s}" for s in Status))
+    list_display = ("name", "topology", "handler_summary", "flow_summary", "is_active", *(f"n_{s}" for s in Status))
     list_filter = ("is_active", "handler", "topology")
     search_fields = ("name",)
     list_per_page = 50
     show_full_result_count = False  # a second COUNT(*) over the whole table per page
     actions = ("activate", "deactivate", "rotate_secret")
     object_actions = {"activate": "Activate", "deactivate": "Deactivate", "rotate_secret": "Rotate webhook secret"}
-    fields = ("name", "topology", "delivery_mode", "handler", "handler_target", "is_active", "created_at", "updated_at")
+    fields = ("name", "topology", "delivery_mode", "handler", "handler_target", "max_deliveries_per_second",
+              "max_concurrent", "is_active", "created_at", "updated_at")
     readonly_fields = fields
 
     n_pending = _count_column(Status.PENDING)
@@ -53,6 +54,12 @@ class EndpointAdmin(ControlRoomAdmin):
         if not endpoint.handler_target:
             return endpoint.handler
         return format_html("{} <small>{}</small>", endpoint.handler, endpoint.handler_target)
+
+    @admin.display(description="flow control")
+    def flow_summary(self, endpoint):
+        limits = [f"{endpoint.max_deliveries_per_second:,}/s" if endpoint.max_deliveries_per_second else "",
+                  f"{endpoint.max_concurrent} at once" if endpoint.max_concurrent else ""]
+        return ", ".join(limit for limit in limits if limit) or "–"
 
     def get_queryset(self, request):
         return endpoint_list()
@@ -113,7 +120,8 @@ class EndpointAdmin(ControlRoomAdmin):
         if obj is None or not self.has_change_permission(request, obj):
             return super().change_view(request, object_id, form_url, extra_context)
         initial = {"topology": obj.topology.name, "delivery_mode": obj.delivery_mode, "handler": obj.handler,
-                   "handler_target": obj.handler_target}
+                   "handler_target": obj.handler_target, "max_deliveries_per_second": obj.max_deliveries_per_second,
+                   "max_concurrent": obj.max_concurrent}
         return self.service_form_view(
             request, EndpointChangeForm, lambda data: endpoint_update(endpoint=obj, **data),
             title="Change endpoint", obj=obj, initial=initial, done="Saved",

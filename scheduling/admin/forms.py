@@ -3,6 +3,7 @@ allowed lives in the services, shared with the API (see base.service_form_view).
 
 from django import forms
 
+from ..delivery.flow import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
 from ..models import DeliveryMode, Endpoint, Schedule, TopologyVersion
 from ..selectors.database import endpoint_list, topology_version_get_default
 from ..services.retention import retention_describe
@@ -30,6 +31,12 @@ class EndpointChangeForm(forms.Form):
     )
     handler = forms.ChoiceField(choices=Endpoint.Handler.choices)
     handler_target = forms.CharField(required=False, max_length=500, help_text="Celery task name, or the webhook's URL")
+    max_deliveries_per_second = forms.IntegerField(
+        required=False, min_value=1, max_value=MAX_DELIVERIES_PER_SECOND,
+        help_text="flow control: hand-overs in any one second, across all workers (empty: no limit)")
+    max_concurrent = forms.IntegerField(
+        required=False, min_value=1, max_value=MAX_CONCURRENT,
+        help_text="flow control: webhook calls in flight at once, across all workers (empty: no limit)")
 
 
 class EndpointCreateForm(EndpointChangeForm):
@@ -42,7 +49,8 @@ class EndpointCreateForm(EndpointChangeForm):
                   "empty (the endpoint's 'Rotate webhook secret' button shows a new one, once)",
     )
     is_active = forms.BooleanField(required=False, initial=True)
-    field_order = ["name", "topology", "delivery_mode", "handler", "handler_target", "webhook_secret", "is_active"]
+    field_order = ["name", "topology", "delivery_mode", "handler", "handler_target", "webhook_secret",
+                   "max_deliveries_per_second", "max_concurrent", "is_active"]
 
     def clean_delivery_mode(self):
         return self.cleaned_data["delivery_mode"] or DeliveryMode.NATIVE

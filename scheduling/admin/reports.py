@@ -131,10 +131,12 @@ class AccuracyReportAdmin(admin.ModelAdmin):
         _problem_column("early"),
         "in_flight",
         "in_past",
+        "throttled",
         _ms_column("lateness_p50_ms", "p50 ms"),
         _ms_column("lateness_p95_ms", "p95 ms"),
         _ms_column("lateness_p99_ms", "p99 ms"),
         _ms_column("lateness_max_ms", "max ms"),
+        _ms_column("throttled_max_ms", "longest wait ms"),
     ]
     list_filter = [
         ("day", admin.DateFieldListFilter),

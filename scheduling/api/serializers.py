@@ -9,6 +9,7 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from ..conf import conf, setting_name
+from ..delivery.flow import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
 from ..lifecycle import Status, scheduled_in_past
 from ..models import DeliveryMode, Endpoint, Schedule, ScheduledMessage, TopologyVersion
 from .validation import RefuseControlCharacters, has_refused_characters
@@ -42,6 +43,7 @@ class EndpointSerializer(RefuseControlCharacters, serializers.ModelSerializer):
     class Meta:
         model = Endpoint
         fields = ["name", "topology", "delivery_mode", "handler", "handler_target", "webhook_secret",
+                  "max_deliveries_per_second", "max_concurrent",
                   "is_active", "created_at", "message_counts", "message_counts_estimated"]
         read_only_fields = ["is_active", "created_at"]
 
@@ -84,6 +86,12 @@ class EndpointUpdateSerializer(RefuseControlCharacters, serializers.Serializer):
 
     topology = VersionField(required=False)
     delivery_mode = serializers.ChoiceField(choices=DeliveryMode.choices, required=False)
+    max_deliveries_per_second = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, max_value=MAX_DELIVERIES_PER_SECOND,
+        help_text="hand-overs in any one second, across all workers; null: no limit")
+    max_concurrent = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, max_value=MAX_CONCURRENT,
+        help_text="webhook calls in flight at once, across all workers (webhook endpoints); null: no limit")
 
 
 class MessageCreateSerializer(RefuseControlCharacters, serializers.Serializer):

@@ -97,7 +97,8 @@ class EndpointViewSet(
 
     @extend_schema(request=EndpointUpdateSerializer, responses={200: EndpointSerializer})
     def partial_update(self, request, name=None):
-        """Change the version or delivery mode of new messages; scheduled ones keep theirs."""
+        """Change the version or delivery mode of new messages (scheduled ones keep theirs), or the
+        endpoint's flow control (max_deliveries_per_second, max_concurrent; null: no limit)."""
         changes = EndpointUpdateSerializer(data=request.data, partial=True)
         changes.is_valid(raise_exception=True)
         endpoint = endpoint_update(endpoint=self.get_object(), **changes.validated_data)

@@ -28,6 +28,7 @@ COLUMNS: dict[str, tuple[str, pa.DataType]] = {
     "finished_at": (f'{M}."finished_at"', TIMESTAMP),
     "status": (f'{M}."status"', pa.string()),
     "lateness_ms": (f'{M}."lateness_ms"', pa.int64()),
+    "throttled_ms": (f'{M}."throttled_ms"', pa.int64()),
     "delivery_count": (f'{M}."delivery_count"', pa.int32()),
     "attempts": (f'{M}."attempts"', pa.int32()),
     "delivered_by": (f'{M}."delivered_by"', pa.string()),

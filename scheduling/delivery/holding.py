@@ -21,6 +21,10 @@ class Held:
     message: Received = field(compare=False)
     delivery: Delivery = field(compare=False)
     failures: int = field(compare=False, default=0)  # database or broker outages met so far
+    # flow control (flow.py): its rate slot, when it was first held back, whether it counts as in flight
+    slot_ms: float | None = field(compare=False, default=None)
+    throttled_since_ms: int | None = field(compare=False, default=None)
+    counted: bool = field(compare=False, default=False)
 
 
 class Holding:
@@ -64,8 +68,10 @@ class Holding:
 
     def ids_due_before(self, due_ms: int) -> set[str]:
         """Ids of held messages whose own due time is before ``due_ms``, however long they are held
-        now (a database or broker outage postpones them)."""
-        return {held.delivery.message_id for held in self._heap if held.delivery.due_ms < due_ms}
+        now (a database or broker outage postpones them); not those flow control holds back (the
+        rescue leaves an endpoint with a backlog of slots alone: services/rescue.py)."""
+        return {held.delivery.message_id for held in self._heap
+                if held.delivery.due_ms < due_ms and held.throttled_since_ms is None}
 
     def behind_ms(self, now_ms: int) -> int:
         """How long the earliest message ready for delivery has waited for the loop (0: none waits)."""

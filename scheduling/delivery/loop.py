@@ -34,7 +34,7 @@ from .. import wire
 from ..clock import from_epoch_ms, now_ms, to_epoch_ms
 from ..conf import broker, conf
 from ..observability import metrics
-from ..selectors.database import endpoint_get_consumption
+from ..selectors.database import endpoint_get_consumption, endpoint_get_flow_limits
 from ..services.delivery import (
     Outcome,
     Result,
@@ -42,7 +42,9 @@ from ..services.delivery import (
     delivery_receive_many,
     delivery_retry_unsent,
 )
+from ..services.flow import endpoint_take_slots
 from ..services.rescue import message_rescue_overdue
+from .flow import FlowGate, Limit
 from .holding import Held, Holding
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,7 @@ class DeliveryLoop(threading.Thread):
         self.finished: queue.SimpleQueue = queue.SimpleQueue()  # (Held, Outcome | Exception) from webhooks
         self.webhooks = ThreadPoolExecutor(self.settings.webhook_concurrency, thread_name_prefix="dp-webhook")
         self.holding = Holding()
+        self.flow = FlowGate()  # endpoints' rate and concurrency limits (flow.py)
         self.consumer: rabbit.Consumer | None = None
         self.unknown_reported: set[str] = set()
         self.beat_at = time.monotonic()  # the last turn of the loop (the worker health check reads it)
@@ -128,6 +131,7 @@ class DeliveryLoop(threading.Thread):
         try:
             close_old_connections()
             wanted = {name for name, active in endpoint_get_consumption().items() if active}
+            self.flow.set_limits(endpoint_get_flow_limits())
         except DatabaseError as exc:
             log.warning("endpoint sync skipped: database unavailable (%s)", exc)
             return
@@ -170,36 +174,65 @@ class DeliveryLoop(threading.Thread):
             self.holding.hold(message, delivery)
 
     def _deliver_due(self) -> None:
-        due = self.holding.due(now_ms(), self.settings.delivery_batch)
-        if not due:
+        ready = self.holding.due(now_ms(), self.settings.delivery_batch)
+        if not ready:
             return
+        due = ready
         try:
+            now = now_ms()
+            due, waiting = self.flow.admit(ready, now, self._take_slots)
+            for held, until_ms in waiting:  # over an endpoint's limit: held for its slot
+                self.holding.hold_until(held, until_ms)
+            if not due:
+                return
             outcomes = delivery_receive_many(items=[(h.delivery.message_id, h.delivery.attempt,
-                                                     h.delivery.stamped_due_ms) for h in due],
-                                             by=self.worker_name)
+                                                     h.delivery.stamped_due_ms, self.flow.throttled_ms(h, now))
+                                                    for h in due], by=self.worker_name)
         except DatabaseError as exc:
             close_old_connections()
+            for held in due:
+                self.flow.done(held)
             waits = [self.holding.database_failed(held, now_ms()) for held in due]
             log.warning("delivery of %d message(s) postponed: database unavailable (%s); retry in %gs, unacked",
                         len(due), exc, min(waits))
             return
         decided = []
         for held, outcome in zip(due, outcomes):
-            if outcome.result is Result.DEFERRED:
+            if outcome.result is Result.DEFERRED:  # a webhook: one by one, each in the call's own transaction
                 self.in_webhooks.add(held.delivery.message_id)
-                future = self.webhooks.submit(delivery_receive, message_id=held.delivery.message_id, by=self.worker_name,
-                                              attempt=held.delivery.attempt)
+                future = self.webhooks.submit(self._call_webhook, held)
                 future.add_done_callback(lambda f, h=held: self.finished.put((h, f.exception() or f.result())))
             else:
+                self.flow.done(held)
                 decided.append((held, outcome))
         self._settle_all(decided)
+
+    @staticmethod
+    def _take_slots(limit: Limit, count: int, spacing_us: int, since_ms: int) -> int:
+        """The first slot's delay from ``since_ms``: the database's delay counts from its
+        statement, which this clock reads after it (the slot is never placed early)."""
+        first_us = endpoint_take_slots(limit=limit, count=count, spacing_us=spacing_us)
+        return first_us + (now_ms() - since_ms) * 1000
+
+    def _call_webhook(self, held: Held) -> Outcome:
+        """In a webhook thread: the hand-over, unless its rate slot went by while it waited for
+        the thread (then it goes back for another, flow.py)."""
+        now = now_ms()
+        if self.flow.late(held, now):
+            return Outcome(Result.BUSY, attempt=held.delivery.attempt)
+        return delivery_receive(message_id=held.delivery.message_id, attempt=held.delivery.attempt,
+                                by=self.worker_name, due_ms=held.delivery.stamped_due_ms,
+                                throttled_ms=self.flow.throttled_ms(held, now))
 
     def _finish_webhooks(self) -> None:
         decided = []
         while not self.finished.empty():
             held, result = self.finished.get()
             self.in_webhooks.discard(held.delivery.message_id)
-            if isinstance(result, DatabaseError):
+            self.flow.done(held)
+            if isinstance(result, Outcome) and result.result is Result.BUSY:  # flow control: look again soon
+                self.holding.hold_until(held, self.flow.back(held, now_ms()))
+            elif isinstance(result, DatabaseError):
                 self.holding.database_failed(held, now_ms())
             elif isinstance(result, Exception):
                 log.error("webhook delivery of %s raised %r; left unacked", held.delivery.message_id, result)

@@ -32,7 +32,13 @@ DELIVERIES = Counter(
     "delay_deliveries", "Messages handed to their endpoint (the first delivery of each).", BY_MESSAGE)
 LATENESS = Histogram(
     "delay_delivery_lateness_seconds", "How late each delivery was, from the later of its due time and "
-    "the time it was accepted.", BY_MESSAGE, buckets=LATENESS_BUCKETS)
+    "the time it was accepted, less its wait for its endpoint's flow control.", BY_MESSAGE, buckets=LATENESS_BUCKETS)
+THROTTLED = Counter(
+    "delay_throttled", "Deliveries that waited for their endpoint's flow control (max_deliveries_per_second, "
+    "max_concurrent).", BY_MESSAGE)
+THROTTLE_WAIT = Histogram(
+    "delay_throttle_wait_seconds", "How long each throttled delivery waited for its endpoint's flow control.",
+    BY_MESSAGE, buckets=LATENESS_BUCKETS)
 DUPLICATES = Counter(
     "delay_duplicates_suppressed", "Copies of already delivered messages dropped on arrival.", BY_MESSAGE)
 CANCELLED_ARRIVALS = Counter(
@@ -70,6 +76,7 @@ class Counted:
     metric: Counter
     row: object
     lateness_ms: int | None = None
+    throttled_ms: int | None = None  # of the lateness, the wait for flow control
 
 
 def record(events: list[Counted]) -> None:
@@ -85,8 +92,12 @@ def record(events: list[Counted]) -> None:
     for event in events:
         labels = label_names.of(event.row)
         tally[(event.metric, labels)] += 1
+        waited = event.throttled_ms or 0
         if event.lateness_ms is not None:  # never early by design; an early one counts as on time
-            LATENESS.labels(*labels).observe(max(event.lateness_ms, 0) / 1000)
+            LATENESS.labels(*labels).observe(max(event.lateness_ms - waited, 0) / 1000)
+        if waited:
+            tally[(THROTTLED, labels)] += 1
+            THROTTLE_WAIT.labels(*labels).observe(waited / 1000)
     for (metric, labels), n in tally.items():
         metric.labels(*labels).inc(n)
 
@@ -103,7 +114,8 @@ def arrival(kind: Arrival, row, change: dict) -> Counted | None:
     """What a hand-over counts: the first delivery of a message (with its lateness), a duplicate
     or a cancelled one dropped. A retry's later attempt is not a new delivery."""
     if kind is Arrival.DELIVER:
-        return Counted(DELIVERIES, row, change["lateness_ms"]) if "delivered_at" in change else None
+        return (Counted(DELIVERIES, row, change["lateness_ms"], change.get("throttled_ms"))
+                if "delivered_at" in change else None)
     return Counted({Arrival.DUPLICATE: DUPLICATES, Arrival.SUPERSEDED: SUPERSEDED}.get(kind, CANCELLED_ARRIVALS), row)
 
 

@@ -59,12 +59,13 @@ FACTS_SCHEMA = T.StructType(
         T.StructField("cancelled_at", T.TimestampType(), True),
         T.StructField("created_at", T.TimestampType(), True),  # accepted; facts exported before it: null
         T.StructField("shard", T.IntegerType(), True),  # of its version; facts exported before shards: null
+        T.StructField("throttled_ms", T.LongType(), True),  # the wait for flow control; facts from before it: null
         T.StructField("due_date", T.DateType(), False),  # the partition column
     ]
 )
 
 OUTCOMES = ("delivered", "cancelled", "failed", "lost", "in_flight", "duplicates", "early")
-FLAGS = (*OUTCOMES, "scheduled_in_past")  # 0/1 per message, summed per group
+FLAGS = (*OUTCOMES, "scheduled_in_past", "throttled")  # 0/1 per message, summed per group
 COUNTS = ("scheduled", *FLAGS)
 REPORT_COLUMNS = (
     "day",
@@ -73,6 +74,7 @@ REPORT_COLUMNS = (
     "lateness_min_ms",
     *(f"lateness_{name}_ms" for name, _ in PERCENTILES),
     "lateness_max_ms",
+    "throttled_max_ms",
 )
 
 
@@ -92,14 +94,17 @@ def with_outcomes(facts: DataFrame, *, as_of: datetime, lost_after: timedelta) -
     passed (cancelled and failed messages are accounted for, so never lost); a message handed
     over twice is one delivery and one duplicate. Due and lateness count from the later of
     due_at and created_at (the lifecycle's rule); the stored lateness of a message scheduled in
-    the past is recomputed, so rows recorded before that rule are counted by it too."""
+    the past is recomputed, so rows recorded before that rule are counted by it too. The time a
+    message waited for its endpoint's flow control is not lateness: it is taken off, and the
+    message counts as throttled (with the longest wait per group)."""
     status, delivered = F.col("status"), F.col("delivered_at").isNotNull()
     accepted = F.coalesce(F.col("created_at"), F.col("due_at"))
     in_past = F.col("due_at") < accepted
     still_open = status.isin(*OPEN_STATUSES)
     overdue = F.greatest(F.col("due_at"), accepted) < F.lit(as_of - lost_after)
     since_accepted_ms = F.floor((F.unix_micros(F.col("delivered_at")) - F.unix_micros(accepted)) / 1000)
-    lateness = F.when(in_past, since_accepted_ms.cast("long")).otherwise(F.col("lateness_ms"))
+    waited = F.coalesce(F.col("throttled_ms"), F.lit(0))
+    lateness = F.when(in_past, since_accepted_ms.cast("long")).otherwise(F.col("lateness_ms")) - waited
     flags = {
         "delivered": delivered,
         "cancelled": status == "cancelled",
@@ -109,11 +114,13 @@ def with_outcomes(facts: DataFrame, *, as_of: datetime, lost_after: timedelta) -
         "duplicates": F.col("delivery_count") > 1,
         "early": delivered & (lateness < 0),
         "scheduled_in_past": in_past,
+        "throttled": delivered & (waited > 0),
     }
     return facts.select(
         "*",
         *(F.when(condition, 1).otherwise(0).alias(name) for name, condition in flags.items()),
         F.when(delivered, lateness).alias("arrival_lateness_ms"),
+        F.when(delivered & (waited > 0), waited).alias("throttled_wait_ms"),
     )
 
 
@@ -138,6 +145,7 @@ def lateness_histogram(outcomes: DataFrame) -> DataFrame:
         F.count(lateness).alias("lateness_n"),
         F.min(lateness).alias("lateness_min_ms"),
         F.max(lateness).alias("lateness_max_ms"),
+        F.max("throttled_wait_ms").alias("throttled_max_ms"),
     )
 
 
@@ -149,6 +157,7 @@ def accuracy_rows(histogram: DataFrame) -> DataFrame:
         F.min("lateness_min_ms").alias("lateness_min_ms"),
         F.percentile("lateness_bin", [p for _, p in PERCENTILES], F.col("lateness_n")).alias("percentiles"),
         F.max("lateness_max_ms").alias("lateness_max_ms"),
+        F.max("throttled_max_ms").alias("throttled_max_ms"),
         *(F.grouping(name).alias(f"all_{name}") for name in DIMENSIONS),
     )
     return rows.select(
@@ -164,6 +173,7 @@ def accuracy_rows(histogram: DataFrame) -> DataFrame:
             for i, (name, _) in enumerate(PERCENTILES)
         ),
         "lateness_max_ms",
+        "throttled_max_ms",
     )
 
 

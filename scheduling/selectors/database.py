@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from ..clock import minute_floor
 from ..conf import conf
+from ..delivery.flow import Limit
 from ..lifecycle import FINISHED, IN_FLIGHT, Status
 from ..models import DeliveryMinute, DeliveryMode, Endpoint, Schedule, ScheduledMessage, TopologyVersion
 from ..observability import lateness_buckets
@@ -55,6 +56,13 @@ def endpoint_get_consumption() -> dict[str, bool]:
     return dict(
         Endpoint.objects.exclude(handler=Endpoint.Handler.CELERY_QUEUE).values_list("name", "is_active")
     )
+
+
+def endpoint_get_flow_limits() -> dict[str, Limit]:
+    """Queue name -> the flow control of each endpoint that has any (the delivery loop's gate)."""
+    limited = Endpoint.objects.filter(Q(max_deliveries_per_second__isnull=False) | Q(max_concurrent__isnull=False))
+    return {name: Limit(endpoint_id, per_second, concurrent) for name, endpoint_id, per_second, concurrent
+            in limited.values_list("name", "id", "max_deliveries_per_second", "max_concurrent")}
 
 
 def schedule_list():

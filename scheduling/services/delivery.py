@@ -26,6 +26,7 @@ from ..models import Endpoint, ScheduledMessage
 from ..observability import metrics
 from .delivery_log import delivery_log_on_commit
 from .delivery_minutes import delivery_minute_record
+from .flow import endpoint_try_call_slot
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ class Result(enum.Enum):
     EARLY = "early"
     RETRY = "retry"
     DEFERRED = "deferred"  # left for the one-by-one path (webhooks)
+    BUSY = "busy"  # every call slot of its endpoint (max_concurrent) is taken: nothing recorded, try again soon
     POSTPONED = "postponed"  # the broker did not take its handler task: nothing recorded, try again soon
     FAILED = "failed"
     UNKNOWN = "unknown"
@@ -106,24 +108,26 @@ def delivery_receive_many(*, items: list[tuple[str, int]], defer_webhooks: bool 
                           by: str = "") -> list[Outcome]:
     """Record a batch of hand-overs in one transaction (one lock query, one write, one commit):
     the delivery loop's path, thousands a second where a transaction per message managed a few
-    hundred. ``items`` are (message id, attempt) or (message id, attempt, the due time in ms the
-    copy carries), in arrival order; outcomes come back in the same order. Webhook messages come
-    back DEFERRED (untouched): an HTTP call must not hold the
-    batch's locks, so the caller hands them to delivery_receive one by one. ``by``: the
-    receiving worker, recorded on each delivery."""
+    hundred. ``items`` are (message id, attempt), optionally followed by the due time in ms the
+    copy carries and how long flow control held it back (ms), in arrival order; outcomes come
+    back in the same order. Webhook messages come back DEFERRED (untouched): an HTTP call must
+    not hold the batch's locks, so the caller hands them to delivery_receive one by one; there, a
+    webhook whose endpoint has max_concurrent calls in flight comes back BUSY (untouched). ``by``:
+    the receiving worker, recorded on each delivery."""
     with transaction.atomic():
         rows = {str(m.id): m for m in ScheduledMessage.objects.locked_for_delivery(
             [message_id for message_id in {item[0] for item in items} if wire.is_row_id(message_id)])}
         now = timezone.now()
         outcomes: list[Outcome | None] = []
         changed, to_handle, counted, arrived = {}, [], [], {}
-        for index, (message_id, attempt, *due) in enumerate(items):
+        for index, (message_id, attempt, *stamps) in enumerate(items):
+            due_ms, throttled_ms = (*stamps, None, None)[:2]
             message = rows.get(message_id)
             if message is None:
                 log.warning("delivery of unknown message %s dropped", message_id)
                 outcomes.append(Outcome(Result.UNKNOWN))
                 continue
-            if lifecycle.superseded(message, attempt=attempt, due_ms=due[0] if due else None):
+            if lifecycle.superseded(message, attempt=attempt, due_ms=due_ms):
                 # before the early check: a copy for the old time must not wait for the new one
                 outcomes.append(Outcome(Result.SUPERSEDED))
                 counted.append(metrics.arrival(Arrival.SUPERSEDED, message, {}))
@@ -134,7 +138,10 @@ def delivery_receive_many(*, items: list[tuple[str, int]], defer_webhooks: bool 
             if now < message.due_at:  # never early: hold it until due
                 outcomes.append(Outcome(Result.EARLY, attempt=attempt, eta=message.due_at))
                 continue
-            arrival, change = lifecycle.arrive(message, attempt=attempt, now=now, by=by)
+            arrival, change = lifecycle.arrive(message, attempt=attempt, now=now, by=by, throttled_ms=throttled_ms)
+            if arrival is Arrival.DELIVER and not _call_slot_free(message, defer_webhooks):
+                outcomes.append(Outcome(Result.BUSY, attempt=attempt))
+                continue
             before = {name: getattr(message, name) for name in change}  # to undo a postponed one
             lifecycle.apply(message, change)
             changed[message.id] = message
@@ -170,9 +177,21 @@ def delivery_receive_many(*, items: list[tuple[str, int]], defer_webhooks: bool 
     return outcomes
 
 
-def delivery_receive(*, message_id: str, attempt: int = 0, by: str = "") -> Outcome:
-    """One hand-over, in its own transaction (webhooks, and the scheduling.deliver task)."""
-    return delivery_receive_many(items=[(message_id, attempt)], defer_webhooks=False, by=by)[0]
+def _call_slot_free(message: ScheduledMessage, deferring: bool) -> bool:
+    """A webhook of an endpoint with max_concurrent takes a call slot for its transaction (which
+    holds the call): services/flow.py."""
+    limit = message.endpoint_max_concurrent
+    if deferring or limit is None or message.endpoint_handler != Endpoint.Handler.WEBHOOK:
+        return True
+    return endpoint_try_call_slot(endpoint_id=message.endpoint_id, concurrent=limit)
+
+
+def delivery_receive(*, message_id: str, attempt: int = 0, by: str = "", due_ms: int | None = None,
+                     throttled_ms: int | None = None) -> Outcome:
+    """One hand-over, in its own transaction (webhooks, and the scheduling.deliver task); ``due_ms``
+    and ``throttled_ms`` as in delivery_receive_many's items."""
+    return delivery_receive_many(items=[(message_id, attempt, due_ms, throttled_ms)], defer_webhooks=False,
+                                 by=by)[0]
 
 
 def delivery_retry_unsent(*, message_id: str, attempt: int) -> bool:

@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 MAX_SECRET_OVERLAP_SECONDS = 30 * 86400  # how long a rotated-out secret may keep signing
 
 
+UNCHANGED = object()  # endpoint_update: a limit not given (None is "no limit")
+
+
 def _version(topology: str | TopologyVersion | None) -> TopologyVersion:
     if isinstance(topology, TopologyVersion):
         return topology
@@ -107,6 +110,8 @@ def endpoint_create(
     webhook_secret: str | None = None,
     is_active: bool = True,
     delivery_mode: str = DeliveryMode.NATIVE,
+    max_deliveries_per_second: int | None = None,
+    max_concurrent: int | None = None,
 ) -> Endpoint:
     """Validate, bind the queue on the broker, then save: no row exists for an unbound queue.
     A webhook endpoint's secret (``whsec_...``) is generated unless given; the caller shows it
@@ -118,6 +123,8 @@ def endpoint_create(
         handler_target=handler_target or "",
         is_active=is_active,
         delivery_mode=delivery_mode,
+        max_deliveries_per_second=max_deliveries_per_second,
+        max_concurrent=max_concurrent,
     )
     if handler == Endpoint.Handler.WEBHOOK:
         endpoint.webhook_secret = _new_secret(webhook_secret, field="webhook_secret")
@@ -151,9 +158,13 @@ def endpoint_update(
     delivery_mode: str | None = None,
     handler: str | None = None,
     handler_target: str | None = None,
+    max_deliveries_per_second: int | None | object = UNCHANGED,
+    max_concurrent: int | None | object = UNCHANGED,
 ) -> Endpoint:
-    """Change where *new* messages go (another version, the timeout manager) or how they are
-    handled, with the same validation as creating it. The name never changes (it is the queue
+    """Change where *new* messages go (another version, the timeout manager), how they are
+    handled, or its flow control (None: no limit; the workers follow within
+    DELAY_CONSUMER_SYNC_SECONDS, at once when the broadcast reaches them), with the same
+    validation as creating it. The name never changes (it is the queue
     and its binding). Messages already scheduled keep theirs; the queue receives from every
     provisioned version, so nothing in flight is stranded. Moving an active endpoint binds its
     queue on the new version before the row says so."""
@@ -167,6 +178,12 @@ def endpoint_update(
             current.handler = handler
         if handler_target is not None:
             current.handler_target = handler_target
+        flow_changed = False
+        for name, value in (("max_deliveries_per_second", max_deliveries_per_second),
+                            ("max_concurrent", max_concurrent)):
+            if value is not UNCHANGED and value != getattr(current, name):
+                setattr(current, name, value)
+                flow_changed = True
         if current.handler == Endpoint.Handler.WEBHOOK and not current.webhook_secret:
             current.webhook_secret = webhook_signing.generate_secret()
         current.full_clean()
@@ -174,6 +191,8 @@ def endpoint_update(
         if moved and current.is_active:
             endpoint_bind(endpoint=current)
         current.save()
+    if flow_changed:
+        transaction.on_commit(lambda: _refresh_consumers(current.name))
     return current
 
 

@@ -28,6 +28,7 @@ from django.utils import timezone
 from rabbit import Outcome, Outgoing
 
 from .. import wire
+from ..clock import to_epoch_ms
 from ..conf import conf
 from ..lifecycle import Status
 from ..models import DeliveryMode, Endpoint, ScheduledMessage
@@ -68,6 +69,8 @@ def message_rescue_overdue(*, queues: Collection[str], skip: Collection[str],
             .filter(status=Status.PUBLISHED, attempts=0, delivery_mode__in=RESCUED_MODES,
                     due_at__lt=cutoff, published_at__lt=cutoff, endpoint__name__in=list(queues))
             .exclude(endpoint__handler__in=UNRESCUED_HANDLERS)
+            # late because of their endpoint's rate limit, not the broker: its slots reach past the cutoff
+            .exclude(endpoint__flow__next_slot_us__gt=to_epoch_ms(cutoff) * 1000)
             .order_by("due_at")[:limit + len(skip)]
         ) if str(row.id) not in skip][:limit]
         if not rows:

@@ -193,12 +193,35 @@ def test_rotate_secret_needs_change_permission_and_a_webhook(api, api_as, webhoo
      ({"name": "*"}, "name"), ({"name": ""}, "name"), ({"name": "bit:05"}, "name"),
      ({"name": "ok", "topology": "v9"}, "topology"), ({"name": "ok", "handler": "celery_task"}, "handler_target"),
      ({"name": "ok", "handler": "webhook", "handler_target": "ftp://x"}, "handler_target"),
-     ({"name": "ok", "handler": "shell"}, "handler")],
+     ({"name": "ok", "handler": "shell"}, "handler"),
+     ({"name": "ok", "max_deliveries_per_second": 0}, "max_deliveries_per_second"),
+     ({"name": "ok", "max_deliveries_per_second": 100_001}, "max_deliveries_per_second"),
+     ({"name": "ok", "max_deliveries_per_second": "fast"}, "max_deliveries_per_second"),
+     ({"name": "ok", "handler": "webhook", "handler_target": "http://127.0.0.1:9/h", "max_concurrent": 0},
+      "max_concurrent"),
+     ({"name": "ok", "max_concurrent": 2}, "max_concurrent"),  # no calls to count: webhooks only
+     ({"name": "ok", "handler": "celery_queue", "max_deliveries_per_second": 5}, "max_deliveries_per_second")],
 )
 def test_bad_endpoint_is_400_naming_the_field(api, platform, body, field):
     response = api.post("/api/endpoints/", body, format="json")
     assert response.status_code == 400 and field in response.json(), response.json()
     assert not Endpoint.objects.exists()
+
+
+def test_flow_control_is_set_read_and_cleared(api, webhook_endpoint):
+    name, _ = webhook_endpoint
+    assert api.get(f"/api/endpoints/{name}/").json()["max_deliveries_per_second"] is None
+    changed = api.patch(f"/api/endpoints/{name}/", {"max_deliveries_per_second": 50, "max_concurrent": 3},
+                        format="json")
+    assert changed.status_code == 200
+    assert (changed.json()["max_deliveries_per_second"], changed.json()["max_concurrent"]) == (50, 3)
+    refused = api.patch(f"/api/endpoints/{name}/", {"max_concurrent": 1001}, format="json")
+    assert refused.status_code == 400 and "max_concurrent" in refused.json()
+    kept = api.patch(f"/api/endpoints/{name}/", {"topology": "v2"}, format="json")  # not named: unchanged
+    assert (kept.json()["max_deliveries_per_second"], kept.json()["max_concurrent"]) == (50, 3)
+    cleared = api.patch(f"/api/endpoints/{name}/", {"max_deliveries_per_second": None}, format="json")
+    assert (cleared.json()["max_deliveries_per_second"], cleared.json()["max_concurrent"]) == (None, 3)
+    assert Endpoint.objects.get(name=name).max_concurrent == 3
 
 
 def test_duplicate_endpoint_name(api, endpoint):

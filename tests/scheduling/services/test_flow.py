@@ -1,0 +1,121 @@
+"""Flow control's shared state in the real database: rate slots no two loops share, call slots
+held for a transaction and freed by its end, a webhook over max_concurrent left untouched, and
+the wait recorded apart from lateness."""
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connection, transaction
+from django.utils import timezone
+
+from harness.at_once import at_once
+from harness.recording_server import RecordingServer
+from scheduling.delivery.flow import Limit
+from scheduling.models import Endpoint, EndpointFlow, ScheduledMessage
+from scheduling.services.delivery import Result, delivery_receive, delivery_receive_many
+from scheduling.services.flow import endpoint_take_slots, endpoint_try_call_slot
+
+Status = ScheduledMessage.Status
+
+
+@pytest.fixture
+def endpoint(versions, endpoint_name):
+    return Endpoint.objects.create(name=endpoint_name, topology=versions["v3"], max_deliveries_per_second=100)
+
+
+def test_the_first_slot_is_now_and_the_next_run_follows_the_last(db, endpoint):
+    limit = Limit(endpoint.pk, per_second=100)
+    assert endpoint_take_slots(limit=limit, count=10, spacing_us=10_000) == 0
+    second = endpoint_take_slots(limit=limit, count=5, spacing_us=10_000)
+    assert 50_000 <= second <= 100_000  # 10 x 10 ms taken, minus the time between the two calls
+    assert EndpointFlow.objects.get(endpoint=endpoint).next_slot_us > 0
+
+
+def test_loops_taking_slots_at_once_never_share_one(transactional_db, endpoint):
+    """Eight loops, 50 takes of 3 slots each: every slot they got is its own, 1 ms apart at least."""
+    limit, spacing = Limit(endpoint.pk, per_second=1000), 1000
+    taken, lock = [], threading.Lock()
+
+    def loop():
+        import time
+        for _ in range(50):
+            started_us = time.time() * 1_000_000
+            first = endpoint_take_slots(limit=limit, count=3, spacing_us=spacing)
+            with lock:
+                taken.extend(started_us + first + i * spacing for i in range(3))
+
+    at_once(loop, threads=8)
+    taken.sort()
+    assert len(taken) == 8 * 50 * 3
+    # each loop's clock reading was taken a little before the database's: allow 5 ms of skew
+    gaps = [b - a for a, b in zip(taken, taken[1:])]
+    assert sum(gap < spacing - 5_000 for gap in gaps) == 0
+    assert taken[-1] - taken[0] >= (len(taken) - 1) * spacing - 10_000
+
+
+def test_call_slots_are_held_by_their_transaction(transactional_db, endpoint):
+    holding, release = threading.Barrier(3), threading.Event()
+
+    def hold():
+        with transaction.atomic():
+            assert endpoint_try_call_slot(endpoint_id=endpoint.pk, concurrent=2)
+            holding.wait(10)
+            release.wait(10)
+        connection.close()
+
+    threads = [threading.Thread(target=hold) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    holding.wait(10)
+    with transaction.atomic():  # both slots are held by the others
+        assert not endpoint_try_call_slot(endpoint_id=endpoint.pk, concurrent=2)
+        assert endpoint_try_call_slot(endpoint_id=endpoint.pk, concurrent=3)  # a third slot is free
+    release.set()
+    for thread in threads:
+        thread.join(10)
+    with transaction.atomic():  # their commits freed them: the first slot, held before, is free
+        assert endpoint_try_call_slot(endpoint_id=endpoint.pk, concurrent=1)
+
+
+def test_a_webhook_over_max_concurrent_is_busy_and_left_as_it_was(transactional_db, versions, endpoint_name):
+    with RecordingServer() as server:
+        endpoint = Endpoint.objects.create(name=endpoint_name, topology=versions["v3"], handler="webhook",
+                                           handler_target=server.url, webhook_secret="s" * 32, max_concurrent=1)
+        message = ScheduledMessage.objects.create(endpoint=endpoint, topology=versions["v3"], payload={},
+                                                  due_at=timezone.now() - timedelta(seconds=1), requested_delay_ms=0,
+                                                  status=Status.PUBLISHED)
+        held, release = threading.Event(), threading.Event()
+
+        def other_call():
+            with transaction.atomic():
+                assert endpoint_try_call_slot(endpoint_id=endpoint.pk, concurrent=1)
+                held.set()
+                release.wait(10)
+            connection.close()
+
+        thread = threading.Thread(target=other_call)
+        thread.start()
+        held.wait(10)
+        outcome = delivery_receive(message_id=str(message.id))
+        release.set()
+        thread.join(10)
+        message.refresh_from_db()
+        assert outcome.result is Result.BUSY
+        assert (message.status, message.delivery_count, message.delivered_at) == (Status.PUBLISHED, 0, None)
+        assert server.requests == []
+        assert delivery_receive(message_id=str(message.id), throttled_ms=40).result is Result.DELIVERED
+    message.refresh_from_db()
+    assert (message.status, message.delivery_count, message.throttled_ms) == (Status.DELIVERED, 1, 40)
+    assert len(server.requests) == 1
+
+
+def test_the_batch_path_records_the_wait_beside_the_lateness(db, endpoint):
+    message = ScheduledMessage.objects.create(endpoint=endpoint, topology=endpoint.topology, payload={},
+                                              due_at=timezone.now() - timedelta(milliseconds=300),
+                                              requested_delay_ms=0, status=Status.PUBLISHED,
+                                              created_at=timezone.now() - timedelta(hours=1))
+    (outcome,) = delivery_receive_many(items=[(str(message.id), 0, None, 250)])
+    message.refresh_from_db()
+    assert outcome.result is Result.DELIVERED
+    assert message.throttled_ms == 250 and message.lateness_ms >= 300
