@@ -7,7 +7,7 @@ run); docs/architecture.md explains them:
   broker);
 - ``topology/`` is pure: the standard library and itself only;
 - the database's selectors read the database only: no broker package, no broker selectors;
-- ``lifecycle.py``, ``delivery/backoff.py``, ``delivery/holding.py``, ``wire.py``, ``clock.py`` and
+- ``lifecycle.py``, ``delivery/backoff.py``, ``delivery/holding.py``, ``delivery/flow.py``, ``wire.py``, ``clock.py`` and
   ``selectors/cursors.py`` do no I/O of their own;
 - reads never write: no selector imports a service (services call selectors, not the reverse);
 - the write path never imports the Celery tasks that call it (no arrow from a service to
@@ -126,14 +126,14 @@ def test_the_databases_selectors_do_not_reach_the_broker(path):
                 or n.endswith(("conf.broker", "rabbit.Broker")) or n.startswith("scheduling.selectors.broker")}
 
 
-@pytest.mark.parametrize("module", ["lifecycle", "delivery/backoff", "delivery/holding", "wire", "clock", "schedules/rules",
-                                    "selectors/cursors"])
+@pytest.mark.parametrize("module", ["lifecycle", "delivery/backoff", "delivery/holding", "delivery/flow", "wire", "clock",
+                                    "schedules/rules", "selectors/cursors"])
 def test_pure_parts_do_no_io(module):
     names = imports(SCHEDULING / f"{module}.py")
     assert not {n for n in names if top(n) in BROKER_LIBRARIES or n.endswith(("conf.broker", "rabbit.Broker"))}
     assert not any(n.startswith(("django.db", "scheduling.services", "scheduling.conf", "scheduling.selectors.database"))
                    for n in names)
-    if module in ("lifecycle", "delivery/backoff", "clock", "selectors/cursors"):
+    if module in ("lifecycle", "delivery/backoff", "delivery/flow", "clock", "selectors/cursors"):
         assert {top(n) for n in names} <= STDLIB | {"scheduling", "__future__"}
 
 

@@ -19,6 +19,9 @@ from ..services.unroutable import unroutable_drain
 from . import task_names
 
 
+BUSY_RETRY_SECONDS = 0.05
+
+
 @shared_task(name=task_names.RELAY_SWEEP)
 def sweep_pending() -> int:
     return relay_sweep().published
@@ -66,6 +69,8 @@ def deliver(self, message_id: str, attempt: int = 0) -> str:
         raise self.retry(eta=outcome.eta)
     if outcome.result is Result.POSTPONED:  # the broker did not take its handler task
         raise self.retry(countdown=backoff.broker(self.request.retries + 1))
+    if outcome.result is Result.BUSY:  # its webhook's max_concurrent calls are in flight: nothing recorded
+        raise self.retry(countdown=BUSY_RETRY_SECONDS)
     if outcome.result is Result.RETRY:
         raise self.retry(
             kwargs={"message_id": message_id, "attempt": outcome.attempt}, countdown=outcome.retry_in
