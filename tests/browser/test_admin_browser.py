@@ -5,7 +5,7 @@ artifacts/screenshots/ (git-ignored)."""
 import pytest
 
 from scheduling.conf import broker
-from scheduling.models import Schedule, ScheduledMessage
+from scheduling.models import Endpoint, Schedule, ScheduledMessage
 from scheduling.services.endpoints import endpoint_create
 from scheduling.services.messages import message_schedule
 from harness.waiting import wait_until
@@ -38,6 +38,20 @@ def test_operator_creates_an_endpoint_schedules_a_message_and_watches_it_deliver
     assert f"Created and bound: {endpoint_name}" in browser.messages()
     assert f"#.{endpoint_name}" in endpoint_keys_on_broker()
     browser.open("/admin/scheduling/endpoint/").screenshot("04-endpoints")
+    # flow control on its form: a concurrency limit on an endpoint with no calls is refused, a rate is kept
+    endpoint = Endpoint.objects.get(name=endpoint_name)
+    browser.open(f"/admin/scheduling/endpoint/{endpoint.pk}/change/")
+    browser.fill(max_deliveries_per_second="20", max_concurrent="2")
+    browser.submit('input[name="_save"]')
+    assert "applies to webhook endpoints only" in browser.text()
+    browser.fill(max_concurrent="")
+    browser.submit('input[name="_save"]')
+    assert f"Saved: {endpoint_name}" in browser.messages(), browser.messages()
+    endpoint.refresh_from_db()
+    assert (endpoint.max_deliveries_per_second, endpoint.max_concurrent) == (20, None)
+    browser.open(f"/admin/scheduling/endpoint/?q={endpoint_name}")
+    assert browser.find("td.field-flow_summary").text == "20/s"
+    browser.screenshot("04b-endpoint-flow-control")
 
     browser.open("/admin/scheduling/scheduledmessage/add/")
     browser.fill(endpoint=endpoint_name, payload='{"order": 42}', delay_seconds="8")

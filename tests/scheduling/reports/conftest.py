@@ -48,6 +48,7 @@ def fact(n: int = 0, **overrides) -> dict:
         "cancelled_at": None,
         "created_at": due - timedelta(seconds=5),  # accepted before due
         "shard": 0,
+        "throttled_ms": None,  # no flow control
         "due_date": due.date(),
     }
     row.update(overrides)
@@ -71,8 +72,9 @@ def report_values(**overrides) -> dict:
     values = {
         "day": DAY, "endpoint": ALL, "version": ALL, "delivery_mode": ALL, "delay_bucket": ALL,
         "scheduled": 10, "delivered": 10,
-        **dict.fromkeys(("cancelled", "failed", "lost", "in_flight", "duplicates", "early", "scheduled_in_past"), 0),
+        **dict.fromkeys(("cancelled", "failed", "lost", "in_flight", "duplicates", "early", "scheduled_in_past",
+                         "throttled"), 0),
         "lateness_min_ms": 1, "lateness_p50_ms": 4.0, "lateness_p95_ms": 9.0, "lateness_p99_ms": 15.5,
-        "lateness_max_ms": 30,
+        "lateness_max_ms": 30, "throttled_max_ms": None,
     }  # fmt: skip
     return {**values, **overrides}

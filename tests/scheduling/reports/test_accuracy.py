@@ -38,6 +38,7 @@ def report_row(endpoint=ALL, version=ALL, bucket=ALL, mode=ALL, lateness=(None,)
             lateness,
         )
     )
+    values.setdefault("throttled_max_ms", counts.get("throttled_max_ms"))
     return Row(**{name: values[name] for name in REPORT_COLUMNS})
 
 
@@ -116,6 +117,26 @@ def test_scheduled_in_the_past_is_flagged_and_late_only_since_it_was_accepted(fa
     (overall,) = accuracy_report(rows, as_of=AS_OF, lost_after=GRACE).where(
         "endpoint = '*' AND version = '*' AND delay_bucket = '*'").collect()
     assert (overall.scheduled_in_past, overall.lateness_max_ms) == (2, 4)
+
+
+def test_a_wait_for_flow_control_is_counted_apart_and_taken_off_the_lateness(facts):
+    rows = facts(
+        fact(0, delivered_at=NOON + timedelta(milliseconds=9_006), lateness_ms=9_006, throttled_ms=9_000),
+        fact(1, delivered_at=NOON + timedelta(milliseconds=2_103), lateness_ms=2_103, throttled_ms=2_100),
+        fact(2, lateness_ms=4),  # not throttled
+        fact(3, throttled_ms=None),  # facts from before flow control: null
+    )
+    names = ("throttled", "arrival_lateness_ms", "throttled_wait_ms")
+    assertDataFrameEqual(
+        with_outcomes(rows, as_of=AS_OF, lost_after=GRACE).select("id", *names),
+        [Row(id="m0", throttled=1, arrival_lateness_ms=6, throttled_wait_ms=9_000),
+         Row(id="m1", throttled=1, arrival_lateness_ms=3, throttled_wait_ms=2_100),
+         Row(id="m2", throttled=0, arrival_lateness_ms=4, throttled_wait_ms=None),
+         Row(id="m3", throttled=0, arrival_lateness_ms=4, throttled_wait_ms=None)],
+    )
+    (overall,) = accuracy_report(rows, as_of=AS_OF, lost_after=GRACE).where(
+        "endpoint = '*' AND version = '*' AND delay_bucket = '*'").collect()
+    assert (overall.throttled, overall.throttled_max_ms, overall.lateness_max_ms) == (2, 9_000, 6)
 
 
 def test_lateness_bins_are_exact_below_ten_seconds_and_three_digits_above(spark):

@@ -89,6 +89,7 @@ def test_each_due_date_gets_a_partition_with_the_facts(message, tmp_path):
         "last_error": "",
         "schedule": None,
         "due_history": None,
+        "throttled_ms": None,
         "payload": None,  # the report does not read payloads (the archive keeps them)
         "shard": 0,  # v2 has one shard here
     }
