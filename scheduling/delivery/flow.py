@@ -29,6 +29,12 @@ MAX_CONCURRENT = 1_000
 LATE_SLOT_MS = 50  # a webhook thread starts 20-30 ms after its slot on a busy 2-core machine (the GIL)
 RECEIVER_JITTER_MS = 20
 BUSY_RETRY_MS = 2  # a message waiting for a webhook call to end looks again this soon
+# A loop reserves slots this far ahead at most, and looks again for its other messages LEAD_MS
+# before that run ends: loops with a backlog for one endpoint take turns, run by run. Taking a
+# backlog's slots all at once gave the first loop the first half of the burst and the second loop
+# the rest, so one loop at a time delivered (and could not keep the rate alone).
+AHEAD_MS = 250
+LEAD_MS = 50
 
 
 @dataclass(frozen=True)
@@ -75,14 +81,18 @@ class FlowGate:
         for queue, helds in need.items():
             limit = self.limits[queue]
             spacing_us = slot_spacing_us(limit.per_second)
-            first_us = take(limit, len(helds), spacing_us, now_ms)
-            for index, held in enumerate(helds):
+            taking = helds[:max(1, AHEAD_MS * 1000 // spacing_us)]
+            first_us = take(limit, len(taking), spacing_us, now_ms)
+            for index, held in enumerate(taking):
                 delay_us = first_us + index * spacing_us
                 held.slot_ms = now_ms + delay_us / 1000
                 if delay_us <= 0:
                     self._go_if_free(held, limit, now_ms, go, wait)
                 else:
                     wait.append((self._throttled(held, now_ms), now_ms + math.ceil(delay_us / 1000)))
+            run_ends_ms = now_ms + (first_us + (len(taking) - 1) * spacing_us) // 1000
+            for held in helds[len(taking):]:  # no slot yet: back for one as this run ends
+                wait.append((self._throttled(held, now_ms), max(now_ms + 1, run_ends_ms - LEAD_MS)))
         return go, wait
 
     @staticmethod

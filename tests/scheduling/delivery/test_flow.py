@@ -25,10 +25,10 @@ class Slots:
         return int(first - now_us)
 
 
-def held_messages(count: int, *, queue: str = "hooks", due_ms: int = 0) -> Holding:
+def held_messages(count: int, *, queue: str = "hooks", due_ms: int = 0, prefix: str = "m") -> Holding:
     holding = Holding()
     for tag in range(count):
-        holding.hold(Received(tag=tag, body=b"", queue=queue), Delivery(f"m{tag}", 0, due_ms))
+        holding.hold(Received(tag=tag, body=b"", queue=queue), Delivery(f"{prefix}{tag}", 0, due_ms))
     return holding
 
 
@@ -96,17 +96,21 @@ def test_a_burst_goes_out_evenly_at_the_rate_all_of_it():
     assert 10_500 <= times[-1] <= 10_800
 
 
-def test_two_loops_sharing_the_slots_keep_one_limit():
+def test_two_loops_sharing_the_slots_keep_one_limit_and_take_turns():
     clock = Clock()
     take = Slots(clock)
     loops = []
-    for _ in range(2):
+    for name in "ab":
         gate = FlowGate()
         gate.set_limits({"hooks": Limit(7, per_second=50)})
-        loops.append((gate, held_messages(300)))
+        loops.append((gate, held_messages(300, prefix=name)))
     handed = run(loops, take, clock, until_ms=20_000)
     assert len(handed) == 600
     assert most_in_one_second([t for t, _ in handed]) <= 50
+    # each loop hands over in every second of the 12.8 s, not one loop in the first half only
+    for name in "ab":
+        seconds = {int(t // 1000) for t, held in handed if held.delivery.message_id.startswith(name)}
+        assert seconds == set(range(13)), (name, sorted(seconds))
 
 
 def test_a_slot_is_kept_while_on_time_and_given_up_when_missed():
