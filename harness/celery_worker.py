@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.paths import ROOT
+from harness.paths import ARTIFACTS, ROOT
 from harness.waiting import wait_until
 
 
@@ -59,6 +59,14 @@ class Worker:
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def start_workers(label: str, env: dict, count: int) -> list[Worker]:
+    """``count`` workers (each with beat) named ``<label><n>-<run id>``, logging to the artifacts:
+    several workers at once (two beats racing, two loops sharing a limit)."""
+    run_id = os.environ["DP_TEST_RUN_ID"]
+    return [Worker(f"{label}{n}-{run_id}", env, ARTIFACTS / f"worker-{run_id}-{label}-{n}.log").start()
+            for n in range(count)]
 
 
 def celery_drained(queue: str = "celery", timeout: float = 30) -> None:

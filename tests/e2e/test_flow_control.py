@@ -5,16 +5,15 @@ once, never more than 500 in any second. To an endpoint whose handover is only r
 handler time in the way), the 5,000 arrive over about 10 s. The rows record each wait apart from
 lateness."""
 
-import os
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
-from harness.celery_worker import Worker
-from harness.paths import ARTIFACTS
+from harness.celery_worker import start_workers
 from harness.recording_server import RecordingServer
 from harness.waiting import wait_until
+from harness.windows import most_in_window
 from scheduling.models import ScheduledMessage
 
 pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]
@@ -24,21 +23,14 @@ MESSAGES, RATE, CONCURRENT = 5000, 500, 8
 
 @pytest.fixture(scope="module")
 def two_workers(worker_env):
-    run_id = os.environ["DP_TEST_RUN_ID"]
-    workers = [Worker(f"flow{i}-{run_id}", worker_env, ARTIFACTS / f"worker-{run_id}-flow-{i}.log").start()
-               for i in range(2)]
+    workers = start_workers("flow", worker_env, 2)
     yield workers
     for w in workers:
         w.stop()
 
 
 def most_in_one_second(times: list[float]) -> int:
-    times, most, start = sorted(times), 0, 0
-    for end, t in enumerate(times):
-        while t - times[start] >= 1.0:
-            start += 1
-        most = max(most, end - start + 1)
-    return most
+    return most_in_window(times, 1.0)
 
 
 def burst(api, endpoint_name, **endpoint):

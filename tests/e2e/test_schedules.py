@@ -2,7 +2,6 @@
 cascade -> a handler that writes one Receipt per call. An interval schedule fires on time,
 once per run, and stops when paused, while two beats make its runs at once."""
 
-import os
 import time
 from collections import Counter
 from datetime import timedelta
@@ -10,8 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from harness.celery_worker import Worker
-from harness.paths import ARTIFACTS
+from harness.celery_worker import start_workers
 from harness.waiting import wait_until
 from scheduling.models import ScheduledMessage
 from tests.testapp.models import Receipt
@@ -25,9 +23,7 @@ def two_beats(worker_env):
     """Two workers, each with beat running the materialiser every second over a 3 s window: their
     passes overlap all the time."""
     env = {**worker_env, "DELAY_SCHEDULES_EVERY_SECONDS": "1", "DELAY_SCHEDULES_AHEAD_SECONDS": "3"}
-    run_id = os.environ["DP_TEST_RUN_ID"]
-    workers = [Worker(f"beat{i}-{run_id}", env, ARTIFACTS / f"worker-{run_id}-schedules-{i}.log").start()
-               for i in range(2)]
+    workers = start_workers("beat", env, 2)
     yield workers
     for w in workers:
         w.stop()

@@ -3,6 +3,7 @@ by several loops, slots kept or given up, call slots in flight, the wait recorde
 
 import pytest
 
+from harness.windows import most_in_window
 from rabbit import Received
 from scheduling.delivery import flow
 from scheduling.delivery.flow import BUSY_RETRY_MS, LATE_SLOT_MS, FlowGate, Limit, slot_spacing_us
@@ -56,12 +57,7 @@ class Clock:
 
 
 def most_in_one_second(times_ms: list[float]) -> int:
-    times, most, start = sorted(times_ms), 0, 0
-    for end, t in enumerate(times):
-        while t - times[start] >= 1000:
-            start += 1
-        most = max(most, end - start + 1)
-    return most
+    return most_in_window(times_ms, 1000)
 
 
 def test_spacing_leaves_room_for_the_late_window_and_the_receivers_jitter():

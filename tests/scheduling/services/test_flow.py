@@ -3,6 +3,7 @@ held for a transaction and freed by its end, a webhook over max_concurrent left 
 the wait recorded apart from lateness."""
 
 import threading
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
@@ -17,6 +18,28 @@ from scheduling.services.delivery import Result, delivery_receive, delivery_rece
 from scheduling.services.flow import endpoint_take_slots, endpoint_try_call_slot
 
 Status = ScheduledMessage.Status
+
+
+@contextmanager
+def call_slot_held_elsewhere(endpoint_id: int):
+    """Another worker's call to the endpoint, in flight (its one call slot held) while inside."""
+    held, release = threading.Event(), threading.Event()
+
+    def other_call():
+        with transaction.atomic():
+            assert endpoint_try_call_slot(endpoint_id=endpoint_id, concurrent=1)
+            held.set()
+            release.wait(10)
+        connection.close()
+
+    thread = threading.Thread(target=other_call)
+    thread.start()
+    assert held.wait(10)
+    try:
+        yield
+    finally:
+        release.set()
+        thread.join(10)
 
 
 @pytest.fixture
@@ -85,21 +108,8 @@ def test_a_webhook_over_max_concurrent_is_busy_and_left_as_it_was(transactional_
         message = ScheduledMessage.objects.create(endpoint=endpoint, topology=versions["v3"], payload={},
                                                   due_at=timezone.now() - timedelta(seconds=1), requested_delay_ms=0,
                                                   status=Status.PUBLISHED)
-        held, release = threading.Event(), threading.Event()
-
-        def other_call():
-            with transaction.atomic():
-                assert endpoint_try_call_slot(endpoint_id=endpoint.pk, concurrent=1)
-                held.set()
-                release.wait(10)
-            connection.close()
-
-        thread = threading.Thread(target=other_call)
-        thread.start()
-        held.wait(10)
-        outcome = delivery_receive(message_id=str(message.id))
-        release.set()
-        thread.join(10)
+        with call_slot_held_elsewhere(endpoint.pk):
+            outcome = delivery_receive(message_id=str(message.id))
         message.refresh_from_db()
         assert outcome.result is Result.BUSY
         assert (message.status, message.delivery_count, message.delivered_at) == (Status.PUBLISHED, 0, None)
@@ -108,6 +118,35 @@ def test_a_webhook_over_max_concurrent_is_busy_and_left_as_it_was(transactional_
     message.refresh_from_db()
     assert (message.status, message.delivery_count, message.throttled_ms) == (Status.DELIVERED, 1, 40)
     assert len(server.requests) == 1
+
+
+def test_the_deliver_task_tries_a_busy_webhook_again_and_records_nothing(transactional_db, versions, endpoint_name,
+                                                                        monkeypatch):
+    """The fallback task (a worker without the delivery loop): a call slot taken elsewhere makes
+    it retry soon; the message stays as it was."""
+    from scheduling.celery.tasks import BUSY_RETRY_SECONDS, deliver
+
+    class Retried(Exception):
+        pass
+
+    retries = []
+
+    def retry(**kwargs):
+        retries.append(kwargs)
+        return Retried()
+
+    monkeypatch.setattr(deliver, "retry", retry)
+    endpoint = Endpoint.objects.create(name=endpoint_name, topology=versions["v3"], handler="webhook",
+                                       handler_target="http://127.0.0.1:9/hook", webhook_secret="s" * 32,
+                                       max_concurrent=1)
+    message = ScheduledMessage.objects.create(endpoint=endpoint, topology=versions["v3"], payload={},
+                                              due_at=timezone.now() - timedelta(seconds=1), requested_delay_ms=0,
+                                              status=Status.PUBLISHED)
+    with call_slot_held_elsewhere(endpoint.pk), pytest.raises(Retried):
+        deliver.run(str(message.id))
+    assert retries == [{"countdown": BUSY_RETRY_SECONDS}]
+    message.refresh_from_db()
+    assert (message.status, message.delivery_count) == (Status.PUBLISHED, 0)
 
 
 def test_the_batch_path_records_the_wait_beside_the_lateness(db, endpoint):
