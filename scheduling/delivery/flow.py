@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 MAX_DELIVERIES_PER_SECOND = 100_000
 MAX_CONCURRENT = 1_000
-LATE_SLOT_MS = 50  # a webhook thread starts 20-30 ms after its slot on a busy 2-core machine (the GIL)
+LATE_SLOT_MS = 50  # a webhook thread started 20-60 ms after its slot on a busy 2-core machine (the GIL)
 RECEIVER_JITTER_MS = 20
 BUSY_RETRY_MS = 2  # a message waiting for a webhook call to end looks again this soon
 # A loop reserves slots this far ahead at most, and looks again for its other messages LEAD_MS
