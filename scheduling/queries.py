@@ -116,6 +116,32 @@ class ScheduledMessageQuerySet(models.QuerySet):
             messages.append(loaded_instance(self.model, self.db, values))
         return messages
 
+    def handler_data(self, ids) -> dict:
+        """Id -> (payload, its endpoint) for messages whose handler runs now, in one query: the
+        ORM's two (the payloads, then the endpoints) were two round trips and ~0.5 ms of query
+        building per webhook call, whose transaction makes one call each."""
+        if not ids:
+            return {}
+        endpoint_model = self.model._meta.get_field("endpoint").related_model
+        endpoint_fields = [f.attname for f in endpoint_model._meta.concrete_fields]
+        payload = self.model._meta.get_field("payload")
+        columns = ", ".join(f"e.{f}" for f in endpoint_fields)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT m.id, m.payload::text, {columns} FROM {self.model._meta.db_table} m "
+                f"JOIN {endpoint_model._meta.db_table} e ON e.id = m.endpoint_id WHERE m.id = ANY(%s::uuid[])",
+                [uuid_array(ids)],
+            )
+            rows = cursor.fetchall()
+        endpoints = {}
+        data = {}
+        for message_id, payload_text, *values in rows:
+            endpoint = endpoints.get(values[0])
+            if endpoint is None:
+                endpoint = endpoints[values[0]] = endpoint_model.from_db(self.db, endpoint_fields, values)
+            data[message_id] = (payload.from_db_value(payload_text, None, connection), endpoint)
+        return data
+
     def lock_ids(self, ids: list, *, status: str) -> set:
         """Lock the rows of these ids that are in ``status`` (FOR UPDATE SKIP LOCKED, one array
         parameter); returns the ids locked. Rows another transaction holds are skipped."""

@@ -151,11 +151,9 @@ def delivery_receive_many(*, items: list[tuple[str, int]], defer_webhooks: bool 
                 to_handle.append((index, message))
         with_handlers = [m for _, m in to_handle if m.endpoint_handler != Endpoint.Handler.NONE]
         if with_handlers:  # what a handler reads: its endpoint and the payload
-            payloads = dict(ScheduledMessage.objects.filter(id__in=[m.id for m in with_handlers])
-                            .values_list("id", "payload"))
-            endpoints = Endpoint.objects.in_bulk({m.endpoint_id for m in with_handlers})
+            data = ScheduledMessage.objects.handler_data([m.id for m in with_handlers])
             for message in with_handlers:
-                message.payload, message.endpoint = payloads[message.id], endpoints[message.endpoint_id]
+                message.payload, message.endpoint = data[message.id]
         _handle_many(to_handle, outcomes)
         # postponed: the row stays as it was and the message is held for another try (a second copy
         # of it in this batch was already dropped as a duplicate; its count goes with the undo)

@@ -11,6 +11,7 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.db.models import JSONField, Value
 from django.utils import timezone
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
@@ -72,6 +73,18 @@ def test_the_receiving_worker_is_recorded_and_a_duplicate_elsewhere_keeps_it(mak
     assert delivery_receive(message_id=str(message.id), by="w2@host").result is Result.DUPLICATE
     message.refresh_from_db()
     assert message.delivered_by == "w1@host" and message.delivery_count == 2
+
+
+@pytest.mark.parametrize("payload", [{"order": 7, "name": "Zoë ✓"}, [1, 2.5, None], "text", 0, None, {}])
+def test_a_webhook_posts_the_payload_as_stored_whatever_its_json(make, payload):
+    """The handler's payload and endpoint come from one query (ScheduledMessageQuerySet.handler_data)."""
+    with RecordingServer() as server:
+        message = make(handler="webhook", target=server.url)
+        stored = Value(None, JSONField()) if payload is None else payload  # JSON null, not SQL NULL
+        ScheduledMessage.objects.filter(id=message.id).update(payload=stored)
+        assert delivery_receive(message_id=str(message.id)).result is Result.DELIVERED
+    (request,) = server.requests
+    assert json.loads(request["body"]) == payload and request["path"] == "/hook"
 
 
 def test_duplicate_is_counted_and_suppressed(make):
