@@ -141,10 +141,6 @@ class Endpoint(models.Model):
         if errors:
             raise ValidationError(errors)
 
-    @property
-    def flow_limited(self) -> bool:
-        return self.max_deliveries_per_second is not None or self.max_concurrent is not None
-
 
 class EndpointFlow(models.Model):
     """An endpoint's rate slots: the next free slot, in microseconds of the database's clock. Its

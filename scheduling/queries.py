@@ -91,9 +91,8 @@ class ScheduledMessageQuerySet(models.QuerySet):
 
     def locked_for_delivery(self, ids) -> list["ScheduledMessage"]:
         """Lock a batch of rows (FOR UPDATE, one array parameter) and load only what delivering
-        them reads and writes, with their endpoint's handler as ``endpoint_handler`` (and its
-        ``endpoint_max_concurrent``); other
-        fields load on access. The ORM's IN list of 500 ids and its full rows cost the delivery
+        them reads and writes, with their endpoint's handler and max_concurrent as
+        ``endpoint_handler`` and ``endpoint_max_concurrent``; other fields load on access. The ORM's IN list of 500 ids and its full rows cost the delivery
         loop ~40 % of its time in a burst, and a second query for the endpoints a round trip of
         every delivery's lateness (docs/performance.md)."""
         if not ids:

@@ -139,7 +139,7 @@ def delivery_receive_many(*, items: list[tuple[str, int]], defer_webhooks: bool 
                 outcomes.append(Outcome(Result.EARLY, attempt=attempt, eta=message.due_at))
                 continue
             arrival, change = lifecycle.arrive(message, attempt=attempt, now=now, by=by, throttled_ms=throttled_ms)
-            if arrival is Arrival.DELIVER and not _call_slot_free(message, defer_webhooks):
+            if arrival is Arrival.DELIVER and not _call_slot_free(message):
                 outcomes.append(Outcome(Result.BUSY, attempt=attempt))
                 continue
             before = {name: getattr(message, name) for name in change}  # to undo a postponed one
@@ -175,11 +175,12 @@ def delivery_receive_many(*, items: list[tuple[str, int]], defer_webhooks: bool 
     return outcomes
 
 
-def _call_slot_free(message: ScheduledMessage, deferring: bool) -> bool:
+def _call_slot_free(message: ScheduledMessage) -> bool:
     """A webhook of an endpoint with max_concurrent takes a call slot for its transaction (which
-    holds the call): services/flow.py."""
+    holds the call): services/flow.py. Only the one-by-one path gets here with a webhook: the
+    batch path defers them first."""
     limit = message.endpoint_max_concurrent
-    if deferring or limit is None or message.endpoint_handler != Endpoint.Handler.WEBHOOK:
+    if limit is None or message.endpoint_handler != Endpoint.Handler.WEBHOOK:
         return True
     return endpoint_try_call_slot(endpoint_id=message.endpoint_id, concurrent=limit)
 
