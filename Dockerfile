@@ -9,5 +9,8 @@ COPY requirements.txt .
 RUN pip install --no-cache-dir -r requirements.txt
 COPY . .
 RUN SECRET_KEY=build-only python manage.py collectstatic --noinput -v0
+# Production settings from here on (docs/security.md): HTTPS only, and start-up refuses a weak
+# SECRET_KEY or DEBUG=1. Set after collectstatic, whose throwaway key would be refused.
+ENV DELAY_PRODUCTION=1
 EXPOSE 8000
 CMD ["gunicorn", "delayplatform.wsgi", "--bind", "0.0.0.0:8000", "--workers", "2"]

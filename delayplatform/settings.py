@@ -40,7 +40,6 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
     "drf_spectacular",
     "axes",
     "scheduling",
@@ -56,6 +55,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "scheduling.audit.context.AuditContextMiddleware",  # who changed what, for the audit log
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",  # last, as django-axes requires: answers a locked-out login
@@ -128,6 +128,9 @@ if _env["production"]:
     if len(_key) < 50 or len(set(_key)) < 5 or _key.startswith("django-insecure-"):
         raise ImproperlyConfigured(f"SECRET_KEY must be at least 50 random characters with {_name('production')}=1 "
                                    "(scripts/make-env.sh writes one)")
+    if not _env["secrets_keys"]:  # a key of their own for webhook secrets, not one derived from SECRET_KEY
+        raise ImproperlyConfigured(f"{_name('secrets_keys')} must be set with {_name('production')}=1: the keys that "
+                                   "encrypt webhook secrets at rest (scripts/make-env.sh writes one)")
     SECURE_SSL_REDIRECT = True
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
@@ -229,7 +232,7 @@ CACHES = {
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",  # first: 401 + WWW-Authenticate
+        "scheduling.teams.authentication.ApiKeyAuthentication",  # first: 401 + WWW-Authenticate
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -242,7 +245,8 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
-    "DEFAULT_THROTTLE_CLASSES": ["scheduling.api.throttles.ItemRateThrottle"],
+    "DEFAULT_THROTTLE_CLASSES": ["scheduling.api.throttles.ItemRateThrottle", "scheduling.api.throttles.TeamRateThrottle",
+                                 "scheduling.api.throttles.KeyRateThrottle"],
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Delay platform API",

@@ -32,6 +32,10 @@ os.environ.setdefault("DELAY_WEBHOOK_ALLOWED_NETWORKS", "127.0.0.1/32")
 os.environ.setdefault("DELAY_CELERY_TASK_ALLOWLIST", "testapp.*")
 # tests and benchmarks post thousands of messages; tests/scheduling/api/test_throttles.py turns it on
 os.environ.setdefault("DELAY_API_RATE", "off")
+os.environ.setdefault("DELAY_TEAM_API_RATE", "off")
+os.environ.setdefault("DELAY_KEY_API_RATE", "off")
+# tests run schedules every second or two; tests/scheduling/teams sets a team's own quota
+os.environ.setdefault("DELAY_TEAM_MIN_SCHEDULE_INTERVAL_SECONDS", "1")
 
 from .settings import *  # noqa: E402,F401,F403
 from .settings import DATABASES  # noqa: E402

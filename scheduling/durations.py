@@ -15,7 +15,10 @@ def parse_duration(value: str, *, name: str) -> timedelta:
     match = _DURATION_RE.fullmatch(str(value).strip().lower())
     if not match:
         raise ValueError(f"{name} must be a duration such as 90s, 15m, 12h or 7d, not {value!r}")
-    return timedelta(seconds=float(match[1]) * _UNITS[match[2]])
+    try:
+        return timedelta(seconds=float(match[1]) * _UNITS[match[2]])
+    except OverflowError:
+        raise ValueError(f"{name} is too long a duration: {value!r}") from None
 
 
 def parse_duration_or_off(value: str, *, name: str) -> timedelta | None:

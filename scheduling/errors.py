@@ -7,6 +7,17 @@ class ServiceError(Exception):
     status_code = 400
 
 
+class Forbidden(ServiceError):
+    """The caller may not do this (its role or its key's scopes): only ever about its own teams'
+    objects, whose existence it may know; another team's object is NotFound."""
+
+    status_code = 403
+
+
+class QuotaExceeded(Forbidden):
+    """A count quota of the team (endpoints, schedules, messages in flight) would be passed."""
+
+
 class NotFound(ServiceError):
     status_code = 404
 

@@ -17,6 +17,8 @@ from .conf import configured_version, setting_name
 from .delivery.flow import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
 from .lifecycle import Status
 from .queries import ScheduledMessageQuerySet, loaded_instance
+from .teams.models import ApiKey, Membership, Team, default_team_id  # noqa: F401  (registers them)
+from .audit.models import AuditEvent  # noqa: F401  (registers it)
 
 
 class TopologyVersion(models.Model):
@@ -72,8 +74,10 @@ class DeliveryMode(models.TextChoices):
 
 
 class Endpoint(models.Model):
-    """A destination: its queue is bound to the delivery exchange of each version that can carry
-    its name (``#.<name>`` on v1/v2, the name itself on v3; a dotted name travels on v3 only)."""
+    """A destination of one team: its queue (``<team>--<name>``, or an exact name an operator
+    bound) is bound to the delivery exchange of each version that can carry it (``#.<queue>`` on
+    v1/v2, the queue itself on v3; a dotted name travels on v3 only). Names are unique within a
+    team, queues across the platform."""
 
     class Handler(models.TextChoices):
         NONE = "none", "none (record delivery only)"
@@ -81,7 +85,11 @@ class Endpoint(models.Model):
         WEBHOOK = "webhook", "POST the payload as signed JSON"
         CELERY_QUEUE = "celery_queue", "a Celery queue: messages are ordinary Celery task messages"
 
-    name = models.CharField(max_length=100, unique=True, validators=[endpoint_name_validator])
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="endpoints", default=default_team_id)
+    name = models.CharField(max_length=100, validators=[endpoint_name_validator])
+    queue = models.CharField(
+        max_length=255, editable=False,
+        help_text="the broker queue its messages arrive in, and the destination their routing keys name")
     topology = models.ForeignKey(TopologyVersion, on_delete=models.PROTECT, related_name="endpoints")
     handler = models.CharField(max_length=16, choices=Handler.choices, default=Handler.NONE)
     delivery_mode = models.CharField(
@@ -92,10 +100,10 @@ class Endpoint(models.Model):
     handler_target = models.CharField(
         max_length=500, blank=True, help_text="Celery task name, or the webhook's URL"
     )
-    # whsec_<base64 key> (Standard Webhooks); 256: a 128-character secret from before the format, converted
-    webhook_secret = models.CharField(max_length=256, blank=True, editable=False)
+    # whsec_<base64 key> (Standard Webhooks), encrypted at rest (security/secret_box.py)
+    webhook_secret = models.CharField(max_length=512, blank=True, editable=False)
     webhook_secret_previous = models.CharField(
-        max_length=256, blank=True, editable=False,
+        max_length=512, blank=True, editable=False,
         help_text="the secret before the last rotation: signatures with it stay valid until the time below")
     webhook_secret_previous_expires_at = models.DateTimeField(null=True, blank=True, editable=False)
     is_active = models.BooleanField(default=True)
@@ -110,7 +118,12 @@ class Endpoint(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        ordering = ["name"]
+        ordering = ["team__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "name"], name="one_endpoint_name_per_team"),
+            models.UniqueConstraint(fields=["queue"], name="one_endpoint_per_queue"),
+            models.CheckConstraint(condition=~models.Q(queue=""), name="endpoint_has_a_queue"),
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -285,7 +298,8 @@ class Schedule(models.Model):
         SKIP = "skip", "skip runs missed while the platform was down"
         LATEST = "latest", "run the latest missed run once, at once"
 
-    key = models.CharField(max_length=200, unique=True, validators=[schedule_key_validator])
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="schedules", default=default_team_id)
+    key = models.CharField(max_length=200, validators=[schedule_key_validator])
     endpoint = models.ForeignKey(Endpoint, on_delete=models.PROTECT, related_name="schedules")
     payload = models.JSONField()
     cron = models.CharField(max_length=200, blank=True, help_text="five fields: minute hour day month weekday")
@@ -305,6 +319,7 @@ class Schedule(models.Model):
     class Meta:
         ordering = ["key"]
         constraints = [
+            models.UniqueConstraint(fields=["team", "key"], name="one_schedule_key_per_team"),
             models.CheckConstraint(
                 condition=(models.Q(cron="") & models.Q(interval_ms__isnull=False))
                 | (~models.Q(cron="") & models.Q(interval_ms__isnull=True)),
@@ -358,6 +373,8 @@ class BulkAction(models.Model):
         FAILED = "failed", "failed"
 
     kind = models.CharField(max_length=16, choices=Kind.choices)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, null=True, blank=True, related_name="bulk_actions",
+                             help_text="the team whose messages it changed (empty: every team's, an operator's)")
     filters = models.JSONField(help_text="what the messages matched (API names)")
     matched = models.PositiveBigIntegerField(help_text="messages matching when it started")
     done = models.PositiveBigIntegerField(default=0, help_text="messages cancelled or republished so far")
@@ -381,13 +398,15 @@ class DeliveryMinute(models.Model):
     over rows, so that one batch does not wait for another's commit."""
 
     minute = models.DateTimeField()
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, db_index=False, related_name="+")
     shard = models.PositiveSmallIntegerField()
     bucket_ms = models.BigIntegerField(help_text="the bucket's lower bound")
     deliveries = models.BigIntegerField()
     lateness_max_ms = models.BigIntegerField(help_text="the largest lateness counted in this row")
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["minute", "shard", "bucket_ms"], name="one_delivery_minute_row")]
+        constraints = [models.UniqueConstraint(fields=["minute", "team", "shard", "bucket_ms"],
+                                               name="one_delivery_minute_row")]
 
     def __str__(self) -> str:
         return f"{self.minute:%Y-%m-%d %H:%M} [{self.bucket_ms} ms] x{self.deliveries}"
@@ -395,14 +414,16 @@ class DeliveryMinute(models.Model):
 
 class AccuracyReport(models.Model):
     """One row of the nightly delay-accuracy report: messages due on ``day`` in one group
-    (endpoint x version x delivery mode x delay bucket), or a rollup where a dimension is
-    ``ALL`` ("*"). Rows are replaced whole per day by each run; names are copied, not linked,
-    so the history outlives renamed or deleted endpoints."""
+    (team x endpoint x version x delivery mode x delay bucket), or a rollup where a dimension is
+    ``ALL`` ("*"); team ``*`` rows are platform-wide, for operators only. Rows are replaced whole
+    per day by each run; names are copied, not linked, so the history outlives renamed or deleted
+    endpoints and teams."""
 
     ALL = "*"
     DELAY_BUCKETS = ("<1s", "1-10s", "10-60s", "1-10min", "10-60min", "1-24h", ">=1d")
 
     day = models.DateField(help_text="due date (UTC) of the messages counted")
+    team = models.CharField(max_length=40, default="default", help_text="the endpoint's team (copied, like its name)")
     endpoint = models.CharField(max_length=100)
     version = models.CharField(max_length=16)
     delivery_mode = models.CharField(max_length=32)
@@ -428,10 +449,10 @@ class AccuracyReport(models.Model):
     computed_at = models.DateTimeField(help_text="when the facts were taken; lost is judged at this time")
 
     class Meta:
-        ordering = ["-day", "endpoint", "version", "delivery_mode", "delay_bucket"]
+        ordering = ["-day", "team", "endpoint", "version", "delivery_mode", "delay_bucket"]
         constraints = [
             models.UniqueConstraint(
-                fields=["day", "endpoint", "version", "delivery_mode", "delay_bucket"],
+                fields=["day", "team", "endpoint", "version", "delivery_mode", "delay_bucket"],
                 name="one_report_row_per_group",
             )
         ]

@@ -91,8 +91,8 @@ class ScheduledMessageQuerySet(models.QuerySet):
 
     def locked_for_delivery(self, ids) -> list["ScheduledMessage"]:
         """Lock a batch of rows (FOR UPDATE, one array parameter) and load only what delivering
-        them reads and writes, with their endpoint's handler and max_concurrent as
-        ``endpoint_handler`` and ``endpoint_max_concurrent``; other fields load on access. The ORM's IN list of 500 ids and its full rows cost the delivery
+        them reads and writes, with their endpoint's team, handler and max_concurrent as
+        ``endpoint_team_id``, ``endpoint_handler`` and ``endpoint_max_concurrent``; other fields load on access. The ORM's IN list of 500 ids and its full rows cost the delivery
         loop ~40 % of its time in a burst, and a second query for the endpoints a round trip of
         every delivery's lateness (docs/performance.md)."""
         if not ids:
@@ -103,7 +103,7 @@ class ScheduledMessageQuerySet(models.QuerySet):
         endpoints = self.model._meta.get_field("endpoint").related_model._meta.db_table
         with connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT {columns}, e.handler, e.max_concurrent FROM {self.model._meta.db_table} m "
+                f"SELECT {columns}, e.team_id, e.handler, e.max_concurrent FROM {self.model._meta.db_table} m "
                 f"JOIN {endpoints} e ON e.id = m.endpoint_id "
                 f"WHERE m.id = ANY(%s::uuid[]) FOR UPDATE OF m",
                 [uuid_array(ids)],
@@ -111,7 +111,8 @@ class ScheduledMessageQuerySet(models.QuerySet):
             rows = cursor.fetchall()
         messages = []
         for row in rows:
-            values = {**dict(zip(fields, row)), "endpoint_handler": row[-2], "endpoint_max_concurrent": row[-1]}
+            values = {**dict(zip(fields, row)), "endpoint_team_id": row[-3], "endpoint_handler": row[-2],
+                      "endpoint_max_concurrent": row[-1]}
             messages.append(loaded_instance(self.model, self.db, values))
         return messages
 

@@ -22,6 +22,7 @@ python-dotenv and pure modules of ``scheduling/`` and ``topology/``.
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import re
@@ -371,6 +372,31 @@ class Header(Parser):
         return header
 
 
+class FernetKeys(Parser):
+    """Comma-separated Fernet keys (32 url-safe base64 bytes, as ``Fernet.generate_key()`` writes
+    them) -> a tuple of them; empty: none. Checked with the standard library (this module is
+    imported before Django, cryptography is not); a bad key is named by its place, never shown."""
+
+    type = tuple[str, ...]
+    KEY = re.compile(r"[A-Za-z0-9_-]{43}=")
+
+    def parse(self, text, name):
+        return self.check(tuple(key.strip() for key in text.split(",") if key.strip()), name)
+
+    def check(self, value, name):
+        if not isinstance(value, (list, tuple)) or not all(isinstance(key, str) for key in value):
+            return super().check(value, name)
+        keys = tuple(key.strip() for key in value if key.strip())
+        for place, key in enumerate(keys, 1):
+            if not self.KEY.fullmatch(key) or len(base64.urlsafe_b64decode(key)) != 32:
+                raise ImproperlyConfigured(
+                    f"{name}: key {place} of {len(keys)} is not a Fernet key (32 url-safe base64-encoded bytes, "
+                    "as scripts/make-env.sh writes)")
+        if len(set(keys)) != len(keys):
+            raise ImproperlyConfigured(f"{name} names a key twice")
+        return keys
+
+
 class DatabaseUrl(Parser):
     """A dj-database-url URL of a PostgreSQL database -> Django's DATABASES entry."""
 
@@ -445,8 +471,9 @@ SPECS: tuple[Spec, ...] = (
     *_group(
         "Production and security",
         Spec("DELAY_PRODUCTION", Boolean(), "off", "HTTPS only: SSL redirect (not for `/healthz`, `/readyz`, "
-             "`/metrics`), HSTS, secure session and CSRF cookies; needs a strong `SECRET_KEY` and `DEBUG` off "
-             "([Security](../security.md#production-settings-delay_production))", "on"),
+             "`/metrics`), HSTS, secure session and CSRF cookies; needs a strong `SECRET_KEY`, "
+             "`DELAY_SECRETS_KEYS` and `DEBUG` off ([Security](../security.md#production-settings-delay_production))",
+             "on"),
         Spec("DELAY_TLS_PROXY_HEADER", Header(), "", "behind a TLS-terminating proxy: the header it sets to "
              "`https` (on every request; stripped from clients'); failed logins then count against the address "
              "the proxy adds to `X-Forwarded-For`", "X-Forwarded-Proto", conf=True),
@@ -465,6 +492,11 @@ SPECS: tuple[Spec, ...] = (
         Spec("DELAY_CELERY_TASK_ALLOWLIST", Items(), "", "fnmatch patterns of the tasks `celery_task` endpoints "
              "may run ([Security](../security.md#celery-task-allowlist))", "billing.tasks.*", conf=True,
              shown_default="— (none allowed)"),
+        Spec("DELAY_SECRETS_KEYS", FernetKeys(), "", "Fernet keys that encrypt webhook signing secrets at rest, "
+             "comma-separated: the first encrypts, all decrypt (rotation: the new key first, `manage.py "
+             "rotate_secrets_key`, then drop the old; [Security](../security.md#webhook-secrets-at-rest))",
+             "ZXhhbXBsZS1vbmx5Om5ldmVyLXVzZS10aGlzLWtleTE=,ZXhhbXBsZS1vbmx5Om5ldmVyLXVzZS10aGlzLWtleTA=", conf=True,
+             shown_default="— (a key derived from `SECRET_KEY`; required with `DELAY_PRODUCTION`)"),
     ),
     *_group(
         "Logs",
@@ -566,6 +598,27 @@ SPECS: tuple[Spec, ...] = (
              shown_default="—"),
         Spec("DELAY_MAX_JSON_DEPTH", Integer(min=4, why="a bulk request's payloads are at level 4"), "64",
              "how deep a JSON request body may nest (arrays and objects)", "16", conf=True),
+    ),
+    *_group(
+        "Teams, keys and the audit log",
+        Spec("DELAY_API_KEY_EXPIRES", Duration(), "90d", "how long a new API key lasts when its maker names no "
+             "expiry ([Teams](../guides/teams.md#api-keys))", "30d", conf=True),
+        Spec("DELAY_API_KEY_MAX_EXPIRES", Duration(), "365d", "the longest expiry a key may be given", "90d",
+             conf=True),
+        Spec("DELAY_TEAM_MAX_IN_FLIGHT", Integer(min=1), "1000000", "messages a team may have pending or published "
+             "at once (a team's own quota in the admin wins; [quotas](../guides/teams.md#quotas))", "100000",
+             conf=True),
+        Spec("DELAY_TEAM_MAX_SCHEDULES", Integer(min=0), "1000", "recurring schedules a team may keep", "200",
+             conf=True),
+        Spec("DELAY_TEAM_MAX_ENDPOINTS", Integer(min=0), "100", "endpoints a team may have", "20", conf=True),
+        Spec("DELAY_TEAM_MIN_SCHEDULE_INTERVAL_SECONDS", Integer(min=1), "10", "the shortest time between two "
+             "runs of a team's recurring schedule", "60", conf=True),
+        Spec("DELAY_TEAM_API_RATE", ApiRate(), "5000/second", "API requests of a whole team (its keys and members "
+             "together; a bulk request counts its messages), or `off`", "1000/second", conf=True),
+        Spec("DELAY_KEY_API_RATE", ApiRate(), "5000/second", "API requests of each API key, or `off`",
+             "100/second", conf=True),
+        Spec("DELAY_AUDIT_RETENTION", Duration(), "400d", "how long the audit log keeps a change in PostgreSQL "
+             "before the prune archives it ([Teams](../guides/teams.md#the-audit-log))", "730d", conf=True),
     ),
     *_group(
         "Metrics and health",

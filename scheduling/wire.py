@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from rabbit import Outgoing, Received
 from topology import cascade, explain
 
+from .celery import structured
 from .clock import from_epoch_ms, to_epoch_ms
 from .models import Endpoint, ScheduledMessage
 
@@ -111,25 +112,40 @@ def outgoing(message: ScheduledMessage, version: cascade.Version, now: datetime,
     if message.endpoint.handler == Endpoint.Handler.CELERY_QUEUE:
         return outgoing_task(message, version, now, margin_ms=margin_ms, direct=direct)
     now_ms, due_ms = to_epoch_ms(now), message.due_at_ms
-    r = (direct_route(message.endpoint.name) if direct
-         else route(due_ms, now_ms, version, message.endpoint.name, margin_ms=margin_ms, message_id=message.id))
+    r = (direct_route(message.endpoint.queue) if direct
+         else route(due_ms, now_ms, version, message.endpoint.queue, margin_ms=margin_ms, message_id=message.id))
     body, headers, properties = deliver_message(str(message.id), message.due_at)
     headers.update(_x_dp_headers(message, version, r, now_ms), **r.headers)
     return Outgoing(r.exchange, r.routing_key, body, headers, properties), r
 
 
+# never taken from a captured task message: they would route or copy it elsewhere
+_ROUTING_HEADERS = frozenset({cascade.CC_HEADER, "BCC"})
+
+
 def outgoing_task(message: ScheduledMessage, version: cascade.Version, now: datetime, *, margin_ms: int,
                   direct: bool = False) -> tuple[Outgoing, Route]:
-    """A user's Celery task message, exactly as apply_async built it (scheduling.celery), into
-    the task's queue; no eta, so an unmodified worker runs it the moment it arrives."""
-    captured = message.payload["celery"]
+    """A Celery task into its queue, with no eta, so an unmodified worker runs it the moment it
+    arrives: built here from a structured task (``{"task", "args", "kwargs"}``, what the API
+    accepts), or as apply_async built it (``{"celery": ...}``, what DelayedTask stores)."""
     now_ms = to_epoch_ms(now)
+    queue = message.endpoint.queue
     if direct:
-        r = direct_route(message.endpoint.name)
+        r = direct_route(queue)
     else:
-        r = route(message.due_at_ms, now_ms, version, message.endpoint.name, margin_ms=margin_ms, held=False,
-                  message_id=message.id)
-    headers = {**captured["headers"], "eta": None, **_x_dp_headers(message, version, r, now_ms), **r.headers}
+        r = route(message.due_at_ms, now_ms, version, queue, margin_ms=margin_ms, held=False, message_id=message.id)
+    if structured.is_structured(message.payload):
+        task_id = message.payload.get("id") or str(message.id)
+        headers = {**structured.task_headers(message.payload, task_id), **_x_dp_headers(message, version, r, now_ms),
+                   **r.headers}
+        properties = {"content_type": "application/json", "content_encoding": "utf-8", "correlation_id": task_id,
+                      "message_id": str(message.id),
+                      **({"priority": message.payload["priority"]} if message.payload.get("priority") is not None
+                         else {})}
+        return Outgoing(r.exchange, r.routing_key, structured.task_body(message.payload), headers, properties), r
+    captured = message.payload["celery"]
+    own = {k: v for k, v in captured["headers"].items() if k not in _ROUTING_HEADERS}
+    headers = {**own, "eta": None, **_x_dp_headers(message, version, r, now_ms), **r.headers}
     properties = {**captured["properties"], "content_type": captured["content_type"],
                   "content_encoding": captured["content_encoding"], "message_id": str(message.id)}
     return Outgoing(r.exchange, r.routing_key, captured["body"].encode(captured["content_encoding"]), headers,
@@ -141,7 +157,7 @@ def envelope_key(message: ScheduledMessage, version: cascade.Version) -> tuple |
     row travels alone (a topic version, a Celery queue's task message)."""
     if not version.envelopes or message.endpoint.handler == Endpoint.Handler.CELERY_QUEUE:
         return None
-    return (version.name, cascade.shard_of(message.id, version.shards), message.endpoint.name,
+    return (version.name, cascade.shard_of(message.id, version.shards), message.endpoint.queue,
             message.due_at_ms // 1000)
 
 
@@ -152,7 +168,7 @@ def outgoing_envelope(messages: list[ScheduledMessage], version: cascade.Version
     due time, which the delivery loop holds each to. Payloads stay in the database."""
     first = min(messages, key=lambda m: m.due_at_ms)
     now_ms = to_epoch_ms(now)
-    r = route(first.due_at_ms, now_ms, version, first.endpoint.name, margin_ms=margin_ms, message_id=first.id)
+    r = route(first.due_at_ms, now_ms, version, first.endpoint.queue, margin_ms=margin_ms, message_id=first.id)
     envelope_id = str(uuid.uuid4())
     items = json.dumps([[str(m.id), m.due_at_ms] for m in messages], separators=(",", ":"))
     body, headers, properties = _task_message(ENVELOPE_TASK, envelope_id, first.due_at, f"[{items}]", "{}")
@@ -185,7 +201,7 @@ def preview(message: ScheduledMessage, now: datetime, *, margin_ms: int) -> Prev
     published = message.published_at is not None and bool(message.routing_key)
     out, r = outgoing(message, version, message.published_at if published else now, margin_ms=margin_ms)
     headers = {k: v for k, v in out.headers.items() if k != "origin"}
-    rows = explain.explain_rows(version, r.delay_units, message.endpoint.name,
+    rows = explain.explain_rows(version, r.delay_units, message.endpoint.queue,
                                 cascade.shard_of(message.id, version.shards))
     return Preview(published, r.exchange, r.routing_key, r.delay_units, headers, rows)
 

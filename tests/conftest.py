@@ -135,32 +135,54 @@ def admin_user(django_user_model):
     return django_user_model.objects.create_superuser("admin", "admin@example.com", "pw")
 
 
-def _token_client(user):
-    from rest_framework.authtoken.models import Token
+def _key_client(**key):
+    """An API client sending a new key (teams/services.api_key_create's arguments) as a Bearer key."""
     from rest_framework.test import APIClient
 
+    from scheduling.teams.services import api_key_create
+
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    made = api_key_create(**key)
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {made.key}")
+    client.key = made
     return client
 
 
 @pytest.fixture
 def api(admin_user):
-    """An API client authenticated with a superuser's token."""
-    return _token_client(admin_user)
+    """An API client authenticated with a superuser's (an operator's) key."""
+    return _key_client(user=admin_user)
+
+
+def team_named(name: str):
+    from scheduling.teams.models import Team
+
+    return Team.objects.get_or_create(name=name)[0]
 
 
 @pytest.fixture
 def api_as(django_user_model):
-    """api_as(*perms) -> a token client for a fresh user holding exactly these permissions."""
-    from django.contrib.auth.models import Permission
+    """api_as(role, team="default") -> a key client for a fresh user with this role in the team
+    (viewer, member or admin; None: in no team)."""
+    from scheduling.teams.models import Membership
 
-    def make(*perms):
+    def make(role=None, team="default"):
         user = django_user_model.objects.create_user(f"u{uuid.uuid4().hex[:8]}", password="pw")
-        for perm in perms:
-            app_label, codename = perm.split(".")
-            user.user_permissions.add(Permission.objects.get(content_type__app_label=app_label, codename=codename))
-        return _token_client(user)
+        if role is not None:
+            Membership.objects.create(team=team_named(team), user=user, role=role)
+        client = _key_client(user=user)
+        client.user = user
+        return client
+
+    return make
+
+
+@pytest.fixture
+def team_key():
+    """team_key(team, *scopes) -> a client with a new key of that team (scopes: "all" by default)."""
+
+    def make(team="default", *scopes):
+        return _key_client(team=team_named(team), scopes=scopes or ["all"])
 
     return make
 

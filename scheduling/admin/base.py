@@ -1,5 +1,9 @@
 """Plumbing shared by the control room's admin pages.
 
+- Every list, form choice and action starts from the user's teams (queryset_for_caller), and
+  what a user may do is their role there (``team_actions``: the permission's name -> a
+  teams.roles.Action; None: platform operators only). Django's model permissions grant nothing
+  here; superusers are the platform's operators.
 - Actions are gated by explicit permissions, and an action the user may not run answers 403
   (Django would silently drop it).
 - The same actions appear as buttons on a detail page (``object_actions``), run on one row.
@@ -21,21 +25,80 @@ from django.urls import path, reverse
 from rabbit import BrokerError
 
 from ..errors import ServiceError
+from ..teams.caller import Caller
+from ..teams.roles import Action
+from ..teams.selectors import caller_for_user, queryset_for_caller
 
 # What a service may raise that an operator should read as one line, not a stack trace.
 OPERATOR_ERRORS = (ServiceError, BrokerError)
 
 
-def has_model_perm(request, admin_: admin.ModelAdmin, codename: str) -> bool:
-    return request.user.has_perm(f"{admin_.opts.app_label}.{codename}")
+def request_caller(request) -> Caller:
+    """The admin user as a caller (their roles), once per request."""
+    caller = getattr(request, "_dp_caller", None)
+    if caller is None:
+        caller = request._dp_caller = caller_for_user(user=request.user)
+    return caller
 
 
 class ControlRoomAdmin(admin.ModelAdmin):
     object_actions: dict[str, str] = {}  # action name -> button label on the detail page
     change_form_template = "admin/scheduling/change_form.html"
+    # permission -> the action it is in the team (None: operators only); "view" also lets the
+    # module show on the index
+    team_actions: dict[str, Action | None] = {"view": Action.READ, "add": None, "change": None}
+
+    @staticmethod
+    def caller(request) -> Caller:
+        return request_caller(request)
+
+    def team_id_of(self, obj) -> int | None:
+        return obj.team_id
+
+    def base_queryset(self, request):
+        """The rows before the caller's teams narrow them (subclasses: their selector)."""
+        return super().get_queryset(request)
+
+    def get_queryset(self, request):
+        return queryset_for_caller(queryset=self.base_queryset(request), caller=self.caller(request))
+
+    def may(self, request, permission: str, obj=None) -> bool:
+        """Whether the user holds the permission's action in the object's team (or in some team)."""
+        if not (request.user.is_active and request.user.is_staff):
+            return False
+        caller = self.caller(request)
+        action = self.team_actions.get(permission)
+        if action is None:
+            return caller.operator
+        if obj is not None:
+            return caller.may(action, self.team_id_of(obj))
+        teams = caller.team_ids(action)
+        return teams is None or bool(teams)
+
+    def has_module_permission(self, request):
+        return self.may(request, "view")
+
+    def has_view_permission(self, request, obj=None):
+        return self.may(request, "view", obj) or self.may(request, "change", obj)
+
+    def has_add_permission(self, request):
+        return self.may(request, "add")
+
+    def has_change_permission(self, request, obj=None):
+        return self.may(request, "change", obj)
 
     def has_delete_permission(self, request, obj=None):
         return False  # rows are history (and the outbox); services change them, nothing deletes
+
+    def acting_on(self, request, queryset, action: Action):
+        """The selected rows the user may do ``action`` to (their role in each row's team); the
+        others are named in a message and left alone."""
+        allowed = queryset_for_caller(queryset=queryset, caller=self.caller(request), action=action)
+        skipped = queryset.count() - allowed.count()
+        if skipped:
+            self.message_user(request, f"{skipped} selected row(s) left alone: your role in their team does not "
+                                       f"allow it", messages.WARNING)
+        return allowed
 
     # --- actions: 403 instead of silently ignoring a forbidden one ----------------------------
 
@@ -159,3 +222,42 @@ def add_service_errors(form, exc: ValidationError, field_map: dict) -> None:
         target = field_map.get(field, field)
         for error in errors:
             form.add_error(target if target in form.fields else None, error)
+
+
+class TeamListFilter(admin.SimpleListFilter):
+    """By team: only the user's teams are offered (Django's own filter would list every team)."""
+
+    title = "team"
+    parameter_name = "team"
+    field = "team"  # the path from the admin's model to the team
+
+    def lookups(self, request, model_admin):
+        from ..teams.models import Team
+
+        teams = queryset_for_caller(queryset=Team.objects.order_by("name"), caller=request_caller(request))
+        return [(team.pk, team.name) for team in teams[:200]]
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        return queryset.filter(**{f"{self.field}_id": value}) if value and value.isdigit() else queryset
+
+
+class EndpointListFilter(admin.SimpleListFilter):
+    """By endpoint: only the user's teams' endpoints are offered (named with their team where the
+    user sees several teams). Its parameter is Django's own (endpoint__id__exact), which links
+    from other pages use."""
+
+    title = "endpoint"
+    parameter_name = "endpoint__id__exact"
+
+    def lookups(self, request, model_admin):
+        from ..models import Endpoint
+
+        endpoints = queryset_for_caller(queryset=Endpoint.objects.select_related("team").order_by("team__name", "name"),
+                                        caller=request_caller(request))[:500]
+        several = len({e.team_id for e in endpoints}) > 1
+        return [(e.pk, f"{e.team.name}/{e.name}" if several else e.name) for e in endpoints]
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        return queryset.filter(endpoint_id=value) if value and value.isdigit() else queryset

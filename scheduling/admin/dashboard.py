@@ -10,6 +10,8 @@ from django.utils.safestring import mark_safe
 
 from ..reports import charts
 from ..selectors.database import DASHBOARD_COUNT_CAP, dashboard_get
+from ..teams.roles import Action
+from .base import request_caller
 
 # The admin index links here (a box above the app list).
 admin.site.index_template = "admin/scheduling/index.html"
@@ -32,7 +34,7 @@ def deliveries_chart(hourly) -> str:
 def dashboard_view(model_admin: admin.ModelAdmin, request):
     if not model_admin.has_view_permission(request):
         raise PermissionDenied
-    board = dashboard_get()
+    board = dashboard_get(team_ids=request_caller(request).team_ids(Action.READ))
     context = {
         **model_admin.admin_site.each_context(request),
         "title": "Delay platform dashboard",

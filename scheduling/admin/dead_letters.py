@@ -22,7 +22,9 @@ from ..models import BulkAction, Endpoint, FailedMessage
 from ..selectors.database import message_search
 from ..services.bulk_actions import message_start_matching
 from ..services.messages import message_republish
-from .base import ControlRoomAdmin, has_model_perm
+from ..teams.roles import Action
+from ..teams.selectors import queryset_for_caller, team_pick
+from .base import OPERATOR_ERRORS, ControlRoomAdmin, EndpointListFilter, TeamListFilter
 from .messages import ScheduleFilter
 
 
@@ -47,8 +49,9 @@ class DueWithinFilter(admin.SimpleListFilter):
 
 @admin.register(FailedMessage)
 class DeadLetterAdmin(ControlRoomAdmin):
-    list_display = ("short_id", "endpoint", "schedule", "due_at", "finished_at", "attempts", "error")
-    list_filter = ("endpoint", ScheduleFilter, DueWithinFilter)
+    list_display = ("short_id", "team", "endpoint", "schedule", "due_at", "finished_at", "attempts", "error")
+    list_filter = (EndpointListFilter, ScheduleFilter, DueWithinFilter)
+    team_actions = {"view": Action.READ, "add": None, "change": None, "republish": Action.CANCEL}
     search_fields = ("=id", "=idempotency_key")
     list_per_page = 50
     show_full_result_count = False
@@ -57,8 +60,15 @@ class DeadLetterAdmin(ControlRoomAdmin):
               "delivery_count", "last_error", "payload")
     readonly_fields = fields
 
-    def get_queryset(self, request):
-        return FailedMessage.objects.filter(status=Status.FAILED).select_related("endpoint", "topology")
+    def base_queryset(self, request):
+        return FailedMessage.objects.filter(status=Status.FAILED).select_related("endpoint__team", "topology")
+
+    def team_id_of(self, obj):
+        return obj.endpoint.team_id
+
+    @admin.display(description="team")
+    def team(self, message):
+        return message.endpoint.team.name
 
     def get_search_results(self, request, queryset, search_term):
         term = search_term.strip()
@@ -68,7 +78,7 @@ class DeadLetterAdmin(ControlRoomAdmin):
         return False
 
     def has_republish_permission(self, request):
-        return has_model_perm(request, self, "republish_scheduledmessage")
+        return self.may(request, "republish")
 
     @admin.display(description="id")
     def short_id(self, message):
@@ -82,22 +92,36 @@ class DeadLetterAdmin(ControlRoomAdmin):
 
     @admin.action(description="Republish selected failed messages", permissions=["republish"])
     def republish_selected(self, request, queryset):
+        caller = self.caller(request)
         self.run_each(request, queryset.values_list("pk", flat=True)[:1000],
-                      lambda pk: message_republish(message_id=pk), "Republished")
+                      lambda pk: message_republish(message_id=pk, caller=caller), "Republished")
 
     @admin.action(description="Republish all failed messages matching the filters (in a worker, with progress)",
                   permissions=["republish"])
     def republish_all_matching(self, request, queryset):
         filters = {"status": Status.FAILED, "schedule": request.GET.get("schedule"),
                    "due_after": DueWithinFilter(request, request.GET.copy(), FailedMessage, self).due_after()}
+        caller = self.caller(request)
         endpoint_id = request.GET.get("endpoint__id__exact")
-        if endpoint_id:
-            filters["endpoint"] = Endpoint.objects.filter(pk=endpoint_id).values_list("name", flat=True).first()
+        endpoint = None
+        if endpoint_id and endpoint_id.isdigit():
+            endpoint = queryset_for_caller(queryset=Endpoint.objects.select_related("team"), caller=caller,
+                                           action=Action.CANCEL).filter(pk=endpoint_id).first()
+            if endpoint is None:
+                self.message_user(request, "that endpoint is not one whose messages you may republish", messages.ERROR)
+                return None
+            filters["endpoint"] = endpoint.name
         try:
+            # the endpoint's team, else the one team the user may republish in (an operator: every team)
+            team = endpoint.team if endpoint else (None if caller.operator else team_pick(caller=caller,
+                                                                                        action=Action.CANCEL))
             action = message_start_matching(kind=BulkAction.Kind.REPUBLISH, filters=filters,
-                                            requested_by=request.user.get_username())
+                                            requested_by=request.user.get_username(), team=team)
         except ValidationError as exc:
             self.message_user(request, "; ".join(exc.messages), messages.ERROR)
+            return None
+        except OPERATOR_ERRORS as exc:
+            self.message_user(request, str(exc), messages.ERROR)
             return None
         current_app.send_task(task_names.BULK_ACTION, args=[action.pk])
         self.message_user(request, f"Republishing {action.matched:,} failed message(s) in a worker: see Bulk actions",
@@ -107,9 +131,11 @@ class DeadLetterAdmin(ControlRoomAdmin):
 
 @admin.register(BulkAction)
 class BulkActionAdmin(ControlRoomAdmin):
-    list_display = ("created_at", "kind", "filters", "progress", "state", "requested_by", "finished_at", "error")
-    list_filter = ("kind", "state")
-    fields = ("kind", "filters", "matched", "done", "state", "requested_by", "error", "created_at", "finished_at")
+    list_display = ("created_at", "kind", "team", "filters", "progress", "state", "requested_by", "finished_at",
+                    "error")
+    list_filter = ("kind", "state", TeamListFilter)
+    fields = ("kind", "team", "filters", "matched", "done", "state", "requested_by", "error", "created_at",
+              "finished_at")
     readonly_fields = fields
 
     def has_add_permission(self, request):

@@ -12,7 +12,9 @@ from ..lifecycle import Status
 from ..models import Endpoint
 from ..selectors.database import endpoint_count_messages, endpoint_list
 from ..services.endpoints import endpoint_create, endpoint_rotate_secret, endpoint_set_active, endpoint_update
-from .base import ControlRoomAdmin
+from ..teams.roles import Action
+from ..teams.selectors import team_pick
+from .base import ControlRoomAdmin, TeamListFilter
 from .forms import EndpointChangeForm, EndpointCreateForm
 
 
@@ -32,15 +34,17 @@ def _count_column(status: str):
 
 @admin.register(Endpoint)
 class EndpointAdmin(ControlRoomAdmin):
-    list_display = ("name", "topology", "handler_summary", "flow_summary", "is_active", *(f"n_{s}" for s in Status))
-    list_filter = ("is_active", "handler", "topology")
+    list_display = ("name", "team", "queue", "topology", "handler_summary", "flow_summary", "is_active",
+                    *(f"n_{s}" for s in Status))
+    list_filter = (TeamListFilter, "is_active", "handler", "topology")
+    team_actions = {"view": Action.READ, "add": Action.ENDPOINTS, "change": Action.ENDPOINTS}
     search_fields = ("name",)
     list_per_page = 50
     show_full_result_count = False  # a second COUNT(*) over the whole table per page
     actions = ("activate", "deactivate", "rotate_secret")
     object_actions = {"activate": "Activate", "deactivate": "Deactivate", "rotate_secret": "Rotate webhook secret"}
-    fields = ("name", "topology", "delivery_mode", "handler", "handler_target", "max_deliveries_per_second",
-              "max_concurrent", "is_active", "created_at", "updated_at")
+    fields = ("team", "name", "queue", "topology", "delivery_mode", "handler", "handler_target",
+              "max_deliveries_per_second", "max_concurrent", "is_active", "created_at", "updated_at")
     readonly_fields = fields
 
     n_pending = _count_column(Status.PENDING)
@@ -61,8 +65,8 @@ class EndpointAdmin(ControlRoomAdmin):
                   f"{endpoint.max_concurrent} at once" if endpoint.max_concurrent else ""]
         return ", ".join(limit for limit in limits if limit) or "–"
 
-    def get_queryset(self, request):
-        return endpoint_list()
+    def base_queryset(self, request):
+        return endpoint_list().select_related("team")
 
     def get_changelist_instance(self, request):
         """The page's endpoints with their message counts (capped, then estimated: counting
@@ -82,20 +86,22 @@ class EndpointAdmin(ControlRoomAdmin):
 
     @admin.action(description="Activate selected endpoints (binds their queues)", permissions=["change"])
     def activate(self, request, queryset):
-        self.run_each(request, queryset, lambda e: endpoint_set_active(endpoint=e, active=True), "Activated")
+        self.run_each(request, self.acting_on(request, queryset, Action.ENDPOINTS),
+                      lambda e: endpoint_set_active(endpoint=e, active=True), "Activated")
 
     @admin.action(description="Deactivate selected endpoints (pauses delivery)", permissions=["change"])
     def deactivate(self, request, queryset):
-        self.run_each(request, queryset, lambda e: endpoint_set_active(endpoint=e, active=False),
-                      "Deactivated")
+        self.run_each(request, self.acting_on(request, queryset, Action.ENDPOINTS),
+                      lambda e: endpoint_set_active(endpoint=e, active=False), "Deactivated")
 
     @admin.action(description="Rotate the webhook secret (the current one signs for a day more)",
                   permissions=["change"])
     def rotate_secret(self, request, queryset):
         """New secrets, shown on the page this answers (never stored in a message or cookie) and
-        nowhere else afterwards."""
+        nowhere else afterwards: each row's ``new_webhook_secret``, the plaintext the service made
+        (its fields hold it sealed)."""
         rotated = []
-        for endpoint in queryset:
+        for endpoint in self.acting_on(request, queryset, Action.ENDPOINTS):
             try:
                 rotated.append(endpoint_rotate_secret(endpoint=endpoint))
             except ValidationError as exc:
@@ -110,10 +116,16 @@ class EndpointAdmin(ControlRoomAdmin):
     def add_view(self, request, form_url="", extra_context=None):
         if not self.has_add_permission(request):
             raise PermissionDenied
-        return self.service_form_view(
-            request, EndpointCreateForm, lambda data: endpoint_create(**data),
-            title="Add endpoint", done="Created and bound",
-        )
+        caller = self.caller(request)
+
+        def form(data, initial):
+            return EndpointCreateForm(data, initial=initial, caller=caller)
+
+        def create(data):
+            team = data.pop("team") or (None if caller.operator else team_pick(caller=caller, action=Action.ENDPOINTS))
+            return endpoint_create(team=team, **data)  # None: the default team
+
+        return self.service_form_view(request, form, create, title="Add endpoint", done="Created and bound")
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         obj = self.get_object(request, unquote(object_id))

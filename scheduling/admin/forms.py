@@ -4,9 +4,12 @@ allowed lives in the services, shared with the API (see base.service_form_view).
 from django import forms
 
 from ..delivery.flow import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
-from ..models import DeliveryMode, Endpoint, Schedule, TopologyVersion
+from ..models import DeliveryMode, Endpoint, Schedule, Team, TopologyVersion
 from ..selectors.database import endpoint_list, topology_version_get_default
 from ..services.retention import retention_describe
+from ..teams.caller import Caller
+from ..teams.roles import Action
+from ..teams.selectors import queryset_for_caller
 
 ISO_HELP = "UTC unless it names an offset, e.g. 2026-11-21T12:00:00.250Z"
 
@@ -40,35 +43,54 @@ class EndpointChangeForm(forms.Form):
 
 
 class EndpointCreateForm(EndpointChangeForm):
+    team = forms.ModelChoiceField(queryset=Team.objects.none(), required=False, empty_label="(your only team)",
+                                  help_text="the team that owns it (those whose endpoints you manage; operators: "
+                                            "empty is the default team)")
     name = forms.CharField(
-        max_length=100, help_text="letters, digits, '-' and '_': it becomes the queue and its binding #.<name>"
+        max_length=100, help_text="letters, digits, '-' and '_': its queue is <team>--<name>"
     )
+    queue = forms.CharField(required=False, max_length=255,
+                            help_text="operators only: bind it to this exact queue instead (NServiceBus interop, a "
+                                      "Celery queue)")
     webhook_secret = forms.CharField(
         required=False, max_length=128, widget=forms.PasswordInput(render_value=True),
         help_text="Standard Webhooks signing secret, whsec_<base64 of 24-64 random bytes>; generated when left "
                   "empty (the endpoint's 'Rotate webhook secret' button shows a new one, once)",
     )
     is_active = forms.BooleanField(required=False, initial=True)
-    field_order = ["name", "topology", "delivery_mode", "handler", "handler_target", "webhook_secret",
-                   "max_deliveries_per_second", "max_concurrent", "is_active"]
+    field_order = ["team", "name", "queue", "topology", "delivery_mode", "handler", "handler_target",
+                   "webhook_secret", "max_deliveries_per_second", "max_concurrent", "is_active"]
 
     def clean_delivery_mode(self):
         return self.cleaned_data["delivery_mode"] or DeliveryMode.NATIVE
 
-    def __init__(self, *args, **kwargs):
+    def clean_queue(self):
+        return self.cleaned_data["queue"] or None
+
+    def __init__(self, *args, caller: Caller, **kwargs):
         super().__init__(*args, **kwargs)
         default = topology_version_get_default()
         if default is not None:
             self.fields["topology"].initial = default.name
+        self.fields["team"].queryset = queryset_for_caller(queryset=Team.objects.order_by("name"), caller=caller,
+                                                           action=Action.ENDPOINTS)
+        if not caller.operator:
+            del self.fields["queue"]
 
 
 class EndpointChoiceField(forms.ModelChoiceField):
     def label_from_instance(self, obj):
-        return f"{obj.name} ({obj.topology.name}{'' if obj.is_active else ', inactive'})"
+        return f"{obj.team.name}/{obj.name} ({obj.topology.name}{'' if obj.is_active else ', inactive'})"
+
+
+def endpoint_choices(caller: Caller, action: Action):
+    """The endpoints of the teams where ``caller`` may do ``action`` (a form's choices)."""
+    return queryset_for_caller(queryset=endpoint_list().select_related("team").order_by("team__name", "name"),
+                               caller=caller, action=action)
 
 
 class ScheduleMessageForm(forms.Form):
-    endpoint = EndpointChoiceField(queryset=endpoint_list(), to_field_name="name")
+    endpoint = EndpointChoiceField(queryset=Endpoint.objects.none())
     # Not required here: {} and [] are payloads too; the service says what is missing.
     payload = forms.JSONField(required=False, widget=forms.Textarea(attrs={"rows": 6, "cols": 60}),
                               help_text="any JSON value")
@@ -80,17 +102,18 @@ class ScheduleMessageForm(forms.Form):
         required=False, max_length=255, help_text="the same key on the same endpoint returns the existing message"
     )
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, caller: Caller, **kwargs):
         super().__init__(*args, **kwargs)
+        self.fields["endpoint"].queryset = endpoint_choices(caller, Action.SCHEDULE)
         self.fields["idempotency_key"].help_text += f" while that message is kept ({retention_describe()})"
 
 
 class ScheduleForm(forms.Form):
     """A recurring schedule (an upsert: the service checks the rule, the payload and the key)."""
 
-    key = forms.CharField(max_length=200, help_text="unique: letters, digits, '-' and '_', in words joined by "
-                                                    "'.' or ':'")
-    endpoint = EndpointChoiceField(queryset=endpoint_list(), to_field_name="name")
+    key = forms.CharField(max_length=200, help_text="unique in its team (the endpoint's): letters, digits, '-' and "
+                                                    "'_', in words joined by '.' or ':'")
+    endpoint = EndpointChoiceField(queryset=Endpoint.objects.none())
     payload = forms.JSONField(required=False, widget=forms.Textarea(attrs={"rows": 6, "cols": 60}),
                               help_text="any JSON value: every run carries it")
     cron = forms.CharField(required=False, max_length=200,
@@ -102,8 +125,9 @@ class ScheduleForm(forms.Form):
     end_at = forms.DateTimeField(required=False, help_text="no run after this")
     missed_runs = forms.ChoiceField(choices=Schedule.MissedRuns.choices, initial=Schedule.MissedRuns.SKIP)
 
-    def __init__(self, *args, next_runs=None, **kwargs):
+    def __init__(self, *args, caller: Caller, next_runs=None, **kwargs):
         super().__init__(*args, **kwargs)
+        self.fields["endpoint"].queryset = endpoint_choices(caller, Action.SCHEDULES)
         if next_runs is not None:
             self.fields["key"].disabled = True
             listed = ", ".join(f"{run:%Y-%m-%d %H:%M:%S}" for run in next_runs) or "none"
@@ -111,8 +135,9 @@ class ScheduleForm(forms.Form):
 
     @staticmethod
     def service_arguments(data: dict) -> dict:
+        """The upsert's arguments: the schedule belongs to its endpoint's team."""
         return {**{k: v for k, v in data.items() if k != "timezone"}, "timezone_name": data["timezone"],
-                "cron": data["cron"] or ""}
+                "cron": data["cron"] or "", "team": data["endpoint"].team}
 
 
 class RescheduleForm(forms.Form):

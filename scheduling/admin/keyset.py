@@ -3,13 +3,17 @@
 list fits on one page and PostgreSQL's estimate otherwise, and the order is the one an index
 gives: newest first, or by due time when a due filter is on. Django's ChangeList counted every
 matching row for its paginator, sorted by any column asked and listed the calendar's dates with a
-DISTINCT over the table: seconds each with 50 M rows (docs/performance.md, "History")."""
+DISTINCT over the table: seconds each with 50 M rows (docs/performance.md, "History"). A cursor
+that no page wrote is a 400, as on the API (it was read as the first page; a deep one was a 500)."""
 
 from __future__ import annotations
 
 from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import BadRequest
 
-from ..selectors.cursors import AFTER, BEFORE, Position, cursor_decode, cursor_encode
+from ..selectors.cursors import AFTER, BEFORE, MalformedCursor, Position, cursor_decode, cursor_encode
+from ..teams.roles import Action
+from .base import request_caller
 from ..selectors.database import (
     Tally,
     message_estimate_in_past,
@@ -29,7 +33,11 @@ class MessageChangeList(ChangeList):
     DUE_ORDER = {"past-day": True, "next-minute": False, "next-hour": False, "next-day": False, "later": False}
 
     def __init__(self, request, *args, **kwargs):
-        self.cursor = cursor_decode(text=request.GET.get(CURSOR_VAR, ""))
+        self.request = request  # the caller's teams decide which index ranges a page reads
+        try:
+            self.cursor = cursor_decode(text=request.GET.get(CURSOR_VAR, ""))
+        except MalformedCursor as exc:  # Django answers 400 (its plain page, no trace) and logs the reason
+            raise BadRequest(f"{CURSOR_VAR} {exc}") from None
         super().__init__(request, *args, **kwargs)
         for params in (self.params, self.filter_params):  # links to filters start from the first page
             params.pop(CURSOR_VAR, None)
@@ -51,7 +59,8 @@ class MessageChangeList(ChangeList):
             return "created_at", True, []
         fixed = {name for name, key in (("status", "status__exact"), ("endpoint", "endpoint__id__exact"),
                                         ("topology", "topology__id__exact"), ("schedule", "schedule")) if key in params}
-        return "created_at", True, message_list_groups(fixed=fixed)
+        teams = request_caller(self.request).team_ids(Action.READ)
+        return "created_at", True, message_list_groups(fixed=fixed, team_ids=teams)
 
     def get_results(self, request):
         order_by, descending, groups = self.list_order()

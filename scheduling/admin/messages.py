@@ -22,8 +22,10 @@ from ..models import ScheduledMessage
 from ..selectors.database import SCHEDULED_IN_PAST, message_search, schedule_list
 from ..services.messages import message_cancel, message_republish, message_reschedule, message_schedule
 from ..services.retention import retention_describe
+from ..teams.roles import Action
+from ..teams.selectors import queryset_for_caller
 from . import dashboard, html
-from .base import ControlRoomAdmin, has_model_perm
+from .base import ControlRoomAdmin, EndpointListFilter, request_caller
 from .forms import RescheduleForm, ScheduleMessageForm
 from .keyset import MessageChangeList
 
@@ -79,7 +81,8 @@ class ScheduleFilter(admin.SimpleListFilter):
     parameter_name = "schedule"
 
     def lookups(self, request, model_admin):
-        keys = list(schedule_list().values_list("key", flat=True)[:50])
+        schedules = queryset_for_caller(queryset=schedule_list(), caller=request_caller(request))
+        keys = list(dict.fromkeys(schedules.order_by("key").values_list("key", flat=True)[:100]))[:50]
         if self.value() and self.value() not in keys:
             keys.append(self.value())
         return [(key, key) for key in keys]
@@ -90,10 +93,12 @@ class ScheduleFilter(admin.SimpleListFilter):
 
 @admin.register(ScheduledMessage)
 class ScheduledMessageAdmin(ControlRoomAdmin):
-    list_display = ("short_id", "endpoint", "topology", "status_badge", "due", "delivered", "lateness",
+    list_display = ("short_id", "team", "endpoint", "topology", "status_badge", "due", "delivered", "lateness",
                     "delivery_count")
-    list_filter = ("status", DueWindowFilter, ScheduledInPastFilter, "endpoint", "topology", ScheduleFilter)
-    list_select_related = ("endpoint", "topology")
+    list_filter = ("status", DueWindowFilter, ScheduledInPastFilter, EndpointListFilter, "topology", ScheduleFilter)
+    list_select_related = ("endpoint__team", "topology")
+    team_actions = {"view": Action.READ, "add": Action.SCHEDULE, "change": None, "reschedule": Action.SCHEDULE,
+                    "cancel": Action.CANCEL, "republish": Action.CANCEL}
     date_hierarchy = "due_at"
     search_fields = ("=id", "=idempotency_key")
     search_help_text = "A message id or an idempotency key (exact)."
@@ -118,20 +123,27 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
     def get_readonly_fields(self, request, obj=None):
         return [field for _, options in self.fieldsets for field in options["fields"]]
 
-    def get_queryset(self, request):
-        return super().get_queryset(request).defer("payload")  # up to 256 KiB a row; lists never show it
+    def base_queryset(self, request):
+        return super().base_queryset(request).defer("payload")  # up to 256 KiB a row; lists never show it
+
+    def team_id_of(self, obj):
+        return obj.endpoint.team_id
+
+    @admin.display(description="team")
+    def team(self, message):
+        return message.endpoint.team.name
 
     def has_change_permission(self, request, obj=None):
         return False  # messages change only through services: cancel, republish, reschedule
 
-    def has_reschedule_permission(self, request):
-        return has_model_perm(request, self, "change_scheduledmessage")  # what the API's PATCH needs
+    def has_reschedule_permission(self, request, obj=None):
+        return self.may(request, "reschedule", obj)  # what the API's PATCH needs
 
     def has_cancel_permission(self, request):
-        return has_model_perm(request, self, "cancel_scheduledmessage")
+        return self.may(request, "cancel")
 
     def has_republish_permission(self, request):
-        return has_model_perm(request, self, "republish_scheduledmessage")
+        return self.may(request, "republish")
 
     def object_action_applies(self, obj, name):
         return obj.status in (IN_FLIGHT if name == "cancel" else {Status.FAILED})
@@ -148,23 +160,30 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
 
     @admin.action(description="Cancel selected messages (pending or published)", permissions=["cancel"])
     def cancel(self, request, queryset):
+        caller = self.caller(request)
         self.run_each(request, queryset.values_list("pk", flat=True),
-                      lambda pk: message_cancel(message_id=pk), "Cancelled")
+                      lambda pk: message_cancel(message_id=pk, caller=caller), "Cancelled")
 
     @admin.action(description="Republish selected failed messages", permissions=["republish"])
     def republish(self, request, queryset):
+        caller = self.caller(request)
         self.run_each(request, queryset.values_list("pk", flat=True),
-                      lambda pk: message_republish(message_id=pk), "Republished")
+                      lambda pk: message_republish(message_id=pk, caller=caller), "Republished")
 
     # --- the schedule form and the dashboard ---------------------------------------------
 
     def add_view(self, request, form_url="", extra_context=None):
         if not self.has_add_permission(request):
             raise PermissionDenied
+        caller = self.caller(request)
+
+        def form(data, initial):
+            return ScheduleMessageForm(data, initial=initial, caller=caller)
+
         return self.service_form_view(
-            request, ScheduleMessageForm, lambda data: message_schedule(
+            request, form, lambda data: message_schedule(
                 endpoint=data["endpoint"], payload=data["payload"], delay=data["delay_seconds"],
-                deliver_at=data["deliver_at"], idempotency_key=data["idempotency_key"] or None,
+                deliver_at=data["deliver_at"], idempotency_key=data["idempotency_key"] or None, caller=caller,
             ),
             title="Schedule a message", initial={"endpoint": request.GET.get("endpoint")},
             field_map={"delay": "delay_seconds"}, done="Scheduled",
@@ -177,11 +196,12 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
         message = self.get_object(request, object_id)
         if message is None:
             raise Http404(f"no message {object_id}")
-        if not self.has_reschedule_permission(request):
+        if not self.has_reschedule_permission(request, message):
             raise PermissionDenied
+        caller = self.caller(request)
         response = self.service_form_view(
             request, RescheduleForm, lambda data: message_reschedule(
-                message_id=message.pk, delay=data["delay_seconds"], deliver_at=data["deliver_at"]),
+                message_id=message.pk, delay=data["delay_seconds"], deliver_at=data["deliver_at"], caller=caller),
             title="Reschedule message", obj=message, field_map={"delay": "delay_seconds"}, done="Rescheduled")
         if isinstance(response, TemplateResponse):  # the form's Save: rows are read-only, this form is not
             response.context_data["has_change_permission"] = True
@@ -190,7 +210,7 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
     def change_view(self, request, object_id, form_url="", extra_context=None):
         message = self.get_object(request, object_id)
         links = []
-        if message is not None and message.status in IN_FLIGHT and self.has_reschedule_permission(request):
+        if message is not None and message.status in IN_FLIGHT and self.has_reschedule_permission(request, message):
             links.append((reverse("admin:scheduling_scheduledmessage_reschedule", args=[message.pk]), "Reschedule"))
         return super().change_view(request, object_id, form_url, {"object_links": links, **(extra_context or {})})
 

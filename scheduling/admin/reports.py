@@ -1,5 +1,9 @@
 """The accuracy report in the admin: a read-only, filterable table of AccuracyReport rows with
-charts of the same selection above it. Rows come from the nightly job, never from a form."""
+charts of the same selection above it. Rows come from the nightly job, never from a form.
+
+Everything on the page (table, filter choices, charts, problems) is read in the user's scope: a
+team's viewers and up read their teams' rows; operators read every row, the platform-wide ones
+(team ``*``) included."""
 
 from __future__ import annotations
 
@@ -13,30 +17,60 @@ from django.utils.safestring import mark_safe
 from ..models import AccuracyReport
 from ..reports import accuracy_charts
 from ..reports.facts import (
-    REPORT_DIMENSIONS,
+    GROUP_DIMENSIONS,
+    TeamIds,
     accuracy_report_get_latest_day,
     accuracy_report_list_breakdown,
     accuracy_report_list_problems,
     accuracy_report_list_slice,
     accuracy_report_list_values,
+    accuracy_report_slice_exists,
 )
+from ..teams.models import Team
+from ..teams.roles import Action
+from .base import ControlRoomAdmin, request_caller
 
 ALL = AccuracyReport.ALL
 CHART_DAYS = 14
 PROBLEMS_SHOWN = 10
 
 
+def _scope(request) -> TeamIds:
+    """The teams whose rows the user reads (None: every row, an operator's)."""
+    return request_caller(request).team_ids(Action.READ)
+
+
+def _chosen_team(request) -> str | None:
+    team = request.GET.get("team")
+    return team if team and team != ALL else None
+
+
 class _DimensionFilter(admin.SimpleListFilter):
-    """A dimension's values, plus "all" for the rollup rows where it is ``*``."""
+    """A dimension's values in the rows the user reads (of the chosen team, if one is), plus
+    "all" for the rollup rows where it is ``*``."""
 
     def lookups(self, request, model_admin):
-        values = accuracy_report_list_values(dimension=self.parameter_name)
+        where = {"team": team} if (team := _chosen_team(request)) else {}
+        values = accuracy_report_list_values(dimension=self.parameter_name, team_ids=_scope(request), **where)
         if self.parameter_name == "delay_bucket":
             values = [b for b in AccuracyReport.DELAY_BUCKETS if b in values]
         return [(ALL, "all (rollup rows)"), *((value, value) for value in values)]
 
     def queryset(self, request, queryset):
         return queryset.filter(**{self.parameter_name: self.value()}) if self.value() else queryset
+
+
+class TeamFilter(_DimensionFilter):
+    """The user's teams; for operators also "all", the platform-wide rows."""
+
+    title = "team"
+    parameter_name = "team"
+
+    def lookups(self, request, model_admin):
+        scope = _scope(request)
+        values = accuracy_report_list_values(dimension="team", team_ids=scope)
+        platform = [(ALL, "all (platform-wide rows)")] if scope is None else []
+        return [*platform, *((value, value) for value in values)]
 
 
 def _dimension_filter(name: str, title: str) -> type[_DimensionFilter]:
@@ -115,9 +149,10 @@ def _chart(title: str, draw, *rows_and_args) -> dict:
 
 
 @admin.register(AccuracyReport)
-class AccuracyReportAdmin(admin.ModelAdmin):
+class AccuracyReportAdmin(ControlRoomAdmin):
     list_display = [
         "day_iso",
+        _dimension_column("team", "team"),
         _dimension_column("endpoint", "endpoint"),
         _dimension_column("version", "version"),
         _dimension_column("delivery_mode", "mode"),
@@ -140,6 +175,7 @@ class AccuracyReportAdmin(admin.ModelAdmin):
     ]
     list_filter = [
         ("day", admin.DateFieldListFilter),
+        TeamFilter,
         _dimension_filter("endpoint", "endpoint"),
         _dimension_filter("version", "topology version"),
         _dimension_filter("delivery_mode", "delivery mode"),
@@ -147,6 +183,7 @@ class AccuracyReportAdmin(admin.ModelAdmin):
         ProblemFilter,
     ]
     list_per_page = 100
+    team_actions = {"view": Action.READ}  # nobody adds, changes or deletes rows (below)
 
     @admin.display(description="in past", ordering="scheduled_in_past")
     def in_past(self, row):
@@ -157,56 +194,91 @@ class AccuracyReportAdmin(admin.ModelAdmin):
     def day_iso(self, row):
         return row.day.isoformat()
 
+    def team_id_of(self, obj) -> int | None:
+        """Rows copy their team's name; a platform-wide row (``*``) is no team's: operators only."""
+        if obj.team == ALL:
+            return None
+        return Team.objects.filter(name=obj.team).values_list("id", flat=True).first()
+
     def has_add_permission(self, request):
         return False
 
     def has_change_permission(self, request, obj=None):
         return False
 
-    def has_delete_permission(self, request, obj=None):
-        return False
-
     def changelist_view(self, request, extra_context=None):
-        return super().changelist_view(request, {**(extra_context or {}), **self.charts_context(request.GET)})
+        return super().changelist_view(request, {**(extra_context or {}), **self.charts_context(request)})
 
-    def charts_context(self, params) -> dict:
-        """Charts of the table's selection: the day filter's range (else the last CHART_DAYS days
-        with reports) and the chosen endpoint, version, mode or bucket (else all)."""
+    def charts_context(self, request) -> dict:
+        """Charts of the table's selection, in the user's scope: the day filter's range (else the
+        last CHART_DAYS days with reports), the chosen team (else: an operator's platform-wide
+        rows, a member's team) and endpoint, version, mode or bucket (else all)."""
+        params, scope = request.GET, _scope(request)
         last = _iso_day(params.get("day__lt"))
-        last = last - timedelta(days=1) if last else accuracy_report_get_latest_day()
+        last = last - timedelta(days=1) if last else accuracy_report_get_latest_day(team_ids=scope)
         if last is None:
             return {"accuracy_charts": [], "accuracy_problems": []}
         first = _iso_day(params.get("day__gte")) or last - timedelta(days=CHART_DAYS - 1)
-        chosen = {name: params[name] for name in REPORT_DIMENSIONS if params.get(name)}
-        trend = accuracy_report_list_slice(first_day=first, last_day=last, **chosen)
+        chosen = {name: params[name] for name in GROUP_DIMENSIONS if params.get(name)}
+        team, team_note = _chart_team(params.get("team"), chosen.get("endpoint"), scope)
+        trend = accuracy_report_list_slice(first_day=first, last_day=last, team_ids=scope, team=team,
+                                           **chosen)
         day = trend[-1].day if trend else last
-        where = (
-            ", ".join(f"{k.replace('_', ' ')} {'all' if v == ALL else v}" for k, v in chosen.items()) or "all"
-        )
+        named = ({"team": team} if team != ALL else {}) | chosen
+        where = ", ".join(f"{k.replace('_', ' ')} {'all' if v == ALL else v}" for k, v in named.items())
+        where = where or "all"
+        of_team = "" if team == ALL else f" of team {team}"
         charts = [
             _chart(f"Lateness per day ({where})", accuracy_charts.lateness_by_day, trend),
             _chart(f"Lost, duplicates, early per day ({where})", accuracy_charts.problems_by_day, trend),
             _chart(
-                f"Lateness per endpoint, {day}",
+                f"Lateness per endpoint{of_team}, {day}",
                 accuracy_charts.lateness_by,
-                accuracy_report_list_breakdown(day=day, by="endpoint"),
+                accuracy_report_list_breakdown(day=day, by="endpoint", team=team, team_ids=scope),
                 "endpoint",
             ),
             _chart(
-                f"Lateness per delay bucket, {day}",
+                f"Lateness per delay bucket{of_team}, {day}",
                 accuracy_charts.lateness_by,
-                accuracy_report_list_breakdown(day=day, by="delay_bucket"),
+                accuracy_report_list_breakdown(day=day, by="delay_bucket", team=team, team_ids=scope),
                 "delay_bucket",
             ),
         ]
-        problems = accuracy_report_list_problems(first_day=first, last_day=last)
+        problems = accuracy_report_list_problems(first_day=first, last_day=last, team_ids=scope,
+                                                 team=_chosen_team(request))
+        notes = [team_note]
+        picked = {name for name, value in chosen.items() if value != ALL}
+        if not trend and not accuracy_report_slice_exists(team=team, dimensions=picked):
+            notes.append(PLATFORM_SLICE_NOTE if team == ALL else TEAM_SLICE_NOTE)
         return {
             "accuracy_charts": charts,
             "accuracy_problems": problems[:PROBLEMS_SHOWN],
             "accuracy_problems_total": len(problems),
             "accuracy_range": (first, last),
-            "accuracy_slice_note": ""
-            if trend or len(chosen) in (0, 1, 4)
-            else "The report has per-day rows for one dimension, or for all four; "
-            "pick one or all four for the trend.",
+            "accuracy_slice_note": " ".join(filter(None, notes)),
         }
+
+
+TEAM_SLICE_NOTE = ("A team's report has per-day rows by endpoint, version or delay bucket alone, or by all "
+                   "four: pick one or all four for the trend.")
+PLATFORM_SLICE_NOTE = ("The platform-wide rows (team all) are by version or delay bucket alone: pick one, or "
+                       "a team, for the trend.")
+
+
+def _chart_team(team: str | None, endpoint: str | None, scope: TeamIds) -> tuple[str, str]:
+    """The team the charts show, and a note when the user has to pick it: the chosen one; else,
+    for an endpoint, the team that has it (endpoint names are unique only within a team); else
+    an operator's platform-wide rows (ALL), or the user's team."""
+    if team:
+        return team, ""
+    if endpoint and endpoint != ALL:
+        candidates = accuracy_report_list_values(dimension="team", team_ids=scope, endpoint=endpoint)
+        what = f"several teams have an endpoint {endpoint} ({', '.join(candidates)})"
+    elif scope is None:
+        return ALL, ""
+    else:
+        candidates = accuracy_report_list_values(dimension="team", team_ids=scope)
+        what = f"you read the reports of several teams ({', '.join(candidates)})"
+    if len(candidates) <= 1:
+        return (candidates[0] if candidates else ALL), ""
+    return candidates[0], f"The charts show team {candidates[0]}: {what}; pick one with the team filter."

@@ -11,24 +11,27 @@ from django.utils.html import format_html
 from ..models import Schedule
 from ..selectors.database import schedule_list
 from ..services.schedules import schedule_delete, schedule_set_paused, schedule_upsert
-from .base import ControlRoomAdmin
+from ..teams.roles import Action
+from .base import ControlRoomAdmin, EndpointListFilter, TeamListFilter
 from .forms import ScheduleForm
 
 
 @admin.register(Schedule)
 class ScheduleAdmin(ControlRoomAdmin):
-    list_display = ("key", "endpoint", "rule_summary", "missed_runs", "is_paused", "next_run", "runs")
-    list_filter = ("is_paused", "endpoint")
+    list_display = ("key", "team", "endpoint", "rule_summary", "missed_runs", "is_paused", "next_run", "runs")
+    list_filter = ("is_paused", TeamListFilter, EndpointListFilter)
+    team_actions = {"view": Action.READ, "add": Action.SCHEDULES, "change": Action.SCHEDULES,
+                    "pause": Action.SCHEDULES, "remove": Action.SCHEDULES}
     search_fields = ("key",)
     list_per_page = 50
     actions = ("pause", "resume", "delete_schedules")
     object_actions = {"pause": "Pause", "resume": "Resume", "delete_schedules": "Delete"}
-    fields = ("key", "endpoint", "payload", "cron", "timezone", "interval_seconds", "start_at", "end_at",
+    fields = ("team", "key", "endpoint", "payload", "cron", "timezone", "interval_seconds", "start_at", "end_at",
               "missed_runs", "is_paused", "revision", "next_run_at", "last_run_at", "created_at", "updated_at")
     readonly_fields = fields
 
-    def get_queryset(self, request):
-        return schedule_list()
+    def base_queryset(self, request):
+        return schedule_list().select_related("team")
 
     @admin.display(description="rule")
     def rule_summary(self, schedule):
@@ -46,49 +49,60 @@ class ScheduleAdmin(ControlRoomAdmin):
     @admin.display(description="runs")
     def runs(self, schedule):
         url = reverse("admin:scheduling_scheduledmessage_changelist")
-        return format_html('<a href="{}?schedule={}">runs</a>', url, schedule.key)
+        return format_html('<a href="{}?schedule={}&endpoint__id__exact={}">runs</a>', url, schedule.key,
+                           schedule.endpoint_id)
 
     def object_action_applies(self, obj, name):
         return name == "delete_schedules" or obj.is_paused == (name == "resume")
 
     @admin.action(description="Pause selected schedules (their runs made are cancelled)", permissions=["pause"])
     def pause(self, request, queryset):
-        self.run_each(request, queryset, lambda s: schedule_set_paused(key=s.key, paused=True), "Paused")
+        self.run_each(request, self.acting_on(request, queryset, Action.SCHEDULES),
+                      lambda s: schedule_set_paused(key=s.key, team=s.team, paused=True), "Paused")
 
     @admin.action(description="Resume selected schedules", permissions=["pause"])
     def resume(self, request, queryset):
-        self.run_each(request, queryset, lambda s: schedule_set_paused(key=s.key, paused=False), "Resumed")
+        self.run_each(request, self.acting_on(request, queryset, Action.SCHEDULES),
+                      lambda s: schedule_set_paused(key=s.key, team=s.team, paused=False), "Resumed")
 
     @admin.action(description="Delete selected schedules (their runs to come are cancelled)",
                   permissions=["remove"])
     def delete_schedules(self, request, queryset):
-        self.run_each(request, queryset, lambda s: schedule_delete(key=s.key), "Deleted")
+        self.run_each(request, self.acting_on(request, queryset, Action.SCHEDULES),
+                      lambda s: schedule_delete(key=s.key, team=s.team), "Deleted")
 
     def has_pause_permission(self, request):
-        return request.user.has_perm("scheduling.pause_schedule")
+        return self.may(request, "pause")
 
     def has_remove_permission(self, request):
-        return request.user.has_perm("scheduling.delete_schedule")
+        return self.may(request, "remove")
 
     def add_view(self, request, form_url="", extra_context=None):
         if not self.has_add_permission(request):
             raise PermissionDenied
+        caller = self.caller(request)
+
+        def form(data, initial):
+            return ScheduleForm(data, initial=initial, caller=caller)
+
         return self.service_form_view(
-            request, ScheduleForm, lambda data: schedule_upsert(**ScheduleForm.service_arguments(data))[0],
+            request, form, lambda data: schedule_upsert(**ScheduleForm.service_arguments(data))[0],
             title="Add schedule", done="Saved")
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         obj = self.get_object(request, unquote(object_id))
         if obj is None or not self.has_change_permission(request, obj):
             return super().change_view(request, object_id, form_url, extra_context)
-        initial = {"key": obj.key, "endpoint": obj.endpoint.name, "payload": obj.payload, "cron": obj.cron,
+        initial = {"key": obj.key, "endpoint": obj.endpoint_id, "payload": obj.payload, "cron": obj.cron,
                    "timezone": obj.timezone, "interval_seconds": obj.interval_seconds, "start_at": obj.start_at,
                    "end_at": obj.end_at, "missed_runs": obj.missed_runs}
         upcoming = obj.upcoming(timezone.now(), count=5)
+        caller = self.caller(request)
 
         def form(data, initial):
-            return ScheduleForm(data, initial=initial, next_runs=upcoming)
+            return ScheduleForm(data, initial=initial, next_runs=upcoming, caller=caller)
 
         return self.service_form_view(
-            request, form, lambda data: schedule_upsert(**ScheduleForm.service_arguments({**data, "key": obj.key}))[0],
+            request, form, lambda data: schedule_upsert(**{**ScheduleForm.service_arguments({**data, "key": obj.key}),
+                                                    "team": obj.team})[0],
             title="Change schedule", obj=obj, initial=initial, done="Saved")

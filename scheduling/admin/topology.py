@@ -20,7 +20,7 @@ from ..selectors.database import (
 from ..services.delays import delays_preview
 from ..services.topology import topology_provision, topology_verify
 from . import html
-from .base import ControlRoomAdmin, has_model_perm
+from .base import ControlRoomAdmin
 
 
 @admin.register(TopologyVersion)
@@ -32,6 +32,11 @@ class TopologyVersionAdmin(ControlRoomAdmin):
     fields = ("name", "prefix", "levels", "shard_count", "routing", "queue_kind", "is_default", "max_delay",
               "provisioned", "verified", "verify_state", "problems")
     readonly_fields = fields
+    # the cascades are the platform's, every team's messages in them: operators only
+    team_actions = {"view": None, "add": None, "change": None, "provision": None}
+
+    def get_queryset(self, request):
+        return self.base_queryset(request) if self.caller(request).operator else TopologyVersion.objects.none()
 
     def has_add_permission(self, request):
         return False  # versions are data seeded by migrations
@@ -40,7 +45,7 @@ class TopologyVersionAdmin(ControlRoomAdmin):
         return False  # a prefix or level count changed here would no longer match the broker
 
     def has_provision_permission(self, request):
-        return has_model_perm(request, self, "provision_topologyversion")
+        return self.may(request, "provision")
 
     has_verify_permission = has_provision_permission
     has_preview_migration_permission = has_provision_permission

@@ -28,6 +28,13 @@ class VersionField(serializers.SlugRelatedField):
 
 
 class EndpointSerializer(RefuseControlCharacters, serializers.ModelSerializer):
+    team = serializers.CharField(
+        source="team.name", required=False, max_length=40,
+        help_text="the team that owns it (creating: needed when you may create endpoints in several teams)")
+    queue = serializers.CharField(
+        required=False, max_length=255,
+        help_text="the broker queue its messages arrive in: <team>--<name>; an exact name only platform "
+                  "operators may give (NServiceBus interop, a Celery queue)")
     topology = VersionField(
         required=False,
         help_text=f"cascade version for new messages (default: the setting {setting_name('default_version')})",
@@ -42,7 +49,7 @@ class EndpointSerializer(RefuseControlCharacters, serializers.ModelSerializer):
 
     class Meta:
         model = Endpoint
-        fields = ["name", "topology", "delivery_mode", "handler", "handler_target", "webhook_secret",
+        fields = ["team", "name", "queue", "topology", "delivery_mode", "handler", "handler_target", "webhook_secret",
                   "max_deliveries_per_second", "max_concurrent",
                   "is_active", "created_at", "message_counts", "message_counts_estimated"]
         read_only_fields = ["is_active", "created_at"]
@@ -95,8 +102,11 @@ class EndpointUpdateSerializer(RefuseControlCharacters, serializers.Serializer):
 
 
 class MessageCreateSerializer(RefuseControlCharacters, serializers.Serializer):
+    team = serializers.CharField(max_length=40, required=False, allow_null=True,
+                                 help_text="the endpoint's team, where several of yours have one of that name")
     endpoint = serializers.CharField(max_length=100)
-    payload = serializers.JSONField(help_text="any JSON value, at most 256 KiB")
+    payload = serializers.JSONField(help_text="any JSON value, at most 256 KiB; to a celery_queue endpoint a task: "
+                                              '{"task": "...", "args": [...], "kwargs": {...}}')
     delay_seconds = serializers.DecimalField(
         max_digits=None, decimal_places=None, required=False, allow_null=True,
         help_text="seconds from now, fractions allowed (ms precision); or give deliver_at",
@@ -120,7 +130,7 @@ class MessageCreateSerializer(RefuseControlCharacters, serializers.Serializer):
         return plain if plain is not None else super().run_validation(data)
 
 
-_MESSAGE_FIELDS = frozenset({"endpoint", "payload", "delay_seconds", "deliver_at", "idempotency_key"})
+_MESSAGE_FIELDS = frozenset({"team", "endpoint", "payload", "delay_seconds", "deliver_at", "idempotency_key"})
 
 
 def _plain_message(data) -> dict | None:
@@ -135,6 +145,9 @@ def _plain_message(data) -> dict | None:
         return None
     endpoint, key, delay = data.get("endpoint"), data.get("idempotency_key"), data.get("delay_seconds")
     if type(endpoint) is not str or not 0 < len(endpoint) <= 100 or endpoint != endpoint.strip():
+        return None
+    team = data.get("team")
+    if team is not None and (type(team) is not str or not 0 < len(team) <= 40 or team != team.strip()):
         return None
     if key is not None and (type(key) is not str or not 0 < len(key) <= 255 or key != key.strip()):
         return None
@@ -152,6 +165,8 @@ def _plain_message(data) -> dict | None:
     elif delay is not None:
         return None
     plain = {"endpoint": endpoint, "payload": data["payload"]}
+    if "team" in data:
+        plain["team"] = team
     if "delay_seconds" in data:
         plain["delay_seconds"] = delay
     if "deliver_at" in data:
@@ -164,6 +179,7 @@ def _plain_message(data) -> dict | None:
 def message_item(data: dict) -> dict:
     """Validated API input -> the keyword arguments of the scheduling service."""
     return {
+        "team": data.get("team"),
         "endpoint": data["endpoint"],
         "payload": data["payload"],
         "delay": data.get("delay_seconds"),
@@ -175,6 +191,7 @@ def message_item(data: dict) -> dict:
 class MessageFilterSerializer(RefuseControlCharacters, serializers.Serializer):
     """The message list's query parameters (a NUL in one reached PostgreSQL: a 500)."""
 
+    team = serializers.CharField(required=False, max_length=40, help_text="one of your teams")
     endpoint = serializers.CharField(required=False, max_length=100)
     status = serializers.ChoiceField(choices=[s.value for s in Status], required=False)
     schedule = serializers.CharField(required=False, max_length=200, help_text="the runs of this schedule (its key)")
@@ -189,8 +206,11 @@ class MessageRescheduleSerializer(RefuseControlCharacters, serializers.Serialize
 
 
 class MessageMatchSerializer(RefuseControlCharacters, serializers.Serializer):
-    """The messages a bulk cancel or republish acts on (at least one filter; bounds exclusive)."""
+    """The messages a bulk cancel or republish acts on (at least one filter; bounds exclusive), in
+    one team: never past the caller's teams."""
 
+    team = serializers.CharField(required=False, max_length=40,
+                                 help_text="the team whose messages it acts on (needed if you may act in several)")
     endpoint = serializers.CharField(required=False, max_length=100)
     status = serializers.ChoiceField(choices=[s.value for s in Status], required=False)
     schedule = serializers.CharField(required=False, max_length=200, help_text="a recurring schedule's runs")
@@ -217,6 +237,7 @@ class BulkCreateSerializer(RefuseControlCharacters, serializers.Serializer):
 
 
 class MessageSerializer(serializers.ModelSerializer):
+    team = serializers.CharField(source="endpoint.team.name", read_only=True)
     endpoint = serializers.SlugRelatedField(slug_field="name", read_only=True)
     topology = serializers.SlugRelatedField(slug_field="name", read_only=True)
     scheduled_in_past = serializers.SerializerMethodField(
@@ -225,7 +246,7 @@ class MessageSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ScheduledMessage
-        fields = ["id", "endpoint", "topology", "status", "due_at", "requested_delay_ms", "routing_key",
+        fields = ["id", "team", "endpoint", "topology", "status", "due_at", "requested_delay_ms", "routing_key",
                   "first_exchange", "created_at", "published_at", "delivered_at", "cancelled_at",
                   "lateness_ms", "scheduled_in_past", "delivery_count", "idempotency_key", "schedule",
                   "due_history", "last_error", "payload"]
@@ -239,6 +260,7 @@ class MessageCreatedSerializer(serializers.Serializer):
     """What a bulk call answers per message: lean, because it answers 1,000 of them."""
 
     id = serializers.UUIDField()
+    team = serializers.CharField()
     endpoint = serializers.CharField()
     topology = serializers.CharField()
     status = serializers.CharField()
@@ -252,6 +274,7 @@ class MessageCreatedSerializer(serializers.Serializer):
         """The same fields, built directly (DRF's field machinery cost ~0.1 ms per message)."""
         return {
             "id": str(message.id),
+            "team": message.endpoint.team.name,
             "endpoint": message.endpoint.name,
             "topology": message.topology.name,
             "status": message.status,
@@ -268,6 +291,7 @@ class StatusSerializer(serializers.Serializer):
 
 
 class ScheduleSerializer(serializers.ModelSerializer):
+    team = serializers.CharField(source="team.name", read_only=True)
     endpoint = serializers.SlugRelatedField(slug_field="name", read_only=True)
     interval_seconds = serializers.FloatField(read_only=True, allow_null=True)
     next_run_at = serializers.SerializerMethodField(
@@ -275,7 +299,7 @@ class ScheduleSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Schedule
-        fields = ["key", "endpoint", "payload", "cron", "timezone", "interval_seconds", "start_at", "end_at",
+        fields = ["team", "key", "endpoint", "payload", "cron", "timezone", "interval_seconds", "start_at", "end_at",
                   "missed_runs", "is_paused", "next_run_at", "revision", "created_at", "updated_at"]
         read_only_fields = fields
 
@@ -286,7 +310,10 @@ class ScheduleSerializer(serializers.ModelSerializer):
 class ScheduleWriteSerializer(RefuseControlCharacters, serializers.Serializer):
     """An upsert: the schedule ``key`` becomes exactly this (fields left out take their defaults)."""
 
-    key = serializers.CharField(max_length=200, help_text="unique; posting the same key again updates the schedule")
+    team = serializers.CharField(max_length=40, required=False,
+                                 help_text="the team it belongs to (needed if you may keep schedules in several)")
+    key = serializers.CharField(max_length=200, help_text="unique in its team; posting the same key again updates "
+                                                           "the team's schedule")
     endpoint = serializers.CharField(max_length=100)
     payload = serializers.JSONField(help_text="any JSON value, at most 256 KiB: every run carries it")
     cron = serializers.CharField(required=False, allow_blank=True, max_length=200,
@@ -307,6 +334,7 @@ class ScheduleWriteSerializer(RefuseControlCharacters, serializers.Serializer):
     def to_service(self) -> dict:
         data = self.validated_data
         return {"key": data["key"], "endpoint": data["endpoint"], "payload": data["payload"],
+                "team_name": data.get("team"),
                 "cron": data.get("cron", ""), "timezone_name": data.get("timezone", "UTC"),
                 "interval_seconds": data.get("interval_seconds"), "start_at": data.get("start_at"),
                 "end_at": data.get("end_at"), "missed_runs": data.get("missed_runs", Schedule.MissedRuns.SKIP)}

@@ -24,6 +24,7 @@ from rest_framework.exceptions import Throttled
 from rest_framework.throttling import SimpleRateThrottle
 
 from ..conf import conf, setting_name
+from ..teams.models import ApiKey, Team
 
 SLOTS = 60
 BULK_ACTIONS = frozenset({"bulk"})
@@ -75,7 +76,7 @@ def _per_second(rate: str | None) -> float:
 def rate_of(user) -> str | None:
     """The user's rate: the lowest of the DELAY_API_RATE_GROUPS they are in, else DELAY_API_RATE."""
     groups = conf().api_rate_groups
-    if groups and user is not None and user.is_authenticated:
+    if groups and user is not None and user.is_authenticated and user.pk is not None:
         rates = [rate for name, rate in groups.items() if name in _Groups.names(user)]
         if rates:
             return min(rates, key=_per_second)
@@ -101,11 +102,20 @@ class ItemRateThrottle(SimpleRateThrottle):
         return caches["throttle"]
 
     def get_cache_key(self, request, view):
-        ident = request.user.pk if request.user and request.user.is_authenticated else self.get_ident(request)
-        return self.cache_format % {"scope": self.scope, "ident": ident}
+        return self.cache_format % {"scope": self.scope, "ident": self.ident(request)}
+
+    def ident(self, request) -> str:
+        """Whom the budget is of: the user, or a team's key (which is nobody's account)."""
+        user = request.user
+        if isinstance(request.auth, ApiKey) and user.pk is None:
+            return f"key-{request.auth.pk}"
+        return str(user.pk) if user and user.is_authenticated else self.get_ident(request)
+
+    def rate_for(self, request) -> str | None:
+        return rate_of(request.user)
 
     def allow_request(self, request, view):
-        self.rate = rate_of(request.user)
+        self.rate = self.rate_for(request)
         if self.rate is None:
             return True
         self.num_requests, self.duration = self.parse_rate(self.rate)
@@ -154,3 +164,63 @@ class ItemRateThrottle(SimpleRateThrottle):
             if freed >= self.excess:
                 return max(at + self.duration - self.now, 0.001)
         return self.duration
+
+
+class TeamRateThrottle(ItemRateThrottle):
+    """A whole team's budget (its Team.api_rate, else DELAY_TEAM_API_RATE), for the requests that
+    act in one team: a team's key, or a person who names a team (``?team=``) or is in one only."""
+
+    scope = "team"
+
+    def _team(self, request) -> Team | None:
+        if not hasattr(request, "_dp_rate_team"):
+            request._dp_rate_team = self._find_team(request)
+        return request._dp_rate_team
+
+    @staticmethod
+    def _find_team(request) -> Team | None:
+        from .callers import request_caller, request_team_name
+
+        key = request.auth if isinstance(request.auth, ApiKey) else None
+        if key is not None and key.team_id:
+            return key.team
+        caller, name = request_caller(request), request_team_name(request)
+        if name and "\x00" in name:
+            return None
+        teams = Team.objects.filter(name=name) if name else Team.objects.filter(id__in=caller.member_of)
+        if not caller.operator:
+            teams = teams.filter(id__in=caller.member_of)
+        found = list(teams[:2])
+        return found[0] if len(found) == 1 else None
+
+    def ident(self, request) -> str:
+        return str(self._team(request).pk)
+
+    def rate_for(self, request) -> str | None:
+        team = self._team(request)
+        if team is None:
+            return None
+        return _team_rate(team.api_rate, conf().team_api_rate)
+
+
+class KeyRateThrottle(ItemRateThrottle):
+    """Each key's budget (its team's key_api_rate, else DELAY_KEY_API_RATE)."""
+
+    scope = "key"
+
+    def ident(self, request) -> str:
+        return str(request.auth.pk)
+
+    def rate_for(self, request) -> str | None:
+        key = request.auth if isinstance(request.auth, ApiKey) else None
+        if key is None:
+            return None
+        own = key.team.key_api_rate if key.team_id else ""
+        return _team_rate(own, conf().key_api_rate)
+
+
+def _team_rate(own: str, default: str | None) -> str | None:
+    """A team's own rate (text, checked when saved; "off": none) wins over the platform's."""
+    from ..setting_specs import ApiRate
+
+    return ApiRate().parse(own, "rate") if own else default

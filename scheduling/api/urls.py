@@ -2,12 +2,16 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import DefaultRouter
 
+from .team_views import ApiKeyViewSet, AuditViewSet, TeamViewSet
 from .views import EndpointViewSet, MessageViewSet, ScheduleViewSet
 
 router = DefaultRouter()
 router.register("endpoints", EndpointViewSet, basename="endpoint")
 router.register("messages", MessageViewSet, basename="message")
 router.register("schedules", ScheduleViewSet, basename="schedule")
+router.register("teams", TeamViewSet, basename="team")
+router.register("keys", ApiKeyViewSet, basename="apikey")
+router.register("audit", AuditViewSet, basename="audit")
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -1,4 +1,5 @@
-"""Thin API views: parse, call one service, format."""
+"""Thin API views: parse, call one service, format. Every read starts from the caller's teams
+(queryset_for_caller) and every service is told who calls (teams/caller.py)."""
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
@@ -6,6 +7,7 @@ from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
 from ..errors import BulkValidationError, NotFound
@@ -14,18 +16,22 @@ from ..models import Endpoint
 from ..schedules import rules
 from ..selectors.database import (
     endpoint_count_messages,
+    endpoint_get_named,
     endpoint_list,
     message_list,
     message_list_groups,
     schedule_list,
 )
+from ..teams.roles import Action
+from ..teams.selectors import queryset_for_caller, team_pick
 from ..services.endpoints import endpoint_create, endpoint_rotate_secret, endpoint_set_active, endpoint_update
 from ..services.bulk_actions import message_bulk_matching
 from ..services.messages import message_cancel, message_republish, message_reschedule, message_schedule_many
 from ..services.retention import message_describe_gone
 from ..services.schedules import schedule_check_rule, schedule_delete, schedule_set_paused, schedule_upsert
+from .callers import request_caller
 from .pagination import MessageCursorPagination
-from .permissions import ModelPermissions
+from .permissions import TeamPermissions
 from .renderers import FastJSONRenderer
 from .serializers import (
     BulkCreateSerializer,
@@ -50,24 +56,70 @@ from .serializers import (
 )
 
 
+TEAM_PARAMETER = OpenApiParameter("team", str, description="one of your teams: needed where a name is used by "
+                                                           "several of them")
+
+
+class TeamScoped:
+    """What every view of team data shares: its caller, reads narrowed to the caller's teams,
+    and a name looked up among them (``?team=`` says which team's, where several use it)."""
+
+    permission_classes = [IsAuthenticated, TeamPermissions]
+    team_actions: dict = {}
+
+    @property
+    def caller(self):
+        return request_caller(self.request)
+
+    def scoped(self, queryset, action=Action.READ):
+        """Rows of the teams where the caller may read, or do what this request does (a key with
+        the schedules scope alone still addresses its team's schedules)."""
+        also = self.team_actions.get(getattr(self, "action", None))
+        queryset = queryset_for_caller(queryset=queryset, caller=self.caller, action=action, also=also)
+        team = self.request.query_params.get("team")
+        if team:
+            queryset = queryset.filter(**{self.team_name_field: team}) if "\x00" not in team else queryset.none()
+        return queryset
+
+    team_name_field = "team__name"
+
+    @staticmethod
+    def team_id_of(obj) -> int:
+        return obj.team_id
+
+    def get_object(self):
+        """The caller's object of this name: 404 when none of its teams has one, 400 when several
+        do and ``?team=`` does not say which."""
+        queryset = self.filter_queryset(self.get_queryset())
+        value = self.kwargs[self.lookup_url_kwarg or self.lookup_field]
+        found = list(queryset.filter(**{self.lookup_field: value})[:2])
+        if not found:
+            raise Http404
+        if len(found) > 1:
+            raise DjangoValidationError({"team": f"several of your teams have {value!r}: give ?team="})
+        self.check_object_permissions(self.request, found[0])
+        return found[0]
+
+
 class EndpointViewSet(
-    mixins.CreateModelMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+    TeamScoped, mixins.CreateModelMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
 ):
     http_method_names = ["get", "post", "patch", "head", "options"]
     """Destinations of delayed messages. Creating one binds its queue on the broker."""
 
     serializer_class = EndpointSerializer
-    permission_classes = [ModelPermissions]
-    action_permissions = {
-        "activate": ["scheduling.change_endpoint"],
-        "deactivate": ["scheduling.change_endpoint"],
-        "rotate_secret": ["scheduling.change_endpoint"],
-    }
+    team_actions = {"list": Action.READ, "retrieve": Action.READ, "create": Action.ENDPOINTS,
+                    "partial_update": Action.ENDPOINTS, "activate": Action.ENDPOINTS, "deactivate": Action.ENDPOINTS,
+                    "rotate_secret": Action.ENDPOINTS}
     lookup_field = "name"
     lookup_value_regex = r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*"  # dotted names (v3) too
 
     def get_queryset(self):
-        return endpoint_list()
+        return self.scoped(endpoint_list().select_related("team"))
+
+    @extend_schema(parameters=[TEAM_PARAMETER])
+    def list(self, request, *args, **kwargs):
+        return super().list(request, *args, **kwargs)
 
     def get_serializer_context(self):
         return {**super().get_serializer_context(), "message_counts": getattr(self, "message_counts", {})}
@@ -89,10 +141,15 @@ class EndpointViewSet(
         once: reads never show it (rotate-secret gives a new one)."""
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        endpoint = endpoint_create(**serializer.validated_data)
+        data = dict(serializer.validated_data)
+        team = team_pick(caller=self.caller, action=Action.ENDPOINTS, name=(data.pop("team", None) or {}).get("name"))
+        if data.get("queue") and not self.caller.operator:
+            raise DjangoValidationError({"queue": "only platform operators bind an endpoint to an exact queue; "
+                                                  "leave it out for <team>--<name>"})
+        endpoint = endpoint_create(team=team, **data)
         data = self.get_serializer(endpoint).data
         if endpoint.handler == Endpoint.Handler.WEBHOOK:
-            data = {**data, "webhook_secret": endpoint.webhook_secret}
+            data = {**data, "webhook_secret": endpoint.new_webhook_secret}  # the plaintext, this once
         return Response(data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=EndpointUpdateSerializer, responses={200: EndpointSerializer})
@@ -126,45 +183,68 @@ class EndpointViewSet(
         changes = RotateSecretSerializer(data=request.data)
         changes.is_valid(raise_exception=True)
         endpoint = endpoint_rotate_secret(endpoint=self.get_object(), **changes.validated_data)
-        return Response({"name": endpoint.name, "webhook_secret": endpoint.webhook_secret,
+        return Response({"name": endpoint.name, "webhook_secret": endpoint.new_webhook_secret,
                          "previous_valid_until": endpoint.webhook_secret_previous_expires_at})
 
 
-class MessageViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class MessageViewSet(TeamScoped, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Scheduled messages: schedule (one or up to 1,000), watch, reschedule, cancel, republish."""
 
     http_method_names = ["get", "post", "patch", "head", "options"]
     serializer_class = MessageSerializer
-    permission_classes = [ModelPermissions]
-    action_permissions = {
-        "cancel": ["scheduling.cancel_scheduledmessage"],
-        "republish": ["scheduling.republish_scheduledmessage"],
-        "cancel_matching": ["scheduling.cancel_scheduledmessage"],
-        "republish_matching": ["scheduling.republish_scheduledmessage"],
-    }
+    # creating checks each message's endpoint in the service (its team), Celery tasks the tasks right
+    team_actions = {"list": Action.READ, "retrieve": Action.READ, "create": Action.SCHEDULE,
+                    "bulk": Action.SCHEDULE, "partial_update": Action.SCHEDULE, "cancel": Action.CANCEL,
+                    "republish": Action.CANCEL, "cancel_matching": Action.CANCEL, "republish_matching": Action.CANCEL}
+
+    @staticmethod
+    def team_id_of(obj) -> int:
+        return obj.endpoint.team_id
 
     def get_object(self):
-        """A 404 that says where a finished message goes after its retention."""
+        """A 404 that says where a finished message goes after its retention (or, for another
+        team's message, exactly what it says for one that does not exist)."""
+        queryset = queryset_for_caller(queryset=message_list(), caller=self.caller)
         try:
-            return super().get_object()
-        except Http404:
-            raise NotFound(message_describe_gone(message_id=self.kwargs.get(self.lookup_field))) from None
+            message = queryset.filter(pk=self.kwargs.get(self.lookup_field)).first()
+        except (DjangoValidationError, ValueError):
+            message = None
+        if message is None:
+            raise NotFound(message_describe_gone(message_id=self.kwargs.get(self.lookup_field)))
+        self.check_object_permissions(self.request, message)
+        return message
 
     pagination_class = MessageCursorPagination
 
     def get_queryset(self):
         filters = MessageFilterSerializer(data=self.request.query_params)
         filters.is_valid(raise_exception=True)
-        self.filters = filters.validated_data
-        return message_list(**self.filters)
+        self.filters = dict(filters.validated_data)
+        team_ids = self.caller.team_ids(Action.READ)
+        team = self.filters.pop("team", None)
+        if team:
+            team_ids = [team_pick(caller=self.caller, action=Action.READ, name=team).pk]
+        self.team_ids = team_ids
+        endpoint_id = None
+        if self.filters.get("endpoint"):
+            named = endpoint_get_named(name=self.filters["endpoint"], team_ids=team_ids)
+            if len(named) > 1:
+                raise DjangoValidationError({"team": f"several of your teams have an endpoint "
+                                                     f"{self.filters['endpoint']!r}: give team"})
+            endpoint_id = named[0].pk if named else -1
+        return message_list(endpoint_id=endpoint_id, status=self.filters.get("status"),
+                            schedule=self.filters.get("schedule"), team_ids=team_ids)
 
     def list_groups(self) -> list[dict]:
         """The index ranges the list merges: one per status and version of the endpoint asked,
-        or one per status (the pagination reads each no further than a page)."""
-        return message_list_groups(fixed={name for name in ("endpoint", "status", "schedule") if self.filters.get(name)})
+        or one per status (the pagination reads each no further than a page), or per endpoint
+        of the caller's teams while they are few."""
+        return message_list_groups(fixed={name for name in ("endpoint", "status", "schedule") if self.filters.get(name)},
+                                   team_ids=self.team_ids)
 
     @extend_schema(
         parameters=[
+            TEAM_PARAMETER,
             OpenApiParameter("endpoint", str, description="endpoint name"),
             OpenApiParameter("status", str, enum=[s.value for s in Status]),
             OpenApiParameter("schedule", str, description="a recurring schedule's key: its runs"),
@@ -180,7 +260,7 @@ class MessageViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         serializer = MessageCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         try:
-            (result,) = message_schedule_many(items=[serializer.to_item()])
+            (result,) = message_schedule_many(items=[serializer.to_item()], caller=self.caller)
         except BulkValidationError as exc:
             raise DjangoValidationError(exc.errors[0]) from None
         code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
@@ -193,7 +273,7 @@ class MessageViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         changes = MessageRescheduleSerializer(data=request.data)
         changes.is_valid(raise_exception=True)
         message = message_reschedule(message_id=pk, delay=changes.validated_data.get("delay_seconds"),
-                                     deliver_at=changes.validated_data.get("deliver_at"))
+                                     deliver_at=changes.validated_data.get("deliver_at"), caller=self.caller)
         return Response(MessageSerializer(message).data)
 
     @extend_schema(request=BulkCreateSerializer, responses={201: inline_serializer(
@@ -203,7 +283,7 @@ class MessageViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         serializer = BulkCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         items = [message_item(data) for data in serializer.validated_data["messages"]]
-        results = message_schedule_many(items=items)
+        results = message_schedule_many(items=items, caller=self.caller)
         return Response(
             {"messages": [MessageCreatedSerializer.represent(r.message) for r in results]},
             status=status.HTTP_201_CREATED,
@@ -212,9 +292,13 @@ class MessageViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
     def _bulk(self, request, kind: str) -> Response:
         query = MessageMatchSerializer(data=request.data)
         query.is_valid(raise_exception=True)
-        filters = {k: v for k, v in query.validated_data.items() if k != "dry_run"}
+        filters = {k: v for k, v in query.validated_data.items() if k not in ("dry_run", "team")}
+        name = query.validated_data.get("team")
+        # one team, or (an operator naming none) every team
+        team = None if self.caller.operator and not name else team_pick(caller=self.caller, action=Action.CANCEL,
+                                                                         name=name)
         count = message_bulk_matching(kind=kind, filters=filters, dry_run=query.validated_data["dry_run"],
-                                      requested_by=request.user.get_username())
+                                      requested_by=self.caller.name, team=team)
         return Response({"count": count})
 
     @extend_schema(request=MessageMatchSerializer, responses={200: CountSerializer},
@@ -235,33 +319,33 @@ class MessageViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
     @extend_schema(request=None, responses={200: StatusSerializer})
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
-        message = message_cancel(message_id=pk)
+        message = message_cancel(message_id=pk, caller=self.caller)
         return Response({"id": message.id, "status": message.status})
 
     @extend_schema(request=None, responses={200: StatusSerializer})
     @action(detail=True, methods=["post"])
     def republish(self, request, pk=None):
-        message = message_republish(message_id=pk)
+        message = message_republish(message_id=pk, caller=self.caller)
         return Response({"id": message.id, "status": message.status})
 
 
-class ScheduleViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class ScheduleViewSet(TeamScoped, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Recurring schedules: each run is a scheduled message, made ahead of its time (its runs:
     ``GET /api/messages/?schedule=<key>``)."""
 
     serializer_class = ScheduleSerializer
-    permission_classes = [ModelPermissions]
-    action_permissions = {
-        "create": ["scheduling.change_schedule"],  # an upsert may change an existing schedule
-        "pause": ["scheduling.pause_schedule"],
-        "resume": ["scheduling.pause_schedule"],
-    }
+    team_actions = {"list": Action.READ, "retrieve": Action.READ, "create": Action.SCHEDULES,
+                    "destroy": Action.SCHEDULES, "pause": Action.SCHEDULES, "resume": Action.SCHEDULES}
     http_method_names = ["get", "post", "delete", "head", "options"]
     lookup_field = "key"
     lookup_value_regex = r"[A-Za-z0-9_-]+(?:[.:][A-Za-z0-9_-]+)*"
 
     def get_queryset(self):
-        return schedule_list()
+        return self.scoped(schedule_list().select_related("team"))
+
+    @extend_schema(parameters=[TEAM_PARAMETER])
+    def list(self, request, *args, **kwargs):
+        return super().list(request, *args, **kwargs)
 
     @extend_schema(request=ScheduleWriteSerializer, responses={201: ScheduleSerializer, 200: ScheduleSerializer})
     def create(self, request):
@@ -269,27 +353,33 @@ class ScheduleViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         A change to its rule, payload or endpoint cancels its runs to come and makes them again."""
         serializer = ScheduleWriteSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        schedule, created = schedule_upsert(**serializer.to_service())
+        arguments = serializer.to_service()
+        team = team_pick(caller=self.caller, action=Action.SCHEDULES, name=arguments.pop("team_name"))
+        schedule, created = schedule_upsert(team=team, **arguments)
         return Response(ScheduleSerializer(schedule).data,
                         status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     @extend_schema(responses={204: None})
     def destroy(self, request, key=None):
         """Delete the schedule and cancel its runs to come; its past runs stay listed by its key."""
-        schedule_delete(key=key)
+        schedule = self.get_object()
+        schedule_delete(key=schedule.key, team=schedule.team)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(request=None, responses={200: ScheduleSerializer})
     @action(detail=True, methods=["post"])
     def pause(self, request, key=None):
         """No more runs; the runs already made are cancelled."""
-        return Response(ScheduleSerializer(schedule_set_paused(key=key, paused=True)).data)
+        schedule = self.get_object()
+        return Response(ScheduleSerializer(schedule_set_paused(key=schedule.key, team=schedule.team, paused=True)).data)
 
     @extend_schema(request=None, responses={200: ScheduleSerializer})
     @action(detail=True, methods=["post"])
     def resume(self, request, key=None):
         """Runs again from now on (runs that fell while paused are not made up)."""
-        return Response(ScheduleSerializer(schedule_set_paused(key=key, paused=False)).data)
+        schedule = self.get_object()
+        return Response(ScheduleSerializer(schedule_set_paused(key=schedule.key, team=schedule.team,
+                                                               paused=False)).data)
 
     @extend_schema(parameters=[SchedulePreviewSerializer], responses={200: RunsSerializer})
     @action(detail=False, methods=["get"])

@@ -1,8 +1,9 @@
 """The columns of a message row in Parquet: every column of ScheduledMessage, with its endpoint's
-and version's names beside their ids, the shard its id travels on, and the payload as JSON text
-(null where DELAY_ARCHIVE_PAYLOADS is off). Files carry no ``due_date`` column: it is the
-partition directory (``due_date=YYYY-MM-DD``), the day the accuracy report counts a message on:
-the date (UTC) of the later of its due time and the time it was accepted."""
+and version's names beside their ids, its endpoint's team's name (files written before teams have
+no ``team``: their messages were the ``default`` team's), the shard its id travels on, and the
+payload as JSON text (null where DELAY_ARCHIVE_PAYLOADS is off). Files carry no ``due_date``
+column: it is the partition directory (``due_date=YYYY-MM-DD``), the day the accuracy report
+counts a message on: the date (UTC) of the later of its due time and the time it was accepted."""
 
 from __future__ import annotations
 
@@ -11,9 +12,12 @@ import pyarrow as pa
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 M, E, T = '"scheduling_scheduledmessage"', '"scheduling_endpoint"', '"scheduling_topologyversion"'
-# column -> (SQL over the message table M, its endpoint E and its version T; Arrow type)
+TM = '"scheduling_team"'
+# column -> (SQL over the message table M, its endpoint E, its version T, its endpoint's team TM;
+# Arrow type)
 COLUMNS: dict[str, tuple[str, pa.DataType]] = {
     "id": (f'{M}."id"', pa.string()),
+    "team": (f'{TM}."name"', pa.string()),
     "endpoint": (f'{E}."name"', pa.string()),
     "endpoint_id": (f'{M}."endpoint_id"', pa.int64()),
     "version": (f'{T}."name"', pa.string()),
@@ -49,7 +53,8 @@ SCHEMA = pa.schema([pa.field(name, kind) for name, (_, kind) in COLUMNS.items()]
 
 DAY_COLUMN = "due_date"
 DAY_SQL = f"""(greatest({M}."due_at", {M}."created_at") AT TIME ZONE 'UTC')::date"""
-FROM_SQL = f'{M} JOIN {E} ON {E}."id" = {M}."endpoint_id" JOIN {T} ON {T}."id" = {M}."topology_id"'
+FROM_SQL = (f'{M} JOIN {E} ON {E}."id" = {M}."endpoint_id" JOIN {T} ON {T}."id" = {M}."topology_id" '
+            f'JOIN {TM} ON {TM}."id" = {E}."team_id"')
 
 
 def select_sql(*, where: str, payloads: bool) -> str:

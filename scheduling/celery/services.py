@@ -28,15 +28,17 @@ log = logging.getLogger(__name__)
 
 
 def celery_queue_ensure_endpoint(*, queue: str) -> Endpoint:
-    """The endpoint bound for a Celery queue, created (and its queue bound ``#.<queue>``) on
-    first use. The queue keeps its usual Celery declaration, so its workers need no change."""
-    endpoint = Endpoint.objects.select_related("topology").filter(name=queue).first()
+    """The endpoint bound for a Celery queue, created on first use (in the default team, bound to
+    the queue's exact name, as only the platform's own code and operators may). The queue keeps its
+    usual Celery declaration, so its workers need no change."""
+    endpoint = Endpoint.objects.select_related("topology", "team").filter(queue=queue).first()
     if endpoint is None:
         try:
             with transaction.atomic():
-                endpoint = endpoint_create(name=queue, handler=Endpoint.Handler.CELERY_QUEUE)
+                endpoint = endpoint_create(name=queue, queue=queue, handler=Endpoint.Handler.CELERY_QUEUE,
+                                           check_quota=False)
         except ValidationError as exc:
-            if Endpoint.objects.filter(name=queue).exists():  # created concurrently
+            if Endpoint.objects.filter(queue=queue).exists():  # created concurrently
                 return celery_queue_ensure_endpoint(queue=queue)
             raise ValueError(f"cannot delay tasks for queue {queue!r}: {exc.messages[0]}") from None
     if endpoint.handler != Endpoint.Handler.CELERY_QUEUE:
@@ -56,7 +58,7 @@ def celery_task_schedule(*, queue: str, task_id: str, retries: int, due_at: date
     except ValueError:
         row_id = uuid7()
     item = {"endpoint": endpoint, "payload": {"celery": captured}, "deliver_at": due_at,
-            "idempotency_key": _key(task_id, retries), "id": row_id}
+            "idempotency_key": _key(task_id, retries), "id": row_id, "captured_task": True}
     try:
         (result,) = message_schedule_many(items=[item])
     except BulkValidationError as exc:

@@ -22,7 +22,56 @@ from rabbit import BrokerUnavailable, Outgoing
 
 from ..conf import broker, conf
 from ..models import Endpoint, ScheduledMessage
-from ..security import guards, webhook_signing
+from ..security import guards, secret_box, webhook_signing
+
+
+class _Allowed(threading.local):
+    """The networks the current call's team may reach (set by _Sessions.get before each call: a
+    thread makes one call at a time, and its kept sessions are keyed by these networks)."""
+
+    networks: tuple = ()
+
+
+_allowed = _Allowed()
+
+
+class _TeamGrants:
+    """Team id -> (its webhook networks with the platform's, its task refusal check), read at most
+    every DELAY_CONSUMER_SYNC_SECONDS per process: an operator's grant applies within seconds."""
+
+    lock = threading.Lock()
+    of: dict[int, tuple[float, object]] = {}
+
+    @classmethod
+    def team(cls, team_id: int):
+        from ..teams.models import Team
+
+        now = time.monotonic()
+        with cls.lock:
+            kept = cls.of.get(team_id)
+        if kept is not None and now - kept[0] < conf().consumer_sync_seconds:
+            return kept[1]
+        team = Team.objects.filter(pk=team_id).first()
+        with cls.lock:
+            cls.of[team_id] = (now, team)
+        return team
+
+
+def webhook_networks(endpoint: Endpoint) -> tuple:
+    """What the endpoint's webhooks may reach besides public addresses: the platform's networks
+    and its team's grant."""
+    from ..teams.quotas import team_webhook_networks
+
+    return team_webhook_networks(team=_TeamGrants.team(endpoint.team_id))
+
+
+def _task_refusal(endpoint: Endpoint) -> str | None:
+    from ..teams.quotas import team_task_refusal
+
+    team = _TeamGrants.team(endpoint.team_id)
+    if team is None:
+        return guards.task_refusal(endpoint.handler_target, conf().celery_task_allowlist)
+    return team_task_refusal(team=team, task=endpoint.handler_target)
 
 
 class _CheckedConnection:
@@ -33,7 +82,7 @@ class _CheckedConnection:
     def _new_conn(self) -> socket.socket:
         host = self._dns_host
         try:
-            addresses = guards.checked_addresses(host, self.port, conf().webhook_allowed_networks)
+            addresses = guards.checked_addresses(host, self.port, _allowed.networks)
         except socket.gaierror as exc:
             raise NameResolutionError(self.host, self, exc) from exc
         error = None
@@ -83,12 +132,13 @@ def webhook_body(message: ScheduledMessage) -> bytes:
 def webhook_headers(message: ScheduledMessage, body: bytes, *, timestamp: int) -> dict[str, str]:
     """Standard Webhooks headers (webhook-id is the message id, the same on every attempt;
     webhook-timestamp is this attempt's), signed with the current secret and, until it expires,
-    the previous one; the X-Delay-* headers are information."""
+    the previous one (both opened from their sealed form: security/secret_box.py); the X-Delay-*
+    headers are information."""
     endpoint = message.endpoint
-    valid = [endpoint.webhook_secret]
+    valid = [secret_box.open(endpoint.webhook_secret)]
     expires_at = endpoint.webhook_secret_previous_expires_at
     if endpoint.webhook_secret_previous and expires_at and expires_at > timezone.now():
-        valid.append(endpoint.webhook_secret_previous)
+        valid.append(secret_box.open(endpoint.webhook_secret_previous))
     keys = [webhook_signing.signing_key(secret) for secret in valid]
     return {
         "Content-Type": "application/json",
@@ -116,9 +166,12 @@ class _Sessions(threading.local):
     def __init__(self):
         self.kept: OrderedDict[tuple, tuple[requests.Session, float]] = OrderedDict()
 
-    def get(self, url: str) -> requests.Session:
+    def get(self, url: str, networks: tuple) -> requests.Session:
+        """A kept session for the origin, whose new connections may reach ``networks`` (besides
+        public addresses): the thread's next call uses them."""
+        _allowed.networks = networks
         parts = urlsplit(url)
-        key = (parts.scheme.lower(), parts.netloc.lower(), tuple(conf().webhook_allowed_networks))
+        key = (parts.scheme.lower(), parts.netloc.lower(), networks)
         now = time.monotonic()
         kept = self.kept.pop(key, None)
         if kept and now - kept[1] > SESSION_MAX_AGE_SECONDS:
@@ -151,7 +204,7 @@ def post_webhook(message: ScheduledMessage) -> None:
     failure like any other."""
     body, url = webhook_body(message), message.endpoint.handler_target
     try:
-        response = _sessions.get(url).post(
+        response = _sessions.get(url, webhook_networks(message.endpoint)).post(
             url,
             data=body,
             headers=webhook_headers(message, body, timestamp=int(time.time())),
@@ -216,9 +269,8 @@ def send_celery_tasks(messages: list[ScheduledMessage]) -> TaskSends:
     """Send the handler tasks of a batch in one confirmed publish (a window of confirms in
     flight, as the relay does): one at a time, each waited a broker round trip, which on a
     replicated (quorum) task queue held the delivery loop ~6 ms per message (docs/scaling.md)."""
-    patterns = conf().celery_task_allowlist
-    sends = TaskSends(refused={i: why for i, m in enumerate(messages)  # checked again here: the allowlist may have changed
-                               if (why := guards.task_refusal(m.endpoint.handler_target, patterns))})
+    sends = TaskSends(refused={i: why for i, m in enumerate(messages)  # checked again here: the allowlists may have changed
+                               if (why := _task_refusal(m.endpoint))})
     sendable = [i for i in range(len(messages)) if i not in sends.refused]
     if not sendable:
         return sends

@@ -65,6 +65,12 @@ RELAY_FAILURES = Counter(
 RESCUED = Counter(
     "delay_rescued", "Overdue messages still in the broker that the delivery loop published again "
     "to their delivery exchange.", BY_MESSAGE)
+QUOTA_USAGE = Gauge(
+    "delay_team_quota_usage_ratio", "A team's use of a count quota (endpoints, schedules, messages_in_flight) "
+    "when last checked, as a share of the quota; a warning is logged from 0.8.", ("team", "quota"),
+    multiprocess_mode="mostrecent")
+QUOTA_REFUSALS = Counter(
+    "delay_team_quota_refusals", "Requests refused for a team's count quota.", ("team", "quota"))
 HELD = Gauge(
     "delay_delivery_loop_held_messages", "Messages the delivery loop holds until they are due.",
     multiprocess_mode="livesum")
@@ -150,6 +156,14 @@ def relay_outcome(published, failed, broker_messages=()) -> None:
 def rescued(rows) -> None:
     """Rescue copies the broker confirmed: counted at once, like the relay's publishes."""
     record([Counted(RESCUED, row) for row in rows])
+
+
+def quota_usage(team: str, quota: str, ratio: float) -> None:
+    QUOTA_USAGE.labels(team, quota).set(ratio)
+
+
+def quota_refused(team: str, quota: str) -> None:
+    QUOTA_REFUSALS.labels(team, quota).inc()
 
 
 def held(count: int) -> None:

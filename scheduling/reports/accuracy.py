@@ -1,6 +1,9 @@
 """The Spark job of the delay-accuracy report: delivery facts (Parquet, one partition per due
-date) in, one row per day x endpoint x version x delivery mode x delay bucket out, plus rollup
-rows per endpoint, per version, per delay bucket and per day (``*`` marks "all").
+date) in, one row per day x team x endpoint x version x delivery mode x delay bucket out, plus
+rollup rows (``*`` marks "all"): per team, by endpoint, by version, by delay bucket and overall,
+so a team's figures never mix with another's; and platform-wide (team ``*``), by version, by
+delay bucket and overall, for operators. Platform rows name no endpoint: endpoint names are
+unique only within a team, so ``billing`` of two teams is two endpoints.
 
 Runs as a plain file, locally or on a cluster, so it imports nothing from Django:
 
@@ -29,9 +32,13 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-ALL = "*"  # the value of a dimension in a rollup row; endpoint names cannot contain it
-DIMENSIONS = ("endpoint", "version", "delivery_mode", "delay_bucket")
-ROLLUPS = (DIMENSIONS, ("endpoint",), ("version",), ("delay_bucket",), ())  # each also by day
+ALL = "*"  # the value of a dimension in a rollup row; team and endpoint names cannot contain it
+DEFAULT_TEAM = "default"  # scheduling.teams.models.DEFAULT_TEAM: facts from before teams were its
+DIMENSIONS = ("team", "endpoint", "version", "delivery_mode", "delay_bucket")
+GROUP = DIMENSIONS[1:]  # a team's groups
+TEAM_ROLLUPS = (GROUP, ("endpoint",), ("version",), ("delay_bucket",), ())  # each also by day and team
+PLATFORM_ROLLUPS = (("version",), ("delay_bucket",), ())  # each also by day; team ALL
+ROLLUPS = (*(("team", *rollup) for rollup in TEAM_ROLLUPS), *PLATFORM_ROLLUPS)
 PERCENTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
 EXACT_BELOW_MS = 10_000
 OPEN_STATUSES = ("pending", "published")
@@ -50,6 +57,7 @@ DELAY_BUCKETS = (
 FACTS_SCHEMA = T.StructType(
     [
         *(T.StructField(name, T.StringType(), False) for name in ("id", "endpoint", "version", "delivery_mode")),
+        T.StructField("team", T.StringType(), True),  # the endpoint's; facts exported before teams: null
         T.StructField("requested_delay_ms", T.LongType(), False),
         T.StructField("due_at", T.TimestampType(), False),
         *(T.StructField(name, T.TimestampType(), True) for name in ("published_at", "delivered_at")),
@@ -76,6 +84,11 @@ REPORT_COLUMNS = (
     "lateness_max_ms",
     "throttled_max_ms",
 )
+
+
+def with_team(facts: DataFrame) -> DataFrame:
+    """Facts and archive files written before teams have no team: theirs was the default team."""
+    return facts.withColumn("team", F.coalesce(F.col("team"), F.lit(DEFAULT_TEAM)))
 
 
 def with_delay_bucket(facts: DataFrame) -> DataFrame:
@@ -150,7 +163,7 @@ def lateness_histogram(outcomes: DataFrame) -> DataFrame:
 
 
 def accuracy_rows(histogram: DataFrame) -> DataFrame:
-    """The report: one row per day and grouping set of ROLLUPS."""
+    """The report: one row per day and grouping set of ROLLUPS (per team, then platform-wide)."""
     grouping_sets = [["day", *rollup] for rollup in ROLLUPS]
     rows = histogram.groupingSets(grouping_sets, "day", *DIMENSIONS).agg(
         *(F.sum(name).cast("long").alias(name) for name in COUNTS),
@@ -178,9 +191,8 @@ def accuracy_rows(histogram: DataFrame) -> DataFrame:
 
 
 def accuracy_report(facts: DataFrame, *, as_of: datetime, lost_after: timedelta) -> DataFrame:
-    return accuracy_rows(
-        lateness_histogram(with_outcomes(with_delay_bucket(facts), as_of=as_of, lost_after=lost_after))
-    )
+    outcomes = with_outcomes(with_delay_bucket(with_team(facts)), as_of=as_of, lost_after=lost_after)
+    return accuracy_rows(lateness_histogram(outcomes))
 
 
 def read_facts(spark: SparkSession, path: str, first_day: date, last_day: date) -> DataFrame:

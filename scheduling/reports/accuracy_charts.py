@@ -27,7 +27,13 @@ def problems_by_day(rows: Sequence[AccuracyReport], *, title: str) -> str:
 
 
 def lateness_by(rows: Sequence[AccuracyReport], dimension: str, *, title: str) -> str:
-    """Bars per endpoint, version or delay bucket (buckets in delay order, not alphabetical)."""
+    """Bars per endpoint, version or delay bucket (buckets in delay order, not alphabetical).
+    Endpoints of several teams are named ``team/endpoint``: two teams may each have a billing."""
     if dimension == "delay_bucket":
         rows = sorted(rows, key=lambda row: BUCKET_ORDER.get(row.delay_bucket, len(BUCKET_ORDER)))
-    return bar_chart(_series(rows, lambda row: getattr(row, dimension), PERCENTILES), title=title, unit="ms")
+    several_teams = dimension == "endpoint" and len({row.team for row in rows}) > 1
+
+    def label(row):
+        return f"{row.team}/{row.endpoint}" if several_teams else getattr(row, dimension)
+
+    return bar_chart(_series(rows, label, PERCENTILES), title=title, unit="ms")

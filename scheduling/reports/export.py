@@ -71,25 +71,26 @@ def writable_dir(path: Path) -> Path:
 
 
 def deliveries_export(
-    *, first_day: date, last_day: date, out_dir: Path, progress: bool = False
+    *, first_day: date, last_day: date, out_dir: Path, progress: bool = False, team_id: int | None = None
 ) -> ExportResult:
+    """``team_id``: that team's messages only (None: the whole platform's, as the report needs)."""
     if last_day < first_day:
         raise ExportError(f"the last day {last_day} is before the first day {first_day}")
     out_dir = writable_dir(Path(out_dir))
     result = ExportResult(out_dir)
-    with _progress_bar(progress, first_day, last_day) as advance:
+    with _progress_bar(progress, first_day, last_day, team_id) as advance:
         for day in days_between(first_day, last_day):
-            result.rows_by_day[day] = _export_day(day, out_dir, advance)
+            result.rows_by_day[day] = _export_day(day, out_dir, advance, team_id)
     return result
 
 
-def _export_day(day: date, out_dir: Path, advance: Callable[[int], None]) -> int:
+def _export_day(day: date, out_dir: Path, advance: Callable[[int], None], team_id: int | None) -> int:
     staging = out_dir / f".staging-{day.isoformat()}-{uuid.uuid4().hex[:8]}"
     staging.mkdir()
     rows, pending = 0, []
     try:
         with pq.ParquetWriter(staging / "part-0.parquet", columns.SCHEMA, compression=parquet.COMPRESSION) as writer:
-            for batch in fact_batches(*utc_day_bounds(day, day)):
+            for batch in fact_batches(*utc_day_bounds(day, day), team_id=team_id):
                 pending.append(batch)
                 rows += batch.num_rows
                 advance(batch.num_rows)
@@ -113,10 +114,10 @@ def _swap_in(staging: Path, target: Path) -> None:
     shutil.rmtree(retired, ignore_errors=True)
 
 
-def fact_batches(since: datetime, until: datetime):
-    """The live rows due in [since, until), in the archive's columns (no payloads: the report
-    does not read them)."""
-    where, params = parquet.where_of(message_list_due_between(since=since, until=until))
+def fact_batches(since: datetime, until: datetime, *, team_id: int | None = None):
+    """The live rows due in [since, until) (of one team, or of all), in the archive's columns (no
+    payloads: the report does not read them)."""
+    where, params = parquet.where_of(message_list_due_between(since=since, until=until, team_id=team_id))
     # wrap_database_errors (in message_batches): psycopg errors of the COPY become Django's
     with transaction.atomic():
         for batch in parquet.message_batches(where=where, params=params, payloads=False):
@@ -124,7 +125,7 @@ def fact_batches(since: datetime, until: datetime):
 
 
 @contextmanager
-def _progress_bar(enabled: bool, first_day: date, last_day: date):
+def _progress_bar(enabled: bool, first_day: date, last_day: date, team_id: int | None):
     """Yields advance(rows). The total is counted first, which is cheap next to the export."""
     if not enabled:
         yield lambda rows: None
@@ -140,7 +141,7 @@ def _progress_bar(enabled: bool, first_day: date, last_day: date):
     )
 
     since, until = utc_day_bounds(first_day, last_day)
-    total = message_list_due_between(since=since, until=until).count()
+    total = message_list_due_between(since=since, until=until, team_id=team_id).count()
     parts = (
         TextColumn("exporting deliveries"),
         BarColumn(),

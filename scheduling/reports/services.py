@@ -105,7 +105,8 @@ def _remove_old_logs(logs: Path) -> None:
 
 
 def accuracy_report_load(*, results_dir: Path, first_day: date, last_day: date, computed_at: datetime) -> int:
-    """Replace the report rows of [first_day, last_day] with the Spark job's output."""
+    """Replace the report rows of [first_day, last_day] with the Spark job's output (every
+    team's, and the platform-wide ones: the job always reports the whole platform)."""
     table = pa_dataset.dataset(results_dir, format="parquet").to_table()
     rows = [AccuracyReport(**row, computed_at=computed_at) for row in table.to_pylist()]
     stray = sorted({row.day for row in rows if not first_day <= row.day <= last_day})

@@ -155,7 +155,7 @@ def topology_get_in_flight(*, version: TopologyVersion) -> InFlight:
     unroutable = cascade.unroutable_name(version.prefix)
     bindings = [
         EndpointBinding(name, key, active, key in bound)
-        for name, active in Endpoint.objects.order_by("name").values_list("name", "is_active")
+        for name, active in Endpoint.objects.order_by("queue").values_list("queue", "is_active")
         if cascade.carries(plan_version, name)
         for key in [cascade.endpoint_binding_key(plan_version, name)]
     ]

@@ -1,17 +1,25 @@
 """Where a page of messages ends, as an opaque ``?cursor=`` (the admin's list and the API's):
 the ordering value and id of the page's last (or first) row, and which way the next page goes.
-Pure; a cursor that does not decode means the first page."""
+Pure. A cursor is only ever one a page wrote, so anything else is refused, with the reason: it
+once read as the first page, and one nested a few thousand deep was a RecursionError (a 500)."""
 
 from __future__ import annotations
 
 import base64
-import binascii
 import json
+import string
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
 AFTER, BEFORE = "after", "before"  # older (or later due) rows; newer ones
+MAX_LENGTH = 512  # a real one is ~120 characters; checked before anything is decoded
+_ALPHABET = frozenset(string.ascii_letters + string.digits + "-_")  # base64url, unpadded
+
+
+class MalformedCursor(ValueError):
+    """Text that is not a cursor a page wrote. The message says why, to follow the parameter's
+    name (``cursor is longer than 512 characters``)."""
 
 
 @dataclass(frozen=True)
@@ -29,14 +37,34 @@ def cursor_encode(*, direction: str, position: Position) -> str:
 
 
 def cursor_decode(*, text: str) -> tuple[str, Position] | None:
-    """(direction, position), or None for a missing or malformed cursor."""
+    """(direction, position); None for no cursor (the first page); MalformedCursor for any other text."""
     if not text:
         return None
+    if len(text) > MAX_LENGTH:
+        raise MalformedCursor(f"is longer than {MAX_LENGTH} characters")
+    if not _ALPHABET.issuperset(text):
+        raise MalformedCursor("is not base64url text")
     try:
-        direction, at, message_id = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-        position = Position(datetime.fromisoformat(at), uuid.UUID(message_id))
-    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
+        fields = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+    except (ValueError, RecursionError):  # binascii.Error, UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise MalformedCursor("does not decode to JSON") from None
+    if not (isinstance(fields, list) and len(fields) == 3 and all(isinstance(field, str) for field in fields)):
+        raise MalformedCursor("is not [direction, time, id] in JSON")
+    direction, at_text, id_text = fields
+    if direction not in (AFTER, BEFORE):
+        raise MalformedCursor(f"has a direction other than {AFTER!r} or {BEFORE!r}")
+    at, row_id = _parsed(datetime.fromisoformat, at_text), _parsed(uuid.UUID, id_text)
+    if at is None or at.isoformat() != at_text:  # each as cursor_encode spells it, and only so
+        raise MalformedCursor("does not hold an ISO 8601 date-time")
+    if at.tzinfo is None:
+        raise MalformedCursor("holds a date-time without a UTC offset")
+    if row_id is None or str(row_id) != id_text:
+        raise MalformedCursor("does not hold a UUID")
+    return direction, Position(at, row_id)
+
+
+def _parsed(parse, text: str):
+    try:
+        return parse(text)
+    except ValueError:  # fromisoformat let a trailing NUL through (3.11), so each is compared with its text too
         return None
-    if direction not in (AFTER, BEFORE) or position.at.tzinfo is None:
-        return None
-    return direction, position

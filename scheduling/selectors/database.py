@@ -54,7 +54,7 @@ def endpoint_get_consumption() -> dict[str, bool]:
     """Queue name -> whether platform workers should consume it (active endpoints only).
     Celery queues are left to the workers their owners run for them."""
     return dict(
-        Endpoint.objects.exclude(handler=Endpoint.Handler.CELERY_QUEUE).values_list("name", "is_active")
+        Endpoint.objects.exclude(handler=Endpoint.Handler.CELERY_QUEUE).values_list("queue", "is_active")
     )
 
 
@@ -62,20 +62,28 @@ def endpoint_get_flow_limits() -> dict[str, Limit]:
     """Queue name -> the flow control of each endpoint that has any (the delivery loop's gate)."""
     limited = Endpoint.objects.filter(Q(max_deliveries_per_second__isnull=False) | Q(max_concurrent__isnull=False))
     return {name: Limit(endpoint_id, per_second, concurrent) for name, endpoint_id, per_second, concurrent
-            in limited.values_list("name", "id", "max_deliveries_per_second", "max_concurrent")}
+            in limited.values_list("queue", "id", "max_deliveries_per_second", "max_concurrent")}
 
 
 def schedule_list():
     return Schedule.objects.select_related("endpoint").order_by("key")
 
 
+def _endpoints_of(team_ids) -> object:
+    return Endpoint.objects.all() if team_ids is None else Endpoint.objects.filter(team_id__in=team_ids)
+
+
 def message_list_matching(*, endpoint: str | None = None, status: str | None = None, schedule: str | None = None,
                           due_before: datetime | None = None, due_after: datetime | None = None,
-                          created_before: datetime | None = None, created_after: datetime | None = None):
-    """The messages a bulk action names by filters (bounds exclusive); ids only are read from it."""
+                          created_before: datetime | None = None, created_after: datetime | None = None,
+                          team_ids=None):
+    """The messages a bulk action names by filters (bounds exclusive), of the teams ``team_ids``
+    (None: every team); ids only are read from it."""
     qs = ScheduledMessage.objects.all()
+    if team_ids is not None:
+        qs = qs.filter(endpoint_id__in=Subquery(_endpoints_of(team_ids).values("id")))
     if endpoint:
-        qs = qs.filter(endpoint_id=Subquery(Endpoint.objects.filter(name=endpoint).values("id")[:1]))
+        qs = qs.filter(endpoint_id__in=Subquery(_endpoints_of(team_ids).filter(name=endpoint).values("id")))
     for field, value in (("status", status), ("schedule", schedule), ("due_at__lt", due_before),
                          ("due_at__gt", due_after), ("created_at__lt", created_before),
                          ("created_at__gt", created_after)):
@@ -88,18 +96,31 @@ def message_list_matching(*, endpoint: str | None = None, status: str | None = N
 SCHEDULED_IN_PAST = Q(due_at__lt=F("created_at"))
 
 
-def message_list(*, endpoint: str | None = None, status: str | None = None, schedule: str | None = None):
-    """Messages with their endpoint and version, by endpoint name, status and schedule key. The
-    endpoint is looked up first (a subquery PostgreSQL runs once), so the message index's ranges
-    serve the list: joining on the name would leave the order to a sort of the endpoint's history."""
-    qs = ScheduledMessage.objects.select_related("endpoint", "topology")
+def message_list(*, endpoint_id: int | None = None, status: str | None = None, schedule: str | None = None,
+                 team_ids=None):
+    """Messages with their endpoint (and its team) and version, by endpoint, status and schedule
+    key, of the teams ``team_ids`` (None: every team). The endpoints are named by id (the edge
+    resolved the name within the caller's teams), so the message index's ranges serve the list:
+    joining on the name would leave the order to a sort of the endpoint's history."""
+    qs = ScheduledMessage.objects.select_related("endpoint__team", "topology")
+    if team_ids is not None:
+        qs = qs.filter(endpoint_id__in=Subquery(_endpoints_of(team_ids).values("id")))
     if schedule:
         qs = qs.filter(schedule=schedule)
-    if endpoint:
-        qs = qs.filter(endpoint_id=Subquery(Endpoint.objects.filter(name=endpoint).values("id")[:1]))
+    if endpoint_id is not None:
+        qs = qs.filter(endpoint_id=endpoint_id)
     if status:
         qs = qs.filter(status=status)
     return qs
+
+
+def endpoint_get_named(*, name: str, team_ids=None, team: str | None = None) -> list[Endpoint]:
+    """The endpoints called ``name`` in the teams ``team_ids`` (None: any), in the team named
+    ``team`` if given: one, none, or (a name several teams use) more."""
+    rows = _endpoints_of(team_ids).select_related("team", "topology").filter(name=name)
+    if team:
+        rows = rows.filter(team__name=team)
+    return list(rows.order_by("team__name")[:20])
 
 
 # --- lists that stay flat as history grows -----------------------------------------------------
@@ -117,17 +138,29 @@ class MessagePage:
     more: bool  # rows exist past these, in the direction read
 
 
-def message_list_groups(*, fixed: frozenset[str] | set[str]) -> list[dict]:
+TEAM_GROUPS_MAX = 600  # index ranges a team's list merges per page before it reads by status instead
+
+
+def message_list_groups(*, fixed: frozenset[str] | set[str], team_ids=None) -> list[dict]:
     """The index ranges a list merges, given which of endpoint, status, topology and schedule its
     filters fix to one value: each range is one value of each column the filters leave free.
     Through (schedule, status, created_at) for a schedule's runs; else through (status,
     created_at) while neither endpoint nor version is fixed, else through (endpoint, status,
-    topology, created_at). [] when the filters fix every leading column (no merge)."""
+    topology, created_at). [] when the filters fix every leading column (no merge). A list
+    narrowed to some teams (``team_ids``) reads its endpoints' ranges while they are few (a small
+    team's newest messages are not found by reading everybody's)."""
     values = {"status": [s.value for s in Status]}
     if "schedule" in fixed:  # (schedule, status, created_at, id): a range per status
         return [] if "status" in fixed else [{"status": status} for status in values["status"]]
-    if fixed & {"endpoint", "topology"}:
-        values["endpoint_id"] = list(Endpoint.objects.order_by("id").values_list("id", flat=True))
+    team_endpoints = None
+    if team_ids is not None and not fixed & {"endpoint", "topology"}:
+        team_endpoints = list(_endpoints_of(team_ids).order_by("id").values_list("id", flat=True)[:TEAM_GROUPS_MAX])
+        versions = TopologyVersion.objects.count()
+        statuses = 1 if "status" in fixed else len(values["status"])
+        if not team_endpoints or len(team_endpoints) * versions * statuses > TEAM_GROUPS_MAX:
+            team_endpoints = None
+    if fixed & {"endpoint", "topology"} or team_endpoints:
+        values["endpoint_id"] = team_endpoints or list(Endpoint.objects.order_by("id").values_list("id", flat=True))
         values["topology_id"] = list(TopologyVersion.objects.order_by("id").values_list("id", flat=True))
     free = [(key, options) for key, options in values.items() if key.removesuffix("_id") not in fixed]
     if not free:
@@ -418,25 +451,28 @@ def _lateness(rows) -> Lateness:
                     lateness_buckets.percentile_ms(rows, 0.99), max((m for _, n, m in rows if n), default=None))
 
 
-def lateness_get_since(*, since: datetime) -> Lateness:
+def lateness_get_since(*, since: datetime, team_ids=None) -> Lateness:
     """Lateness of the deliveries since the minute of ``since`` (DeliveryMinute: a bounded
-    number of rows whatever the deliveries per second)."""
-    grouped = (DeliveryMinute.objects.filter(minute__gte=minute_floor(since)).order_by().values("bucket_ms")
-               .annotate(n=Sum("deliveries"), largest=Max("lateness_max_ms")))
+    number of rows whatever the deliveries per second), of the teams ``team_ids`` (None: all)."""
+    minutes = DeliveryMinute.objects.filter(minute__gte=minute_floor(since))
+    if team_ids is not None:
+        minutes = minutes.filter(team_id__in=team_ids)
+    grouped = (minutes.order_by().values("bucket_ms").annotate(n=Sum("deliveries"), largest=Max("lateness_max_ms")))
     return _lateness((row["bucket_ms"], row["n"], row["largest"]) for row in grouped)
 
 
-def lateness_list_by_hour(*, now: datetime, hours: int = 24) -> list[tuple[datetime, Lateness]]:
+def lateness_list_by_hour(*, now: datetime, hours: int = 24, team_ids=None) -> list[tuple[datetime, Lateness]]:
     """One entry per hour of the last ``hours`` (oldest first); hours without deliveries are
     empty, not missing, so a chart's x axis is continuous."""
     end = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
     start = end - timedelta(hours=hours)
+    teams = "" if team_ids is None else " AND team_id = ANY(%s)"
     # raw rows: Django's per-row datetime conversion of the hour cost ~20 µs a row, 150 ms a page
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT floor(extract(epoch FROM minute) / 3600)::bigint, bucket_ms, sum(deliveries)::bigint, "
-            f"max(lateness_max_ms) FROM {DeliveryMinute._meta.db_table} WHERE minute >= %s AND minute < %s "
-            f"GROUP BY 1, 2", [start, end])
+            f"max(lateness_max_ms) FROM {DeliveryMinute._meta.db_table} WHERE minute >= %s AND minute < %s{teams} "
+            f"GROUP BY 1, 2", [start, end, *([sorted(team_ids)] if team_ids is not None else [])])
         grouped = cursor.fetchall()
     per_hour: dict[datetime, list] = {}
     for hour, bucket, n, largest in grouped:
@@ -480,30 +516,36 @@ def message_estimate_by_status() -> dict[str, int | None]:
     return {status.value: round(rows * values.get(status.value, rest)) if rows >= 0 else None for status in Status}
 
 
-def dashboard_get(*, now: datetime | None = None) -> Dashboard:
+def dashboard_get(*, now: datetime | None = None, team_ids=None) -> Dashboard:
     """Every figure costs the same with 50 M finished messages as with none: counts are capped
     (then estimated; finished statuses are estimated first and counted only when few), due
     times are read among the messages in flight (their partial index), lateness from the
-    per-minute figures of the delivery path. Five queries."""
+    per-minute figures of the delivery path. Five queries. ``team_ids``: the teams whose
+    messages it counts (None: every team; the table's statistics then estimate the finished)."""
     now = now or timezone.now()
-    in_flight = ScheduledMessage.objects.filter(status__in=sorted(s.value for s in IN_FLIGHT))  # the index's list
-    backdated = ScheduledMessage.objects.filter(SCHEDULED_IN_PAST)
-    estimates = message_estimate_by_status()
+    messages = ScheduledMessage.objects.all()
+    if team_ids is not None:
+        messages = messages.filter(endpoint_id__in=Subquery(_endpoints_of(team_ids).values("id")))
+    in_flight = messages.filter(status__in=sorted(s.value for s in IN_FLIGHT))  # the index's list
+    backdated = messages.filter(SCHEDULED_IN_PAST)
+    estimates = message_estimate_by_status() if team_ids is None else {}
     counts = queryset_tally(querysets={
-        **{status.value: ScheduledMessage.objects.filter(status=status) for status in Status},
+        **{status.value: messages.filter(status=status) for status in Status},
         "overdue": in_flight.filter(due_at__lt=now),
         **{label: in_flight.filter(due_at__gte=now, due_at__lt=now + span) for label, span in DUE_WINDOWS},
         **{f"in past, {label}": backdated.filter(created_at__gte=now - span) for label, span in ACCEPTED_WINDOWS},
-    }, cap=DASHBOARD_COUNT_CAP, estimates={status.value: estimates[status.value] for status in FINISHED},
+    }, cap=DASHBOARD_COUNT_CAP, estimates={status.value: estimates[status.value] for status in FINISHED
+                                           if status.value in estimates},
         floors={f"in past, {label}" for label, _ in ACCEPTED_WINDOWS})
     return Dashboard(
         now=now,
         by_status={status.value: counts[status.value] for status in Status},
         overdue=counts["overdue"],
         due=[(label, counts[label]) for label, _ in DUE_WINDOWS],
-        last_hour=lateness_get_since(since=now - timedelta(hours=1)),
-        recent_failures=list(message_list(status=Status.FAILED).defer("payload").order_by("-created_at")[:5]),
-        hourly=lateness_list_by_hour(now=now),
+        last_hour=lateness_get_since(since=now - timedelta(hours=1), team_ids=team_ids),
+        recent_failures=list(message_list(status=Status.FAILED, team_ids=team_ids).defer("payload")
+                             .order_by("-created_at")[:5]),
+        hourly=lateness_list_by_hour(now=now, team_ids=team_ids),
         in_past=[(label, counts[f"in past, {label}"]) for label, _ in ACCEPTED_WINDOWS],
     )
 

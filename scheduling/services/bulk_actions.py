@@ -17,10 +17,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from .. import lifecycle
+from ..audit.services import audit_record
 from ..conf import conf
 from ..errors import Unavailable
 from ..lifecycle import Event, Status
-from ..models import BulkAction, DeliveryMode, Endpoint, ScheduledMessage
+from ..models import BulkAction, DeliveryMode, Endpoint, ScheduledMessage, Team
 from ..observability import metrics
 from ..selectors.database import message_list_matching
 from .relay import relay_publish_rows
@@ -33,37 +34,48 @@ _ACTS_ON = {BulkAction.Kind.CANCEL: sorted(lifecycle.sources(Event.CANCEL) - {St
             BulkAction.Kind.REPUBLISH: sorted(lifecycle.sources(Event.REPUBLISH))}
 
 
-def _checked(kind: str, filters: dict) -> dict:
-    """The filters given, checked; ValidationError naming the field otherwise."""
+def _checked(kind: str, filters: dict, team: Team | None) -> dict:
+    """The filters given, checked; ValidationError naming the field otherwise. ``team``: the one
+    team whose messages it acts on (None: every team's, an operator's)."""
     given = {k: v for k, v in filters.items() if k in FILTERS and v not in (None, "")}
     if not given:
         raise ValidationError({"non_field_errors": f"give at least one filter: {', '.join(FILTERS)}"})
     if "status" in given and given["status"] not in _ACTS_ON[kind]:
         raise ValidationError({"status": f"a {kind} acts on {' or '.join(_ACTS_ON[kind])} messages only"})
-    if "endpoint" in given and not Endpoint.objects.filter(name=given["endpoint"]).exists():
-        raise ValidationError({"endpoint": f"unknown endpoint {given['endpoint']!r}"})
+    if "endpoint" in given:
+        named = Endpoint.objects.filter(name=given["endpoint"], **({"team": team} if team is not None else {}))
+        if not named.exists():
+            raise ValidationError({"endpoint": f"unknown endpoint {given['endpoint']!r}"})
+        if team is None and named.count() > 1:
+            raise ValidationError({"endpoint": f"several teams have an endpoint {given['endpoint']!r}: give team"})
     for field in ("due_before", "due_after", "created_before", "created_after"):
         if field in given and (not isinstance(given[field], datetime) or timezone.is_naive(given[field])):
             raise ValidationError({field: "must be a date-time with a timezone"})
     return given
 
 
-def _matching(kind: str, filters: dict):
-    return message_list_matching(**filters).filter(status__in=_ACTS_ON[kind])
+def _matching(kind: str, filters: dict, team_id: int | None):
+    return message_list_matching(**filters, team_ids=None if team_id is None else [team_id]).filter(
+        status__in=_ACTS_ON[kind])
 
 
-def message_count_matching(*, kind: str, filters: dict) -> int:
+def message_count_matching(*, kind: str, filters: dict, team: Team | None = None) -> int:
     """How many messages the action would change now (its dry run)."""
-    return _matching(kind, _checked(kind, filters)).count()
+    return _matching(kind, _checked(kind, filters, team), getattr(team, "pk", None)).count()
 
 
-def message_start_matching(*, kind: str, filters: dict, requested_by: str = "") -> BulkAction:
-    """Record an action on the messages matching ``filters`` (checked), to run with
-    message_apply_matching, here or in a worker."""
-    given = _checked(kind, filters)
-    return BulkAction.objects.create(
-        kind=kind, filters={k: v.isoformat() if isinstance(v, datetime) else v for k, v in given.items()},
-        matched=_matching(kind, given).count(), requested_by=requested_by)
+def message_start_matching(*, kind: str, filters: dict, requested_by: str = "", team: Team | None = None) -> BulkAction:
+    """Record an action on the team's messages matching ``filters`` (checked; ``team`` None:
+    every team's), to run with message_apply_matching, here or in a worker; audited with its
+    filter and count."""
+    given = _checked(kind, filters, team)
+    plain = {k: v.isoformat() if isinstance(v, datetime) else v for k, v in given.items()}
+    with transaction.atomic():
+        action = BulkAction.objects.create(kind=kind, team=team, filters=plain, requested_by=requested_by,
+                                           matched=_matching(kind, given, getattr(team, "pk", None)).count())
+        audit_record(action=f"message.bulk_{kind}", obj=action, team=team,
+                     extra={"filters": plain, "team": getattr(team, "name", None), "matched": action.matched})
+    return action
 
 
 def message_apply_matching(*, action: BulkAction) -> BulkAction:
@@ -94,7 +106,7 @@ def _apply_batch(action: BulkAction, filters: dict, *, after, size: int) -> tupl
     """One batch in its own transaction: (messages changed, the last id looked at; None at the end)."""
     now = timezone.now()
     with transaction.atomic():
-        qs = _matching(action.kind, filters).order_by("id")
+        qs = _matching(action.kind, filters, action.team_id).order_by("id")
         if after is not None:
             qs = qs.filter(id__gt=after)
         rows = list(qs.select_for_update(of=("self",)).select_related("endpoint", "topology")[:size])
@@ -122,12 +134,14 @@ def _apply_batch(action: BulkAction, filters: dict, *, after, size: int) -> tupl
     return len(changed), rows[-1].id
 
 
-def message_bulk_matching(*, kind: str, filters: dict, dry_run: bool = False, requested_by: str = "") -> int:
-    """The API's call: how many match (dry run), or do it now and say how many it changed."""
+def message_bulk_matching(*, kind: str, filters: dict, dry_run: bool = False, requested_by: str = "",
+                          team: Team | None = None) -> int:
+    """The API's call: how many of the team's messages match (dry run), or do it now and say how
+    many it changed."""
     if dry_run:
-        return message_count_matching(kind=kind, filters=filters)
+        return message_count_matching(kind=kind, filters=filters, team=team)
     action = message_apply_matching(action=message_start_matching(kind=kind, filters=filters,
-                                                                  requested_by=requested_by))
+                                                                  requested_by=requested_by, team=team))
     if action.state == BulkAction.State.FAILED:
         raise Unavailable(f"bulk {kind} stopped after {action.done:,} message(s) (done; the rest untouched): "
                           f"{action.error}")

@@ -19,12 +19,17 @@ from uuid_utils.compat import uuid7
 from topology import cascade
 
 from .. import lifecycle
+from ..audit.services import audit_record
+from ..celery.structured import task_problem
 from ..clock import ceil_ms
 from ..conf import conf
-from ..errors import BulkValidationError, Conflict, NotFound
+from ..errors import BulkValidationError, Conflict, Forbidden, NotFound
 from ..lifecycle import Status
 from ..models import DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
 from ..observability import metrics
+from ..teams.caller import PLATFORM, Caller
+from ..teams.quotas import team_check_in_flight, team_task_refusal
+from ..teams.roles import Action
 from .relay import relay_claim_new, relay_publish_rows, relay_send_claimed
 from .retention import message_describe_gone
 
@@ -142,14 +147,29 @@ def _due_at(delay, deliver_at, version: TopologyVersion | None, now: datetime, e
     return due_at
 
 
-def _build(item: dict, endpoints: dict[str, Endpoint], now: datetime) -> ScheduledMessage:
+def _endpoint_of(item: dict, endpoints: dict[str, list[Endpoint]], errors: dict) -> Endpoint | None:
+    """The item's endpoint: given as a row (the platform's own callers), or by name among the
+    caller's teams (and the team it names, if it names one)."""
+    given = item.get("endpoint")
+    if isinstance(given, Endpoint):
+        return given
+    name, team = _endpoint_name(given), item.get("team")
+    found = [e for e in endpoints.get(name, ()) if not team or e.team.name == team]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        errors["endpoint"] = f"unknown endpoint {name!r}" + (f" in team {team!r}" if team else "")
+    else:
+        teams = ", ".join(sorted(e.team.name for e in found))
+        errors["endpoint"] = f"several of your teams have an endpoint {name!r} ({teams}): give team"
+    return None
+
+
+def _build(item: dict, endpoints: dict[str, list[Endpoint]], now: datetime) -> ScheduledMessage:
     """Validate one request and return an unsaved row; every problem is a field error."""
     errors: dict[str, str] = {}
-    name = _endpoint_name(item.get("endpoint"))
-    endpoint = endpoints.get(name)
-    if endpoint is None:
-        errors["endpoint"] = f"unknown endpoint {name!r}"
-    elif not endpoint.is_active:
+    endpoint = _endpoint_of(item, endpoints, errors)
+    if endpoint is not None and not endpoint.is_active:
         errors["endpoint"] = f"endpoint {endpoint.name!r} is inactive"
     delay, deliver_at = item.get("delay"), item.get("deliver_at")
     due_at = _due_at(delay, deliver_at, endpoint.topology if endpoint else None, now, errors)
@@ -158,6 +178,13 @@ def _build(item: dict, endpoints: dict[str, Endpoint], now: datetime) -> Schedul
         encoded = message_check_payload(payload=payload)
     except ValidationError as exc:
         errors["payload"] = exc.message_dict["payload"][0]
+    else:
+        if endpoint is not None and endpoint.handler == Endpoint.Handler.CELERY_QUEUE \
+                and not item.get("captured_task"):
+            why = task_problem(payload, queue=endpoint.queue, name=endpoint.name) \
+                or team_task_refusal(team=endpoint.team, task=payload["task"])
+            if why:
+                errors["payload"] = why
     key = item.get("idempotency_key")
     if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= 255 or _has_nul(key)):
         errors["idempotency_key"] = "must be a string of 1 to 255 characters, without NUL"
@@ -196,12 +223,37 @@ def _endpoint_name(value) -> str | None:
     return value.name if isinstance(value, Endpoint) else value if isinstance(value, str) else None
 
 
-def message_schedule_many(*, items: list[dict]) -> list[Scheduled]:
+def _endpoints_named(items: list[dict], caller: Caller) -> dict[str, list[Endpoint]]:
+    """Name -> the endpoints of that name in the teams where ``caller`` may schedule (one query)."""
+    names = {n for n in (_endpoint_name(item.get("endpoint")) for item in items if not isinstance(
+        item.get("endpoint"), Endpoint)) if n and not _has_nul(n)}
+    if not names:
+        return {}
+    rows = Endpoint.objects.select_related("topology", "team").filter(name__in=names)
+    teams = caller.team_ids(Action.SCHEDULE)
+    if teams is not None:
+        rows = rows.filter(team_id__in=teams)
+    found: dict[str, list[Endpoint]] = {}
+    for endpoint in rows:
+        found.setdefault(endpoint.name, []).append(endpoint)
+    return found
+
+
+def _check_tasks(rows: list[ScheduledMessage], caller: Caller) -> None:
+    """Celery tasks need the right to send them in their team (a key's ``tasks`` scope)."""
+    for row in rows:
+        if row.endpoint.handler == Endpoint.Handler.CELERY_QUEUE and not caller.may(Action.TASKS, row.endpoint.team_id):
+            raise Forbidden(f"sending Celery tasks to {row.endpoint.name!r} needs the {Action.TASKS.scope} scope "
+                            f"and the member role in team {row.endpoint.team.name}")
+
+
+def message_schedule_many(*, items: list[dict], caller: Caller = PLATFORM) -> list[Scheduled]:
     """All-or-nothing: validate every item, then save the new rows in one transaction. An
-    idempotency key already used on the endpoint returns that message instead of a new one."""
+    idempotency key already used on the endpoint returns that message instead of a new one.
+    Endpoints named are looked up in the teams where ``caller`` may schedule; each team's
+    messages in flight stay within its quota."""
     now = ceil_ms(timezone.now())
-    names = {n for n in (_endpoint_name(item.get("endpoint")) for item in items) if n and not _has_nul(n)}
-    endpoints = {e.name: e for e in Endpoint.objects.select_related("topology").filter(name__in=names)}
+    endpoints = _endpoints_named(items, caller)
     rows, errors = [], {}
     for index, item in enumerate(items):
         try:
@@ -210,16 +262,36 @@ def message_schedule_many(*, items: list[dict]) -> list[Scheduled]:
             errors[index] = exc.message_dict
     if errors:
         raise BulkValidationError(errors, total=len(items))
+    _check_tasks(rows, caller)
     for attempt in range(2):
         try:
-            return _save(rows)
+            return _save(rows, check_quota=caller is not PLATFORM)
         except IntegrityError:  # the same idempotency key was used concurrently: look again
             if attempt:
                 raise
     raise AssertionError("unreachable")
 
 
-def _save(rows: list[ScheduledMessage]) -> list[Scheduled]:
+def _audit_scheduled(results: list[Scheduled]) -> None:
+    """One audit row per team and request: a single message names itself, a bulk its count."""
+    by_team: dict[int, list[ScheduledMessage]] = {}
+    for result in results:
+        if result.created:
+            by_team.setdefault(result.message.endpoint.team_id, []).append(result.message)
+    for made in by_team.values():
+        first = made[0]
+        if len(made) == 1:
+            audit_record(action="message.schedule", obj=first, team=first.endpoint.team,
+                         after={"endpoint": first.endpoint.name, "due_at": first.due_at,
+                                "idempotency_key": first.idempotency_key})
+        else:
+            audit_record(action="message.schedule_bulk", team=first.endpoint.team, object_type="scheduledmessage",
+                         object_repr=f"{len(made):,} messages", extra={
+                             "count": len(made), "endpoints": sorted({m.endpoint.name for m in made}),
+                             "first_id": first.id, "last_id": made[-1].id})
+
+
+def _save(rows: list[ScheduledMessage], *, check_quota: bool) -> list[Scheduled]:
     with transaction.atomic():
         keyed = {(r.endpoint_id, r.idempotency_key) for r in rows if r.idempotency_key}
         existing = {}
@@ -240,12 +312,19 @@ def _save(rows: list[ScheduledMessage]) -> list[Scheduled]:
                 if row.idempotency_key:
                     seen[key] = row
                 results.append(Scheduled(row, created=True))
+        if check_quota:
+            per_team: dict[int, list[ScheduledMessage]] = {}
+            for row in new:
+                per_team.setdefault(row.endpoint.team_id, []).append(row)
+            for team_rows in per_team.values():
+                team_check_in_flight(team=team_rows[0].endpoint.team, adding=len(team_rows))
         for row in new:  # as built (a second attempt after an IntegrityError finds them claimed)
             row.status, row.published_at = Status.PENDING, None
         claimed = relay_claim_new(rows=new)  # written as published, sent after the commit
         with transaction.atomic():
             ScheduledMessage.objects.insert_many(new)
         metrics.scheduled(new)
+        _audit_scheduled(results)
         if claimed:
             transaction.on_commit(lambda: relay_send_claimed(claimed=claimed))
         outbox = [row for row in new if row.delivery_mode == DeliveryMode.NATIVE and row.status == Status.PENDING]
@@ -261,6 +340,8 @@ def message_schedule(
     delay: timedelta | float | int | Decimal | str | None = None,
     deliver_at: datetime | None = None,
     idempotency_key: str | None = None,
+    team: str | None = None,
+    caller: Caller = PLATFORM,
 ) -> ScheduledMessage:
     """Schedule one message for ``endpoint`` after ``delay`` (seconds or timedelta) or at
     ``deliver_at``. Raises ValidationError naming the field for bad input; stores nothing then."""
@@ -269,30 +350,42 @@ def message_schedule(
             items=[
                 {
                     "endpoint": endpoint,
+                    "team": team,
                     "payload": payload,
                     "delay": delay,
                     "deliver_at": deliver_at,
                     "idempotency_key": idempotency_key,
                 }
-            ]
+            ],
+            caller=caller,
         )
     except BulkValidationError as exc:
         raise ValidationError(exc.errors[0]) from None
     return result.message
 
 
-def _locked(message_id) -> ScheduledMessage:
+def _locked(message_id, caller: Caller, action: Action) -> ScheduledMessage:
+    """The message, locked, if ``caller`` may do ``action`` to it: NotFound when it is not one of
+    its teams' (or gone), Forbidden when it may only read it."""
     try:
-        return ScheduledMessage.objects.select_for_update().get(id=message_id)
+        message = ScheduledMessage.objects.select_for_update(of=("self",)).select_related("endpoint__team").get(
+            id=message_id)
     except (ScheduledMessage.DoesNotExist, ValidationError, ValueError):
         raise NotFound(message_describe_gone(message_id=message_id)) from None
+    team = message.endpoint.team_id
+    if not caller.may(action, team):
+        if caller.may(Action.READ, team) or caller.member_of & {team}:
+            raise Forbidden(f"you may not {action.name.lower()} messages of team {message.endpoint.team.name}")
+        raise NotFound(message_describe_gone(message_id=message_id))
+    return message
 
 
-def message_cancel(*, message_id) -> ScheduledMessage:
+def message_cancel(*, message_id, caller: Caller = PLATFORM) -> ScheduledMessage:
     """Cancel a pending or published message: the relay will not publish it, and if it is
     already in the cascade the consumer drops it on arrival. Cancelling twice is fine."""
     with transaction.atomic():
-        message = _locked(message_id)
+        message = _locked(message_id, caller, Action.CANCEL)
+        was = message.status
         try:
             change = lifecycle.cancel(message, now=timezone.now())
         except lifecycle.IllegalTransition:
@@ -300,13 +393,15 @@ def message_cancel(*, message_id) -> ScheduledMessage:
         if change:
             message.save(update_fields=lifecycle.apply(message, change))
             metrics.cancelled(message)
+            audit_record(action="message.cancel", obj=message, team=message.endpoint.team,
+                         before={"status": was}, after={"status": message.status})
     return message
 
 
-def message_republish(*, message_id) -> ScheduledMessage:
+def message_republish(*, message_id, caller: Caller = PLATFORM) -> ScheduledMessage:
     """Send a failed message again, due at its original time (so overdue means now)."""
     with transaction.atomic():
-        message = _locked(message_id)
+        message = _locked(message_id, caller, Action.CANCEL)
         try:
             change = lifecycle.republish(message)
         except lifecycle.IllegalTransition:
@@ -314,18 +409,21 @@ def message_republish(*, message_id) -> ScheduledMessage:
                 f"message {message.id} is {message.status}; only failed messages can be republished"
             ) from None
         message.save(update_fields=lifecycle.apply(message, change))
+        audit_record(action="message.republish", obj=message, team=message.endpoint.team,
+                     before={"status": Status.FAILED.value}, after={"status": message.status})
         transaction.on_commit(lambda: relay_publish_rows(rows=[message]))
     return message
 
 
-def message_reschedule(*, message_id, delay=None, deliver_at: datetime | None = None) -> ScheduledMessage:
+def message_reschedule(*, message_id, delay=None, deliver_at: datetime | None = None,
+                       caller: Caller = PLATFORM) -> ScheduledMessage:
     """Move a pending or published message to a new due time (a delay from now, or a time). It keeps
     its id; its earlier due times stay in ``due_history``. Its copy for the old time, still in the
     cascade, is dropped when it arrives (lifecycle.superseded), and a copy for the new time is
     published after the commit. Conflict once delivered, cancelled or failed."""
     now = ceil_ms(timezone.now())
     with transaction.atomic():
-        message = _locked(message_id)
+        message = _locked(message_id, caller, Action.SCHEDULE)
         if message.endpoint.handler == Endpoint.Handler.CELERY_QUEUE:
             raise Conflict(f"message {message.id} is a Celery task: revoke it with cancel_task and send it again")
         errors: dict[str, str] = {}
@@ -339,8 +437,11 @@ def message_reschedule(*, message_id, delay=None, deliver_at: datetime | None = 
         if due_at == message.due_at:
             return message  # already due then: nothing to move
         change["requested_delay_ms"] = max(0, (due_at - now) // MS)
+        was = message.due_at
         message.save(update_fields=lifecycle.apply(message, change))
         metrics.rescheduled(message)
+        audit_record(action="message.reschedule", obj=message, team=message.endpoint.team,
+                     before={"due_at": was}, after={"due_at": message.due_at})
         if message.delivery_mode == DeliveryMode.NATIVE:
             transaction.on_commit(lambda: relay_publish_rows(rows=[message]))
     return message

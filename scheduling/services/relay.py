@@ -213,7 +213,7 @@ def _relay(select, *, direct: bool, limit_ids: int | None = None) -> RelayResult
                 ScheduledMessage.objects.select_for_update(skip_locked=True, of=("self",))
                 .select_related("endpoint", "topology")
                 # only what a publish needs: decoding payloads cost ~0.1 ms a row
-                .only("id", "due_at", "topology", "endpoint__name", "endpoint__handler")
+                .only("id", "due_at", "topology", "endpoint__queue", "endpoint__handler")
                 .filter(status=Status.PENDING)
             )
             rows = list(select(qs).order_by("due_at")[: conf().publish_batch])

@@ -65,9 +65,9 @@ def message_rescue_overdue(*, queues: Collection[str], skip: Collection[str],
         rows = [row for row in (
             ScheduledMessage.objects.select_for_update(skip_locked=True, of=("self",))
             .select_related("endpoint", "topology")
-            .only("id", "due_at", "topology", "endpoint__name", "endpoint__handler")
+            .only("id", "due_at", "topology", "endpoint__queue", "endpoint__handler")
             .filter(status=Status.PUBLISHED, attempts=0, delivery_mode__in=RESCUED_MODES,
-                    due_at__lt=cutoff, published_at__lt=cutoff, endpoint__name__in=list(queues))
+                    due_at__lt=cutoff, published_at__lt=cutoff, endpoint__queue__in=list(queues))
             .exclude(endpoint__handler__in=UNRESCUED_HANDLERS)
             # late because of their endpoint's rate limit, not the broker: its slots reach past the cutoff
             .exclude(endpoint__flow__next_slot_us__gt=to_epoch_ms(cutoff) * 1000)

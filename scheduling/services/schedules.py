@@ -19,12 +19,15 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from ..audit.services import audit_changed, audit_record, audit_values
 from ..clock import ceil_ms, to_epoch_ms
 from ..conf import conf
 from ..errors import BulkValidationError, NotFound
 from ..lifecycle import IN_FLIGHT
-from ..models import Endpoint, Schedule, ScheduledMessage
+from ..models import Endpoint, Schedule, ScheduledMessage, Team
 from ..schedules import rules
+from ..teams.models import default_team_id
+from ..teams.quotas import team_check_count, team_min_interval_ms
 from .messages import message_cancel, message_check_payload, message_schedule_many
 
 log = logging.getLogger(__name__)
@@ -83,21 +86,50 @@ def schedule_check_rule(*, cron: str = "", timezone_name: str = "UTC", interval_
                       end=end_at)
 
 
+def _team(team: Team | None) -> Team:
+    return team if team is not None else Team.objects.get(pk=default_team_id())
+
+
+# runs of a cron rule looked at for its shortest gap (a day of minutes has 1,440; a rule that runs
+# more often than the team allows shows it within its first hundred runs)
+_GAP_RUNS = 100
+
+
+def _check_interval(team: Team, values: dict, errors: dict) -> None:
+    """The team's shortest interval between two runs (a quota): an interval below it, or a cron
+    rule whose runs come closer, is refused."""
+    shortest = team_min_interval_ms(team=team)
+    if values.get("interval_ms") is not None and values["interval_ms"] < shortest:
+        errors["interval_seconds"] = (f"is below the shortest interval team {team.name} may use "
+                                      f"({shortest // 1000:,} s, its quota min_schedule_interval_seconds)")
+    elif values.get("cron") and shortest > 60_000:
+        rule = rules.Rule(cron=values["cron"], tz=values["timezone"], interval_ms=None, anchor=None, start=None,
+                          end=None)
+        runs = rules.preview(rule, after=timezone.now(), count=_GAP_RUNS)
+        gaps = [(b - a).total_seconds() * 1000 for a, b in zip(runs, runs[1:])]
+        if gaps and min(gaps) < shortest:
+            errors["cron"] = (f"runs {min(gaps) / 1000:,.0f} s apart at times, below the shortest interval team "
+                              f"{team.name} may use ({shortest // 1000:,} s, its quota min_schedule_interval_seconds)")
+
+
 def schedule_upsert(*, key: str, endpoint: str | Endpoint, payload, cron: str = "", timezone_name: str = "UTC",
                     interval_seconds=None, start_at: datetime | None = None, end_at: datetime | None = None,
-                    missed_runs: str = Schedule.MissedRuns.SKIP) -> tuple[Schedule, bool]:
-    """Create the schedule ``key``, or make it what is given (True when created). A change to its
-    rule, payload or endpoint is a new revision: its runs to come are cancelled and made again
-    from the new rule. Its first runs are created before this returns."""
+                    missed_runs: str = Schedule.MissedRuns.SKIP, team: Team | None = None) -> tuple[Schedule, bool]:
+    """Create the team's schedule ``key``, or make it what is given (True when created). A change
+    to its rule, payload or endpoint is a new revision: its runs to come are cancelled and made
+    again from the new rule. Its first runs are created before this returns. ``team``: the
+    default team when None; the endpoint must be the team's."""
+    team = _team(team)
     errors: dict[str, str] = {}
     try:
         Schedule._meta.get_field("key").clean(key, None)
     except ValidationError as exc:
         errors["key"] = exc.messages[0]
     name = endpoint.name if isinstance(endpoint, Endpoint) else endpoint
-    target = Endpoint.objects.select_related("topology").filter(name=name).first() if isinstance(name, str) else None
+    target = (Endpoint.objects.select_related("topology").filter(team=team, name=name).first()
+              if isinstance(name, str) and "\x00" not in name else None)
     if target is None:
-        errors["endpoint"] = f"unknown endpoint {name!r}"
+        errors["endpoint"] = f"unknown endpoint {name!r} in team {team.name}"
     elif target.handler == Endpoint.Handler.CELERY_QUEUE:
         errors["endpoint"] = f"endpoint {name!r} is a Celery queue: schedule Celery tasks with beat instead"
     try:
@@ -111,12 +143,17 @@ def schedule_upsert(*, key: str, endpoint: str | Endpoint, payload, cron: str = 
                               start_at=start_at, end_at=end_at)
     except ValidationError as exc:
         errors.update({k: v[0] for k, v in exc.message_dict.items()})
+    else:
+        _check_interval(team, values, errors)
     if errors:
         raise ValidationError(errors)
     values.update(endpoint_id=target.pk, payload=payload, missed_runs=missed_runs)
     now = timezone.now()
     with transaction.atomic():
-        schedule, created = Schedule.objects.select_for_update().get_or_create(key=key, defaults=values)
+        if not Schedule.objects.filter(team=team, key=key).exists():
+            team_check_count(team=team, quota="schedules", used=team.schedules.count())
+        schedule, created = Schedule.objects.select_for_update().get_or_create(team=team, key=key, defaults=values)
+        before = None if created else audit_values(obj=schedule)
         if not created:
             revised = any(getattr(schedule, f) != values[f] for f in _REVISED_BY)
             reanchored = any(getattr(schedule, f) != values[f] for f in ("cron", "interval_ms", "start_at"))
@@ -132,6 +169,12 @@ def schedule_upsert(*, key: str, endpoint: str | Endpoint, payload, cron: str = 
             schedule.last_run_at = None
         schedule.endpoint = target
         schedule.save()
+        if created:
+            audit_record(action="schedule.create", obj=schedule, team=team, after=audit_values(obj=schedule))
+        else:
+            old, new = audit_changed(before=before, after=audit_values(obj=schedule))
+            if new:
+                audit_record(action="schedule.update", obj=schedule, team=team, before=old, after=new)
         if not schedule.is_paused:
             _create_runs(schedule, now)
     return schedule, created
@@ -144,21 +187,25 @@ def _anchor(schedule: Schedule, now: datetime) -> datetime | None:
     return ceil_ms(schedule.start_at or now + timedelta(milliseconds=schedule.interval_ms))
 
 
-def _locked(key: str) -> Schedule:
+def _locked(key: str, team: Team | None) -> Schedule:
+    team = _team(team)
     try:
-        return Schedule.objects.select_for_update(of=("self",)).select_related("endpoint__topology").get(key=key)
-    except Schedule.DoesNotExist:
-        raise NotFound(f"no schedule {key!r}") from None
+        return (Schedule.objects.select_for_update(of=("self",)).select_related("endpoint__topology", "team")
+                .get(team=team, key=key))
+    except (Schedule.DoesNotExist, ValueError):
+        raise NotFound(f"no schedule {key!r} in team {team.name}") from None
 
 
-def schedule_set_paused(*, key: str, paused: bool) -> Schedule:
+def schedule_set_paused(*, key: str, paused: bool, team: Team | None = None) -> Schedule:
     """Pause: no more runs, and the runs already made are cancelled. Resume: runs again from now
     on (the runs that fell while paused are not made up)."""
     now = timezone.now()
     with transaction.atomic():
-        schedule = _locked(key)
+        schedule = _locked(key, team)
         if schedule.is_paused == paused:
             return schedule
+        audit_record(action="schedule.pause" if paused else "schedule.resume", obj=schedule, team=schedule.team,
+                     before={"is_paused": not paused}, after={"is_paused": paused})
         schedule.is_paused = paused
         if paused:
             _cancel_runs(schedule=schedule)
@@ -172,18 +219,23 @@ def schedule_set_paused(*, key: str, paused: bool) -> Schedule:
     return schedule
 
 
-def schedule_delete(*, key: str) -> int:
+def schedule_delete(*, key: str, team: Team | None = None) -> int:
     """Delete the schedule and cancel its runs still to come; its delivered runs stay in the
     history (listed by its key). Returns how many runs were cancelled."""
     with transaction.atomic():
-        schedule = _locked(key)
+        schedule = _locked(key, team)
         cancelled = _cancel_runs(schedule=schedule)
+        audit_record(action="schedule.delete", obj=schedule, team=schedule.team, before=audit_values(obj=schedule),
+                     extra={"runs_cancelled": cancelled})
         schedule.delete()
     return cancelled
 
 
 def _cancel_runs(*, schedule: Schedule, due_after: datetime | None = None) -> int:
-    runs = ScheduledMessage.objects.filter(schedule=schedule.key, status__in=[s.value for s in IN_FLIGHT])
+    """Its runs in flight: messages with its key on its team's endpoints (another team may use the key)."""
+    runs = ScheduledMessage.objects.filter(schedule=schedule.key, status__in=[s.value for s in IN_FLIGHT],
+                                           endpoint_id__in=Endpoint.objects.filter(team_id=schedule.team_id)
+                                           .values("id"))
     if due_after is not None:
         runs = runs.filter(due_at__gt=due_after)
     ids = list(runs.values_list("id", flat=True))
@@ -197,12 +249,12 @@ def schedule_create_runs(*, now: datetime | None = None) -> RunsCreated:
     run is within the window, create the runs in it."""
     now = now or timezone.now()
     due = list(Schedule.objects.filter(is_paused=False, next_run_at__lte=now + _ahead())
-               .order_by("next_run_at").values_list("key", flat=True)[:10_000])
+               .order_by("next_run_at").values_list("pk", flat=True)[:10_000])
     schedules = runs = skipped = 0
-    for key in due:
+    for pk in due:
         with transaction.atomic():
             schedule = (Schedule.objects.select_for_update(skip_locked=True, of=("self",)).select_related("endpoint__topology")
-                        .filter(key=key, is_paused=False).first())
+                        .filter(pk=pk, is_paused=False).first())
             if schedule is None or schedule.next_run_at is None or schedule.next_run_at > now + _ahead():
                 continue  # another materialiser has it, or did it
             made, missed = _create_runs(schedule, now)

@@ -161,7 +161,7 @@ def test_operator_pages_through_a_long_list_by_older_and_newer(browser, admin_us
 
     from scheduling.models import Endpoint
 
-    endpoint = Endpoint.objects.create(name=endpoint_name, topology=versions["v3"])
+    endpoint = Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=versions["v3"])
     now = timezone.now()
     ScheduledMessage.objects.bulk_create(
         ScheduledMessage(endpoint=endpoint, topology=versions["v3"], payload={"n": i}, created_at=now,

@@ -107,7 +107,8 @@ def test_accuracy_report_matches_the_messages_table(api, platform, worker, endpo
     assert rows, "the report has rows"
     as_of = rows[0].computed_at
     lost_after = timedelta(seconds=settings.ACCURACY_LOST_AFTER_SECONDS)
-    messages = [m for m in ScheduledMessage.objects.select_related("endpoint", "topology") if due(m).date() in days]
+    messages = [m for m in ScheduledMessage.objects.select_related("endpoint__team", "topology")
+                if due(m).date() in days]
     mine = [m for m in messages if m.endpoint.name in (endpoint_name, other)]
     assert sum(m.status == Status.DELIVERED for m in mine) == len(ids)
     assert sum(m.status == Status.CANCELLED for m in mine) == 1
@@ -118,6 +119,7 @@ def test_accuracy_report_matches_the_messages_table(api, platform, worker, endpo
             m
             for m in messages
             if due(m).date() == row.day
+            and row.team in (ALL, m.endpoint.team.name)
             and row.endpoint in (ALL, m.endpoint.name)
             and row.version in (ALL, m.topology.name)
             and row.delivery_mode in (ALL, "native")
@@ -126,19 +128,23 @@ def test_accuracy_report_matches_the_messages_table(api, platform, worker, endpo
         if row.endpoint in (endpoint_name, other, ALL):
             assert actual(row) == pytest.approx(expected(group, as_of, lost_after)), str(row)
             checked += 1
-    # this endpoint's groups: its <1s and 1-10s buckets plus the endpoint rollup, and the day's rollups
+    # this endpoint's groups: its <1s and 1-10s buckets plus the endpoint rollup, and the day's rollups,
+    # per team (its team's) and platform-wide (team *, which names no endpoint)
+    team = mine[0].endpoint.team.name
+    assert {r.team for r in rows if r.endpoint in (endpoint_name, other)} == {team}
+    assert {r.team for r in rows} >= {team, ALL}
     assert {r.delay_bucket for r in rows if r.endpoint == endpoint_name} >= {"<1s", "1-10s", ALL}
     assert {r.version for r in rows if r.endpoint == endpoint_name} == {"v3", ALL}
     assert {r.version for r in rows if r.endpoint == other} == {"v2", ALL}
-    by_version = {r.version: r.delivered for r in rows if (r.endpoint, r.delay_bucket) == (ALL, ALL)}
+    by_version = {r.version: r.delivered for r in rows if (r.team, r.endpoint, r.delay_bucket) == (ALL, ALL, ALL)}
     assert by_version["v2"] == len(delays) and by_version["v3"] == len(delays) + 1
     past = ScheduledMessage.objects.get(id=backdated)
     assert past.due_at < past.created_at and 0 <= past.lateness_ms < 5_000
     (mine,) = [r for r in rows if (r.endpoint, r.delay_bucket) == (endpoint_name, ALL)]
     assert mine.scheduled_in_past == 1 and mine.lateness_max_ms < 5_000
-    overall = [r for r in rows if (r.endpoint, r.version, r.delay_bucket) == (ALL, ALL, ALL)]
+    overall = [r for r in rows if (r.team, r.endpoint, r.version, r.delay_bucket) == (ALL, ALL, ALL, ALL)]
     assert sum(r.scheduled for r in overall) == len(messages) and checked >= len(overall) + 3
-    assert len(rows) == len({(r.day, r.endpoint, r.version, r.delivery_mode, r.delay_bucket) for r in rows})
+    assert len(rows) == len({(r.day, r.team, r.endpoint, r.version, r.delivery_mode, r.delay_bucket) for r in rows})
 
 
 REPORT_FIELDS = [f.name for f in AccuracyReport._meta.fields if f.name not in ("id", "computed_at")]

@@ -146,7 +146,7 @@ def test_web_metrics_count_cancellations_relay_publishes_and_read_the_figures(
                                     status=Status.PUBLISHED, due_at=now - timedelta(minutes=11),
                                     created_at=now - timedelta(minutes=12))
     # an endpoint with no queue bound: its message ends in v3's unroutable queue (no drain runs here)
-    unbound = Endpoint.objects.create(name=endpoint_name + "-unbound", topology=platform["v3"],
+    unbound = Endpoint.objects.create(name=endpoint_name + "-unbound", queue=endpoint_name + "-unbound", topology=platform["v3"],
                                       delivery_mode=DeliveryMode.NATIVE)
     schedule(api, unbound.name, delay_seconds=0)
 
@@ -183,7 +183,7 @@ def test_gunicorn_workers_are_summed_whichever_answers(platform, worker_env, dja
 
     user = django_user_model.objects.create_superuser("metrics-admin", "m@example.com", "pw")
     token = Token.objects.create(user=user).key
-    Endpoint.objects.create(name=endpoint_name, topology=platform["v2"])
+    Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=platform["v2"])
     port = free_port()
     log = open(ARTIFACTS / f"gunicorn-{os.environ['DP_TEST_RUN_ID']}.log", "ab")
     server = subprocess.Popen([sys.executable, "-m", "gunicorn", "delayplatform.wsgi", "--config", "gunicorn.conf.py",

@@ -41,10 +41,10 @@ def messages(versions, *, days, future_day) -> int:
     exact range), early, duplicated, cancelled, failed and lost."""
     rng = random.Random(14)
     endpoints = [
-        Endpoint.objects.create(name="billing", topology=versions["v3"]),
-        Endpoint.objects.create(name="orders.eu", topology=versions["v3"]),
+        Endpoint.objects.create(name="billing", queue="billing", topology=versions["v3"]),
+        Endpoint.objects.create(name="orders.eu", queue="orders.eu", topology=versions["v3"]),
         Endpoint.objects.create(
-            name="legacy", topology=versions["v2"], delivery_mode=DeliveryMode.TIMEOUT_MANAGER
+            name="legacy", queue="legacy", topology=versions["v2"], delivery_mode=DeliveryMode.TIMEOUT_MANAGER
         ),
     ]
     rows = []
@@ -90,7 +90,7 @@ def messages(versions, *, days, future_day) -> int:
 def report(first_day, last_day) -> list[dict]:
     return list(
         AccuracyReport.objects.filter(day__range=(first_day, last_day))
-        .order_by("day", "endpoint", "version", "delivery_mode", "delay_bucket")
+        .order_by("day", "team", "endpoint", "version", "delivery_mode", "delay_bucket")
         .values(*REPORT_COLUMNS)
     )
 
@@ -127,7 +127,8 @@ def test_the_report_on_a_standalone_cluster_equals_the_local_one(spark_cluster, 
     assert {r["version"] for r in local} == {"v2", "v3", ALL}
     assert {r["delivery_mode"] for r in local} == {"native", "timeout_manager", ALL}
     assert {r["delay_bucket"] for r in local} == {*AccuracyReport.DELAY_BUCKETS, ALL}
-    overall = [r for r in local if (r["endpoint"], r["version"], r["delay_bucket"]) == (ALL, ALL, ALL)]
+    assert {r["team"] for r in local} == {"default", ALL}
+    overall = [r for r in local if (r["team"], r["version"], r["delay_bucket"]) == (ALL, ALL, ALL)]
     assert {r["day"] for r in overall} == {*days, future_day}
     assert sum(r["scheduled"] for r in overall) == created
     for outcome in ("delivered", "cancelled", "failed", "lost", "in_flight", "duplicates", "early"):

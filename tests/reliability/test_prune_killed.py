@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.reliability, pytest.mark.django_db(transaction=True)]
 @pytest.fixture
 def rows(versions, endpoint_name):
     """finished past retention (must go) and kept (must stay), committed for other processes."""
-    endpoint = Endpoint.objects.create(name=endpoint_name, topology=versions["v3"])
+    endpoint = Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=versions["v3"])
     now = timezone.now()
 
     def make(n, status, created_days, finished_days):

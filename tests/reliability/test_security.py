@@ -11,6 +11,7 @@ import pytest
 from drf_spectacular.generators import SchemaGenerator
 
 from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.security import secret_box
 from scheduling.services.delivery import delivery_receive
 from harness.paths import ROOT
 from harness.recording_server import RecordingServer
@@ -74,7 +75,7 @@ def test_webhook_secret_never_leaves_the_database(admin_client, api, versions, c
     settings.DELAY_HANDLER_MAX_RETRIES = 0
     caplog.set_level(logging.DEBUG)
     with RecordingServer(fail_first=1) as server:
-        endpoint = Endpoint.objects.create(name="signed", topology=versions["v2"], handler="webhook",
+        endpoint = Endpoint.objects.create(name="signed", queue="signed", topology=versions["v2"], handler="webhook",
                                            handler_target=server.url, webhook_secret=SECRET)
         from django.utils import timezone
 
@@ -94,6 +95,7 @@ def test_webhook_secret_never_leaves_the_database(admin_client, api, versions, c
 # --- production settings: Django's own deployment check is clean under DELAY_PRODUCTION=1 -------
 
 STRONG_KEY = "k3Q9-vX2m" * 8  # 72 characters, varied: what check --deploy asks of a key
+SECRETS_KEYS = "kvLb6zKSU6yG-09VLHaerRcuMZOY3pMFPvMYpGkMcxQ="  # a Fernet key: required in production too
 
 
 def _check_deploy(env: dict) -> subprocess.CompletedProcess:
@@ -107,7 +109,7 @@ def _check_deploy(env: dict) -> subprocess.CompletedProcess:
 
 
 def test_check_deploy_is_clean_with_the_production_switch():
-    result = _check_deploy({"SECRET_KEY": STRONG_KEY, "DELAY_PRODUCTION": "1"})
+    result = _check_deploy({"SECRET_KEY": STRONG_KEY, "DELAY_PRODUCTION": "1", "DELAY_SECRETS_KEYS": SECRETS_KEYS})
     assert result.returncode == 0, result.stderr
     assert "System check identified no issues" in result.stdout and "WARNING" not in result.stderr + result.stdout
 
@@ -120,7 +122,7 @@ def test_check_deploy_warns_without_it():
 
 
 def test_check_deploy_is_clean_behind_a_tls_proxy_too():
-    result = _check_deploy({"SECRET_KEY": STRONG_KEY, "DELAY_PRODUCTION": "1",
+    result = _check_deploy({"SECRET_KEY": STRONG_KEY, "DELAY_PRODUCTION": "1", "DELAY_SECRETS_KEYS": SECRETS_KEYS,
                             "DELAY_TLS_PROXY_HEADER": "X-Forwarded-Proto"})
     assert result.returncode == 0, result.stderr
 
@@ -128,6 +130,9 @@ def test_check_deploy_is_clean_behind_a_tls_proxy_too():
 @pytest.mark.parametrize(("env", "error"), [
     ({"SECRET_KEY": "short", "DELAY_PRODUCTION": "1"}, "SECRET_KEY must be at least 50 random characters"),
     ({"SECRET_KEY": STRONG_KEY, "DELAY_PRODUCTION": "1", "DEBUG": "1"}, "DELAY_PRODUCTION=1 and DEBUG=1"),
+    ({"SECRET_KEY": STRONG_KEY, "DELAY_PRODUCTION": "1", "DELAY_SECRETS_KEYS": ""},
+     "DELAY_SECRETS_KEYS must be set with DELAY_PRODUCTION=1"),
+    ({"SECRET_KEY": STRONG_KEY, "DELAY_SECRETS_KEYS": "hunter2"}, "DELAY_SECRETS_KEYS: key 1 of 1 is not a Fernet key"),
     ({"SECRET_KEY": STRONG_KEY, "DELAY_TLS_PROXY_HEADER": "X-Forwarded-Proto: https"}, "must be a header name"),
     ({"SECRET_KEY": STRONG_KEY, "DELAY_API_RATE": "lots"}, "DELAY_API_RATE must be like 6000/minute"),
     ({"SECRET_KEY": STRONG_KEY, "DELAY_LOGIN_FAILURE_LIMIT": "0"},
@@ -191,11 +196,11 @@ def test_the_api_still_authenticates_with_a_token_and_a_session(api, admin_user,
 @pytest.mark.django_db
 def test_a_rotated_secret_is_answered_once_and_never_logged(api, versions, caplog):
     caplog.set_level(logging.DEBUG)
-    Endpoint.objects.create(name="rotating", topology=versions["v2"], handler="webhook",
+    Endpoint.objects.create(name="rotating", queue="rotating", topology=versions["v2"], handler="webhook",
                             handler_target="https://example.com/hook", webhook_secret=SECRET)
     response = api.post("/api/endpoints/rotating/rotate-secret/", {}, format="json")
     assert response.status_code == 200
     new = response.json()["webhook_secret"]
-    assert new == Endpoint.objects.get(name="rotating").webhook_secret
+    assert new == secret_box.open(Endpoint.objects.get(name="rotating").webhook_secret)
     seen = [caplog.text, api.get("/api/endpoints/rotating/").content.decode(), api.get("/api/endpoints/").content.decode()]
     assert all(new not in text and SECRET not in text for text in seen)

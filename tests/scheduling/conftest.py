@@ -55,7 +55,7 @@ def bound_endpoint(platform, endpoint_name, amqp):
     def make(version: str = "v2") -> Endpoint:
         bind_endpoint(amqp, cascade.get_version(version), endpoint_name)
         made.append(endpoint_name)
-        return Endpoint.objects.create(name=endpoint_name, topology=platform[version])
+        return Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=platform[version])
 
     yield make
     for name in made:
@@ -65,7 +65,7 @@ def bound_endpoint(platform, endpoint_name, amqp):
 @pytest.fixture
 def endpoint_row(versions, endpoint_name):
     """An endpoint row without a queue on the broker: enough for pages that only read rows."""
-    return Endpoint.objects.create(name=endpoint_name, topology=versions["v2"])
+    return Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=versions["v2"])
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ from scheduling.conf import DelaySettings, conf
 from scheduling.setting_specs import SPECS
 from harness.paths import ROOT
 
+KEYS = ("GAl1PNO9VDJpAQtAY-0WRF6YE6EE2U-PKIoaBZNXesk=", "BGpqEyGFG1SEDEI3qoMPlqWociYCroxHHmxuiXFFZ3M=")  # Fernet's form
 # variable -> (value to set, Python expression read after start-up, what it must give)
 EFFECTS = {
     "SECRET_KEY": ("k" * 50, "settings.SECRET_KEY", "k" * 50),
@@ -66,6 +67,7 @@ EFFECTS = {
                                        ["127.0.0.1/32", "10.1.0.0/16"]),
     "DELAY_CELERY_TASK_ALLOWLIST": ("billing.tasks.*, reports.*", "conf().celery_task_allowlist",
                                     ["billing.tasks.*", "reports.*"]),
+    "DELAY_SECRETS_KEYS": (f"{KEYS[0]}, {KEYS[1]}", "conf().secrets_keys", list(KEYS)),
     "DELAY_TIMEOUTS_LOOKAHEAD_MS": ("900", "conf().timeouts_lookahead_ms", 900),
     "DELAY_CONSUMER_SYNC_SECONDS": ("9", "conf().consumer_sync_seconds", 9.0),
     "DELAY_DELIVERY_BATCH": ("100", "conf().delivery_batch", 100),
@@ -89,6 +91,15 @@ EFFECTS = {
     "DELAY_API_RATE_GROUPS": ("partners=5/second, batch=off", "conf().api_rate_groups",
                               {"partners": "5/second", "batch": None}),
     "DELAY_MAX_JSON_DEPTH": ("16", "conf().max_json_depth", 16),
+    "DELAY_API_KEY_EXPIRES": ("30d", "conf().api_key_expires.days", 30),
+    "DELAY_API_KEY_MAX_EXPIRES": ("90d", "conf().api_key_max_expires.days", 90),
+    "DELAY_TEAM_MAX_IN_FLIGHT": ("5000", "conf().team_max_in_flight", 5000),
+    "DELAY_TEAM_MAX_SCHEDULES": ("20", "conf().team_max_schedules", 20),
+    "DELAY_TEAM_MAX_ENDPOINTS": ("7", "conf().team_max_endpoints", 7),
+    "DELAY_TEAM_MIN_SCHEDULE_INTERVAL_SECONDS": ("60", "conf().team_min_schedule_interval_seconds", 60),
+    "DELAY_TEAM_API_RATE": ("10/second", "conf().team_api_rate", "10/second"),
+    "DELAY_KEY_API_RATE": ("off", "conf().key_api_rate", None),
+    "DELAY_AUDIT_RETENTION": ("730d", "conf().audit_retention.days", 730),
     "DELAY_LOGIN_FAILURE_LIMIT": ("3", "settings.AXES_FAILURE_LIMIT", 3),
     "DELAY_LOGIN_COOLOFF_MINUTES": ("30", "settings.AXES_COOLOFF_TIME.total_seconds()", 1800.0),
     # DEBUG=1 above: production cannot be on here (tests/reliability/test_security.py runs it)
@@ -236,6 +247,7 @@ def test_settings_parse_each_value_once_and_conf_reuses_it():
     ("DELAY_DELIVERY_LOOP", "off", False),
     ("DELAY_SWEEP_SECONDS", 3, 3.0),
     ("DELAY_BULK_MAX", "7", 7),
+    ("DELAY_SECRETS_KEYS", [f" {KEYS[1]} ", KEYS[0]], (KEYS[1], KEYS[0])),
 ])
 def test_a_test_may_set_text_or_a_typed_value(settings, name, value, expected):
     setattr(settings, name, value)
@@ -290,6 +302,9 @@ def test_each_variable_has_its_effect(tmp_path):
     ("DELAY_PRUNE_EVERY", "hourly",
      "DELAY_PRUNE_EVERY must be a duration such as 90s, 15m, 12h or 7d, or off, not 'hourly'"),
     ("DELAY_ARCHIVE_RETENTION", "-1d", "DELAY_ARCHIVE_RETENTION must be a duration such as 90s, 15m, 12h or 7d"),
+    ("DELAY_SECRETS_KEYS", f"{KEYS[0]},not-a-key", "DELAY_SECRETS_KEYS: key 2 of 2 is not a Fernet key"),
+    ("DELAY_SECRETS_KEYS", KEYS[0][:-2] + "==", "DELAY_SECRETS_KEYS: key 1 of 1 is not a Fernet key"),
+    ("DELAY_SECRETS_KEYS", f"{KEYS[0]},{KEYS[0]}", "DELAY_SECRETS_KEYS names a key twice"),
 ])
 def test_bad_values_stop_start_up_with_one_line(name, value, says):
     result = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, capture_output=True, text=True,

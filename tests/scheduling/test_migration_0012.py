@@ -21,11 +21,11 @@ LEGACY = ["a" * 64, "a-secret-of-sixteen-or-more", "ünïcode-secret-€-1234", 
 
 @pytest.fixture
 def rows(versions):
-    made = [Endpoint.objects.create(name=f"legacy-{i}", topology=versions["v2"], handler="webhook",
+    made = [Endpoint.objects.create(name=f"legacy-{i}", queue=f"legacy-{i}", topology=versions["v2"], handler="webhook",
                                     handler_target="https://example.com/h", webhook_secret=secret)
             for i, secret in enumerate(LEGACY)]
-    made.append(Endpoint.objects.create(name="no-webhook", topology=versions["v2"]))
-    made.append(Endpoint.objects.create(name="already", topology=versions["v2"], handler="webhook",
+    made.append(Endpoint.objects.create(name="no-webhook", queue="no-webhook", topology=versions["v2"]))
+    made.append(Endpoint.objects.create(name="already", queue="already", topology=versions["v2"], handler="webhook",
                                         handler_target="https://example.com/h",
                                         webhook_secret=webhook_signing.generate_secret()))
     return made

@@ -57,7 +57,7 @@ def test_without_autovacuum_the_prune_vacuums_the_table(autovacuum_off_for_the_t
     from scheduling.services.retention import message_prune
 
     settings.ACCURACY_REPORT_DIR = tmp_path
-    endpoint = Endpoint.objects.create(name="vacuumed", topology=versions["v3"])
+    endpoint = Endpoint.objects.create(name="vacuumed", queue="vacuumed", topology=versions["v3"])
     old = timezone.now() - timedelta(days=30)
     ScheduledMessage.objects.create(endpoint=endpoint, topology=endpoint.topology, payload={}, status="delivered",
                                     created_at=old, due_at=old, finished_at=old, requested_delay_ms=0)

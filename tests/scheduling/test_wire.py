@@ -12,6 +12,9 @@ from scheduling import wire
 from scheduling.clock import to_epoch_ms
 from scheduling.models import Endpoint, ScheduledMessage, TopologyVersion
 from topology import cascade
+from scheduling.teams.models import Team
+
+TEAM = Team(pk=1, name="default")  # an unsaved row's team: no query for the default
 
 V2 = cascade.V2
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=timezone.utc)
@@ -31,7 +34,7 @@ def test_cascade_units_never_exceed_the_maximum():
 
 
 def test_outgoing_is_a_celery_task_message_through_the_cascade():
-    endpoint = Endpoint(name="billing", topology=TopologyVersion(name="v2", prefix="dp.v2.", levels=28))
+    endpoint = Endpoint(team=TEAM, name="billing", queue="billing", topology=TopologyVersion(name="v2", prefix="dp.v2.", levels=28))
     message = ScheduledMessage(id=uuid.uuid4(), endpoint=endpoint, payload={"a": 1},
                                due_at=NOW + timedelta(seconds=10, milliseconds=500), requested_delay_ms=10_500)
     out, route = wire.outgoing(message, V2, NOW, margin_ms=250)
@@ -180,7 +183,7 @@ V3 = cascade.V3
 
 
 def test_v3_outgoing_carries_the_bits_as_cc_keys_and_the_name_as_routing_key():
-    endpoint = Endpoint(name="orders.eu", topology=TopologyVersion(name="v3", prefix="dp.v3.", levels=28))
+    endpoint = Endpoint(team=TEAM, name="orders.eu", queue="orders.eu", topology=TopologyVersion(name="v3", prefix="dp.v3.", levels=28))
     message = ScheduledMessage(id=uuid.uuid4(), endpoint=endpoint, payload={},
                                due_at=NOW + timedelta(seconds=10, milliseconds=500), requested_delay_ms=10_500)
     out, route = wire.outgoing(message, V3, NOW, margin_ms=250)
@@ -216,7 +219,7 @@ V3X3 = V3.with_(shards=3)
 
 
 def test_outgoing_goes_into_the_shard_of_its_id_for_every_shard():
-    endpoint = Endpoint(name="billing", topology=TopologyVersion(name="v3", prefix="dp.v3.", levels=28))
+    endpoint = Endpoint(team=TEAM, name="billing", queue="billing", topology=TopologyVersion(name="v3", prefix="dp.v3.", levels=28))
     seen = set()
     for n in range(12):
         message = ScheduledMessage(id=uuid.UUID(int=n), endpoint=endpoint, payload={},
@@ -231,7 +234,7 @@ def test_outgoing_goes_into_the_shard_of_its_id_for_every_shard():
 
 def test_the_message_page_shows_the_path_on_the_messages_shard(settings):
     settings.DELAY_SHARDS = "v3=3"  # the row's cascade is the configured one
-    endpoint = Endpoint(name="billing", topology=TopologyVersion(name="v3", prefix="dp.v3.", levels=28))
+    endpoint = Endpoint(team=TEAM, name="billing", queue="billing", topology=TopologyVersion(name="v3", prefix="dp.v3.", levels=28))
     message = ScheduledMessage(id=uuid.UUID(int=5), endpoint=endpoint, topology=endpoint.topology, payload={},
                                due_at=NOW + timedelta(seconds=10, milliseconds=500), requested_delay_ms=10_500)
     shown = wire.preview(message, NOW, margin_ms=250)
@@ -257,7 +260,7 @@ def test_moved_goes_into_the_targets_shard_of_the_id_or_of_the_amqp_message_id()
 
 
 def rows_on(version_name: str, *offsets_ms: int, handler=Endpoint.Handler.NONE) -> list[ScheduledMessage]:
-    endpoint = Endpoint(name="orders", handler=handler,
+    endpoint = Endpoint(team=TEAM, name="orders", queue="orders", handler=handler,
                         topology=TopologyVersion(name=version_name, prefix=f"dp.{version_name}.", levels=28))
     return [ScheduledMessage(id=uuid.uuid4(), endpoint=endpoint, payload={}, requested_delay_ms=ms,
                              due_at=NOW + timedelta(milliseconds=ms)) for ms in offsets_ms]

@@ -2,8 +2,15 @@
 and exit 1 (``CommandError``), not a traceback. The common case is a command run before
 ``migrate`` (e.g. ``provision_delays`` on a fresh install), whose tables do not exist yet."""
 
+import getpass
+import os
+
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, OperationalError, connection
+
+from ...audit.context import AuditContext, audited
+from ...teams.caller import Caller, caller_for_command
+from ...teams.models import Team
 
 # undefined table, undefined column: the migrations are not (all) applied
 NOT_MIGRATED_SQLSTATES = frozenset({"42P01", "42703"})
@@ -33,10 +40,32 @@ def require_migrated() -> None:
 
 
 class PlatformCommand(BaseCommand):
-    """Every command of the platform that may touch the database derives from this."""
+    """Every command of the platform that may touch the database derives from this. What it
+    changes is audited as the command's (and the account it runs under)."""
 
     def execute(self, *args, **options):
         try:
-            return super().execute(*args, **options)
+            with audited(AuditContext(source="command", caller=command_caller(self))):
+                return super().execute(*args, **options)
         except DatabaseError as exc:
             raise CommandError(database_problem(exc)) from exc
+
+
+def command_caller(command: BaseCommand) -> Caller:
+    """A command run on the host is an operator: ``command <name> (<os user>)``."""
+    name = type(command).__module__.rsplit(".", 1)[-1]
+    try:
+        account = getpass.getuser()
+    except Exception:  # no name for this uid (a container's)
+        account = f"uid {os.getuid()}"
+    return caller_for_command(f"{name} ({account})")
+
+
+def command_team(name: str | None) -> Team | None:
+    """The team ``--team`` names (None when not given); CommandError if there is none."""
+    if not name:
+        return None
+    team = Team.objects.filter(name=name).first()
+    if team is None:
+        raise CommandError(f"no team {name!r} (python manage.py create_team {name})")
+    return team

@@ -4,7 +4,8 @@ from django.core.management.base import CommandError
 
 from ...errors import ServiceError
 from ...services.messages import message_cancel
-from ._base import PlatformCommand
+from ...teams.caller import Caller
+from ._base import PlatformCommand, command_caller, command_team
 
 
 class Command(PlatformCommand):
@@ -12,10 +13,15 @@ class Command(PlatformCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("message_id")
+        parser.add_argument("--team", help="only if the message is this team's (else: no such message)")
 
-    def handle(self, *args, message_id, **options):
+    def handle(self, *args, message_id, team, **options):
+        caller = command_caller(self)
+        team = command_team(team)
+        if team is not None:  # an operator acting for one team: as its admin would
+            caller = Caller(name=caller.name, roles={team.pk: "admin"})
         try:
-            message = message_cancel(message_id=message_id)
+            message = message_cancel(message_id=message_id, caller=caller)
         except ServiceError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(f"{message.id} {message.status}")

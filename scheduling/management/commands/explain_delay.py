@@ -4,6 +4,7 @@ sharded version, through the shard a message's id picks (--id), else shard 0."""
 from decimal import Decimal, InvalidOperation
 
 from django.core.management.base import CommandError
+from django.db import DatabaseError
 
 from topology import cascade
 from topology.explain import (
@@ -16,6 +17,8 @@ from topology.explain import (
 )
 
 from ...conf import conf, setting_name
+from ...selectors.database import endpoint_get_named
+from ._base import command_team
 from ._versions import VersionedCommand, add_version_arguments, resolve_versions
 
 
@@ -24,12 +27,14 @@ class Command(VersionedCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("seconds", help="delay in seconds, e.g. 10 or 2.5")
-        parser.add_argument("destination", help="endpoint (queue) name, e.g. billing")
+        parser.add_argument("destination", help="an endpoint's name, e.g. billing (or a queue's)")
+        parser.add_argument("--team", help="the endpoint's team, where several teams have one of that name")
         add_version_arguments(parser, allow_all=False)
         parser.add_argument("--id", dest="message_id", metavar="UUID",
                             help=f"a message id: show the shard it travels on (versions with {setting_name('shards')})")
 
-    def handle(self, *args, seconds, destination, message_id=None, **options):
+    def handle(self, *args, seconds, destination, team=None, message_id=None, **options):
+        destination = self.queue_of(destination, team)
         try:
             delay = Decimal(seconds)
         except InvalidOperation:
@@ -71,3 +76,23 @@ class Command(VersionedCommand):
                 f"together and that fall due in the same second take this path as one broker message; the "
                 f"consumer holds each to its own due time."
             )
+
+    def queue_of(self, destination: str, team: str | None) -> str:
+        """An endpoint's queue (its name, or an exact queue, travels in the routing key): the
+        endpoint of that name in ``--team``, or in the one team that has one; else the text as a
+        queue's name."""
+        try:
+            named = endpoint_get_named(name=destination, team=command_team(team).name if team else None)
+        except DatabaseError:  # no database (yet): the path of a queue of that name
+            if team:
+                raise
+            return destination
+        if team and not named:
+            raise CommandError(f"team {team} has no endpoint {destination!r}")
+        if len(named) > 1:
+            raise CommandError(f"several teams have an endpoint {destination!r} "
+                               f"({', '.join(e.team.name for e in named)}): give --team")
+        if named:
+            self.stdout.write(f"Endpoint {destination} of team {named[0].team.name}: queue {named[0].queue}\n")
+            return named[0].queue
+        return destination

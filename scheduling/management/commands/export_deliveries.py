@@ -6,12 +6,13 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 
 from ...reports.export import deliveries_export
-from ._base import PlatformCommand
+from ._base import PlatformCommand, command_team
 from ._days import REPORT_ERRORS, day_range, one_line, parse_day
 
 
 class Command(PlatformCommand):
-    help = "Export delivery facts to Parquet per due date: --since 2026-11-20 [--until DATE] --out DIR"
+    help = ("Export delivery facts to Parquet per due date (every team's, or --team NAME's): "
+            "--since 2026-11-20 [--until DATE] --out DIR")
 
     def add_arguments(self, parser):
         parser.add_argument("--since", required=True, metavar="DATE", help="first due date (UTC), YYYY-MM-DD")
@@ -19,20 +20,24 @@ class Command(PlatformCommand):
         parser.add_argument(
             "--out", required=True, metavar="DIR", help="directory of due_date=... partitions"
         )
+        parser.add_argument("--team", metavar="NAME", help="one team's messages only (default: every team's)")
         parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    def handle(self, *args, since, until, out, no_progress, **options):
+    def handle(self, *args, since, until, out, team, no_progress, **options):
         first, last = day_range(
             parse_day(since, "--since"), parse_day(until, "--until") if until else timezone.now().date()
         )
+        one_team = command_team(team)
         try:
             result = deliveries_export(
-                first_day=first, last_day=last, out_dir=Path(out), progress=not no_progress
+                first_day=first, last_day=last, out_dir=Path(out), progress=not no_progress,
+                team_id=one_team.pk if one_team else None,
             )
         except REPORT_ERRORS as exc:
             raise CommandError(one_line(exc)) from None
         for day, rows in result.rows_by_day.items():
             self.stdout.write(f"{day}  {rows:>12,} rows")
+        of_team = f" of team {one_team}" if one_team else ""
         self.stdout.write(
-            f"exported {result.rows:,} rows for {len(result.rows_by_day)} day(s) to {result.out_dir}"
+            f"exported {result.rows:,} rows{of_team} for {len(result.rows_by_day)} day(s) to {result.out_dir}"
         )

@@ -7,7 +7,7 @@ from django.core.management.base import CommandError
 from django.utils.dateparse import parse_datetime
 
 from ...services.messages import message_schedule
-from ._base import PlatformCommand
+from ._base import PlatformCommand, command_team
 
 
 class Command(PlatformCommand):
@@ -15,13 +15,15 @@ class Command(PlatformCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("endpoint")
+        parser.add_argument("--team", help="the endpoint's team (needed when several teams have one of that name)")
         when = parser.add_mutually_exclusive_group(required=True)
         when.add_argument("--delay", help="seconds from now, fractions allowed")
         when.add_argument("--deliver-at", help="ISO time with timezone, e.g. 2026-11-21T12:00:00.250Z")
         parser.add_argument("--payload", default="{}", help="JSON (default {})")
         parser.add_argument("--idempotency-key")
 
-    def handle(self, *args, endpoint, delay, deliver_at, payload, idempotency_key, **options):
+    def handle(self, *args, endpoint, team, delay, deliver_at, payload, idempotency_key, **options):
+        team = command_team(team)
         try:
             data = json.loads(payload)
         except json.JSONDecodeError as exc:
@@ -33,7 +35,8 @@ class Command(PlatformCommand):
                 raise CommandError(f"--deliver-at is not an ISO date-time: {deliver_at!r}")
         try:
             message = message_schedule(
-                endpoint=endpoint, payload=data, delay=delay, deliver_at=at, idempotency_key=idempotency_key
+                endpoint=endpoint, payload=data, delay=delay, deliver_at=at, idempotency_key=idempotency_key,
+                team=team.name if team else None,
             )
         except ValidationError as exc:
             raise CommandError(

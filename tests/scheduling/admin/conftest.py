@@ -1,4 +1,4 @@
-"""Admin test fixtures: logged-in staff users holding chosen permissions."""
+"""Admin test fixtures: logged-in staff users with a role in a team."""
 
 import uuid
 
@@ -7,24 +7,21 @@ import pytest
 
 @pytest.fixture
 def staff_client(client, django_user_model):
-    """staff_client(*perms) -> a logged-in client for a staff user holding exactly these
-    permissions ("scheduling.view_scheduledmessage", ...)."""
-    from django.contrib.auth.models import Permission
+    """staff_client(role, team="default") -> a logged-in client for a staff user with this role in
+    the team (viewer, member or admin; None: in no team)."""
+    from scheduling.teams.models import Membership, Team
 
-    def make(*perms):
+    def make(role=None, team="default"):
         user = django_user_model.objects.create_user(f"s{uuid.uuid4().hex[:8]}", password="pw", is_staff=True)
-        for perm in perms:
-            app_label, codename = perm.split(".")
-            user.user_permissions.add(Permission.objects.get(content_type__app_label=app_label, codename=codename))
+        if role is not None:
+            Membership.objects.create(team=Team.objects.get_or_create(name=team)[0], user=user, role=role)
         client.force_login(user)
+        client.user = user
         return client
 
     return make
 
 
-READ_ONLY = ("scheduling.view_scheduledmessage", "scheduling.view_endpoint", "scheduling.view_topologyversion")
-
-
 @pytest.fixture
 def readonly_client(staff_client):
-    return staff_client(*READ_ONLY)
+    return staff_client("viewer")

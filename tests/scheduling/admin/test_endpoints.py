@@ -8,7 +8,7 @@ from django.urls import reverse
 
 from scheduling.conf import broker
 from scheduling.models import Endpoint, ScheduledMessage
-from scheduling.security import webhook_signing
+from scheduling.security import secret_box, webhook_signing
 from topology import cascade
 
 pytestmark = pytest.mark.django_db
@@ -32,9 +32,10 @@ def test_create_binds_the_queue_then_saves(admin_client, platform, endpoint_name
     endpoint = Endpoint.objects.get(name=endpoint_name)
     assert response.status_code == 302 and response.url == reverse("admin:scheduling_endpoint_change",
                                                                    args=[endpoint.pk])
-    assert f"#.{endpoint_name}" in bound_keys()
-    assert endpoint.webhook_secret.startswith("whsec_")  # generated, as the API does
-    assert endpoint.webhook_secret not in admin_client.get(response.url).content.decode()
+    assert f"#.default--{endpoint_name}" in bound_keys()  # the default team's queue
+    secret = secret_box.open(endpoint.webhook_secret)  # stored sealed
+    assert secret.startswith("whsec_") and endpoint.webhook_secret.startswith("enc1:")  # generated, as the API does
+    assert secret not in admin_client.get(response.url).content.decode()
 
 
 @pytest.mark.parametrize("data,field,text", [
@@ -55,7 +56,7 @@ def test_create_refuses_what_the_api_refuses(admin_client, platform, endpoint_na
     response = admin_client.post(ADD, {"name": endpoint_name, "topology": "v2", "handler": "none", **data})
     assert response.status_code == 200 and not Endpoint.objects.exists()
     assert any(text in e for e in form_errors(response)[field]), form_errors(response)
-    assert f"#.{data.get('name', endpoint_name)}" not in bound_keys()
+    assert f"#.default--{data.get('name', endpoint_name)}" not in bound_keys()
 
 
 @pytest.mark.broker
@@ -70,7 +71,7 @@ def test_create_on_an_unprovisioned_cascade_is_a_form_error_not_a_crash(admin_cl
 
 def test_duplicate_name_is_a_field_error(admin_client, endpoint_row):
     response = admin_client.post(ADD, {"name": endpoint_row.name, "topology": "v2", "handler": "none"})
-    assert "already exists" in form_errors(response)["name"][0]
+    assert "has an endpoint" in form_errors(response)["name"][0]
 
 
 def test_edit_validates_like_create_and_keeps_the_name(admin_client, endpoint_row):
@@ -86,18 +87,20 @@ def test_edit_validates_like_create_and_keeps_the_name(admin_client, endpoint_ro
 
 
 def test_rotating_a_secret_shows_the_new_one_once(admin_client, endpoint_row, staff_client):
+    old = webhook_signing.generate_secret()
     Endpoint.objects.filter(pk=endpoint_row.pk).update(handler="webhook", handler_target="http://127.0.0.1:9/hook",
-                                                       webhook_secret=webhook_signing.generate_secret())
+                                                       webhook_secret=secret_box.seal(old))
     change = reverse("admin:scheduling_endpoint_change", args=[endpoint_row.pk])
     assert "Rotate webhook secret" in admin_client.get(change).content.decode()
-    old = Endpoint.objects.get(pk=endpoint_row.pk).webhook_secret
     response = admin_client.post(reverse("admin:scheduling_endpoint_action", args=[endpoint_row.pk, "rotate_secret"]))
     row = Endpoint.objects.get(pk=endpoint_row.pk)
-    assert response.status_code == 200 and row.webhook_secret != old and row.webhook_secret_previous == old
+    new = secret_box.open(row.webhook_secret)
+    assert response.status_code == 200 and new != old and secret_box.open(row.webhook_secret_previous) == old
     page = response.content.decode()
-    assert row.webhook_secret in page and old not in page and "no-store" in response["Cache-Control"]
-    assert row.webhook_secret not in admin_client.get(change).content.decode()
-    reader = staff_client("scheduling.view_endpoint")
+    assert new in page and old not in page and "no-store" in response["Cache-Control"]
+    assert row.webhook_secret not in page  # the plaintext is shown, not the sealed text
+    assert new not in admin_client.get(change).content.decode()
+    reader = staff_client("viewer")
     assert reader.post(reverse("admin:scheduling_endpoint_action", args=[endpoint_row.pk, "rotate_secret"])) \
         .status_code == 403
     assert Endpoint.objects.get(pk=endpoint_row.pk).webhook_secret == row.webhook_secret
@@ -119,12 +122,12 @@ def test_deactivate_then_activate_rebinds_the_queue(admin_client, platform, amqp
     admin_client.post(LIST, {"action": "deactivate", "_selected_action": [endpoint.pk]})
     endpoint.refresh_from_db()
     assert not endpoint.is_active
-    amqp.unbind(cascade.endpoint_binding(cascade.V2, endpoint_name))  # lost, e.g. queue recreated by hand
-    assert f"#.{endpoint_name}" not in bound_keys()
+    amqp.unbind(cascade.endpoint_binding(cascade.V2, endpoint.queue))  # lost, e.g. queue recreated by hand
+    assert f"#.{endpoint.queue}" not in bound_keys()
     response = admin_client.post(reverse("admin:scheduling_endpoint_action", args=[endpoint.pk, "activate"]),
                                  follow=True)
     endpoint.refresh_from_db()
-    assert endpoint.is_active and f"#.{endpoint_name}" in bound_keys()
+    assert endpoint.is_active and f"#.{endpoint.queue}" in bound_keys()
     assert "Activated: 1" in [str(m) for m in response.context["messages"]]
 
 
@@ -137,7 +140,7 @@ def test_list_counts_messages_by_status_in_a_fixed_number_of_queries(admin_clien
     page = response.content.decode()
     assert 'status__exact=pending">2</a>' in page and 'status__exact=delivered">3</a>' in page
     for i in range(30):
-        Endpoint.objects.create(name=f"more-{i}", topology=versions["v1"])
+        Endpoint.objects.create(name=f"more-{i}", queue=f"more-{i}", topology=versions["v1"])
     with django_assert_max_num_queries(len(few.captured_queries)):
         assert "31 endpoints" in admin_client.get(LIST).content.decode()
 
@@ -157,7 +160,7 @@ def test_switching_an_endpoint_to_the_timeout_manager_and_back(admin_client, pla
         endpoint.refresh_from_db()
         assert endpoint.delivery_mode == "native"
     finally:
-        amqp.delete_queue(endpoint_name)
+        amqp.delete_queue(f"default--{endpoint_name}")
 
 
 def test_counts_past_the_cap_are_shown_as_estimates(admin_client, make_rows, monkeypatch):

@@ -122,7 +122,7 @@ def test_filters_by_status_endpoint_version_and_due_window(admin_client, make_ro
     now = timezone.now()
     soon = make_rows(1, due_at=now + timedelta(seconds=30))[0]
     later = make_rows(1, due_at=now + timedelta(days=3), status=Status.PUBLISHED)[0]
-    other = Endpoint.objects.create(name=endpoint_name + "-v1", topology=versions["v1"])
+    other = Endpoint.objects.create(name=endpoint_name + "-v1", queue=endpoint_name + "-v1", topology=versions["v1"])
     on_v1 = make_rows(1, endpoint=other, due_at=now - timedelta(hours=2), status=Status.FAILED)[0]
     expectations = {
         "status__exact=published": {later},
@@ -187,13 +187,13 @@ def test_detail_of_an_unpublished_message_previews_its_route(admin_client, make_
 
 
 def test_schedule_form_schedules_through_the_service(admin_client, platform, endpoint_row):
-    response = admin_client.post(ADD, {"endpoint": endpoint_row.name, "payload": '{"a": 1}', "delay_seconds": "2.5",
+    response = admin_client.post(ADD, {"endpoint": endpoint_row.pk, "payload": '{"a": 1}', "delay_seconds": "2.5",
                                        "idempotency_key": "k-1"})
     message = ScheduledMessage.objects.get()
     assert response.status_code == 302 and response.url == detail(message)
     assert message.payload == {"a": 1} and message.requested_delay_ms == 2500 and message.idempotency_key == "k-1"
     deliver_at = (timezone.now() + timedelta(minutes=5)).replace(microsecond=0)
-    admin_client.post(ADD, {"endpoint": endpoint_row.name, "payload": "[1]", "deliver_at": deliver_at.isoformat()})
+    admin_client.post(ADD, {"endpoint": endpoint_row.pk, "payload": "[1]", "deliver_at": deliver_at.isoformat()})
     assert ScheduledMessage.objects.filter(payload=[1], due_at=deliver_at).exists()
 
 
@@ -205,7 +205,7 @@ def test_schedule_form_schedules_through_the_service(admin_client, platform, end
     ({"payload": "{oops", "delay_seconds": "1"}, "payload", "Enter a valid JSON"),
 ])
 def test_schedule_form_shows_the_services_errors_on_the_field(admin_client, endpoint_row, data, field, text):
-    response = admin_client.post(ADD, {"endpoint": endpoint_row.name, **data})
+    response = admin_client.post(ADD, {"endpoint": endpoint_row.pk, **data})
     assert response.status_code == 200 and not ScheduledMessage.objects.exists()
     errors = response.context["adminform"].form.errors
     assert any(text in error for error in errors.get(field, [])), errors
@@ -214,7 +214,7 @@ def test_schedule_form_shows_the_services_errors_on_the_field(admin_client, endp
 def test_schedule_form_refuses_an_inactive_endpoint(admin_client, endpoint_row):
     endpoint_row.is_active = False
     endpoint_row.save()
-    response = admin_client.post(ADD, {"endpoint": endpoint_row.name, "payload": "1", "delay_seconds": "1"})
+    response = admin_client.post(ADD, {"endpoint": endpoint_row.pk, "payload": "1", "delay_seconds": "1"})
     assert "is inactive" in response.context["adminform"].form.errors["endpoint"][0]
 
 

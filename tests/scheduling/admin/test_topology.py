@@ -137,7 +137,7 @@ def test_list_shows_in_flight_per_version_and_preview_moves_nothing(admin_client
 
 
 def test_preview_needs_the_provision_permission(staff_client, versions):
-    client = staff_client("scheduling.view_topologyversion")
+    client = staff_client("viewer")
     response = client.post(LIST, {"action": "preview_migration", "_selected_action": [versions["v1"].pk]})
     assert response.status_code == 403
 

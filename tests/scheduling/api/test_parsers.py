@@ -47,6 +47,58 @@ def test_a_flat_large_body_is_scanned_in_linear_time():
     assert time.perf_counter() - started < 1.0, len(body)
 
 
+# --- the scan is linear: the strings' regex once retried from every quote of a string left open ---
+
+MB = 1_000_000
+PATHOLOGICAL = {  # the old scan: 32 KB of the first took 5 s; 1 MB of it, hours
+    "escaped quotes in an open string": b'"' + b'\\"' * (MB // 2),
+    "escaped quotes alone": b'\\"' * (MB // 2),
+    "open brackets": b"[" * MB,
+    "closed brackets": b"[]" * (MB // 2),
+    "a run of backslashes in an open string": b'"' + b"\\" * MB,
+    "an odd run of backslashes then a quote": b'["' + b"\\" * (MB - 1) + b'"]',
+    "many strings left open": b'"\\' * (MB // 2),
+    "alternating quote, backslash, quote": b'"\\"' * (MB // 3),
+    "escaped quotes in an object": b'{"a": "' + b'x\\"[' * (MB // 4),
+}
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("body", PATHOLOGICAL.values(), ids=PATHOLOGICAL.keys())
+def test_a_megabyte_of_any_shape_is_scanned_in_well_under_a_second(body):
+    started = time.perf_counter()
+    json_depth_exceeds(body, 64)
+    assert time.perf_counter() - started < 5.0  # ~0.05 s here; the bound is generous for a loaded machine
+
+
+@pytest.mark.parametrize(("body", "outside"), [
+    (b'["a\\\\", "[["]', b"[, ]"),  # an escaped backslash, then the quote closes
+    (b'["\\"[", 1]', b"[, 1]"),  # an escaped quote does not close
+    (b'["\\\\\\"", 2]', b"[, 2]"),  # three backslashes: an escaped backslash, an escaped quote, the close
+    (b'["\\\\\\\\", 2]', b"[, 2]"),  # four: two escaped backslashes, the close
+    (b'["\\u0022[", "\\u005b"]', b"[, ]"),  # unicode escapes of a quote and a bracket are text
+    (b'{"k[": "v{", "n": [1]}', b"{: , : [1]}"),  # brackets in keys and values do not count
+    ('["é[", "日本{", 3]'.encode(), b"[, , 3]"),  # UTF-8 text around brackets in strings
+    (b'"', b""), (b'["abc[[', b"["),  # a string left open runs to the end
+    (b'[1, "", 2]', b"[1, , 2]"), (b"", b""),
+])
+def test_outside_strings_is_the_text_a_json_parser_reads_outside_strings(body, outside):
+    from scheduling.api.parsers import outside_strings
+
+    assert outside_strings(body) == outside
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.django_db
+def test_a_pathological_body_is_a_prompt_400(api):
+    started = time.perf_counter()
+    response = api.post("/api/messages/", PATHOLOGICAL["escaped quotes in an open string"],
+                        content_type="application/json")
+    assert response.status_code == 400 and "JSON parse error" in response.json()["detail"]
+    assert time.perf_counter() - started < 5.0
+    assert not ScheduledMessage.objects.exists()
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize(("path", "body"), [
     ("/api/messages/", nested(10_000)),

@@ -101,14 +101,18 @@ def test_a_bad_preview_is_a_400_naming_the_field(api, query, field):
     assert response.status_code == 400 and field in response.json()
 
 
-def test_permissions(api_as, body):
-    viewer = api_as("scheduling.view_schedule")
+def test_permissions_are_the_role_in_the_team(api_as, body, team_key):
+    viewer = api_as("viewer")
     assert viewer.get("/api/schedules/").status_code == 200
     assert viewer.post("/api/schedules/", body, format="json").status_code == 403
-    adder = api_as("scheduling.view_schedule", "scheduling.add_schedule")
-    assert adder.post("/api/schedules/", body, format="json").status_code == 403  # an upsert may change one
-    writer = api_as("scheduling.view_schedule", "scheduling.add_schedule", "scheduling.change_schedule")
-    assert writer.post("/api/schedules/", body, format="json").status_code == 201
-    assert writer.post("/api/schedules/reports.daily/pause/").status_code == 403
-    assert writer.delete("/api/schedules/reports.daily/").status_code == 403
+    assert not Schedule.objects.exists()
+    member = api_as("member")
+    assert member.post("/api/schedules/", body, format="json").status_code == 201
+    assert viewer.post("/api/schedules/reports.daily/pause/").status_code == 403
+    assert viewer.delete("/api/schedules/reports.daily/").status_code == 403
+    reader = team_key("default", "read")  # a key needs the schedules scope
+    assert reader.get("/api/schedules/reports.daily/").status_code == 200
+    assert reader.post("/api/schedules/reports.daily/pause/").status_code == 403
     assert Schedule.objects.filter(is_paused=False).count() == 1
+    assert team_key("default", "schedules").post("/api/schedules/reports.daily/pause/").status_code == 200
+    assert Schedule.objects.filter(is_paused=True).count() == 1

@@ -28,7 +28,7 @@ def item(**fields):
 def test_a_message_maps_to_the_services_arguments():
     serializer = MessageCreateSerializer(data=item(idempotency_key="k"))
     assert serializer.is_valid(), serializer.errors
-    assert serializer.to_item() == {"endpoint": "billing", "payload": {"n": 1}, "delay": Decimal("2.5"),
+    assert serializer.to_item() == {"team": None, "endpoint": "billing", "payload": {"n": 1}, "delay": Decimal("2.5"),
                                     "deliver_at": None, "idempotency_key": "k"}
 
 
@@ -71,7 +71,7 @@ def test_version_field_refuses_what_the_database_cannot_compare(versions):
 def test_endpoint_counts_come_from_the_views_counts_and_name_the_estimates(versions):
     from scheduling.selectors.database import Tally
 
-    endpoint = Endpoint(pk=7, name="billing", topology=versions["v2"])
+    endpoint = Endpoint(pk=7, team=TEAM, name="billing", queue="billing", topology=versions["v2"])
     counts = {7: {"pending": Tally(2), "published": Tally(0), "delivered": Tally(5_000_000, exact=False),
                   "cancelled": Tally(0), "failed": Tally(1)}}
     data = EndpointSerializer(endpoint, context={"message_counts": counts}).data
@@ -83,7 +83,7 @@ def test_endpoint_counts_come_from_the_views_counts_and_name_the_estimates(versi
 
 def test_the_lean_bulk_answer_has_the_fields_it_declares():
     version = TopologyVersion(name="v2", prefix="dp.v2.")
-    message = ScheduledMessage(id=uuid.uuid4(), endpoint=Endpoint(name="billing", topology=version), topology=version,
+    message = ScheduledMessage(id=uuid.uuid4(), endpoint=Endpoint(team=TEAM, name="billing", queue="billing", topology=version), topology=version,
                                due_at=datetime(2026, 11, 22, 12, 0, 0, 250000, tzinfo=timezone.utc),
                                requested_delay_ms=2500, routing_key="0.1.billing", idempotency_key=None)
     built = MessageCreatedSerializer.represent(message)
@@ -97,6 +97,9 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from scheduling.api.serializers import _plain_message  # noqa: E402
+from scheduling.teams.models import Team
+
+TEAM = Team(pk=1, name="default")  # an unsaved row's team: no query for the default
 
 VALUES = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=True),
                    st.text(max_size=12), st.sampled_from([" 1", "1e3", "nan", "inf", "-0.5", "1e999999", "", "x" * 101,

@@ -1,6 +1,7 @@
-"""The per-user rate limit (DELAY_API_RATE; off in the other tests): a bulk request counts its
-messages, one that does not fit is refused whole (429 with Retry-After) and stores nothing,
-users do not share a budget, and the window slides."""
+"""The rate limits (off in the other tests): per user (DELAY_API_RATE), per team (DELAY_TEAM_API_RATE
+or the team's own) and per key (DELAY_KEY_API_RATE or the team's key_api_rate). A bulk request
+counts its messages, one that does not fit is refused whole (429 with Retry-After) and stores
+nothing, users do not share a budget, a team's keys and members do, and the window slides."""
 
 import pytest
 
@@ -14,7 +15,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.broker]
 def endpoint(api, platform, endpoint_name, amqp):
     assert api.post("/api/endpoints/", {"name": endpoint_name}, format="json").status_code == 201
     yield endpoint_name
-    amqp.delete_queue(endpoint_name)
+    amqp.delete_queue(f"default--{endpoint_name}")
 
 
 @pytest.fixture
@@ -61,7 +62,7 @@ def test_the_window_slides_and_retry_after_says_when(api, endpoint, rate, clock)
 def test_users_do_not_share_a_budget(api, api_as, endpoint, rate):
     assert bulk(api, endpoint, 5).status_code == 201
     assert bulk(api, endpoint, 1).status_code == 429
-    other = api_as("scheduling.add_scheduledmessage")
+    other = api_as("member")
     assert other.post("/api/messages/", {"endpoint": endpoint, "payload": 1, "delay_seconds": 9},
                       format="json").status_code == 201
 
@@ -129,5 +130,41 @@ def test_a_group_s_rate_replaces_the_default_for_its_members(api, api_as, admin_
     Group.objects.create(name="batch").user_set.add(admin_user)  # in two: the lowest rate holds
     assert bulk(api, endpoint, 2).status_code == 201
     assert bulk(api, endpoint, 1).status_code == 429
-    other = api_as("scheduling.add_scheduledmessage")  # in no group: the default
+    other = api_as("member")  # in no group: the default
     assert bulk(other, endpoint, 3).status_code == 201
+
+
+def test_a_team_shares_one_budget_across_its_keys_and_members(api, api_as, team_key, endpoint, settings, clock):
+    settings.DELAY_TEAM_API_RATE = "5/minute"
+    first, second, member = team_key("default"), team_key("default"), api_as("member")
+    assert bulk(first, endpoint, 3).status_code == 201
+    assert bulk(second, endpoint, 2).status_code == 201
+    refused = bulk(member, endpoint, 1)  # the same team (the member's only one)
+    assert refused.status_code == 429 and refused["Retry-After"]
+    assert ScheduledMessage.objects.count() == 5
+    assert team_key("growth").get("/api/endpoints/").status_code == 200  # another team: a budget of its own
+    assert bulk(api, endpoint, 1).status_code == 201  # an operator acts in no one team: not charged to it
+
+
+def test_a_team_s_own_rate_wins_over_the_platform_s(team_key, endpoint, settings, clock):
+    from scheduling.teams.models import Team
+
+    settings.DELAY_TEAM_API_RATE = "1000/minute"
+    Team.objects.filter(name="default").update(api_rate="2/minute")
+    key = team_key("default")
+    assert bulk(key, endpoint, 2).status_code == 201
+    assert bulk(key, endpoint, 1).status_code == 429
+    assert ScheduledMessage.objects.count() == 2
+
+
+def test_each_key_has_its_own_budget(team_key, endpoint, settings, clock):
+    from scheduling.teams.models import Team
+
+    settings.DELAY_KEY_API_RATE = "3/minute"
+    first, second = team_key("default"), team_key("default")
+    assert bulk(first, endpoint, 3).status_code == 201
+    assert bulk(first, endpoint, 1).status_code == 429
+    assert bulk(second, endpoint, 3).status_code == 201
+    Team.objects.filter(name="default").update(key_api_rate="off")  # the team's own: no limit per key
+    assert bulk(first, endpoint, 10).status_code == 201
+    assert ScheduledMessage.objects.count() == 16

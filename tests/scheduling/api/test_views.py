@@ -2,6 +2,7 @@
 stored), and the shapes docs/reference/api.md and docs/guides/scheduling.md document. Endpoint
 creation binds a real queue."""
 
+import json
 import uuid
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
@@ -10,8 +11,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from scheduling.audit.models import AuditEvent
 from scheduling.conf import broker
 from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.security import secret_box
 from tests.scheduling.selectors.test_database import assert_no_exact_count
 
 pytestmark = [pytest.mark.django_db, pytest.mark.broker]
@@ -24,7 +27,7 @@ def endpoint(api, platform, endpoint_name, amqp):
     response = api.post("/api/endpoints/", {"name": endpoint_name}, format="json")
     assert response.status_code == 201, response.content
     yield endpoint_name
-    amqp.delete_queue(endpoint_name)
+    amqp.delete_queue(f"default--{endpoint_name}")
 
 
 @pytest.mark.parametrize(
@@ -39,7 +42,7 @@ def endpoint(api, platform, endpoint_name, amqp):
 def test_every_route_needs_credentials(client, method, path):
     response = getattr(client, method)(path)
     assert response.status_code == 401
-    assert response["WWW-Authenticate"] == "Token"
+    assert response["WWW-Authenticate"] == 'Bearer realm="api"'
 
 
 def test_create_endpoint_binds_its_queue_on_every_provisioned_version(api, platform, endpoint_name, amqp):
@@ -47,12 +50,14 @@ def test_create_endpoint_binds_its_queue_on_every_provisioned_version(api, platf
     try:
         assert response.status_code == 201
         assert response.json()["topology"] == "v2" and response.json()["handler"] == "none"
+        queue = f"default--{endpoint_name}"  # the team's own queue
+        assert response.json()["queue"] == queue and response.json()["team"] == "default"
         bindings = {(b["source"], b["routing_key"]) for b in broker().management.bindings(broker().vhost)
-                    if b["destination"] == endpoint_name and b["source"]}
-        assert bindings == {("dp.v2.delay-delivery", f"#.{endpoint_name}"), ("dp.delay-delivery", f"#.{endpoint_name}"),
-                            ("dp.v3.delay-delivery", endpoint_name)}
+                    if b["destination"] == queue and b["source"]}
+        assert bindings == {("dp.v2.delay-delivery", f"#.{queue}"), ("dp.delay-delivery", f"#.{queue}"),
+                            ("dp.v3.delay-delivery", queue)}
     finally:
-        amqp.delete_queue(endpoint_name)
+        amqp.delete_queue(f"default--{endpoint_name}")
 
 
 def test_new_endpoints_are_on_v3_and_a_dotted_name_is_bound_on_v3_only(api, platform, amqp):
@@ -61,13 +66,13 @@ def test_new_endpoints_are_on_v3_and_a_dotted_name_is_bound_on_v3_only(api, plat
     try:
         assert response.status_code == 201 and response.json()["topology"] == "v3"
         bindings = {(b["source"], b["routing_key"]) for b in broker().management.bindings(broker().vhost)
-                    if b["destination"] == name and b["source"]}
-        assert bindings == {("dp.v3.delay-delivery", name)}
+                    if b["destination"] == f"default--{name}" and b["source"]}
+        assert bindings == {("dp.v3.delay-delivery", f"default--{name}")}
         moved = api.patch(f"/api/endpoints/{name}/", {"topology": "v2"}, format="json")
         assert moved.status_code == 400 and "dotted name" in moved.json()["topology"][0]
         assert Endpoint.objects.get(name=name).topology.name == "v3"
     finally:
-        amqp.delete_queue(name)
+        amqp.delete_queue(f"default--{name}")
 
 
 def test_webhook_secret_is_generated_answered_once_and_never_read(api, platform, endpoint_name, amqp):
@@ -76,14 +81,15 @@ def test_webhook_secret_is_generated_answered_once_and_never_read(api, platform,
         response = api.post("/api/endpoints/", body, format="json")
         assert response.status_code == 201
         secret = response.json()["webhook_secret"]
-        assert secret.startswith("whsec_") and secret == Endpoint.objects.get(name=endpoint_name).webhook_secret
+        stored = Endpoint.objects.get(name=endpoint_name).webhook_secret
+        assert secret.startswith("whsec_") and secret == secret_box.open(stored) and secret not in stored
         assert secret not in api.get(f"/api/endpoints/{endpoint_name}/").content.decode()
         assert secret not in api.get("/api/endpoints/").content.decode()
         plain = api.post("/api/endpoints/", {"name": f"{endpoint_name}-2"}, format="json")
         assert plain.status_code == 201 and "webhook_secret" not in plain.json()
     finally:
-        amqp.delete_queue(endpoint_name)
-        amqp.delete_queue(f"{endpoint_name}-2")
+        amqp.delete_queue(f"default--{endpoint_name}")
+        amqp.delete_queue(f"default--{endpoint_name}-2")
 
 
 INSIDE = ["http://127.0.0.1:8000/hook", "http://10.0.0.1/", "http://169.254.169.254/latest/meta-data/",
@@ -104,7 +110,7 @@ def test_a_webhook_into_the_platforms_network_is_refused_until_allowed(api, plat
         assert api.post("/api/endpoints/", body, format="json").status_code == 201
         assert Endpoint.objects.get(name=endpoint_name).handler_target == target
     finally:
-        amqp.delete_queue(endpoint_name)
+        amqp.delete_queue(f"default--{endpoint_name}")
 
 
 @pytest.mark.parametrize(("target", "says"), [
@@ -129,7 +135,7 @@ def test_only_allowed_celery_tasks_can_be_handlers(api, platform, endpoint_name,
         allowed = api.post("/api/endpoints/", {**body, "handler_target": "testapp.record_receipt"}, format="json")
         assert allowed.status_code == 201 and allowed.json()["handler_target"] == "testapp.record_receipt"
     finally:
-        amqp.delete_queue(endpoint_name)
+        amqp.delete_queue(f"default--{endpoint_name}")
     settings.DELAY_CELERY_TASK_ALLOWLIST = []
     empty = api.post("/api/endpoints/", {**body, "name": f"{endpoint_name}-2", "handler_target": "testapp.x"},
                      format="json")
@@ -143,7 +149,7 @@ def webhook_endpoint(api, platform, endpoint_name, amqp):
                                             "handler_target": "http://127.0.0.1:9/hook"}, format="json")
     assert response.status_code == 201, response.content
     yield name, response.json()["webhook_secret"]
-    amqp.delete_queue(name)
+    amqp.delete_queue(f"default--{name}")
 
 
 def test_rotate_secret_answers_the_new_secret_once(api, webhook_endpoint):
@@ -152,16 +158,19 @@ def test_rotate_secret_answers_the_new_secret_once(api, webhook_endpoint):
     assert response.status_code == 200, response.content
     body = response.json()
     row = Endpoint.objects.get(name=name)
-    assert body["name"] == name and body["webhook_secret"] == row.webhook_secret != first
-    assert row.webhook_secret_previous == first
+    assert body["name"] == name and body["webhook_secret"] == secret_box.open(row.webhook_secret) != first
+    assert secret_box.open(row.webhook_secret_previous) == first
     assert body["previous_valid_until"] == row.webhook_secret_previous_expires_at.isoformat().replace("+00:00", "Z")
     assert body["webhook_secret"] not in api.get(f"/api/endpoints/{name}/").content.decode()
     given = "whsec_" + "A" * 40
     default = api.post(f"/api/endpoints/{name}/rotate-secret/", {"secret": given}, format="json")
     assert default.status_code == 200 and default.json()["webhook_secret"] == given
     row.refresh_from_db()
-    assert row.webhook_secret_previous == body["webhook_secret"]
+    assert secret_box.open(row.webhook_secret_previous) == body["webhook_secret"]
     assert 86000 < (row.webhook_secret_previous_expires_at - row.updated_at).total_seconds() <= 86400  # a day
+    audit = json.dumps([[e.before, e.after] for e in AuditEvent.objects.filter(object_id=str(row.pk))])
+    assert "endpoint.rotate_secret" in AuditEvent.objects.values_list("action", flat=True)
+    assert not [s for s in ("whsec_", "enc1:", first[6:], given[6:]) if s in audit]  # neither plaintext nor sealed
 
 
 @pytest.mark.parametrize(("body", "field"), [
@@ -175,14 +184,14 @@ def test_rotate_secret_refuses_bad_input_and_changes_nothing(api, webhook_endpoi
     response = api.post(f"/api/endpoints/{name}/rotate-secret/", body, format="json")
     assert response.status_code == 400 and list(response.json()) == [field], response.json()
     row = Endpoint.objects.get(name=name)
-    assert (row.webhook_secret, row.webhook_secret_previous) == (secret, "")
+    assert (secret_box.open(row.webhook_secret), row.webhook_secret_previous) == (secret, "")
 
 
 def test_rotate_secret_needs_change_permission_and_a_webhook(api, api_as, webhook_endpoint, endpoint):
     name, secret = webhook_endpoint
-    reader = api_as("scheduling.view_endpoint")
-    assert reader.post(f"/api/endpoints/{name}/rotate-secret/", {}, format="json").status_code == 403
-    assert Endpoint.objects.get(name=name).webhook_secret == secret
+    member = api_as("member")  # endpoints are their team's admins'
+    assert member.post(f"/api/endpoints/{name}/rotate-secret/", {}, format="json").status_code == 403
+    assert secret_box.open(Endpoint.objects.get(name=name).webhook_secret) == secret
     response = api.post(f"/api/endpoints/{endpoint}/rotate-secret/", {}, format="json")
     assert response.status_code == 400 and "only webhook endpoints" in response.json()["handler"][0]
 
@@ -237,20 +246,27 @@ def test_endpoint_without_its_cascade_is_a_conflict_and_not_stored(api, versions
     assert not Endpoint.objects.exists()
 
 
-def test_permissions_are_enforced(api_as, platform, endpoint):
-    reader = api_as("scheduling.view_endpoint", "scheduling.view_scheduledmessage")
+def test_permissions_are_the_role_in_the_team_and_the_key_s_scopes(api_as, team_key, platform, endpoint):
+    reader = api_as("viewer")
     assert reader.get("/api/endpoints/").status_code == 200
     assert reader.post("/api/endpoints/", {"name": "x"}, format="json").status_code == 403
     assert reader.post("/api/messages/", {"endpoint": endpoint, "payload": {}, "delay_seconds": 1},
                        format="json").status_code == 403
-    nobody = api_as()
+    nobody = api_as()  # in no team: sees nothing, may do nothing
     assert nobody.get("/api/messages/").status_code == 403
-    scheduler = api_as("scheduling.add_scheduledmessage", "scheduling.view_scheduledmessage")
-    created = scheduler.post("/api/messages/", {"endpoint": endpoint, "payload": {}, "delay_seconds": 60},
-                             format="json")
+    member = api_as("member")
+    created = member.post("/api/messages/", {"endpoint": endpoint, "payload": {}, "delay_seconds": 60},
+                          format="json")
     assert created.status_code == 201
-    assert scheduler.post(f"/api/messages/{created.json()['id']}/cancel/").status_code == 403
-    assert ScheduledMessage.objects.get().status == Status.PUBLISHED  # written so; sent after commit (not here)
+    assert member.post("/api/endpoints/", {"name": "x"}, format="json").status_code == 403
+    writer = team_key("default", "read", "write")  # a key may schedule but not cancel
+    assert writer.post("/api/messages/", {"endpoint": endpoint, "payload": {}, "delay_seconds": 60},
+                       format="json").status_code == 201
+    assert writer.post(f"/api/messages/{created.json()['id']}/cancel/").status_code == 403
+    assert team_key("default", "read").post("/api/messages/", {"endpoint": endpoint, "payload": {}},
+                                            format="json").status_code == 403
+    assert set(ScheduledMessage.objects.values_list("status", flat=True)) == {Status.PUBLISHED}
+    assert member.post(f"/api/messages/{created.json()['id']}/cancel/").status_code == 200
 
 
 def test_schedule_watch_and_cancel(api, endpoint):
@@ -374,8 +390,8 @@ def test_list_filters_and_pages_by_cursor_every_message_once(api, endpoint, vers
     assert [m["id"] for m in api.get(last["previous"]).json()["results"]] == expected[:50]
     assert len(api.get("/api/messages/", {"endpoint": endpoint, "status": "cancelled"}).json()["results"]) == 2
     assert api.get("/api/messages/", {"endpoint": "other"}).json() == {"next": None, "previous": None, "results": []}
-    assert api.get("/api/messages/", {"endpoint": endpoint, "cursor": "not-a-cursor"}).json()["results"][0]["id"] \
-        == expected[0]  # an unreadable cursor is the first page
+    unreadable = api.get("/api/messages/", {"endpoint": endpoint, "cursor": "not-a-cursor"})
+    assert unreadable.status_code == 400 and set(unreadable.json()) == {"cursor"}  # no longer the first page
     answer = api.get(f"/api/endpoints/{endpoint}/").json()
     assert answer["message_counts"] == {"pending": 0, "published": 58, "delivered": 0, "cancelled": 2, "failed": 0}
     assert answer["message_counts_estimated"] == []
@@ -423,7 +439,7 @@ def test_timeout_manager_endpoint(api, platform, endpoint_name, amqp):
                            format="json")
         assert ScheduledMessage.objects.get(id=created.json()["id"]).delivery_mode == "timeout_manager"
     finally:
-        amqp.delete_queue(endpoint_name)
+        amqp.delete_queue(f"default--{endpoint_name}")
 
 
 def test_bulk_limit_is_the_setting(api, endpoint, settings):
@@ -454,7 +470,7 @@ def test_patch_reschedules_a_message_and_says_why_not(api, api_as, endpoint):
     conflict = api.patch(f"/api/messages/{message_id}/", {"delay_seconds": 5}, format="json")
     assert conflict.status_code == 409 and "already delivered" in conflict.json()["detail"]
     assert api.patch(f"/api/messages/{uuid.uuid4()}/", {"delay_seconds": 5}, format="json").status_code == 404
-    reader = api_as("scheduling.view_scheduledmessage")
+    reader = api_as("viewer")
     assert reader.patch(f"/api/messages/{message_id}/", {"delay_seconds": 5}, format="json").status_code == 403
 
 
@@ -474,5 +490,5 @@ def test_bulk_cancel_and_republish_by_filter(api, api_as, endpoint):
     bad = api.post("/api/messages/cancel/", {"dry_run": True}, format="json")
     assert bad.status_code == 400 and "at least one filter" in bad.json()["non_field_errors"][0]
     assert api.post("/api/messages/cancel/", {"due_before": "soon"}, format="json").status_code == 400
-    viewer = api_as("scheduling.view_scheduledmessage", "scheduling.add_scheduledmessage")
+    viewer = api_as("viewer")
     assert viewer.post("/api/messages/cancel/", soon, format="json").status_code == 403

@@ -29,7 +29,7 @@ def test_every_task_class_has_the_hook(name):
 
 @pytest.fixture
 def row(versions, endpoint_name):
-    endpoint = Endpoint.objects.create(name=endpoint_name, topology=versions["v2"],
+    endpoint = Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=versions["v2"],
                                        handler=Endpoint.Handler.CELERY_QUEUE)
 
     def make(status):

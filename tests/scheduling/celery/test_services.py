@@ -17,7 +17,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def task_row(versions, endpoint_name):
-    endpoint = Endpoint.objects.create(name=endpoint_name, topology=versions["v2"],
+    endpoint = Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=versions["v2"],
                                        handler=Endpoint.Handler.CELERY_QUEUE)
 
     def make(status=Status.PUBLISHED, key=None, due_in=timedelta(milliseconds=-20)):

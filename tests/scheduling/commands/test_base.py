@@ -53,6 +53,7 @@ def test_commands_before_migrate_say_so_in_one_line(empty_database, tmp_path):
         ["cancel_message", str(uuid.uuid4())],
         ["export_deliveries", "--since", "2026-11-20", "--out", str(tmp_path), "--no-progress"],
         ["migrate_timeouts", "--to", "v3", "--dry-run"],
+        ["rotate_secrets_key"],
     )
     for result in results:
         assert result.returncode == 1, result

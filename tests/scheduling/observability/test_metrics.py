@@ -42,7 +42,7 @@ class Reading:
 
 @pytest.fixture
 def endpoint(versions, endpoint_name):
-    return Endpoint.objects.create(name=endpoint_name, topology=versions["v2"])
+    return Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=versions["v2"])
 
 
 def row(endpoint, *, due_in=timedelta(0), status=Status.PUBLISHED, late=timedelta(0)):
@@ -86,7 +86,7 @@ def test_nothing_is_counted_when_the_transaction_rolls_back(endpoint, django_cap
 def test_a_failing_handler_counts_a_failure_and_a_retry_unless_it_gives_up(
         versions, endpoint_name, settings, django_capture_on_commit_callbacks, max_retries, moved):
     settings.DELAY_HANDLER_MAX_RETRIES = max_retries
-    hook = Endpoint.objects.create(name=endpoint_name, topology=versions["v2"], handler=Endpoint.Handler.WEBHOOK,
+    hook = Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=versions["v2"], handler=Endpoint.Handler.WEBHOOK,
                                    handler_target="http://127.0.0.1:1/refused", webhook_secret="s" * 32)
     message = row(hook)
     reading = Reading(endpoint_name)
@@ -98,7 +98,7 @@ def test_a_failing_handler_counts_a_failure_and_a_retry_unless_it_gives_up(
 
 def test_a_claimed_celery_task_counts_as_a_delivery_and_a_second_claim_as_a_duplicate(
         versions, endpoint_name, django_capture_on_commit_callbacks):
-    queue = Endpoint.objects.create(name=endpoint_name, topology=versions["v3"], handler=Endpoint.Handler.CELERY_QUEUE)
+    queue = Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=versions["v3"], handler=Endpoint.Handler.CELERY_QUEUE)
     task = row(queue)
     reading = Reading(endpoint_name, "v3")
     with django_capture_on_commit_callbacks(execute=True):
@@ -120,7 +120,7 @@ def test_cancelling_counts_once(endpoint, django_capture_on_commit_callbacks):
 @pytest.mark.broker
 def test_scheduling_in_the_past_is_counted_and_a_future_time_is_not(platform, endpoint_name,
                                                                      django_capture_on_commit_callbacks):
-    Endpoint.objects.create(name=endpoint_name, topology=platform["v2"])
+    Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=platform["v2"])
     reading = Reading(endpoint_name)
     with django_capture_on_commit_callbacks(execute=True):
         message_schedule(endpoint=endpoint_name, payload={}, deliver_at=timezone.now() - timedelta(minutes=5))
@@ -131,7 +131,7 @@ def test_scheduling_in_the_past_is_counted_and_a_future_time_is_not(platform, en
 
 @pytest.mark.broker
 def test_the_relay_counts_publishes_and_failures_by_version(platform, endpoint_name, settings):
-    endpoint = Endpoint.objects.create(name=endpoint_name, topology=platform["v3"])
+    endpoint = Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=platform["v3"])
     rows = [row(endpoint, due_in=timedelta(hours=1), status=Status.PENDING) for _ in range(3)]
     published, failed = value("delay_relay_published_total", version="v3"), value("delay_relay_failures_total",
                                                                                  version="v3")

@@ -134,8 +134,8 @@ def test_families_say_what_could_not_be_read_and_show_zero_for_known_versions():
 @pytest.mark.django_db
 def test_read_figures_counts_the_outbox_its_oldest_row_and_the_overdue(platform, endpoint_name, settings):
     settings.ACCURACY_LOST_AFTER_SECONDS = 600
-    v2 = Endpoint.objects.create(name=endpoint_name, topology=platform["v2"])
-    waiting = Endpoint.objects.create(name=endpoint_name + "-tm", topology=platform["v3"],
+    v2 = Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=platform["v2"])
+    waiting = Endpoint.objects.create(name=endpoint_name + "-tm", queue=endpoint_name + "-tm", topology=platform["v3"],
                                       delivery_mode=DeliveryMode.TIMEOUT_MANAGER)
     now = timezone.now()
 

@@ -35,6 +35,7 @@ def fact(n: int = 0, **overrides) -> dict:
     due = NOON + timedelta(seconds=n)
     row = {
         "id": f"m{n}",
+        "team": "default",
         "endpoint": "billing",
         "version": "v2",
         "delivery_mode": "native",
@@ -68,9 +69,9 @@ def facts(spark):
 
 
 def report_values(**overrides) -> dict:
-    """An AccuracyReport row's fields: DAY's overall row, 10 messages delivered on time."""
+    """An AccuracyReport row's fields: DAY's overall (platform-wide) row, 10 messages delivered on time."""
     values = {
-        "day": DAY, "endpoint": ALL, "version": ALL, "delivery_mode": ALL, "delay_bucket": ALL,
+        "day": DAY, "team": ALL, "endpoint": ALL, "version": ALL, "delivery_mode": ALL, "delay_bucket": ALL,
         "scheduled": 10, "delivered": 10,
         **dict.fromkeys(("cancelled", "failed", "lost", "in_flight", "duplicates", "early", "scheduled_in_past",
                          "throttled"), 0),
@@ -78,3 +79,41 @@ def report_values(**overrides) -> dict:
         "lateness_max_ms": 30, "throttled_max_ms": None,
     }  # fmt: skip
     return {**values, **overrides}
+
+
+def report_create(day=DAY, team="default", endpoint=ALL, version=ALL, delay_bucket=ALL, **counts):
+    """One AccuracyReport row (a group when endpoint, version and bucket are all named)."""
+    from scheduling.models import AccuracyReport
+
+    mode = ALL if ALL in (endpoint, version, delay_bucket) else "native"
+    values = report_values(day=day, team=team, endpoint=endpoint, version=version, delivery_mode=mode,
+                           delay_bucket=delay_bucket, **counts)
+    return AccuracyReport.objects.create(**values, computed_at=NOON + timedelta(days=1))
+
+
+OWN_ENDPOINT = {"a": "invoices", "b": "payroll"}  # besides the billing both teams have
+
+
+def two_teams_reports(day=DAY) -> dict[str, list]:
+    """Teams a and b, each with an endpoint billing and one of its own (OWN_ENDPOINT), their rows
+    of two days (b's with problems and later p99s), and the platform-wide rows: {team: rows}."""
+    from scheduling.teams.models import Team
+
+    rows = {}
+    for team, p99, problems in (("a", 10.0, {"lost": 1}), ("b", 90.0, {"duplicates": 2})):
+        Team.objects.get_or_create(name=team)
+        own = OWN_ENDPOINT[team]
+        rows[team] = [
+            *(report_create(day - timedelta(days=back), team, lateness_p99_ms=p99 + back) for back in range(2)),
+            report_create(day, team, "billing", lateness_p99_ms=p99 + 1),
+            report_create(day, team, own, lateness_p99_ms=p99 + 2),
+            report_create(day, team, delay_bucket="1-10s", lateness_p99_ms=p99 + 3),
+            report_create(day, team, "billing", "v2", "1-10s", lateness_p99_ms=p99 + 1, **problems),
+            report_create(day, team, own, "v2", "1-10s", lateness_p99_ms=p99 + 2),
+        ]
+    rows[ALL] = [
+        *(report_create(day - timedelta(days=back), ALL, lateness_p99_ms=50.0 + back) for back in range(2)),
+        report_create(day, ALL, version="v2", lateness_p99_ms=50.0),
+        report_create(day, ALL, delay_bucket="1-10s", lateness_p99_ms=50.0),
+    ]
+    return rows

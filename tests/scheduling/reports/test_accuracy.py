@@ -22,10 +22,12 @@ AS_OF = NOON + timedelta(hours=1)
 GRACE = timedelta(minutes=10)
 
 
-def report_row(endpoint=ALL, version=ALL, bucket=ALL, mode=ALL, lateness=(None,) * 5, **counts) -> Row:
+def report_row(endpoint=ALL, version=ALL, bucket=ALL, mode=ALL, lateness=(None,) * 5, team="default",
+               **counts) -> Row:
     """An expected report row for DAY: counts default to 0, lateness = (min, p50, p95, p99, max)."""
     values = {
         "day": DAY,
+        "team": team,
         "endpoint": endpoint,
         "version": version,
         "delivery_mode": mode,
@@ -115,7 +117,7 @@ def test_scheduled_in_the_past_is_flagged_and_late_only_since_it_was_accepted(fa
          Row(id="m2", **dict(zip(names, (0, 0, 0, 0, 4)))), Row(id="m3", **dict(zip(names, (0, 0, 0, 0, 4))))],
     )
     (overall,) = accuracy_report(rows, as_of=AS_OF, lost_after=GRACE).where(
-        "endpoint = '*' AND version = '*' AND delay_bucket = '*'").collect()
+        "team = '*' AND version = '*' AND delay_bucket = '*'").collect()
     assert (overall.scheduled_in_past, overall.lateness_max_ms) == (2, 4)
 
 
@@ -135,7 +137,7 @@ def test_a_wait_for_flow_control_is_counted_apart_and_taken_off_the_lateness(fac
          Row(id="m3", throttled=0, arrival_lateness_ms=4, throttled_wait_ms=None)],
     )
     (overall,) = accuracy_report(rows, as_of=AS_OF, lost_after=GRACE).where(
-        "endpoint = '*' AND version = '*' AND delay_bucket = '*'").collect()
+        "team = '*' AND version = '*' AND delay_bucket = '*'").collect()
     assert (overall.throttled, overall.throttled_max_ms, overall.lateness_max_ms) == (2, 9_000, 6)
 
 
@@ -159,6 +161,7 @@ def test_histogram_counts_outcomes_per_group_and_lateness_bin(facts):
     histogram = lateness_histogram(with_outcomes(with_delay_bucket(rows), as_of=AS_OF, lost_after=GRACE))
     common = {
         "day": DAY,
+        "team": "default",
         "endpoint": "billing",
         "version": "v2",
         "delivery_mode": "native",
@@ -176,7 +179,7 @@ def test_histogram_counts_outcomes_per_group_and_lateness_bin(facts):
     )
 
 
-def test_report_has_group_rows_and_rollups_per_endpoint_version_bucket_and_day(facts):
+def test_report_has_group_rows_and_rollups_per_endpoint_version_bucket_and_day_of_the_team_and_platform(facts):
     rows = facts(
         fact(0, lateness_ms=4),
         fact(1, lateness_ms=6, delivery_count=2),
@@ -214,15 +217,83 @@ def test_report_has_group_rows_and_rollups_per_endpoint_version_bucket_and_day(f
         report_row(bucket="<1s", **cancelled),
         report_row(**{**everything, "scheduled": 6, "cancelled": 1}),
     ]
+    # one team: the platform-wide rows (team *) are its rollups by version, bucket and day again
+    expected += [
+        report_row(version="v2", team=ALL, **{**billing, "scheduled": 4, "cancelled": 1}),
+        report_row(version="v1", team=ALL, **audit),
+        report_row(bucket="1-10s", team=ALL, **everything),
+        report_row(bucket="<1s", team=ALL, **cancelled),
+        report_row(team=ALL, **{**everything, "scheduled": 6, "cancelled": 1}),
+    ]
     actual = accuracy_report(rows, as_of=AS_OF, lost_after=GRACE)
     assert tuple(actual.columns) == REPORT_COLUMNS
     assertDataFrameEqual(actual, expected)
 
 
+def test_two_teams_with_an_endpoint_billing_get_rows_and_rollups_of_their_own(facts):
+    """Endpoint names are unique within a team only: each team's billing is its own group and
+    its own rollups; the platform-wide rows (team *) add them up but never name an endpoint."""
+    rows = facts(
+        fact(0, team="a", lateness_ms=4),
+        fact(1, team="a", lateness_ms=6),
+        fact(2, team="b", lateness_ms=20),
+        fact(3, team="b", status="published", delivered_at=None, delivery_count=0),  # lost
+    )
+    a = {"scheduled": 2, "delivered": 2, "lateness": (4, 5.0, 5.9, 5.98, 6)}
+    b = {"scheduled": 2, "delivered": 1, "lost": 1, "lateness": (20, 20.0, 20.0, 20.0, 20)}
+    platform = {"scheduled": 4, "delivered": 3, "lost": 1, "lateness": (4, 6.0, 18.6, 19.72, 20)}
+    per_team = [
+        report_row(team=team, **figures, **dimensions)
+        for team, figures in (("a", a), ("b", b))
+        for dimensions in ({"endpoint": "billing", "version": "v2", "bucket": "1-10s", "mode": "native"},
+                           {"endpoint": "billing"}, {"version": "v2"}, {"bucket": "1-10s"}, {})
+    ]
+    platform_wide = [report_row(team=ALL, **platform, **dimensions)
+                     for dimensions in ({"version": "v2"}, {"bucket": "1-10s"}, {})]
+    assertDataFrameEqual(accuracy_report(rows, as_of=AS_OF, lost_after=GRACE), per_team + platform_wide)
+
+
+def test_the_rollups_are_the_team_rollups_then_the_platform_ones():
+    from scheduling.reports import facts as selectors
+    from scheduling.reports.accuracy import DIMENSIONS, PLATFORM_ROLLUPS, ROLLUPS, TEAM_ROLLUPS
+
+    assert DIMENSIONS == selectors.REPORT_DIMENSIONS
+    assert ROLLUPS == (*(("team", *r) for r in TEAM_ROLLUPS), *PLATFORM_ROLLUPS)
+    # the admin knows which slices have rows (reports/facts.py cannot import pyspark)
+    assert selectors.TEAM_SLICES == {frozenset(r) for r in TEAM_ROLLUPS}
+    assert selectors.PLATFORM_SLICES == {frozenset(r) for r in PLATFORM_ROLLUPS}
+    assert all("endpoint" not in r for r in PLATFORM_ROLLUPS)  # an endpoint name is unique in its team only
+
+
+def test_facts_without_a_team_column_are_the_default_teams(spark, facts, tmp_path):
+    """Facts exported and archive files written before teams have no team column: the job reads
+    them beside newer files and counts their messages as the default team's."""
+    next_day = NOON + timedelta(days=1)
+    facts(fact(0), fact(1)).drop("team").write.partitionBy("due_date").parquet(str(tmp_path / "facts"))
+    facts(fact(2, team="a", due_at=next_day, due_date=next_day.date())).write.mode("append").partitionBy(
+        "due_date").parquet(str(tmp_path / "facts"))
+    old_file = next((tmp_path / "facts" / f"due_date={DAY}").glob("*.parquet"))
+    assert "team" not in spark.read.parquet(str(old_file)).columns
+
+    read = read_facts(spark, str(tmp_path / "facts"), DAY, next_day.date())
+    assert sorted((r.id, r.team) for r in read.collect()) == [("m0", None), ("m1", None), ("m2", "a")]
+    report = accuracy_report(read, as_of=next_day + timedelta(hours=1), lost_after=GRACE)
+    overall = {(r.day, r.team): r.scheduled for r in report.where("endpoint = '*' AND version = '*' AND "
+                                                                  "delay_bucket = '*'").collect()}
+    assert overall == {(DAY, "default"): 2, (DAY, ALL): 2, (next_day.date(), "a"): 1, (next_day.date(), ALL): 1}
+
+
+def test_the_job_names_the_platforms_default_team():
+    from scheduling.reports.accuracy import DEFAULT_TEAM
+    from scheduling.teams import models
+
+    assert DEFAULT_TEAM == models.DEFAULT_TEAM
+
+
 def test_percentiles_interpolate_between_exact_milliseconds(facts):
     rows = facts(*(fact(i, lateness_ms=i + 1) for i in range(100)))
     report = accuracy_report(rows, as_of=AS_OF, lost_after=GRACE)
-    (overall,) = report.where("endpoint = '*' AND version = '*' AND delay_bucket = '*'").collect()
+    (overall,) = report.where("team = '*' AND version = '*' AND delay_bucket = '*'").collect()
     assert (overall.lateness_min_ms, overall.lateness_p50_ms, overall.lateness_max_ms) == (1, 50.5, 100)
     assert round(overall.lateness_p95_ms, 6) == 95.05 and round(overall.lateness_p99_ms, 6) == 99.01
 

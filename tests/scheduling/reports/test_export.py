@@ -29,7 +29,7 @@ def message(versions):
 
     def make(due_at: datetime, endpoint="billing", version="v2", **fields) -> ScheduledMessage:
         if endpoint not in endpoints:
-            endpoints[endpoint] = Endpoint.objects.create(name=endpoint, topology=versions[version])
+            endpoints[endpoint] = Endpoint.objects.create(name=endpoint, queue=endpoint, topology=versions[version])
         fields.setdefault("requested_delay_ms", 5_000)
         fields.setdefault("created_at", due_at - timedelta(milliseconds=fields["requested_delay_ms"]))
         return ScheduledMessage.objects.create(
@@ -66,6 +66,7 @@ def test_each_due_date_gets_a_partition_with_the_facts(message, tmp_path):
     rows = {row["id"]: row for row in read_day(tmp_path, DAY1)}
     assert rows[str(delivered.id)] == {
         "id": str(delivered.id),
+        "team": "default",  # the endpoint's team's name
         "endpoint": "billing",
         "endpoint_id": delivered.endpoint_id,
         "version": "v2",
@@ -160,7 +161,7 @@ def test_copy_stream_gives_the_rows_the_orm_reads(message):
     since, until = at(DAY1, 0), at(DAY2, 0)
     copied = sorted((row for batch in export.fact_batches(since, until) for row in batch.to_pylist()),
                     key=lambda row: row["id"])
-    names = {"endpoint": "endpoint__name", "version": "topology__name"}
+    names = {"team": "endpoint__team__name", "endpoint": "endpoint__name", "version": "topology__name"}
     fields = [names.get(column, column) for column in columns.COLUMNS if column != "payload"]
     orm = sorted(message_list_due_between(since=since, until=until).values(*fields),
                  key=lambda row: str(row["id"]))
@@ -170,6 +171,32 @@ def test_copy_stream_gives_the_rows_the_orm_reads(message):
         row["id"] = str(row["id"])
         row["payload"], row["shard"] = None, 0  # no payloads in the report's export; one shard per version
     assert len(copied) == 2 and copied == [{column: row[column] for column in copied[0]} for row in orm]
+
+
+def test_each_fact_names_its_team_and_team_exports_one_teams_only(message, versions, tmp_path, capsys):
+    """Two teams each with an endpoint billing: the facts tell them apart by team, and
+    ``--team`` exports that team's messages only."""
+    from scheduling.teams.models import Team
+
+    other = Team.objects.create(name="growth-eu")
+    theirs = Endpoint.objects.create(team=other, name="billing", queue="growth-eu--billing", topology=versions["v2"])
+    ours = message(at(DAY1, 1), status="pending")
+    ScheduledMessage.objects.create(endpoint=theirs, topology=versions["v2"], payload={}, due_at=at(DAY1, 2),
+                                    created_at=at(DAY1, 1), requested_delay_ms=3_600_000)
+
+    export.deliveries_export(first_day=DAY1, last_day=DAY1, out_dir=tmp_path / "all")
+    assert sorted((r["team"], r["endpoint"]) for r in read_day(tmp_path / "all", DAY1)) == [
+        ("default", "billing"), ("growth-eu", "billing")]
+
+    call_command("export_deliveries", "--since", str(DAY1), "--until", str(DAY1), "--team", "default",
+                 "--out", str(tmp_path / "ours"), "--no-progress")
+    assert [(r["id"], r["team"]) for r in read_day(tmp_path / "ours", DAY1)] == [(str(ours.id), "default")]
+    assert "exported 1 rows of team default for 1 day(s)" in capsys.readouterr().out
+    call_command("export_deliveries", "--since", str(DAY1), "--until", str(DAY1), "--team", "growth-eu",
+                 "--out", str(tmp_path / "theirs"), "--no-progress")
+    assert [r["team"] for r in read_day(tmp_path / "theirs", DAY1)] == ["growth-eu"]
+    with pytest.raises(CommandError, match=r"^no team 'nobody'"):
+        call_command("export_deliveries", "--since", str(DAY1), "--team", "nobody", "--out", str(tmp_path / "x"))
 
 
 def test_progress_bar_counts_rows(message, tmp_path, capsys):

@@ -60,6 +60,16 @@ def test_loading_replaces_the_days_rows_and_keeps_other_days(tmp_path):
     assert rows[DAY2, ALL].problems == 2 and rows[DAY2, ALL].computed_at == COMPUTED_AT
 
 
+def test_each_row_is_loaded_with_its_team(tmp_path):
+    """Two teams' billing and the platform-wide row of the day: three rows, each naming its team."""
+    write_rows(tmp_path / "rows", report_row(DAY1, "billing", team="a"), report_row(DAY1, "billing", team="b", lost=1),
+               report_row(DAY1))
+    assert accuracy_report_load(results_dir=tmp_path / "rows", first_day=DAY1, last_day=DAY1,
+                                computed_at=COMPUTED_AT) == 3
+    assert sorted(AccuracyReport.objects.values_list("team", "endpoint", "lost")) == [
+        (ALL, ALL, 0), ("a", "billing", 0), ("b", "billing", 1)]
+
+
 def test_an_empty_result_clears_the_day(tmp_path):
     write_rows(tmp_path / "first", report_row(DAY1))
     accuracy_report_load(

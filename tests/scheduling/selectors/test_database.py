@@ -179,7 +179,7 @@ def test_dashboard_page_shows_the_figures_and_charts_in_a_few_queries(admin_clie
 def history(make_rows, versions, endpoint_row):
     """135 messages on two endpoints and two versions, in every status; 60 of them share one
     created_at (a bulk request), 40 another."""
-    other = Endpoint.objects.create(name=endpoint_row.name + "-b", topology=versions["v3"])
+    other = Endpoint.objects.create(name=endpoint_row.name + "-b", queue=endpoint_row.name + "-b", topology=versions["v3"])
     now = timezone.now()
     rng = random.Random(3)
     bulk_a, bulk_b = now - timedelta(minutes=3), now - timedelta(minutes=7)
@@ -240,7 +240,7 @@ def test_by_due_time_and_backwards_from_any_page(history, descending):
 def test_a_merged_page_costs_the_same_queries_whatever_the_groups(history, versions, django_assert_num_queries):
     first, _, _ = history
     for n in range(20):  # more endpoints, more groups: not more queries
-        Endpoint.objects.create(name=f"{first.name}-{n}", topology=versions["v1"])
+        Endpoint.objects.create(name=f"{first.name}-{n}", queue=f"{first.name}-{n}", topology=versions["v1"])
     groups = message_list_groups(fixed={"topology"})
     assert len(groups) == 22 * 5  # every endpoint x status
     queryset = ScheduledMessage.objects.filter(topology__name="v2")
@@ -289,7 +289,7 @@ def test_a_list_does_not_walk_other_endpoints_messages_in_flight(make_rows, vers
     (endpoint, status) PostgreSQL walked (status, created_at) through every message in flight and
     filtered: 163 ms for an endpoint with none while another had 200,000 (bench/history.py's
     dominant endpoint: 1.6 s at 50 M rows)."""
-    busy = Endpoint.objects.create(name=endpoint_row.name + "-busy", topology=versions["v3"])
+    busy = Endpoint.objects.create(name=endpoint_row.name + "-busy", queue=endpoint_row.name + "-busy", topology=versions["v3"])
     make_rows(3000, endpoint=busy, status=Status.PUBLISHED)
     make_rows(3000, endpoint=busy, status=Status.DELIVERED)
     make_rows(5, status=Status.DELIVERED)
@@ -311,7 +311,7 @@ def test_a_list_does_not_walk_other_endpoints_messages_in_flight(make_rows, vers
 def test_messages_by_level_follow_each_broker_message_down_its_set_bits(versions, endpoint_name, settings):
     settings.DELAY_ARRIVAL_MARGIN_MS = 20
     v3 = versions["v3"]
-    endpoint = Endpoint.objects.create(name=endpoint_name, topology=v3)
+    endpoint = Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=v3)
     t = datetime(2026, 11, 25, 12, 0, 0, 500_000, tzinfo=dt_timezone.utc)  # published at x.5 s
 
     def published(due_after_s, **fields):
@@ -330,7 +330,7 @@ def test_messages_by_level_follow_each_broker_message_down_its_set_bits(versions
         published(100, status=ScheduledMessage.Status.DELIVERED),
         published(100, status=ScheduledMessage.Status.PENDING, published_at=None),
     ])
-    ScheduledMessage.objects.create(endpoint=Endpoint.objects.create(name=f"{endpoint_name}-2", topology=versions["v2"]),
+    ScheduledMessage.objects.create(endpoint=Endpoint.objects.create(name=f"{endpoint_name}-2", queue=f"{endpoint_name}-2", topology=versions["v2"]),
                                     topology=versions["v2"], payload={}, requested_delay_ms=0, due_at=t,
                                     status=ScheduledMessage.Status.PUBLISHED, published_at=t)
     count = partial(topology_count_messages_by_level, version=v3)

@@ -27,7 +27,7 @@ def rows(versions, endpoint_name):
     now = timezone.now()
     made = []
     for suffix in ("a", "b"):
-        endpoint = Endpoint.objects.create(name=f"{endpoint_name}-{suffix}", topology=versions["v3"])
+        endpoint = Endpoint.objects.create(name=f"{endpoint_name}-{suffix}", queue=f"{endpoint_name}-{suffix}", topology=versions["v3"])
         for hours in (1, 3, 30):
             for status in Status:
                 made.append(ScheduledMessage.objects.create(

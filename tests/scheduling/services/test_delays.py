@@ -35,7 +35,7 @@ def setup(versions, declared, unique_prefix, endpoint_name, amqp):
         row.save()
     for plan in (old, new):
         bind_endpoint(amqp, plan.version, endpoint_name)
-    endpoint = Endpoint.objects.create(name=endpoint_name, topology=versions["v1"])
+    endpoint = Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=versions["v1"])
     now = timezone.now()
     rows = [ScheduledMessage.objects.create(endpoint=endpoint, topology=versions["v1"], payload={"d": d},
                                             due_at=now + timedelta(seconds=d), requested_delay_ms=d * 1000)
@@ -184,7 +184,7 @@ def test_every_shard_of_the_source_is_drained_into_the_targets_shard_of_each_id(
             versions[name].save()
             bind_endpoint(amqp, version, endpoint_name)
         assert versions["v2"].cascade == old and versions["v3"].cascade == new
-        endpoint = Endpoint.objects.create(name=endpoint_name, topology=versions["v2"])
+        endpoint = Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=versions["v2"])
         now = timezone.now()
         # ids chosen so that rows cover both source shards and all three target shards (random
         # ids left a shard empty in ~2% of runs: a fresh-clone run failed on it)
@@ -238,7 +238,7 @@ def envelope_setup(versions, declared, unique_prefix, endpoint_name, amqp, setti
         versions[name].save()
     for plan in (old, *targets.values()):
         bind_endpoint(amqp, plan.version, endpoint_name)
-    endpoint = Endpoint.objects.create(name=endpoint_name, topology=versions["v3"])
+    endpoint = Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=versions["v3"])
     due = (timezone.now() + timedelta(hours=1)).replace(microsecond=0)
     rows = [ScheduledMessage.objects.create(endpoint=endpoint, topology=versions["v3"], payload={"n": n},
                                             due_at=due + timedelta(milliseconds=300 * n), requested_delay_ms=3_600_000)

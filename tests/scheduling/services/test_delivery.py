@@ -34,7 +34,8 @@ Status = ScheduledMessage.Status
 def make(versions, endpoint_name):
     def make(handler="none", target="", due_in=timedelta(0), status=Status.PUBLISHED, secret="s" * 32):
         endpoint, _ = Endpoint.objects.get_or_create(
-            name=endpoint_name, defaults=dict(topology=versions["v2"], handler=handler, handler_target=target,
+            name=endpoint_name, defaults=dict(queue=endpoint_name, topology=versions["v2"], handler=handler,
+                                              handler_target=target,
                                               webhook_secret=secret),
         )
         now = timezone.now()
@@ -394,7 +395,7 @@ def test_a_handler_task_the_allowlist_no_longer_allows_is_not_sent(make, endpoin
     from scheduling.conf import broker
 
     refused = make(handler="celery_task", target="testapp.record_receipt")
-    other = Endpoint.objects.create(name=f"{endpoint_name}-2", topology=refused.topology, handler="celery_task",
+    other = Endpoint.objects.create(name=f"{endpoint_name}-2", queue=f"{endpoint_name}-2", topology=refused.topology, handler="celery_task",
                                     handler_target="testapp.plain_receipt")
     allowed = ScheduledMessage.objects.create(endpoint=other, topology=refused.topology, payload={"order": 9},
                                               due_at=refused.due_at, requested_delay_ms=0, status=Status.PUBLISHED)

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def rows(versions, endpoint_name):
-    endpoint = Endpoint.objects.create(name=endpoint_name, topology=versions["v3"])
+    endpoint = Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=versions["v3"])
     now = timezone.now()
     return [ScheduledMessage.objects.create(endpoint=endpoint, topology=versions["v2"], payload={}, requested_delay_ms=0,
                                             due_at=now - timedelta(milliseconds=20), created_at=now - timedelta(hours=1),

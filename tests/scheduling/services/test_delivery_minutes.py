@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from scheduling.celery.services import celery_task_claim
 from scheduling.models import DeliveryMinute, Endpoint, ScheduledMessage
+from scheduling.teams.models import default_team_id
 from scheduling.observability.lateness_buckets import bucket_ms
 from scheduling.services.delivery import Result, delivery_receive_many
 from scheduling.services.delivery_minutes import delivery_minute_record
@@ -24,7 +25,8 @@ Status = ScheduledMessage.Status
 def published(versions, endpoint_name):
     def make(n=1, handler="none", target="", late=timedelta(milliseconds=40)):
         endpoint, _ = Endpoint.objects.get_or_create(
-            name=f"{endpoint_name}-{handler}", defaults=dict(topology=versions["v3"], handler=handler,
+            name=f"{endpoint_name}-{handler}", defaults=dict(queue=f"{endpoint_name}-{handler}", topology=versions["v3"],
+                                                             handler=handler,
                                                              handler_target=target))
         now = timezone.now()
         return [ScheduledMessage.objects.create(
@@ -77,7 +79,7 @@ def test_a_retry_that_succeeds_is_counted_once_with_the_first_hand_overs_latenes
 
 
 def test_a_celery_task_run_again_after_a_crash_is_not_a_second_delivery(versions, endpoint_name):
-    endpoint = Endpoint.objects.create(name=endpoint_name, topology=versions["v2"], handler=Endpoint.Handler.CELERY_QUEUE)
+    endpoint = Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=versions["v2"], handler=Endpoint.Handler.CELERY_QUEUE)
     row = ScheduledMessage.objects.create(
         id=uuid.uuid4(), endpoint=endpoint, topology=versions["v2"], payload={}, requested_delay_ms=0,
         due_at=timezone.now() - timedelta(milliseconds=20), status=Status.PUBLISHED,
@@ -89,8 +91,8 @@ def test_a_celery_task_run_again_after_a_crash_is_not_a_second_delivery(versions
 
 
 def test_old_minutes_are_dropped_by_a_later_write(published, monkeypatch):
-    stale = DeliveryMinute.objects.create(minute=timezone.now() - timedelta(days=3), shard=0, bucket_ms=1,
-                                          deliveries=1, lateness_max_ms=1)
+    stale = DeliveryMinute.objects.create(minute=timezone.now() - timedelta(days=3), team_id=default_team_id(), shard=0,
+                                          bucket_ms=1, deliveries=1, lateness_max_ms=1)
     monkeypatch.setattr("scheduling.services.delivery_minutes._pruned_at", [-1e9])
     (row,) = published(1)
     delivery_receive_many(items=[(str(row.id), 0)])

@@ -10,7 +10,7 @@ from django.utils import timezone
 from scheduling.conf import broker
 from scheduling.errors import Conflict
 from scheduling.models import Endpoint
-from scheduling.security import webhook_signing
+from scheduling.security import secret_box, webhook_signing
 from scheduling.services.endpoints import endpoint_create, endpoint_rotate_secret, endpoint_update
 from topology import cascade
 
@@ -36,13 +36,14 @@ def test_update_validates_like_create(platform, endpoint_name):
     assert Endpoint.objects.get(pk=endpoint.pk).handler == "none"
     updated = endpoint_update(endpoint=endpoint, handler="webhook", handler_target="https://example.invalid/h")
     assert updated.handler == "webhook"  # a secret appears with the webhook
-    assert webhook_signing.secret_problem(updated.webhook_secret) is None
+    assert webhook_signing.secret_problem(secret_box.open(updated.webhook_secret)) is None
+    assert updated.new_webhook_secret == secret_box.open(Endpoint.objects.get(pk=endpoint.pk).webhook_secret)
 
 
 def test_moving_to_a_version_binds_there_or_refuses(platform, versions, endpoint_name, unique_prefix):
     endpoint = endpoint_create(name=endpoint_name, topology="v2")
     moved = endpoint_update(endpoint=endpoint, topology="v1")
-    assert moved.topology.name == "v1" and f"#.{endpoint_name}" in bound(cascade.V1.prefix)
+    assert moved.topology.name == "v1" and f"#.{moved.queue}" in bound(cascade.V1.prefix)
     versions["v2"].prefix = unique_prefix  # nothing declared there
     versions["v2"].save()
     with pytest.raises(Conflict, match="provision the cascade first"):
@@ -73,24 +74,25 @@ def test_a_given_secret_must_be_in_the_standard_format(platform, endpoint_name):
     secret = webhook_signing.generate_secret()
     endpoint = endpoint_create(name=endpoint_name, handler="webhook", handler_target="http://127.0.0.1:9/hook",
                                webhook_secret=secret)
-    assert endpoint.webhook_secret == secret
+    assert secret_box.open(endpoint.webhook_secret) == endpoint.new_webhook_secret == secret
+    assert secret not in endpoint.webhook_secret  # stored sealed
 
 
 def test_rotation_keeps_the_previous_secret_for_the_overlap(webhook):
-    before, started = webhook.webhook_secret, timezone.now()
+    before, started = webhook.new_webhook_secret, timezone.now()
     rotated = endpoint_rotate_secret(endpoint=webhook, previous_valid_seconds=3600)
     row = Endpoint.objects.get(pk=webhook.pk)
-    assert row.webhook_secret == rotated.webhook_secret != before
-    assert webhook_signing.secret_problem(row.webhook_secret) is None
-    assert row.webhook_secret_previous == before
+    assert secret_box.open(row.webhook_secret) == rotated.new_webhook_secret != before
+    assert webhook_signing.secret_problem(secret_box.open(row.webhook_secret)) is None
+    assert secret_box.open(row.webhook_secret_previous) == before
     assert started + timedelta(hours=1) <= row.webhook_secret_previous_expires_at <= timezone.now() + timedelta(hours=1)
 
 
 def test_a_second_rotation_ends_the_first_overlap_and_zero_ends_it_at_once(webhook):
-    first = endpoint_rotate_secret(endpoint=webhook).webhook_secret
+    first = endpoint_rotate_secret(endpoint=webhook).new_webhook_secret
     given = webhook_signing.generate_secret()
     row = endpoint_rotate_secret(endpoint=webhook, secret=given)
-    assert (row.webhook_secret, row.webhook_secret_previous) == (given, first)
+    assert (secret_box.open(row.webhook_secret), secret_box.open(row.webhook_secret_previous)) == (given, first)
     row = endpoint_rotate_secret(endpoint=webhook, previous_valid_seconds=0)
     assert row.webhook_secret_previous == "" and row.webhook_secret_previous_expires_at is None
 
@@ -110,7 +112,7 @@ def test_rotation_refuses_bad_input_and_changes_nothing(webhook, kwargs, field, 
 
 def test_rotation_refuses_the_current_secret_and_endpoints_without_one(webhook, endpoint_name):
     with pytest.raises(ValidationError, match="is the current secret"):
-        endpoint_rotate_secret(endpoint=webhook, secret=webhook.webhook_secret)
+        endpoint_rotate_secret(endpoint=webhook, secret=webhook.new_webhook_secret)  # its plaintext: sealed differs
     plain = endpoint_create(name=f"{endpoint_name}-none")
     with pytest.raises(ValidationError) as error:
         endpoint_rotate_secret(endpoint=plain)

@@ -45,7 +45,7 @@ def call_slot_held_elsewhere(endpoint_id: int):
 
 @pytest.fixture
 def endpoint(versions, endpoint_name):
-    return Endpoint.objects.create(name=endpoint_name, topology=versions["v3"], max_deliveries_per_second=100)
+    return Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=versions["v3"], max_deliveries_per_second=100)
 
 
 def test_the_first_slot_is_now_and_the_next_run_follows_the_last(db, endpoint):
@@ -110,7 +110,7 @@ def test_call_slots_are_held_by_their_transaction(transactional_db, endpoint):
 
 def test_a_webhook_over_max_concurrent_is_busy_and_left_as_it_was(transactional_db, versions, endpoint_name):
     with RecordingServer() as server:
-        endpoint = Endpoint.objects.create(name=endpoint_name, topology=versions["v3"], handler="webhook",
+        endpoint = Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=versions["v3"], handler="webhook",
                                            handler_target=server.url, webhook_secret="s" * 32, max_concurrent=1)
         message = ScheduledMessage.objects.create(endpoint=endpoint, topology=versions["v3"], payload={},
                                                   due_at=timezone.now() - timedelta(seconds=1), requested_delay_ms=0,
@@ -143,7 +143,7 @@ def test_the_deliver_task_tries_a_busy_webhook_again_and_records_nothing(transac
         return Retried()
 
     monkeypatch.setattr(deliver, "retry", retry)
-    endpoint = Endpoint.objects.create(name=endpoint_name, topology=versions["v3"], handler="webhook",
+    endpoint = Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=versions["v3"], handler="webhook",
                                        handler_target="http://127.0.0.1:9/hook", webhook_secret="s" * 32,
                                        max_concurrent=1)
     message = ScheduledMessage.objects.create(endpoint=endpoint, topology=versions["v3"], payload={},

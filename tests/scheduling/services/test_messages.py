@@ -25,7 +25,7 @@ Status = ScheduledMessage.Status
 
 @pytest.fixture
 def endpoint(versions, endpoint_name):
-    return Endpoint.objects.create(name=endpoint_name, topology=versions["v2"])
+    return Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=versions["v2"])
 
 
 def schedule(endpoint, **kwargs):
@@ -113,7 +113,7 @@ def test_idempotency_key_returns_the_existing_message(endpoint, versions):
     first = schedule(endpoint, delay=5, idempotency_key="order-42")
     again = schedule(endpoint, delay=99, idempotency_key="order-42")
     assert again.id == first.id and again.requested_delay_ms == 5000
-    other = Endpoint.objects.create(name=endpoint.name + "-b", topology=versions["v2"])
+    other = Endpoint.objects.create(name=endpoint.name + "-b", queue=endpoint.name + "-b", topology=versions["v2"])
     assert schedule(other, delay=5, idempotency_key="order-42").id != first.id  # per endpoint
     assert ScheduledMessage.objects.count() == 2
 

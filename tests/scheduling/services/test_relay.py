@@ -98,7 +98,7 @@ def test_missing_cascade_leaves_rows_pending_with_the_reason(versions, endpoint_
     version = versions["v1"]
     version.prefix = "nowhere."
     version.save()
-    endpoint = Endpoint.objects.create(name=endpoint_name, topology=version)
+    endpoint = Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=version)
     message = row(endpoint, 5)
     result = relay_publish(ids=[str(message.id)])
     assert result.published == 0

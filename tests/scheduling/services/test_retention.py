@@ -106,7 +106,8 @@ def test_an_archived_row_has_every_column_as_the_table_had_it(archive, history, 
     archived = archive_rows(archive)
     first, odd = go[0], go[5]
     assert archived[str(first.id)] == {
-        "id": str(first.id), "endpoint": endpoint_row.name, "endpoint_id": endpoint_row.id, "version": "v2",
+        "id": str(first.id), "team": endpoint_row.team.name, "endpoint": endpoint_row.name,
+        "endpoint_id": endpoint_row.id, "version": "v2",
         "topology_id": endpoint_row.topology_id, "delivery_mode": "native", "requested_delay_ms": 30_000,
         "due_at": first.due_at, "created_at": first.created_at, "published_at": first.published_at,
         "delivered_at": first.delivered_at, "cancelled_at": None, "finished_at": first.finished_at,

@@ -26,7 +26,7 @@ S = timedelta(seconds=1)
 
 @pytest.fixture
 def endpoint(versions, endpoint_name):
-    return Endpoint.objects.create(name=endpoint_name, topology=versions["v3"])
+    return Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=versions["v3"])
 
 
 def runs(key, **filters):

@@ -65,7 +65,7 @@ def test_provisioning_declares_and_records_every_shard(two_shards):
 def test_the_relay_publishes_each_row_into_its_shard_and_every_message_arrives(two_shards, amqp, endpoint_name,
                                                                               name):
     row = two_shards[name]
-    endpoint = Endpoint.objects.create(name=endpoint_name, topology=row)
+    endpoint = Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=row)
     bind_endpoint(amqp, row.cascade, endpoint_name)
     try:
         now = timezone.now()
@@ -147,7 +147,7 @@ def test_a_count_raised_before_provisioning_loses_nothing(settings, platform, am
     row is published. Provision first, then restart (docs/operations/shards.md, "Raising k")."""
     settings.DELAY_SHARDS = "v3=2"
     v3 = TopologyVersion.objects.get(name="v3")
-    endpoint = Endpoint.objects.create(name=endpoint_name, topology=v3)
+    endpoint = Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=v3)
     bind_endpoint(amqp, v3.cascade, endpoint_name)
     try:
         now = timezone.now()

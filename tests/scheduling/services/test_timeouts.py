@@ -22,7 +22,7 @@ Status = ScheduledMessage.Status
 @pytest.fixture
 def tm_endpoint(platform, endpoint_name, amqp):
     amqp.declare_queue(cascade.endpoint_queue(endpoint_name))
-    yield Endpoint.objects.create(name=endpoint_name, topology=platform["v1"],
+    yield Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=platform["v1"],
                                   delivery_mode=DeliveryMode.TIMEOUT_MANAGER)
     amqp.delete_queue(endpoint_name)
 

@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.broker]
 
 
 def test_unbound_destination_is_marked_failed_with_a_reason(platform, endpoint_name, amqp):
-    endpoint = Endpoint.objects.create(name=endpoint_name, topology=platform["v2"])  # never bound
+    endpoint = Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=platform["v2"])  # never bound
     message = ScheduledMessage.objects.create(
         endpoint=endpoint, topology=endpoint.topology, payload={}, due_at=timezone.now(), requested_delay_ms=0
     )

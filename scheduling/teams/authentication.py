@@ -1,0 +1,61 @@
+"""The API's keys: ``Authorization: Bearer <key>`` (and ``Token <key>`` for keys migrated from DRF's
+tokens). An unknown, revoked or expired key is a 401; what a live key may do is its caller's
+(teams/caller.py), asked by the views."""
+
+from __future__ import annotations
+
+from rest_framework import authentication, exceptions
+
+from .models import ApiKey
+
+
+class TeamKeyUser:
+    """What ``request.user`` is for a team's key: authenticated, nobody's account, no staff, no
+    model permissions (the key's scopes are its rights)."""
+
+    is_authenticated = True
+    is_anonymous = False
+    is_active = True
+    is_staff = False
+    is_superuser = False
+    pk = id = None
+
+    def __init__(self, key: ApiKey):
+        self.key = key
+        self.username = f"key {key.prefix}"
+
+    def get_username(self) -> str:
+        return self.username
+
+    def has_perm(self, perm, obj=None) -> bool:
+        return False
+
+    def has_perms(self, perms, obj=None) -> bool:
+        return False
+
+    def __str__(self) -> str:
+        return self.username
+
+
+class ApiKeyAuthentication(authentication.BaseAuthentication):
+    keyword = "Bearer"
+
+    def authenticate(self, request):
+        from .services import api_key_authenticate
+
+        header = authentication.get_authorization_header(request).split()
+        if not header or header[0].lower() not in (b"bearer", b"token"):
+            return None
+        if len(header) != 2:
+            raise exceptions.AuthenticationFailed("Invalid key header: give 'Bearer <key>'.")
+        try:
+            text = header[1].decode("ascii")
+        except UnicodeError:
+            raise exceptions.AuthenticationFailed("Invalid key.") from None
+        key, why = api_key_authenticate(key=text, legacy=header[0].lower() == b"token")
+        if key is None:
+            raise exceptions.AuthenticationFailed(f"{why[0].upper()}{why[1:]}.")
+        return (key.user if key.user_id else TeamKeyUser(key)), key
+
+    def authenticate_header(self, request):
+        return 'Bearer realm="api"'

@@ -1,0 +1,161 @@
+"""Teams, members and API keys: create and change them, each change audited in its transaction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from ..audit.services import audit_changed, audit_record, audit_values
+from ..conf import conf, setting_name
+from ..durations import format_duration
+from ..errors import Conflict, NotFound
+from .keys import key_digest, key_generate, key_matches, key_prefix
+from .models import ApiKey, Membership, Team
+from .roles import ROLES, parse_scopes
+
+LAST_USED_EVERY = timedelta(minutes=1)  # a key's last use is written at most this often
+
+
+def team_create(*, name: str, **quotas) -> Team:
+    team = Team(name=name, **quotas)
+    team.full_clean()
+    try:
+        with transaction.atomic():
+            team.save()
+            audit_record(action="team.create", obj=team, team=team, after=audit_values(obj=team))
+    except IntegrityError:
+        raise ValidationError({"name": f"a team {name!r} exists already"}) from None
+    return team
+
+
+TEAM_SETTINGS = ("max_in_flight", "max_schedules", "max_endpoints", "min_schedule_interval_seconds", "api_rate",
+                 "key_api_rate", "celery_task_allowlist", "webhook_allowed_networks")
+
+
+def team_update(*, team: Team, **changes) -> Team:
+    """An operator's change of a team's quotas and grants (checked as the settings they override)."""
+    from .quotas import team_check_settings
+
+    unknown = set(changes) - set(TEAM_SETTINGS)
+    if unknown:
+        raise ValidationError({name: "cannot be changed here" for name in unknown})
+    with transaction.atomic():
+        current = Team.objects.select_for_update().get(pk=team.pk)
+        before = audit_values(obj=current)
+        for name, value in changes.items():
+            setattr(current, name, value)
+        current.full_clean()
+        team_check_settings(team=current)
+        current.save()
+        old, new = audit_changed(before=before, after=audit_values(obj=current))
+        if new:
+            audit_record(action="team.update", obj=current, team=current, before=old, after=new)
+    return current
+
+
+def membership_set(*, team: Team, username: str, role: str) -> Membership:
+    """Add ``username`` to the team with ``role``, or change their role."""
+    if role not in ROLES:
+        raise ValidationError({"role": f"must be {', '.join(ROLES)}"})
+    user = get_user_model().objects.filter(username=username).first() if isinstance(username, str) else None
+    if user is None:
+        raise ValidationError({"username": f"no user {username!r}"})
+    with transaction.atomic():
+        membership, created = Membership.objects.select_for_update().get_or_create(
+            team=team, user=user, defaults={"role": role})
+        before = None if created else {"role": membership.role}
+        if not created and membership.role != role:
+            membership.role = role
+            membership.save(update_fields=["role"])
+        if created or before != {"role": role}:
+            audit_record(action="member.add" if created else "member.change", obj=membership, team=team,
+                         before=before, after={"user": user.get_username(), "role": role})
+    return membership
+
+
+def membership_remove(*, team: Team, username: str) -> None:
+    with transaction.atomic():
+        membership = Membership.objects.select_for_update().filter(team=team, user__username=username).first()
+        if membership is None:
+            raise NotFound(f"{username!r} is not a member of {team.name}")
+        audit_record(action="member.remove", obj=membership, team=team,
+                     before={"user": username, "role": membership.role})
+        membership.delete()
+
+
+@dataclass(frozen=True)
+class NewKey:
+    row: ApiKey
+    key: str  # shown once: only its digest is kept
+
+
+def _expiry(expires_in: timedelta | None) -> datetime:
+    settings = conf()
+    expires_in = settings.api_key_expires if expires_in is None else expires_in
+    if expires_in <= timedelta(0):
+        raise ValidationError({"expires_in": "must be a positive duration"})
+    if expires_in > settings.api_key_max_expires:
+        raise ValidationError({"expires_in": f"is longer than the longest a key may last, "
+                                             f"{format_duration(settings.api_key_max_expires)} "
+                                             f"({setting_name('api_key_max_expires')})"})
+    return timezone.now() + expires_in
+
+
+def api_key_create(*, team: Team | None = None, user=None, scopes=(), name: str = "",
+                   expires_in: timedelta | None = None, created_by: str = "") -> NewKey:
+    """A team's key with ``scopes``, or a user's key acting as that user (every scope; their roles
+    bound it). The key is in the answer, once."""
+    if (team is None) == (user is None):
+        raise ValidationError({"team": "give a team or a user, not both"})
+    try:
+        chosen = parse_scopes(scopes) if team is not None else parse_scopes(["all"])
+    except ValueError as exc:
+        raise ValidationError({"scopes": str(exc)}) from None
+    if not isinstance(name, str) or len(name) > 100:
+        raise ValidationError({"name": "must be text of at most 100 characters"})
+    key = key_generate()
+    row = ApiKey(team=team, user=user, name=name, prefix=key_prefix(key), digest=key_digest(key),
+                 scopes=sorted(chosen), expires_at=_expiry(expires_in), created_by=created_by[:200])
+    with transaction.atomic():
+        row.save()
+        audit_record(action="key.create", obj=row, team=team, after=audit_values(obj=row))
+    return NewKey(row, key)
+
+
+def api_key_revoke(*, key: ApiKey) -> ApiKey:
+    with transaction.atomic():
+        current = ApiKey.objects.select_for_update().get(pk=key.pk)
+        if current.revoked_at is not None:
+            raise Conflict(f"key {current.prefix} was revoked already")
+        current.revoked_at = timezone.now()
+        current.save(update_fields=["revoked_at"])
+        audit_record(action="key.revoke", obj=current, team=current.team, after={"revoked_at": current.revoked_at})
+    return current
+
+
+def api_key_authenticate(*, key: str, legacy: bool = False) -> tuple[ApiKey | None, str]:
+    """The live key this text is, or (None, why not): unknown, revoked or expired. ``legacy``: the
+    ``Token`` scheme, which only keys migrated from DRF's tokens answer to. Records its use."""
+    from .selectors import api_key_find
+
+    if not isinstance(key, str) or not 8 <= len(key) <= 200:
+        return None, "invalid key"
+    found = next((row for row in api_key_find(prefix=key_prefix(key)) if key_matches(key, row.digest)), None)
+    if found is None or (legacy and not found.legacy_token):
+        return None, "invalid key"
+    now = timezone.now()
+    if found.revoked_at is not None:
+        return None, "this key was revoked"
+    if found.expires_at <= now:
+        return None, "this key has expired"
+    if found.user_id is not None and not found.user.is_active:
+        return None, "this key's user is inactive"
+    if found.last_used_at is None or found.last_used_at < now - LAST_USED_EVERY:
+        ApiKey.objects.filter(pk=found.pk).update(last_used_at=now)
+        found.last_used_at = now
+    return found, ""
