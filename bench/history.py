@@ -106,7 +106,7 @@ class Run:
         self.cases.execute("ANALYZE scheduling_scheduledmessage")
         admin = history_pages.login(self.p.url, "bench", "x")
         result["pages"] = history_pages.measure(url=self.p.url, database_url=self.p.env["DATABASE_URL"], admin=admin,
-                                                token=self.p.token, repeat=3 if self.quick else 5,
+                                                key=self.p.key, repeat=3 if self.quick else 5,
                                                 progress=lambda line: print(line, flush=True))
         from bench.history_plans import plans
 

@@ -3,7 +3,7 @@ list with each filter, its search and next pages, the dashboard, the endpoints p
 filtered lists and their next pages, a message by id.
 
     .venv/bin/python -m bench.history_pages --url http://127.0.0.1:8000 --database-url postgres://…/dp_hist \
-        --user ops --password … [--repeat 5]
+        --user ops --password … --key … [--repeat 5]
 
 Used by bench/history.py at each size of the table; alone, against any running platform whose
 database was filled by bench/history_fill.py (it picks the endpoints, ids and keys to ask for from
@@ -131,11 +131,12 @@ def time_page(session: requests.Session, url: str, repeat: int, timeout: float) 
             "status": status, "kib": round(size / 1024, 1)}
 
 
-def measure(*, url: str, database_url: str, admin: requests.Session, token: str, repeat: int = 5,
+def measure(*, url: str, database_url: str, admin: requests.Session, key: str, repeat: int = 5,
             timeout: float = 120.0, progress=print) -> dict[str, dict]:
-    """Page name -> {median_ms, max_ms, status, kib, target_ms}."""
+    """Page name -> {median_ms, max_ms, status, kib, target_ms}; ``key``: an API key that sees the
+    history endpoints (their team's)."""
     api = requests.Session()
-    api.headers["Authorization"] = f"Token {token}"
+    api.headers["Authorization"] = f"Bearer {key}"
     results = {}
     for page in pages(facts(database_url)):
         session = admin if page.kind == "admin" else api
@@ -155,13 +156,14 @@ def main() -> None:
     parser.add_argument("--database-url", required=True)
     parser.add_argument("--user", required=True)
     parser.add_argument("--password", required=True)
-    parser.add_argument("--token", required=True, help="an API token of a user who may view messages")
+    parser.add_argument("--key", required=True, help="an API key that may view the history endpoints' messages "
+                                                     "(create_api_key --team TEAM --scope read)")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
     results = measure(url=args.url, database_url=args.database_url, admin=login(args.url, args.user, args.password),
-                      token=args.token, repeat=args.repeat, timeout=args.timeout,
+                      key=args.key, repeat=args.repeat, timeout=args.timeout,
                       progress=lambda line: print(line, flush=True))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2, default=str))

@@ -163,7 +163,7 @@ def run(plan: Plan, say=say_now) -> Result:
 def _run(plan: Plan, run_id: str, say) -> Result:
     with deployed(plan, run_id, say) as d:
         ledger = Ledger()
-        load = Load(plan, d.url, d.token, d.endpoints, ledger)
+        load = Load(plan, d.url, d.key, d.endpoints, ledger)
         sampler = Sampler(d, ledger)
         result = None
         try:

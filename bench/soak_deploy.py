@@ -31,7 +31,7 @@ from bench.soak_postgres import PrivatePostgres
 from bench.soak_rules import Plan
 from harness.celery_worker import Worker
 from harness.paths import ARTIFACTS, ROOT
-from harness.platform import manage
+from harness.platform import manage, team_with_key
 from harness.ports import free_port
 from harness.rabbit_node import PrivateRabbit
 from harness.waiting import wait_until
@@ -83,8 +83,11 @@ def platform_env(plan: Plan, *, database_url: str, node: PrivateRabbit, workdir:
         "DELAY_ARCHIVE_DIR": str(workdir / "archive"),
         "ACCURACY_REPORT_DIR": str(workdir / "accuracy"),
         "ACCURACY_REPORT_AT": "off",  # the nightly Spark job is not what is soaked (and would take both cores)
-        # the API's per-user limit (default 6,000 a minute) above the soak's own rate: one user sends it all
+        # the API's limits per user, team and key (default 5,000 a second each) at twice the soak's own
+        # rate, whatever that is: one key of one team sends it all
         "DELAY_API_RATE": f"{plan.rate * 60 * 2}/minute",
+        "DELAY_TEAM_API_RATE": f"{plan.rate * 60 * 2}/minute",
+        "DELAY_KEY_API_RATE": f"{plan.rate * 60 * 2}/minute",
         "DELAY_WORKER_METRICS_PORT": str(metrics_port),
     }
     env_file = workdir / "soak.env"  # the settings, for the record (as make run's .env)
@@ -101,7 +104,7 @@ class Deployment:
     workdir: Path
     env: dict
     url: str
-    token: str
+    key: str  # the API key of the soak's team
     node: PrivateRabbit
     worker: Worker
     web: subprocess.Popen
@@ -219,13 +222,11 @@ def _deploy(plan: Plan, run_id: str, workdir: Path, bin_dir: Path, stack: ExitSt
         conn.execute("CREATE DATABASE delayplatform")
     database_url = f"{pg.url}/delayplatform"
     env = platform_env(plan, database_url=database_url, node=node, workdir=workdir, metrics_port=free_port())
-    say("soak: migrate, provision_delays --version all, an API user and token")
+    say("soak: migrate, provision_delays --version all, a team and its API key")
     manage(env, "migrate", "--noinput")
     starting.result()
     manage(env, "provision_delays", "--version", "all")
-    token = manage(env, "shell", "-c", "from django.contrib.auth.models import User; "
-                   "from rest_framework.authtoken.models import Token; "
-                   "print(Token.objects.create(user=User.objects.create_superuser('soak', '', None)).key)").split()[-1]
+    key = team_with_key(env, "soak")
 
     worker = Worker("soak", env, workdir / "worker.log")
     # exactly scripts/run.sh's command (Worker's own adds a name, -c 2 and no gossip/mingle)
@@ -252,9 +253,9 @@ def _deploy(plan: Plan, run_id: str, workdir: Path, bin_dir: Path, stack: ExitSt
             return False
 
     wait_until(ready, 60, 0.5, "gunicorn's /readyz")
-    headers = {"Authorization": f"Token {token}"}
+    headers = {"Authorization": f"Bearer {key}"}
     endpoints = [f"soak-{i}" for i in range(ENDPOINTS)]
     for name in endpoints:
         requests.post(url + "/api/endpoints/", json={"name": name}, headers=headers, timeout=60).raise_for_status()
-    yield Deployment(run_id, workdir, env, url, token, node, worker, web, database_url, workdir / "archive",
+    yield Deployment(run_id, workdir, env, url, key, node, worker, web, database_url, workdir / "archive",
                      endpoints)

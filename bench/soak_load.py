@@ -22,9 +22,9 @@ TIMEOUT_S = 120  # a request slower than this is counted as an error (its messag
 
 
 class Load:
-    def __init__(self, plan: Plan, url: str, token: str, endpoints: list[str], ledger: Ledger, seed: int = 7):
+    def __init__(self, plan: Plan, url: str, key: str, endpoints: list[str], ledger: Ledger, seed: int = 7):
         self.plan, self.url, self.endpoints, self.ledger = plan, url, endpoints, ledger
-        self.headers = {"Authorization": f"Token {token}"}
+        self.headers = {"Authorization": f"Bearer {key}"}
         self.rng = random.Random(seed)
         self.errors: dict[str, int] = {}
         self.first_errors: list[str] = []

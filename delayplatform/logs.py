@@ -2,7 +2,7 @@
 checked by scheduling/setting_specs.py).
 
 - ``LOG_FORMAT=plain`` (default) or ``json`` (one JSON object per line, python-json-logger, with a
-  record's extra fields as keys: a delivery line carries message_id, endpoint, version and
+  record's extra fields as keys: a delivery line carries message_id, team, endpoint, version and
   lateness_ms). In a worker, Celery's own task logger and its banner follow suit (see
   :func:`connect_celery`).
 - Beat runs the sweeper, the timeout manager and the unroutable drain every 1-5 s. Celery logs three

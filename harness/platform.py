@@ -1,6 +1,7 @@
 """A throwaway copy of the platform for benchmarks and the reliability tests: its own RabbitMQ vhost
 and PostgreSQL database, the cascade provisioned, gunicorn serving the API, real Celery worker(s),
-and an API token. Everything is removed on exit."""
+and a team (TEAM) with an API key: the endpoints made through ``api`` are that team's. Everything is
+removed on exit."""
 
 from __future__ import annotations
 
@@ -26,13 +27,14 @@ from rabbit import Management
 
 AMQP = os.environ.get("BENCH_AMQP", "amqp://guest:guest@127.0.0.1:5672")
 MANAGEMENT = os.environ.get("BENCH_MANAGEMENT", "http://guest:guest@127.0.0.1:15672")
+TEAM = "bench"
 
 
 class Platform:
-    def __init__(self, run_id: str, env: dict, web_url: str, token: str):
-        self.run_id, self.env, self.url, self.token = run_id, env, web_url, token
+    def __init__(self, run_id: str, env: dict, web_url: str, key: str):
+        self.run_id, self.env, self.url, self.key = run_id, env, web_url, key
         self.session = requests.Session()
-        self.session.headers["Authorization"] = f"Token {token}"
+        self.session.headers["Authorization"] = f"Bearer {key}"
         self.workers: list[Worker] = []
         self._sql, self._sql_lock = None, threading.Lock()
 
@@ -78,6 +80,13 @@ def manage(env: dict, *args: str) -> str:
     return result.stdout
 
 
+def team_with_key(env: dict, team: str, *team_args: str) -> str:
+    """Make ``team`` (create_team ``team_args``) and a key of it with every scope: the key, which
+    create_api_key prints alone on its last line."""
+    manage(env, "create_team", team, *team_args)
+    return manage(env, "create_api_key", "--team", team, "--scope", "all", "--name", team).splitlines()[-1]
+
+
 def django_env(run_id: str, database_url: str, settings: str = "delayplatform.settings", **overrides) -> dict:
     """The environment of manage.py, gunicorn and workers pointed at the run's database."""
     return {
@@ -88,7 +97,10 @@ def django_env(run_id: str, database_url: str, settings: str = "delayplatform.se
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "LOG_LEVEL": "WARNING",
         "TEST_DB_CONN_MAX_AGE": "60",  # with settings_test: keep connections, as production (DB_CONN_MAX_AGE)
-        "DELAY_API_RATE": "off",  # the bench measures the platform, not the per-user rate limit
+        # the bench measures the platform, not its rate limits (per user, per team, per key)
+        "DELAY_API_RATE": "off",
+        "DELAY_TEAM_API_RATE": "off",
+        "DELAY_KEY_API_RATE": "off",
         **overrides,
     }
 
@@ -113,10 +125,11 @@ def platform(web_workers: int = 4, broker_url: str | None = None, settings: str 
             manage(env, "migrate", "--noinput")
             manage(env, "provision_delays", "--version", "all")
             manage(env, "shell", "-c", "from django.contrib.auth.models import User; "
-                   "User.objects.create_superuser('bench', '', 'x')")
-            token = manage(env, "drf_create_token", "bench").split()[2]
+                   "User.objects.create_superuser('bench', '', 'x')")  # for the admin's pages
+            # granted what the default team is: every Celery task the platform's allowlist allows
+            key = team_with_key(env, TEAM, "--allow-task", "*")
             if not web_workers:
-                p = Platform(run_id, env, "", token)
+                p = Platform(run_id, env, "", key)
                 yield p
                 return
             port = free_port()
@@ -135,7 +148,7 @@ def platform(web_workers: int = 4, broker_url: str | None = None, settings: str 
                     return False
 
             wait_until(up, 60, 0.2, "gunicorn")
-            p = Platform(run_id, env, url, token)
+            p = Platform(run_id, env, url, key)
             p.web_pid = web.pid  # gunicorn's master (bench.cluster_failover dumps its workers' stacks)
             yield p
         finally:

@@ -18,7 +18,7 @@ from .delivery.flow import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
 from .lifecycle import Status
 from .queries import ScheduledMessageQuerySet, loaded_instance
 from .teams.models import ApiKey, Membership, Team, default_team_id  # noqa: F401  (registers them)
-from .audit.models import AuditEvent  # noqa: F401  (registers it)
+from .audit.models import AuditArchiveFile, AuditEvent  # noqa: F401  (registers them)
 
 
 class TopologyVersion(models.Model):

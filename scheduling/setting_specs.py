@@ -618,7 +618,8 @@ SPECS: tuple[Spec, ...] = (
         Spec("DELAY_KEY_API_RATE", ApiRate(), "5000/second", "API requests of each API key, or `off`",
              "100/second", conf=True),
         Spec("DELAY_AUDIT_RETENTION", Duration(), "400d", "how long the audit log keeps a change in PostgreSQL "
-             "before the prune archives it ([Teams](../guides/teams.md#the-audit-log))", "730d", conf=True),
+             "before the prune archives it ([Teams](../guides/teams.md#the-audit-log); its archive: "
+             "[History](../operations/retention.md#the-audit-log))", "730d", conf=True),
     ),
     *_group(
         "Metrics and health",
@@ -663,16 +664,18 @@ SPECS: tuple[Spec, ...] = (
         Spec("DELAY_FAILED_RETENTION", Duration(), "30d", "the same for failed messages, which people may still "
              "republish", "90d", conf=True),
         Spec("DELAY_ARCHIVE_DIR", Directory(optional=True), "", "where finished messages go before they leave the "
-             "table (Parquet, a `due_date=YYYY-MM-DD` directory per day); one per database", "/srv/delay/archive",
+             "table (Parquet, a `due_date=YYYY-MM-DD` directory per day), and the audit log's changes (in "
+             "`_audit/`); one per database", "/srv/delay/archive",
              conf=True, shown_default="`$ACCURACY_REPORT_DIR/archive`"),
         Spec("DELAY_ARCHIVE_PAYLOADS", Boolean(), "on", "keep each message's payload in the archive (`off`: the "
              "column is empty)", "off", conf=True),
         Spec("DELAY_ARCHIVE_RETENTION", Duration(off=True), "400d", "days of the archive older than this are "
-             "deleted by the prune, or `off` to keep them for ever", "off", conf=True),
+             "deleted by the prune (the audit log's: this long after they left the table), or `off` to keep them "
+             "for ever", "off", conf=True),
         Spec("DELAY_PRUNE_EVERY", Duration(off=True), "1h", "how often beat runs the prune, or `off` (then only "
              "`manage.py prune_messages`)", "15m"),
-        Spec("DELAY_PRUNE_BATCH", Integer(min=1), "100000", "messages archived into one file and deleted in one "
-             "transaction", "20000", conf=True),
+        Spec("DELAY_PRUNE_BATCH", Integer(min=1), "100000", "messages (or audit log rows) archived and deleted in "
+             "one transaction", "20000", conf=True),
     ),
 )
 BY_KEY: dict[str, Spec] = {spec.key: spec for spec in SPECS}

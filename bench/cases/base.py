@@ -91,7 +91,7 @@ class Bench:
         """The answers' bodies, unparsed, from ``clients`` keep-alive connections (http.client:
         the load generator shares these 2 cores, and requests' reading cost it ~50 µs a message)."""
         host, port = self.p.url.split("//")[1].split(":")
-        headers = {"Content-Type": "application/json", "Authorization": f"Token {self.p.token}"}
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {self.p.key}"}
         local = threading.local()
 
         def one(body: bytes) -> bytes:

@@ -42,7 +42,12 @@ def _scope(request) -> TeamIds:
 
 def _chosen_team(request) -> str | None:
     team = request.GET.get("team")
-    return team if team and team != ALL else None
+    return team if team and team != ALL and _storable(team) else None
+
+
+def _storable(value: str) -> bool:
+    """PostgreSQL text holds no NUL: such a value matches no row (and must not reach a query)."""
+    return "\x00" not in value
 
 
 class _DimensionFilter(admin.SimpleListFilter):
@@ -57,7 +62,11 @@ class _DimensionFilter(admin.SimpleListFilter):
         return [(ALL, "all (rollup rows)"), *((value, value) for value in values)]
 
     def queryset(self, request, queryset):
-        return queryset.filter(**{self.parameter_name: self.value()}) if self.value() else queryset
+        if not self.value():
+            return queryset
+        if not _storable(self.value()):
+            return queryset.none()
+        return queryset.filter(**{self.parameter_name: self.value()})
 
 
 class TeamFilter(_DimensionFilter):
@@ -214,6 +223,8 @@ class AccuracyReportAdmin(ControlRoomAdmin):
         last CHART_DAYS days with reports), the chosen team (else: an operator's platform-wide
         rows, a member's team) and endpoint, version, mode or bucket (else all)."""
         params, scope = request.GET, _scope(request)
+        if not all(_storable(params.get(name, "")) for name in ("team", *GROUP_DIMENSIONS)):
+            return {"accuracy_charts": [], "accuracy_problems": []}  # a selection no row can match
         last = _iso_day(params.get("day__lt"))
         last = last - timedelta(days=1) if last else accuracy_report_get_latest_day(team_ids=scope)
         if last is None:

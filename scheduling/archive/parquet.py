@@ -1,4 +1,5 @@
-"""Message rows from PostgreSQL to Parquet, for the archive and for the report's export.
+"""Message rows from PostgreSQL to Parquet, for the archive and for the report's export (and the
+audit log's rows, for its archive).
 
 Rows arrive through ``COPY (SELECT ...) TO STDOUT`` and pyarrow parses that CSV stream block by
 block, so memory stays flat however many rows a query has. A file is written beside its final
@@ -45,15 +46,21 @@ def message_batches(*, where: str, params, payloads: bool) -> Iterator[pa.Record
     """Batches of columns.SCHEMA plus the ``due_date`` of each row, for the rows of ``where``
     (SQL over columns.M). Run inside a transaction (the caller's: a snapshot, locks): it sets the
     time zone locally."""
-    sql = columns.select_sql(where=where, payloads=payloads)
     kinds = {name: kind for name, (_, kind) in columns.COLUMNS.items()} | {columns.DAY_COLUMN: pa.date32()}
+    shards = conf().shards
+    for batch in copy_batches(sql=columns.select_sql(where=where, payloads=payloads), params=params, kinds=kinds):
+        yield _with_shard(batch, shards)
+
+
+def copy_batches(*, sql: str, params, kinds: dict[str, pa.DataType]) -> Iterator[pa.RecordBatch]:
+    """The rows of ``sql`` (its columns typed by ``kinds``) streamed through COPY, batch by batch.
+    Inside a transaction only: it sets the time zone locally."""
     convert = pa_csv.ConvertOptions(
         column_types=kinds,
         # FORCE_QUOTE below quotes every value, so only an unquoted empty field is NULL: an empty
         # string stays "" and a last_error that reads NULL stays text
         null_values=[""], strings_can_be_null=True, quoted_strings_can_be_null=False,
     )
-    shards = conf().shards
     with connection.cursor() as cursor, connection.wrap_database_errors:
         cursor.execute("SET LOCAL TIME ZONE 'UTC'")
         copy_sql = f"COPY ({sql}) TO STDOUT (FORMAT csv, HEADER true, FORCE_QUOTE *)"
@@ -64,8 +71,7 @@ def message_batches(*, where: str, params, payloads: bool) -> Iterator[pa.Record
                 parse_options=pa_csv.ParseOptions(newlines_in_values=True),  # payloads, errors
                 convert_options=convert,
             )
-            for batch in reader:
-                yield _with_shard(batch, shards)
+            yield from reader
 
 
 def _with_shard(batch: pa.RecordBatch, shards: dict[str, int]) -> pa.RecordBatch:
@@ -83,13 +89,12 @@ def _with_shard(batch: pa.RecordBatch, shards: dict[str, int]) -> pa.RecordBatch
 SCHEMA_WITH_DAY = columns.SCHEMA.append(pa.field(columns.DAY_COLUMN, pa.date32()))
 
 
-def split_by_day(table: pa.Table | pa.RecordBatch) -> dict:
-    """{day: that day's rows without the due_date column}, days in order."""
+def split_by_day(table: pa.Table | pa.RecordBatch, day_column: str = columns.DAY_COLUMN) -> dict:
+    """{day: that day's rows without the day column (due_date)}, days in order."""
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
-    days = sorted(pc.unique(table.column(columns.DAY_COLUMN)).to_pylist())
-    return {day: table.filter(pc.equal(table.column(columns.DAY_COLUMN), day)).drop_columns([columns.DAY_COLUMN])
-            for day in days}
+    days = sorted(pc.unique(table.column(day_column)).to_pylist())
+    return {day: table.filter(pc.equal(table.column(day_column), day)).drop_columns([day_column]) for day in days}
 
 
 def without_day(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -108,12 +113,10 @@ class DurableFile:
     it. Raises ArchiveWriteError if anything fails or differs."""
 
     def __init__(self, final: Path, schema: pa.Schema = columns.SCHEMA):
-        self.final, self.temp = final, temp_name(final)
+        self.final, self.temp, self.schema = final, temp_name(final), schema
         self.rows, self._ids = 0, []
         try:
-            if not final.parent.exists():
-                final.parent.mkdir(parents=True, exist_ok=True)
-                _fsync_dir(final.parent.parent)
+            _make_dirs(final.parent)
             self._writer = pq.ParquetWriter(self.temp, schema, compression=COMPRESSION)
         except (OSError, pa.ArrowException) as exc:
             raise ArchiveWriteError(f"cannot write {final}: {exc}") from None
@@ -154,7 +157,7 @@ class DurableFile:
         rows = pq.read_metadata(self.temp).num_rows
         if rows != self.rows:
             raise ArchiveWriteError(f"{self.temp} reads back {rows} rows, not {self.rows}")
-        written = pa.chunked_array(self._ids, pa.string()).combine_chunks()
+        written = pa.chunked_array(self._ids, self.schema.field("id").type).combine_chunks()
         if not pq.read_table(self.temp, columns=["id"]).column("id").combine_chunks().equals(written):
             raise ArchiveWriteError(f"{self.temp} reads back other ids than were written")
 
@@ -165,6 +168,18 @@ def _fsync_file(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _make_dirs(path: Path) -> None:
+    """``path`` and whichever of its parents are missing, each new one flushed into its parent
+    (``_audit/at_date=...`` may be two new levels)."""
+    missing = []
+    while not path.exists():
+        missing.append(path)
+        path = path.parent
+    for directory in reversed(missing):
+        directory.mkdir(exist_ok=True)
+        _fsync_dir(directory.parent)
 
 
 def _fsync_dir(path: Path) -> None:

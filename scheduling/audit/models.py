@@ -1,12 +1,51 @@
 """The audit log: one row per change made through the API, the admin or a command, written in
 the transaction of the change. Append-only: a trigger (migration 0019) refuses every UPDATE, and
 every DELETE but the prune's. Who and which team are copied as values, not foreign keys: the log
-outlives users, keys and teams, and a foreign key's SET NULL would be an update."""
+outlives users, keys and teams, and a foreign key's SET NULL would be an update.
+
+Rows older than DELAY_AUDIT_RETENTION go to the archive (AuditArchiveFile), pruned like messages:
+services/retention.py."""
 
 from __future__ import annotations
 
-from django.db import models
+from django.db import connection, models
 from django.utils import timezone
+
+from ..conf import setting_name
+
+# The batch the prune has locked, kept server-side for its transaction (as queries.PRUNE_BATCH is
+# for messages): the archive's COPY and the DELETE join it.
+AUDIT_PRUNE_BATCH = "dp_audit_prune_batch"
+
+
+class AuditEventQuerySet(models.QuerySet):
+    def lock_prune_batch(self, candidates: models.QuerySet, *, limit: int) -> tuple[int, tuple | None]:
+        """Lock up to ``limit`` of ``candidates`` (in at, id order; rows another transaction holds
+        are skipped) into this transaction's batch table; returns how many and the (at, id) of
+        the last. Inside a transaction only."""
+        locked = (candidates.order_by("at", "id").select_for_update(skip_locked=True)
+                  .values_list("id", "at")[:limit])
+        sql, params = locked.query.sql_with_params()
+        with connection.cursor() as cursor:
+            cursor.execute(f"CREATE TEMP TABLE IF NOT EXISTS {AUDIT_PRUNE_BATCH} "
+                           "(id bigint PRIMARY KEY, at timestamptz NOT NULL) ON COMMIT DELETE ROWS")
+            cursor.execute(f"WITH locked AS ({sql}) INSERT INTO {AUDIT_PRUNE_BATCH} (id, at) "
+                           "SELECT * FROM locked", params)
+            count = cursor.rowcount
+            cursor.execute(f"SELECT at, id FROM {AUDIT_PRUNE_BATCH} ORDER BY at DESC, id DESC LIMIT 1")
+            return count, cursor.fetchone()
+
+    def delete_prune_batch(self) -> int:
+        """Delete the rows of this transaction's batch table; returns how many went. The trigger
+        lets this one statement through: ``dp.audit_prune`` is on for it and off again after it
+        (SET LOCAL would last to the end of an enclosing transaction)."""
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('dp.audit_prune', 'on', true)")
+            cursor.execute(f"DELETE FROM {self.model._meta.db_table} a USING {AUDIT_PRUNE_BATCH} b "
+                           "WHERE a.id = b.id")
+            deleted = cursor.rowcount
+            cursor.execute("SELECT set_config('dp.audit_prune', 'off', true)")
+            return deleted
 
 
 class AuditEvent(models.Model):
@@ -34,6 +73,8 @@ class AuditEvent(models.Model):
     user_agent = models.CharField(max_length=512, blank=True)
     request_id = models.CharField(max_length=64, blank=True)
 
+    objects = AuditEventQuerySet.as_manager()
+
     class Meta:
         ordering = ["-at", "-id"]
         indexes = [
@@ -43,3 +84,21 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {self.object_repr}"
+
+
+class AuditArchiveFile(models.Model):
+    """One Parquet file of the audit log's archive (``_audit/`` in DELAY_ARCHIVE_DIR), listed in
+    the transaction that deleted its rows, as ArchiveFile is for messages; a table of its own so
+    that nothing reading the messages' list (the accuracy report) ever reads an audit file."""
+
+    path = models.CharField(max_length=255, unique=True, help_text=f"relative to {setting_name('archive_dir')}")
+    day = models.DateField(db_index=True, help_text="the date (UTC) its changes were made on")
+    rows = models.PositiveBigIntegerField()
+    bytes = models.PositiveBigIntegerField()
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        ordering = ["day", "path"]
+
+    def __str__(self) -> str:
+        return self.path

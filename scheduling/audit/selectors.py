@@ -24,3 +24,8 @@ def audit_list(*, caller: Caller, team: str | None = None, action: str | None = 
         if value not in (None, ""):
             rows = rows.filter(**{field: value})
     return rows.order_by("-at", "-id")
+
+
+def audit_list_past_retention(*, cutoff: datetime) -> QuerySet:
+    """Rows made before ``cutoff`` (now - DELAY_AUDIT_RETENTION): the prune archives and deletes them."""
+    return AuditEvent.objects.filter(at__lt=cutoff).order_by()

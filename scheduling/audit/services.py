@@ -50,9 +50,12 @@ def audit_values(*, obj: models.Model, fields=None) -> dict:
     return values
 
 
+UNCHANGING = frozenset({"updated_at"})  # a save's own stamp, not a change anyone made
+
+
 def audit_changed(*, before: dict, after: dict) -> tuple[dict, dict]:
     """Only what differs, both sides (an update's audit row names what it changed)."""
-    keys = [k for k in after if before.get(k) != after.get(k)]
+    keys = [k for k in after if k not in UNCHANGING and before.get(k) != after.get(k)]
     return {k: before.get(k) for k in keys}, {k: after[k] for k in keys}
 
 

@@ -5,7 +5,8 @@ Counted where the event is decided, once its transaction has committed: a delive
 rolls back is tried again and must not count twice. Each process counts its own (the web server's
 gunicorn workers, a Celery worker's main process with the delivery loop and its prefork
 children); with ``PROMETHEUS_MULTIPROC_DIR`` set they are summed at scrape time
-(metrics_http.py). Labels are names (endpoint, version), looked up once per process: neither an endpoint's nor a version's name ever changes.
+(metrics_http.py). Labels are names (team, endpoint, version), looked up once per process: none of
+them ever changes. An endpoint's name is unique only within its team, hence the team.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from . import label_names
 
 log = logging.getLogger(__name__)
 
-BY_MESSAGE = ("endpoint", "version")
+BY_MESSAGE = ("team", "endpoint", "version")
 # 1 ms to 1 h: a healthy cascade is a few ms late, a busy one seconds; beyond an hour is an outage.
 LATENESS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                     300.0, 900.0, 1800.0, 3600.0)
@@ -93,7 +94,7 @@ def record(events: list[Counted]) -> None:
     try:
         label_names.learn([e.row for e in events])
     except DatabaseError as exc:
-        log.warning("metrics: endpoint and version names not read (%s); ids used as labels", exc)
+        log.warning("metrics: team, endpoint and version names not read (%s); ids used as labels", exc)
     tally = Tally()
     for event in events:
         labels = label_names.of(event.row)

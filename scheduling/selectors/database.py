@@ -597,8 +597,10 @@ def message_table_is_autovacuumed() -> bool:
 # --- metrics (observability/metrics.py, metrics_figures.py) ------------------------------------
 
 
-def endpoint_get_names(*, ids) -> dict[int, str]:
-    return dict(Endpoint.objects.filter(id__in=ids).values_list("id", "name"))
+def endpoint_get_names(*, ids) -> dict[int, tuple[str, str]]:
+    """Endpoint id -> (its team's name, its name), in one query."""
+    return {id_: (team, name) for id_, team, name
+            in Endpoint.objects.filter(id__in=ids).values_list("id", "team__name", "name")}
 
 
 def topology_version_get_names(*, ids) -> dict[int, str]:

@@ -1,11 +1,12 @@
 """One INFO line per delivery, under the logger ``scheduling.deliveries`` (its level is the
-setting LOG_DELIVERIES_LEVEL: WARNING silences it). With LOG_FORMAT=json each line carries
-``message_id``, ``endpoint``, ``version``, ``lateness_ms``, ``attempt`` and ``worker`` as fields.
+setting LOG_DELIVERIES_LEVEL: WARNING silences it), naming the endpoint as ``team/endpoint`` (a
+name is unique only within its team). With LOG_FORMAT=json each line carries ``message_id``,
+``team``, ``endpoint``, ``version``, ``lateness_ms``, ``attempt`` and ``worker`` as fields.
 
-Written once the batch's transaction commits (never for one rolled back). Endpoint and version
-names are learnt once per process (a query for ids not seen before), so the delivery loop's hot
-path pays no query; at thousands of deliveries a second the lines themselves cost a few percent of
-a worker's CPU."""
+Written once the batch's transaction commits (never for one rolled back). Team, endpoint and
+version names are learnt once per process (a query for ids not seen before), so the delivery
+loop's hot path pays no query; at thousands of deliveries a second the lines themselves cost a few
+percent of a worker's CPU."""
 
 from __future__ import annotations
 
@@ -24,9 +25,10 @@ def _write(messages, by: str) -> None:
     except DatabaseError:  # the lines still go out, with ids for names
         pass
     for message in messages:
-        endpoint, version = label_names.of(message)
-        log.info("delivered %s to %s (%s), %s ms late", message.id, endpoint, version, message.lateness_ms,
-                 extra={"message_id": str(message.id), "endpoint": endpoint, "version": version,
+        team, endpoint, version = label_names.of(message)
+        log.info("delivered %s to %s/%s (%s), %s ms late", message.id, team, endpoint, version,
+                 message.lateness_ms,
+                 extra={"message_id": str(message.id), "team": team, "endpoint": endpoint, "version": version,
                         "lateness_ms": message.lateness_ms, "attempt": message.attempts, "worker": by})
 
 

@@ -10,6 +10,11 @@ rows are still in the table and the file is not listed: the next prune removes s
 before it writes anything, so no message is lost and none is archived twice. One prune runs at
 a time per database (an advisory lock, released by PostgreSQL when its session dies): a second
 one started meanwhile (two beats) does nothing.
+
+The audit log goes the same way, in the same run: rows older than DELAY_AUDIT_RETENTION are
+archived (``_audit/`` in the archive, listed in AuditArchiveFile) and deleted in batches, the
+trigger letting that DELETE alone through. Its archive keeps a day DELAY_ARCHIVE_RETENTION after
+the day left the table.
 """
 
 from __future__ import annotations
@@ -27,7 +32,9 @@ from django.db.models import Q
 from django.utils import timezone
 from uuid_utils.compat import uuid7
 
-from ..archive import columns, parquet
+from ..archive import audit_columns, columns, parquet
+from ..audit.models import AUDIT_PRUNE_BATCH, AuditArchiveFile, AuditEvent
+from ..audit.selectors import audit_list_past_retention
 from ..conf import conf, setting_name
 from ..durations import format_duration
 from ..lifecycle import Status
@@ -45,7 +52,7 @@ log = logging.getLogger(__name__)
 PRUNE_LOCK = int.from_bytes(b"dp.prune", "big") & (2**63 - 1)  # pg advisory lock key (bigint)
 FILE_PREFIX, FILE_SUFFIX = "part-", ".parquet"
 
-Progress = Callable[[int, int], None]  # (messages done, messages to do)
+Progress = Callable[[int, int], None]  # (done, to do): messages, or the audit log's rows
 
 
 class PruneError(Exception):
@@ -66,6 +73,12 @@ class PruneResult:
     orphans_removed: int = 0  # files of killed runs, removed before writing
     archive_days_removed: int = 0  # days past DELAY_ARCHIVE_RETENTION
     report_rows_removed: int = 0  # accuracy report rows of those days
+    audit_candidates: int = 0  # audit rows older than DELAY_AUDIT_RETENTION when the run started
+    audit_archived: int = 0
+    audit_deleted: int = 0
+    audit_files: int = 0
+    audit_archive_bytes: int = 0
+    audit_days_removed: int = 0  # days of the audit archive past DELAY_ARCHIVE_RETENTION
     vacuumed: bool = False  # the prune vacuumed the table itself (the server's autovacuum is off)
     seconds: float = 0.0
 
@@ -93,10 +106,10 @@ def _prune_rules(now: datetime) -> list[tuple[Status, datetime]]:
             (Status.FAILED, now - settings.failed_retention)]
 
 
-def message_prune(*, now: datetime | None = None, dry_run: bool = False,
-                   progress: Progress | None = None) -> PruneResult:
-    """Archive, then delete, every finished message past its retention (see the module's doc).
-    ``dry_run`` counts what would go and changes nothing."""
+def message_prune(*, now: datetime | None = None, dry_run: bool = False, progress: Progress | None = None,
+                  audit_progress: Progress | None = None) -> PruneResult:
+    """Archive, then delete, every finished message past its retention, and the audit log's rows
+    past theirs (see the module's doc). ``dry_run`` counts what would go and changes nothing."""
     started = time.monotonic()
     now = now or timezone.now()
     result = PruneResult(dry_run=dry_run)
@@ -107,17 +120,22 @@ def message_prune(*, now: datetime | None = None, dry_run: bool = False,
         rules = _prune_rules(now)
         result.kept_in_flight = message_count_in_flight_created_before(cutoff=max(cutoff for _, cutoff in rules))
         result.candidates = sum(message_list_past_retention(status=s, cutoff=c).count() for s, c in rules)
+        result.audit_candidates = audit_list_past_retention(cutoff=now - conf().audit_retention).count()
         per_row = message_table_get_bytes_per_row()
         if dry_run:
             result.reusable_bytes = round(result.candidates * per_row) if per_row else 0
         else:
-            _prune(rules, now, result, progress or (lambda done, total: None))
+            _prune(rules, now, result, progress or _quiet, audit_progress or _quiet)
             result.reusable_bytes = round(result.deleted * per_row) if per_row else 0
     result.seconds = time.monotonic() - started
     return result
 
 
-def _prune(rules, now: datetime, result: PruneResult, progress: Progress) -> None:
+def _quiet(done: int, total: int) -> None:
+    pass
+
+
+def _prune(rules, now: datetime, result: PruneResult, progress: Progress, audit_progress: Progress) -> None:
     settings = conf()
     archive = settings.archive_dir
     try:
@@ -138,7 +156,9 @@ def _prune(rules, now: datetime, result: PruneResult, progress: Progress) -> Non
             progress(result.deleted, max(result.candidates, result.deleted))
             log.info("pruned %s: %d messages archived to %s and deleted (%d/%d)", status, batch.rows,
                      ", ".join(f.path for f in batch.files), result.deleted, result.candidates)
+    _audit_prune(now, archive, result, audit_progress)
     result.archive_days_removed = archive_expire_days(now=now, archive=archive)
+    result.audit_days_removed = audit_archive_expire_days(now=now, archive=archive)
     result.report_rows_removed = accuracy_report_expire(now=now)
     _expired_sessions_remove()
     # bulk actions (operators', not traffic's) go with the longest retention of the messages they changed
@@ -147,11 +167,26 @@ def _prune(rules, now: datetime, result: PruneResult, progress: Progress) -> Non
         result.vacuumed = message_table_vacuum_unattended()
 
 
+def _audit_prune(now: datetime, archive: Path, result: PruneResult, progress: Progress) -> None:
+    settings = conf()
+    cutoff, after = now - settings.audit_retention, None
+    progress(0, result.audit_candidates)
+    while batch := audit_prune_batch(cutoff=cutoff, after=after, limit=settings.prune_batch, archive=archive):
+        after = batch.last
+        result.audit_archived += batch.rows
+        result.audit_deleted += batch.rows
+        result.audit_files += len(batch.files)
+        result.audit_archive_bytes += sum(f.bytes for f in batch.files)
+        progress(result.audit_deleted, max(result.audit_candidates, result.audit_deleted))
+        log.info("pruned the audit log: %d rows archived to %s and deleted (%d/%d)", batch.rows,
+                 ", ".join(f.path for f in batch.files), result.audit_deleted, result.audit_candidates)
+
+
 @dataclass(frozen=True)
 class Batch:
     rows: int
-    files: list[ArchiveFile]
-    last: tuple[datetime, object]  # (created_at, id) of its last row: where the next batch starts
+    files: list[ArchiveFile] | list[AuditArchiveFile]
+    last: tuple[datetime, object]  # (created_at, id) of its last row, (at, id) for audit: where the next starts
 
 
 def message_prune_batch(*, status: Status, cutoff: datetime, after, limit: int, archive: Path,
@@ -182,24 +217,34 @@ def archive_write(*, rows: int, archive: Path, payloads: bool) -> list[ArchiveFi
     """The ``rows`` rows of the batch the caller locked, in durable files, one per due date,
     streamed; unsaved ArchiveFile rows describe them."""
     where = f'{columns.M}."id" IN (SELECT id FROM {PRUNE_BATCH})'
+    written = _write_days(parquet.message_batches(where=where, params=[], payloads=payloads), rows=rows,
+                          what="messages", archive=archive, partition=columns.partition_name)
+    return [ArchiveFile(path=path, day=day, rows=count, bytes=size) for day, path, count, size in written]
+
+
+def _write_days(batches, *, rows: int, what: str, archive: Path, partition: Callable,
+                day_column: str = columns.DAY_COLUMN, schema=columns.SCHEMA) -> list[tuple]:
+    """``batches`` (each row with its day last) in durable files, one per day under
+    ``partition(day)``, all of one name; [(day, path relative to the archive, rows, bytes)].
+    Checks that the ``rows`` rows of the batch came back; on any failure, removes what it wrote."""
     name = f"{FILE_PREFIX}{uuid7().hex}{FILE_SUFFIX}"  # time-ordered: a day's files list in the order written
     files: dict = {}  # day -> parquet.DurableFile
     try:
-        for batch in parquet.message_batches(where=where, params=[], payloads=payloads):
-            for day, part in parquet.split_by_day(batch).items():
+        for batch in batches:
+            for day, part in parquet.split_by_day(batch, day_column).items():
                 if day not in files:
-                    files[day] = parquet.DurableFile(archive / columns.partition_name(day) / name)
+                    files[day] = parquet.DurableFile(archive / partition(day) / name, schema)
                 files[day].write(part)
         read = sum(f.rows for f in files.values())
         if read != rows:
-            raise PruneError(f"read {read} of the {rows} locked messages back; nothing was deleted")
+            raise PruneError(f"read {read} of the {rows} locked {what} back; nothing was deleted")
         sizes = {day: durable.finish() for day, durable in files.items()}
     except (parquet.ArchiveWriteError, PruneError) as exc:
         for durable in files.values():
             durable.abort()
             durable.final.unlink(missing_ok=True)
         raise PruneError(str(exc)) from None
-    return [ArchiveFile(path=str(durable.final.relative_to(archive)), day=day, rows=durable.rows, bytes=sizes[day])
+    return [(day, str(durable.final.relative_to(archive)), durable.rows, sizes[day])
             for day, durable in files.items()]
 
 
@@ -211,18 +256,68 @@ def archive_commit(*, files: list[ArchiveFile], rows: int) -> None:
         raise PruneError(f"deleted {deleted} of the {rows} archived messages; rolled back")
 
 
+def audit_prune_batch(*, cutoff: datetime, after, limit: int, archive: Path) -> Batch | None:
+    """message_prune_batch for the audit log: one transaction locks up to ``limit`` rows made
+    before the cutoff (in at, id order, after ``after``), archives them, lists the files and
+    deletes the rows; None when none are left."""
+    with transaction.atomic():
+        candidates = audit_list_past_retention(cutoff=cutoff)
+        if after is not None:
+            at, last_id = after
+            candidates = candidates.filter(Q(at__gt=at) | Q(at=at, id__gt=last_id), at__gte=at)
+        count, last = AuditEvent.objects.lock_prune_batch(candidates, limit=limit)
+        if not count:
+            return None
+        files = audit_archive_write(rows=count, archive=archive)
+        try:
+            audit_archive_commit(files=files, rows=count)
+        except BaseException:
+            for f in files:  # not committed: the rows stay, their files go (else the next prune's orphans)
+                (archive / f.path).unlink(missing_ok=True)
+            raise
+    return Batch(count, files, last)
+
+
+def audit_archive_write(*, rows: int, archive: Path) -> list[AuditArchiveFile]:
+    """The ``rows`` audit rows of the batch the caller locked, in durable files, one per day of
+    ``at``, streamed; unsaved AuditArchiveFile rows describe them."""
+    sql = audit_columns.select_sql(where=f'{audit_columns.A}."id" IN (SELECT id FROM {AUDIT_PRUNE_BATCH})')
+    written = _write_days(parquet.copy_batches(sql=sql, params=[], kinds=audit_columns.KINDS), rows=rows,
+                          what="audit rows", archive=archive, partition=audit_columns.partition_name,
+                          day_column=audit_columns.DAY_COLUMN, schema=audit_columns.SCHEMA)
+    return [AuditArchiveFile(path=path, day=day, rows=count, bytes=size) for day, path, count, size in written]
+
+
+def audit_archive_commit(*, files: list[AuditArchiveFile], rows: int) -> None:
+    """List the files and delete the batch's audit rows, in the caller's transaction."""
+    AuditArchiveFile.objects.bulk_create(files)
+    deleted = AuditEvent.objects.delete_prune_batch()
+    if deleted != rows:
+        raise PruneError(f"deleted {deleted} of the {rows} archived audit rows; rolled back")
+
+
 def archive_remove_orphans(*, archive: Path) -> int:
     """Remove what killed prunes left: temporary files, and files no committed batch lists (their
-    rows are still in the table). Only under the prune lock: no other prune is writing."""
+    rows are still in the table), the messages' and the audit log's. Only under the prune lock:
+    no other prune is writing."""
+    removed = _remove_orphans(archive, archive.glob(f"{columns.DAY_COLUMN}=*"), ArchiveFile)
+    audit = archive / audit_columns.DIRECTORY
+    removed += _remove_orphans(archive, audit.glob(f"{audit_columns.DAY_COLUMN}=*"), AuditArchiveFile)
+    _remove_if_empty(audit)
+    return removed
+
+
+def _remove_orphans(archive: Path, day_dirs, listing) -> int:
     removed = 0
-    for day_dir in sorted(archive.glob(f"{columns.DAY_COLUMN}=*")):
+    for day_dir in sorted(day_dirs):
         if not day_dir.is_dir():
             continue
-        listed = set(ArchiveFile.objects.filter(path__startswith=f"{day_dir.name}/").values_list("path", flat=True))
+        prefix = day_dir.relative_to(archive).as_posix()
+        listed = set(listing.objects.filter(path__startswith=f"{prefix}/").values_list("path", flat=True))
         for entry in day_dir.iterdir():
             temporary = entry.name.startswith(f".{FILE_PREFIX}") and entry.name.endswith(".tmp")
             unlisted = (entry.name.startswith(FILE_PREFIX) and entry.name.endswith(FILE_SUFFIX)
-                        and f"{day_dir.name}/{entry.name}" not in listed)
+                        and f"{prefix}/{entry.name}" not in listed)
             if temporary or unlisted:
                 entry.unlink()
                 removed += 1
@@ -237,7 +332,23 @@ def archive_expire_days(*, now: datetime, archive: Path) -> int:
     retention = conf().archive_retention
     if retention is None:
         return 0
-    old = ArchiveFile.objects.filter(day__lt=(now - retention).date())
+    return _expire(ArchiveFile.objects.filter(day__lt=(now - retention).date()), archive)
+
+
+def audit_archive_expire_days(*, now: datetime, archive: Path) -> int:
+    """The audit archive's days that left the table DELAY_ARCHIVE_RETENTION ago (made before now -
+    DELAY_AUDIT_RETENTION - DELAY_ARCHIVE_RETENTION): counted from ``at`` alone, the two default
+    400 days would delete each day as soon as it is archived."""
+    settings = conf()
+    if settings.archive_retention is None:
+        return 0
+    cutoff = now - settings.audit_retention - settings.archive_retention
+    days = _expire(AuditArchiveFile.objects.filter(day__lt=cutoff.date()), archive)
+    _remove_if_empty(archive / audit_columns.DIRECTORY)
+    return days
+
+
+def _expire(old, archive: Path) -> int:
     expired = list(old.values_list("path", flat=True))
     if not expired:
         return 0

@@ -4,6 +4,7 @@ tokens). An unknown, revoked or expired key is a 401; what a live key may do is 
 
 from __future__ import annotations
 
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
 from .models import ApiKey
@@ -59,3 +60,15 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request):
         return 'Bearer realm="api"'
+
+
+class ApiKeyScheme(OpenApiAuthenticationExtension):
+    """The key as the OpenAPI schema names it: HTTP bearer."""
+
+    target_class = ApiKeyAuthentication
+    name = "apiKey"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer",
+                "description": "an API key (python manage.py create_api_key, the admin, or POST /api/keys/): "
+                               "Authorization: Bearer <key>"}

@@ -36,7 +36,7 @@ def test_operator_creates_an_endpoint_schedules_a_message_and_watches_it_deliver
     browser.screenshot("03-endpoint-add")
     browser.submit('input[name="_save"]')
     assert f"Created and bound: {endpoint_name}" in browser.messages()
-    assert f"#.{endpoint_name}" in endpoint_keys_on_broker()
+    assert f"#.default--{endpoint_name}" in endpoint_keys_on_broker()  # the default team's queue
     browser.open("/admin/scheduling/endpoint/").screenshot("04-endpoints")
     # flow control on its form: a concurrency limit on an endpoint with no calls is refused, a rate is kept
     endpoint = Endpoint.objects.get(name=endpoint_name)
@@ -54,7 +54,7 @@ def test_operator_creates_an_endpoint_schedules_a_message_and_watches_it_deliver
     browser.screenshot("04b-endpoint-flow-control")
 
     browser.open("/admin/scheduling/scheduledmessage/add/")
-    browser.fill(endpoint=endpoint_name, payload='{"order": 42}', delay_seconds="8")
+    browser.fill(endpoint=endpoint.pk, payload='{"order": 42}', delay_seconds="8")
     browser.screenshot("05-schedule-form")
     browser.submit('input[name="_save"]')
     assert any(m.startswith("Scheduled: ") for m in browser.messages()), browser.messages()
@@ -119,8 +119,9 @@ def test_operator_cancels_a_message_and_sees_it_in_flight_on_its_level(
     assert int(browser.find(cell).text) >= 1 and depth["messages"] >= 1
     assert "524288 seconds" in browser.find(f'#dp-levels tr[data-level="{level}"]').text
     assert "CC keys" in browser.find("#dp-routing").text
-    row = next(r for r in browser.find_all("#dp-bindings tbody tr") if r.text.startswith(endpoint_name))
-    assert row.text.split() == [endpoint_name, endpoint_name, "yes", "yes"]  # bound by its own name on v3
+    queue = f"default--{endpoint_name}"
+    row = next(r for r in browser.find_all("#dp-bindings tbody tr") if r.text.startswith(queue))
+    assert row.text.split() == [queue, queue, "yes", "yes"]  # bound by its queue's own name on v3
     browser.screenshot("13-topology-v3-in-flight")
 
     browser.submit('button.dp-action-button[value="verify"]')
@@ -128,15 +129,15 @@ def test_operator_cancels_a_message_and_sees_it_in_flight_on_its_level(
     browser.screenshot("14-topology-v3-verified")
 
 
-def test_read_only_staff_sees_everything_and_no_action_buttons(
+def test_a_viewer_sees_their_team_s_rows_and_no_action_buttons(
     browser, platform, django_user_model, endpoint_name
 ):
-    from django.contrib.auth.models import Permission
+    from scheduling.teams.models import Membership, Team, default_team_id
 
     endpoint_create(name=endpoint_name)
     message = message_schedule(endpoint=endpoint_name, payload={"look": "only"}, delay=3600)
     viewer = django_user_model.objects.create_user("viewer", password="pw", is_staff=True)
-    viewer.user_permissions.set(Permission.objects.filter(content_type__app_label="scheduling", codename__startswith="view_"))
+    Membership.objects.create(team=Team.objects.get(pk=default_team_id()), user=viewer, role="viewer")
 
     browser.login("viewer", "pw")
     browser.open("/admin/scheduling/scheduledmessage/")
@@ -147,7 +148,7 @@ def test_read_only_staff_sees_everything_and_no_action_buttons(
     assert '"look": "only"' in browser.text() and not browser.find_all("button.dp-action-button")
     browser.screenshot("16-read-only-message")
     browser.open(f"/admin/scheduling/topologyversion/{platform['v2'].pk}/change/")
-    assert browser.find_all("#dp-levels") and not browser.find_all("button.dp-action-button")
+    assert "403 Forbidden" in browser.text()  # the cascades are the operators'
     browser.open("/admin/scheduling/endpoint/")
     assert not browser.find_all('select[name="action"]')
 
@@ -193,10 +194,10 @@ def test_operator_pages_through_a_long_list_by_older_and_newer(browser, admin_us
 
 
 def test_operator_creates_a_schedule_sees_its_next_runs_and_pauses_it(browser, admin_user, platform, endpoint_name):
-    endpoint_create(name=endpoint_name)
+    endpoint = endpoint_create(name=endpoint_name)
     browser.login("admin", "pw")
     browser.open("/admin/scheduling/schedule/add/")
-    browser.fill(key=f"{endpoint_name}.nightly", endpoint=endpoint_name, payload='{"report": 1}',
+    browser.fill(key=f"{endpoint_name}.nightly", endpoint=endpoint.pk, payload='{"report": 1}',
                  cron="30 2 * * *", timezone="Europe/Berlin")
     browser.screenshot("30-schedule-add")
     browser.submit('input[name="_save"]')

@@ -56,6 +56,11 @@ def make_endpoint(api, platform, worker, version):
     return make
 
 
+def queue_of(name: str) -> str:
+    """The endpoint's queue: its team's (``default--<name>``), which its routing keys name."""
+    return Endpoint.objects.get(name=name).queue
+
+
 def schedule(api, endpoint, **body):
     response = api.post("/api/messages/", {"endpoint": endpoint, "payload": body.pop("payload", {}), **body},
                         format="json")
@@ -243,7 +248,7 @@ def test_unroutable_message_fails_with_a_reason_and_republish_delivers_it(api, m
                                                                           platform):
     name = make_endpoint(endpoint_name)
     for row in platform.values():
-        amqp.unbind(cascade.endpoint_binding(row.cascade, name))
+        amqp.unbind(cascade.endpoint_binding(row.cascade, queue_of(name)))
     message_id = schedule(api, name, delay_seconds=1)
     (row,) = wait_until(settled([message_id], (Status.FAILED,)), timeout=20, message="marked failed")
     assert "unroutable: no queue is bound" in row.last_error
@@ -264,7 +269,8 @@ def test_a_dotted_name_gets_its_messages_and_a_name_sharing_its_suffix_does_not(
     to_suffix = [schedule(api, suffix, payload={"to": "suffix"}, delay_seconds=d) for d in (0, 1.5)]
     rows = wait_until(settled(to_dotted + to_suffix), timeout=20, message="all four delivered")
     assert all(r.delivery_count == 1 and r.delivered_at >= r.due_at for r in rows)
-    assert {str(r.id): r.routing_key for r in rows} == {**{i: dotted for i in to_dotted}, **{i: suffix for i in to_suffix}}
+    assert {str(r.id): r.routing_key for r in rows} == {**{i: queue_of(dotted) for i in to_dotted},
+                                                        **{i: queue_of(suffix) for i in to_suffix}}
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ from harness.waiting import wait_until
 from rabbit import Outgoing
 from scheduling import wire
 from scheduling.conf import conf
-from scheduling.models import ScheduledMessage
+from scheduling.models import Endpoint, ScheduledMessage
 from tests.testapp.models import Receipt
 
 pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]
@@ -72,7 +72,8 @@ def test_an_envelope_handed_over_twice_runs_each_handler_once(api, make_endpoint
     rows = wait_until(rows_of(ids, (Status.PUBLISHED,)), 10, message="published")
     out, _ = wire.outgoing_envelope(sorted(rows, key=lambda r: r.due_at), rows[0].topology.cascade, timezone.now(),
                                     margin_ms=conf().arrival_margin_ms)
-    assert amqp.publish([Outgoing("", name, out.body, out.headers, out.properties)]).confirmed == {0}
+    queue = Endpoint.objects.get(name=name).queue
+    assert amqp.publish([Outgoing("", queue, out.body, out.headers, out.properties)]).confirmed == {0}
     wait_until(lambda: all(r.delivery_count == 2 for r in ScheduledMessage.objects.filter(id__in=ids)), 20,
                message="both copies of the envelope handed over")
     celery_drained()

@@ -21,6 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from scheduling.celery import schedule_task
 from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage
+from scheduling.teams.models import Team
+from scheduling.teams.services import api_key_create
 from harness.celery_worker import Worker
 from harness.paths import ARTIFACTS, ROOT
 from harness.ports import free_port
@@ -80,22 +82,27 @@ def delivered(ids):
 
 
 def test_the_worker_counts_deliveries_lateness_failures_retries_and_held_messages(
-        api, platform, metrics_worker, endpoint_name):
-    name = make_endpoint(api, endpoint_name)
-    ids = [schedule(api, name, delay_seconds=delay) for delay in (0, 0, 0.5, 1, 1.5)]
-    ids.append(schedule(api, name, deliver_at=(timezone.now() - timedelta(hours=1)).isoformat()))
+        api, team_key, platform, metrics_worker, endpoint_name):
+    """The plain endpoint is another team's (its key made it there): the labels name that team."""
+    shop = team_key("metrics-shop")
+    name = make_endpoint(shop, endpoint_name)
+    ids = [schedule(shop, name, delay_seconds=delay) for delay in (0, 0, 0.5, 1, 1.5)]
+    ids.append(schedule(shop, name, deliver_at=(timezone.now() - timedelta(hours=1)).isoformat()))
     wait_until(delivered(ids), 20, message="six deliveries")
+    labels = {"team": "metrics-shop", "endpoint": name, "version": "v3"}
     found = wait_until(lambda: (s := scrape(metrics_worker.metrics_url))
-                       and of(s, "delay_deliveries_total", endpoint=name, version="v3") == 6 and s, 5,
+                       and of(s, "delay_deliveries_total", **labels) == 6 and s, 5,
                        message="six deliveries counted")
-    assert of(found, "delay_delivery_lateness_seconds_count", endpoint=name, version="v3") == 6
-    assert of(found, "delay_delivery_lateness_seconds_bucket", endpoint=name, version="v3", le="+Inf") == 6
+    assert of(found, "delay_delivery_lateness_seconds_count", **labels) == 6
+    assert of(found, "delay_delivery_lateness_seconds_bucket", **labels, le="+Inf") == 6
     # the backdated one is late by the platform's time, not by the hour it was backdated
-    assert of(found, "delay_delivery_lateness_seconds_bucket", endpoint=name, version="v3", le="60.0") == 6
-    assert of(found, "delay_duplicates_suppressed_total", endpoint=name, version="v3") == 0
+    assert of(found, "delay_delivery_lateness_seconds_bucket", **labels, le="60.0") == 6
+    assert of(found, "delay_duplicates_suppressed_total", **labels) == 0
+    assert of(found, "delay_deliveries_total", team="default", endpoint=name, version="v3") == 0
 
     with RecordingServer(fail_first=1) as receiver:
-        hook = make_endpoint(api, endpoint_name + "-hook", handler="webhook", handler_target=receiver.url)
+        hook = make_endpoint(api, endpoint_name + "-hook", team="default", handler="webhook",
+                             handler_target=receiver.url)
         message_id = schedule(api, hook, delay_seconds=0)
         # the retry waits its 3 s backoff held by the delivery loop
         wait_until(lambda: of(scrape(metrics_worker.metrics_url), "delay_delivery_loop_held_messages") >= 1, 10,
@@ -103,7 +110,7 @@ def test_the_worker_counts_deliveries_lateness_failures_retries_and_held_message
         wait_until(delivered([message_id]), 20, message="the retry delivered")
         assert ScheduledMessage.objects.get(id=message_id).attempts == 1 and len(receiver.requests) == 2
     found = scrape(metrics_worker.metrics_url)
-    hook_labels = {"endpoint": hook, "version": "v3"}
+    hook_labels = {"team": "default", "endpoint": hook, "version": "v3"}
     assert of(found, "delay_handler_failures_total", **hook_labels) == 1
     assert of(found, "delay_handler_retries_total", **hook_labels) == 1
     assert of(found, "delay_deliveries_total", **hook_labels) == 1  # the retry is not a second delivery
@@ -113,13 +120,15 @@ def test_the_worker_counts_deliveries_lateness_failures_retries_and_held_message
 
 def test_tasks_claimed_in_prefork_children_are_counted_by_the_worker(platform, metrics_worker, settings):
     settings.DELAY_DEFAULT_VERSION = "v3"
-    before = of(scrape(metrics_worker.metrics_url), "delay_deliveries_total", endpoint="celery", version="v3")
+    before = of(scrape(metrics_worker.metrics_url), "delay_deliveries_total", team="default", endpoint="celery",
+                version="v3")
     results = [schedule_task(plain_receipt, args=[n], countdown=0) for n in range(3)]
     wait_until(lambda: ScheduledMessage.objects.filter(idempotency_key__in=[r.id for r in results],
                                                        status=Status.DELIVERED).count() == 3, 20,
                message="three tasks claimed")
-    wait_until(lambda: of(scrape(metrics_worker.metrics_url), "delay_deliveries_total", endpoint="celery",
-                          version="v3") == before + 3, 5, message="three claims counted across the children")
+    wait_until(lambda: of(scrape(metrics_worker.metrics_url), "delay_deliveries_total", team="default",
+                          endpoint="celery", version="v3") == before + 3, 5,
+               message="three claims counted across the children")
     # the children counted into the worker's directory, each in files of its own pid
     pids = {path.stem.rsplit("_", 1)[1] for path in metrics_worker.metrics_dir.glob("counter_*.db")}
     assert len(pids) >= 2, pids
@@ -131,7 +140,7 @@ def test_web_metrics_count_cancellations_relay_publishes_and_read_the_figures(
     web = f"{live_server.url}/metrics"
     name = make_endpoint(api, endpoint_name)
     before = scrape(web)
-    labels = {"endpoint": name, "version": "v3"}
+    labels = {"team": "default", "endpoint": name, "version": "v3"}
     waiting = schedule(api, name, delay_seconds=600)  # in the cascade's levels for ten minutes
     assert api.post(f"/api/messages/{waiting}/cancel/").status_code == 200
     schedule(api, name, deliver_at=(timezone.now() - timedelta(minutes=1)).isoformat())
@@ -177,13 +186,13 @@ def test_web_metrics_count_cancellations_relay_publishes_and_read_the_figures(
     assert not any(metric == "delay_outbox_pending_messages" for metric, _ in scrape(metrics_worker.metrics_url))
 
 
-def test_gunicorn_workers_are_summed_whichever_answers(platform, worker_env, django_user_model, endpoint_name):
-    """Six scheduling requests over two gunicorn processes, then scrapes: every scrape says six."""
-    from rest_framework.authtoken.models import Token
-
-    user = django_user_model.objects.create_superuser("metrics-admin", "m@example.com", "pw")
-    token = Token.objects.create(user=user).key
-    Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=platform["v2"])
+def test_gunicorn_workers_are_summed_whichever_answers(platform, worker_env, endpoint_name):
+    """Six scheduling requests over two gunicorn processes with a team's key, then scrapes: every
+    scrape says six."""
+    team = Team.objects.create(name="metrics-gunicorn")
+    key = api_key_create(team=team, scopes=["all"]).key
+    Endpoint.objects.create(team=team, name=endpoint_name, queue=f"{team.name}--{endpoint_name}",
+                            topology=platform["v2"])
     port = free_port()
     log = open(ARTIFACTS / f"gunicorn-{os.environ['DP_TEST_RUN_ID']}.log", "ab")
     server = subprocess.Popen([sys.executable, "-m", "gunicorn", "delayplatform.wsgi", "--config", "gunicorn.conf.py",
@@ -198,12 +207,12 @@ def test_gunicorn_workers_are_summed_whichever_answers(platform, worker_env, dja
                 f"{base}/api/messages/", method="POST", data=(
                     f'{{"endpoint": "{endpoint_name}", "payload": {{}}, '
                     f'"deliver_at": "{(timezone.now() - timedelta(seconds=30)).isoformat()}"}}').encode(),
-                headers={"Authorization": f"Token {token}", "Content-Type": "application/json",
+                headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json",
                          "Connection": "close"})
             with urllib.request.urlopen(request, timeout=10) as response:
                 assert response.status == 201
-        counts = [of(scrape(f"{base}/metrics"), "delay_scheduled_in_past_total", endpoint=endpoint_name,
-                     version="v2") for _ in range(8)]
+        counts = [of(scrape(f"{base}/metrics"), "delay_scheduled_in_past_total", team=team.name,
+                     endpoint=endpoint_name, version="v2") for _ in range(8)]
         assert counts == [6] * 8
     finally:
         os.killpg(server.pid, 15)

@@ -11,8 +11,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transac
 Status = ScheduledMessage.Status
 
 
-def create(api, name):
-    assert api.post("/api/endpoints/", {"name": name}, format="json").status_code == 201
+def create(api, name) -> str:
+    """The endpoint's queue (its team's: the default team's here)."""
+    response = api.post("/api/endpoints/", {"name": name}, format="json")
+    assert response.status_code == 201
+    return response.json()["queue"]
 
 
 def schedule(api, name, delay):
@@ -30,8 +33,8 @@ def consumers(name):
 
 
 def test_deactivating_pauses_delivery_and_activating_resumes_it(api, platform, worker, endpoint_name, amqp):
-    create(api, endpoint_name)
-    wait_until(lambda: consumers(endpoint_name) == 1, 15, message="the worker to consume the queue")
+    queue = create(api, endpoint_name)
+    wait_until(lambda: consumers(queue) == 1, 15, message="the worker to consume the queue")
     message_id = schedule(api, endpoint_name, 3)
     wait_until(lambda: status_of(message_id) == Status.PUBLISHED, 5, message="published")
 
@@ -39,9 +42,9 @@ def test_deactivating_pauses_delivery_and_activating_resumes_it(api, platform, w
     refused = api.post("/api/messages/", {"endpoint": endpoint_name, "payload": {}, "delay_seconds": 0},
                        format="json")
     assert refused.status_code == 400 and "inactive" in refused.json()["endpoint"][0]
-    wait_until(lambda: consumers(endpoint_name) == 0, 15, message="the worker to stop consuming")
+    wait_until(lambda: consumers(queue) == 0, 15, message="the worker to stop consuming")
     # due while paused: it waits in the endpoint's queue, nothing is lost or marked delivered
-    wait_until(lambda: amqp.queue_depth(endpoint_name) == 1, 15, message="parked in queue")
+    wait_until(lambda: amqp.queue_depth(queue) == 1, 15, message="parked in queue")
     assert status_of(message_id) == Status.PUBLISHED
 
     assert api.post(f"/api/endpoints/{endpoint_name}/activate/").json()["is_active"] is True
@@ -50,12 +53,12 @@ def test_deactivating_pauses_delivery_and_activating_resumes_it(api, platform, w
 
 def test_worker_survives_a_consumed_queue_being_deleted(api, platform, worker, endpoint_name, amqp):
     doomed, other = endpoint_name, endpoint_name + "-other"
-    create(api, doomed)
+    doomed_queue = create(api, doomed)
     create(api, other)
     first = schedule(api, other, 0)
     wait_until(lambda: status_of(first) == Status.DELIVERED, 15, message="first delivery")
-    amqp.delete_queue(doomed)  # the broker cancels the worker's consumer
-    wait_until(lambda: f"the broker cancelled consuming {doomed}" in worker.log_text(), 10,
+    amqp.delete_queue(doomed_queue)  # the broker cancels the worker's consumer
+    wait_until(lambda: f"the broker cancelled consuming {doomed_queue}" in worker.log_text(), 10,
                message="the consumer cancel")
     second = schedule(api, other, 0.5)
     wait_until(lambda: status_of(second) == Status.DELIVERED, 20, message="delivery after the cancel")

@@ -1,7 +1,7 @@
 """A real worker (with beat) started with LOG_FORMAT=json: every line of its output is a JSON
-object, a delivery line carries the message's id, endpoint, version and lateness as fields, and
-Celery's lines about idle runs of the periodic tasks are gone while a run that did work keeps its
-"succeeded" line (delayplatform/logs.py)."""
+object, a delivery line carries the message's id, team, endpoint, version and lateness as fields,
+and Celery's lines about idle runs of the periodic tasks are gone while a run that did work keeps
+its "succeeded" line (delayplatform/logs.py)."""
 
 import json
 import os
@@ -54,7 +54,8 @@ def test_json_lines_delivery_fields_and_quiet_periodic_tasks(api, platform, json
 
     deliveries = {line["message_id"]: line for line in lines if line["logger"] == "scheduling.deliveries"}
     row = ScheduledMessage.objects.get(id=first)
-    assert deliveries[first]["endpoint"] == native and deliveries[first]["version"] == "v3"
+    assert deliveries[first]["team"] == "default" and deliveries[first]["endpoint"] == native
+    assert deliveries[first]["version"] == "v3"
     assert deliveries[first]["lateness_ms"] == row.lateness_ms and isinstance(row.lateness_ms, int)
     assert deliveries[second]["endpoint"] == waiting and deliveries[second]["level"] == "INFO"
 

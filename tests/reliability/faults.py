@@ -56,6 +56,11 @@ def endpoint(p, name: str, **body) -> str:
     return name
 
 
+def queue_of(p, name: str) -> str:
+    """The endpoint's broker queue (``<team>--<name>``), as the API shows it."""
+    return p.api("GET", f"/api/endpoints/{name}/")["queue"]
+
+
 def wait_receipts(p, endpoint: str, timeout: float = 30) -> None:
     """Handler tasks run just after delivery is recorded: give them a moment to finish."""
     sql = ("SELECT count(*) FROM scheduling_scheduledmessage m JOIN scheduling_endpoint e ON e.id = m.endpoint_id "

@@ -41,10 +41,21 @@ def main(point: str) -> None:
             return prune_batch(**kwargs)
 
         retention.message_prune_batch = batch_then_die
+    elif point == "audit-renamed":  # an audit batch's files in place, not yet listed; its rows not deleted
+        retention.audit_archive_commit = lambda **kwargs: die()
+    elif point == "audit-deleted":  # an audit batch listed and deleted, the COMMIT not sent
+        audit_commit = retention.audit_archive_commit
+
+        def audit_commit_then_die(**kwargs):
+            audit_commit(**kwargs)
+            die()
+
+        retention.audit_archive_commit = audit_commit_then_die
     elif point != "none":
         raise SystemExit(f"unknown point {point!r}")
     result = retention.message_prune()
-    print(f"skipped={result.skipped} archived={result.archived} deleted={result.deleted}", flush=True)
+    print(f"skipped={result.skipped} archived={result.archived} deleted={result.deleted} "
+          f"audit_archived={result.audit_archived}", flush=True)
 
 
 if __name__ == "__main__":

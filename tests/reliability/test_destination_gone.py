@@ -10,7 +10,7 @@ from harness.waiting import wait_until
 from topology import cascade
 
 from .conftest import size
-from .faults import count_status, endpoint, outcome, schedule, settle
+from .faults import count_status, endpoint, outcome, queue_of, schedule, settle
 
 pytestmark = [pytest.mark.reliability, pytest.mark.broker, pytest.mark.e2e]
 
@@ -24,11 +24,12 @@ def test_destination_queue_deleted_then_rebound_and_republished(report, rng, ver
         n = size(500, 200)
         ids = schedule(p, name, [round(rng.uniform(4, 12), 3) for _ in range(n)])
         wait_until(lambda: count_status(p, name, "published") == n, 30, 0.2, "all published")
+        queue = queue_of(p, name)
         with broker(p.env["BROKER_URL"]).session() as conn:
-            conn.delete_queue(name)
+            conn.delete_queue(queue)
             wait_until(lambda: count_status(p, name, "failed") == n, 60, 0.5, "every message marked failed")
             with_reason = p.sql("SELECT count(*) FROM scheduling_scheduledmessage WHERE last_error LIKE %s",
-                                f"unroutable: no queue is bound for 'gone' on {v.prefix}delay-delivery%")[0][0]
+                                f"unroutable: no queue is bound for '{queue}' on {v.prefix}delay-delivery%")[0][0]
             stuck = sum(conn.queue_depth(cascade.level_name(v.prefix, level)) or 0
                         for level in range(28))
             unroutable = conn.queue_depth(cascade.unroutable_name(v.prefix))

@@ -33,9 +33,9 @@ def keep_the_test_connection():
 
 @pytest.fixture
 def auth(admin_user, platform):
-    from rest_framework.authtoken.models import Token
+    from scheduling.teams.services import api_key_create
 
-    return {"Authorization": f"Token {Token.objects.get_or_create(user=admin_user)[0].key}"}
+    return {"Authorization": f"Bearer {api_key_create(user=admin_user).key}"}
 
 
 def counts() -> tuple[int, int]:
@@ -156,12 +156,12 @@ def fuzz_api(admin_user, platform, amqp):
 
     from scheduling.services.endpoints import endpoint_create
 
-    endpoint_create(name=FUZZ_ENDPOINT)
+    queue = endpoint_create(name=FUZZ_ENDPOINT).queue
     client = APIClient()
     client.force_authenticate(admin_user)
     client.raise_request_exception = False
     yield client
-    amqp.delete_queue(FUZZ_ENDPOINT)
+    amqp.delete_queue(queue)
 
 
 def test_generated_bad_input_is_refused_and_stores_nothing(fuzz_api):

@@ -28,7 +28,7 @@ from rabbit import Management
 from scheduling.conf import broker
 
 from .conftest import FULL, size
-from .faults import count_status, endpoint, outcome, schedule, settle, wait_published, why_lost
+from .faults import count_status, endpoint, outcome, queue_of, schedule, settle, wait_published, why_lost
 
 pytestmark = [pytest.mark.reliability, pytest.mark.broker, pytest.mark.e2e]
 
@@ -54,7 +54,7 @@ def test_an_unroutable_destination_does_not_stall_a_level_for_the_others(version
     wait_published(p, victim, n, timeout=30)
     wait_published(p, other, n, timeout=30)
     with broker(p.env["BROKER_URL"]).session() as session:
-        session.delete_queue(victim)
+        session.delete_queue(queue_of(p, victim))
     settled = settle(p, other, n, timeout=60)
     wait_until(lambda: count_status(p, victim, "failed", "delivered") == n, 60, 0.5, "every victim message decided")
     reasons = dict(p.sql("SELECT m.status, count(*) FROM scheduling_scheduledmessage m JOIN scheduling_endpoint e "

@@ -2,7 +2,8 @@
 after a clean run, every finished message past its retention is in the archive exactly once and
 gone from the table, every other message is still there, and no temporary or unlisted file is
 left. The archive is read as any Parquet reader reads it (the directory, not the platform's list),
-so a file left behind by a killed run would be counted."""
+so a file left behind by a killed run would be counted. The audit log's prune, killed between
+writing a file and its commit, likewise."""
 
 import os
 import random
@@ -17,6 +18,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from scheduling.audit.models import AuditArchiveFile, AuditEvent
 from scheduling.models import ArchiveFile, Endpoint, ScheduledMessage
 from harness.database import database_url
 from harness.paths import ROOT
@@ -52,6 +54,7 @@ def child_env(archive) -> dict:
     return {**os.environ, "DJANGO_SETTINGS_MODULE": "delayplatform.settings_test",
             "DATABASE_URL": database_url(connection.settings_dict), "DELAY_ARCHIVE_DIR": str(archive),
             "DELAY_RETENTION": "7d", "DELAY_FAILED_RETENTION": "30d", "DELAY_PRUNE_BATCH": "500",
+            "DELAY_AUDIT_RETENTION": "400d", "DELAY_ARCHIVE_RETENTION": "400d",
             "LOG_LEVEL": "WARNING"}
 
 
@@ -70,6 +73,59 @@ def assert_exact(archive, go: set, stay: set) -> None:
     ids = ds.dataset(archive, format="parquet", partitioning="hive").to_table(columns=["id"]).column("id").to_pylist()
     assert len(ids) == len(set(ids)), f"{len(ids) - len(set(ids))} messages archived twice"
     assert set(ids) == {str(i) for i in go}, "archived messages differ from those past their retention"
+
+
+@pytest.fixture
+def audit_rows():
+    """Audit rows past DELAY_AUDIT_RETENTION (must go, over several days) and within it (must
+    stay), committed for other processes."""
+    now = timezone.now()
+
+    def make(n, days):
+        return AuditEvent.objects.bulk_create([AuditEvent(
+            at=now - timedelta(days=days + i % 5, seconds=i), source="api", actor=f"user-{i % 7}",
+            action="endpoint.update", object_type="endpoint", object_id=str(i), before={"n": i}, after={"n": i + 1},
+        ) for i in range(n)], batch_size=5000)
+
+    def build(n):
+        return {e.id for e in make(n, 401)}, {e.id for e in make(30, 10)}
+
+    return build
+
+
+def assert_audit_exact(archive, go: set, stay: set) -> None:
+    remaining = set(AuditEvent.objects.values_list("id", flat=True))
+    assert remaining == stay, f"{len(go & remaining)} not pruned, {len(stay - remaining)} kept ones lost"
+    files = [p for p in archive.rglob("*") if p.is_file()]
+    assert not [p for p in files if p.name.startswith(".")], "a temporary file was left"
+    listed = {str(archive / f.path) for f in AuditArchiveFile.objects.all()}
+    listed |= {str(archive / f.path) for f in ArchiveFile.objects.all()}
+    assert {str(p) for p in files} == listed, "a file on disk that the archive does not list, or the reverse"
+    dataset = ds.dataset(archive / "_audit", format="parquet", partitioning="hive")
+    ids = dataset.to_table(columns=["id"]).column("id").to_pylist()
+    assert len(ids) == len(set(ids)), f"{len(ids) - len(set(ids))} audit rows archived twice"
+    assert set(ids) == go, "archived audit rows differ from those past their retention"
+
+
+@pytest.mark.parametrize("point", ["audit-renamed", "audit-deleted"])
+def test_an_audit_prune_killed_before_its_commit_then_run_again_loses_and_doubles_nothing(audit_rows, tmp_path,
+                                                                                         point):
+    """Killed with its first audit file written, durable and in place (not yet listed, or listed
+    and its rows deleted but not committed): the rows are all still in the table, the file is an
+    orphan, and the next prune removes it and archives each row once."""
+    go, stay = audit_rows(1200)
+    archive = tmp_path / "archive"
+    killed = prune(archive, point)
+    killed.wait(120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.read()
+    assert AuditEvent.objects.count() == len(go) + len(stay) and not AuditArchiveFile.objects.exists()
+    assert list((archive / "_audit").rglob("part-*.parquet")), "the killed run's file is not on disk"
+
+    again = prune(archive)
+    out, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err
+    assert f"audit_archived={len(go)}" in out
+    assert_audit_exact(archive, go, stay)
 
 
 @pytest.mark.parametrize("point", ["writing", "renamed", "deleted", "committed"])

@@ -1,7 +1,11 @@
-"""Archive, then delete, the finished messages past their retention (beat runs it hourly)."""
+"""Archive, then delete, the finished messages past their retention and the audit log's rows past
+theirs (beat runs it hourly)."""
+
+from contextlib import ExitStack
 
 from django.core.management.base import CommandError
 
+from ...archive import audit_columns
 from ...conf import conf, setting_name
 from ...durations import format_duration
 from ...services.retention import PruneError, message_prune
@@ -19,7 +23,8 @@ def size(nbytes: float) -> str:
 
 class Command(PlatformCommand):
     help = (f"Archive finished messages past {setting_name('retention')} (failed: {setting_name('failed_retention')}) "
-            f"to Parquet in {setting_name('archive_dir')}, then delete them; --dry-run counts them")
+            f"and the audit log's rows past {setting_name('audit_retention')} to Parquet in "
+            f"{setting_name('archive_dir')}, then delete them; --dry-run counts them")
 
     def add_arguments(self, parser):
         parser.add_argument("--dry-run", action="store_true", help="count what would go; change nothing")
@@ -29,12 +34,15 @@ class Command(PlatformCommand):
         settings = conf()
         rules = (f"delivered and cancelled after {format_duration(settings.retention)}, "
                  f"failed after {format_duration(settings.failed_retention)}")
+        audit_rule = f"changes older than {format_duration(settings.audit_retention)}"
+        audit_dir = settings.archive_dir / audit_columns.DIRECTORY
         try:
             if dry_run or no_progress:
                 result = message_prune(dry_run=dry_run)
             else:
-                with progress_bar(self.stderr, "pruning messages", None) as update:
-                    result = message_prune(progress=lambda done, total: update(done, of=total))
+                with _Bars(self.stderr) as bars:
+                    result = message_prune(progress=bars.updater("pruning messages"),
+                                           audit_progress=bars.updater("pruning the audit log"))
         except PruneError as exc:
             raise CommandError(str(exc)) from None
         if result.skipped:
@@ -45,6 +53,8 @@ class Command(PlatformCommand):
             self.stdout.write(f"dry run ({rules}): {result.candidates:,} finished messages would be archived to "
                               f"{settings.archive_dir} and deleted, freeing ≈ {size(result.reusable_bytes or 0)} "
                               f"of the table for new rows; {kept}")
+            self.stdout.write(f"dry run (audit log, {audit_rule}): {result.audit_candidates:,} rows would be "
+                              f"archived to {audit_dir} and deleted")
             return
         self.stdout.write(f"pruned finished messages ({rules}) in {result.seconds:.1f} s")
         self.stdout.write(f"  archived   {result.archived:>12,} messages in {result.files:,} file(s), "
@@ -56,7 +66,36 @@ class Command(PlatformCommand):
                 else "once autovacuum has passed")
         self.stdout.write(f"  space      {reusable} of the table (with its indexes) reused for new rows {when}; "
                           "its files do not shrink")
-        if result.orphans_removed or result.archive_days_removed or result.report_rows_removed:
+        self.stdout.write(f"  audit log  {result.audit_archived:>12,} rows ({audit_rule}) archived in "
+                          f"{result.audit_files:,} file(s), {size(result.audit_archive_bytes)}, to {audit_dir}; "
+                          f"{result.audit_deleted:,} deleted")
+        if (result.orphans_removed or result.archive_days_removed or result.audit_days_removed
+                or result.report_rows_removed):
             self.stdout.write(f"  removed    {result.orphans_removed:,} file(s) of interrupted runs, "
-                              f"{result.archive_days_removed:,} archive day(s) and {result.report_rows_removed:,} "
-                              f"accuracy report row(s) past {setting_name('archive_retention')}")
+                              f"{result.archive_days_removed:,} archive day(s), {result.audit_days_removed:,} "
+                              f"audit archive day(s) and {result.report_rows_removed:,} accuracy report row(s) "
+                              f"past {setting_name('archive_retention')}")
+
+
+class _Bars:
+    """One progress bar at a time (a terminal shows one), opened as the prune reports each part:
+    the messages', then the audit log's."""
+
+    def __init__(self, stream):
+        self.stream, self.stack, self.current, self.update = stream, ExitStack(), None, None
+
+    def updater(self, description: str):
+        def update(done: int, total: int) -> None:
+            if self.current != description:
+                self.stack.close()
+                self.update = self.stack.enter_context(progress_bar(self.stream, description, None))
+                self.current = description
+            self.update(done, of=total)
+
+        return update
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stack.close()

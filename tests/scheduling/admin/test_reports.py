@@ -211,3 +211,11 @@ def test_an_endpoint_of_several_teams_asks_the_operator_to_pick_one(staff):
     assert "Lateness per day (team a, endpoint billing)" in charts(html)
     html = staff.get(URL, {"endpoint": "billing", "team": "b"}).content.decode()
     assert "Lateness per day (team b, endpoint billing)" in charts(html) and "several teams" not in html
+
+
+@pytest.mark.parametrize("name", ["team", "endpoint", "version", "delivery_mode", "delay_bucket"])
+def test_a_value_with_a_nul_byte_matches_nothing_instead_of_failing(staff, member, name):
+    two_teams_reports(LAST)
+    for login in (lambda: staff, lambda: member("a")):  # one client: log in as each in turn
+        response = login().get(URL, {name: "billing\x00"})
+        assert response.status_code == 200 and 'class="field-day_iso' not in response.content.decode()

@@ -1,6 +1,6 @@
 """What the services count, against the real database (and broker, for the relay): each counter
-moves by exactly the events it names, under the endpoint's and version's names, and only once
-the transaction commits. Counters are read from this process's registry before and after."""
+moves by exactly the events it names, under the team's, endpoint's and version's names, and only
+once the transaction commits. Counters are read from this process's registry before and after."""
 
 import uuid
 from datetime import timedelta
@@ -17,6 +17,7 @@ from scheduling.observability import metrics
 from scheduling.services.delivery import Result, delivery_receive_many
 from scheduling.services.messages import message_cancel, message_schedule
 from scheduling.services.relay import relay_publish
+from scheduling.teams.models import Team
 
 pytestmark = pytest.mark.django_db
 
@@ -28,8 +29,8 @@ def value(name, **labels) -> float:
 class Reading:
     """The named samples now, and later how much each moved."""
 
-    def __init__(self, endpoint, version="v2"):
-        self.labels = {"endpoint": endpoint, "version": version}
+    def __init__(self, endpoint, version="v2", team="default"):
+        self.labels = {"team": team, "endpoint": endpoint, "version": version}
         self.names = ["delay_deliveries_total", "delay_duplicates_suppressed_total", "delay_cancelled_arrivals_total",
                       "delay_handler_failures_total", "delay_handler_retries_total", "delay_cancellations_total",
                       "delay_scheduled_in_past_total", "delay_delivery_lateness_seconds_count"]
@@ -57,7 +58,8 @@ def test_a_batch_counts_deliveries_with_lateness_duplicates_and_cancelled_arriva
     first, second = row(endpoint, late=timedelta(seconds=2)), row(endpoint)
     cancelled = row(endpoint, status=Status.CANCELLED)
     reading = Reading(endpoint.name)
-    le_1s = value("delay_delivery_lateness_seconds_bucket", endpoint=endpoint.name, version="v2", le="1.0")
+    le_1s = value("delay_delivery_lateness_seconds_bucket", team="default", endpoint=endpoint.name, version="v2",
+                  le="1.0")
     with django_capture_on_commit_callbacks(execute=True):
         outcomes = delivery_receive_many(items=[(str(first.id), 0), (str(first.id), 0), (str(second.id), 0),
                                           (str(cancelled.id), 0)])
@@ -65,8 +67,20 @@ def test_a_batch_counts_deliveries_with_lateness_duplicates_and_cancelled_arriva
     assert reading.moved() == {"delay_deliveries_total": 2, "delay_duplicates_suppressed_total": 1,
                                "delay_cancelled_arrivals_total": 1, "delay_delivery_lateness_seconds_count": 2}
     # one of the two was 2 s late: only the other falls in the 1 s bucket
-    assert value("delay_delivery_lateness_seconds_bucket", endpoint=endpoint.name, version="v2",
+    assert value("delay_delivery_lateness_seconds_bucket", team="default", endpoint=endpoint.name, version="v2",
                  le="1.0") - le_1s == 1
+
+
+def test_two_teams_endpoints_of_one_name_are_counted_apart(versions, endpoint_name, django_capture_on_commit_callbacks):
+    other = Team.objects.create(name=f"team-{uuid.uuid4().hex[:8]}")
+    ours = Endpoint.objects.create(name=endpoint_name, queue=f"default--{endpoint_name}", topology=versions["v2"])
+    theirs = Endpoint.objects.create(team=other, name=endpoint_name, queue=f"{other.name}--{endpoint_name}",
+                                     topology=versions["v2"])
+    rows = [row(ours), row(theirs), row(theirs)]
+    readings = Reading(endpoint_name), Reading(endpoint_name, team=other.name)
+    with django_capture_on_commit_callbacks(execute=True):
+        delivery_receive_many(items=[(str(r.id), 0) for r in rows])
+    assert [reading.moved()["delay_deliveries_total"] for reading in readings] == [1, 2]
 
 
 def test_nothing_is_counted_when_the_transaction_rolls_back(endpoint, django_capture_on_commit_callbacks):
@@ -149,7 +163,7 @@ def test_early_counts_as_on_time_and_unknown_ids_stand_in_for_names():
         endpoint_id, topology_id = 10**12 + int(uuid.uuid4().int % 1000), 10**12
 
     metrics.record([metrics.Counted(metrics.DELIVERIES, Row, lateness_ms=-5)])
-    labels = {"endpoint": str(Row.endpoint_id), "version": str(Row.topology_id)}
+    labels = {"team": "", "endpoint": str(Row.endpoint_id), "version": str(Row.topology_id)}
     assert value("delay_deliveries_total", **labels) == 1
     assert value("delay_delivery_lateness_seconds_sum", **labels) == 0
     assert value("delay_delivery_lateness_seconds_bucket", le="0.001", **labels) == 1

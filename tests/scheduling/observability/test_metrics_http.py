@@ -31,11 +31,11 @@ def fake_figures(monkeypatch):
 
 
 def test_metrics_answers_prometheus_with_counters_and_figures(client):
-    metrics.DELIVERIES.labels("ep-http-view", "v3").inc(3)
+    metrics.DELIVERIES.labels("shop", "ep-http-view", "v3").inc(3)
     response = client.get("/metrics")
     assert response.status_code == 200 and response["Content-Type"].startswith("text/plain; version=")
     found = parsed(response.content.decode())
-    assert found[("delay_deliveries_total", (("endpoint", "ep-http-view"), ("version", "v3")))] >= 3
+    assert found[("delay_deliveries_total", (("endpoint", "ep-http-view"), ("team", "shop"), ("version", "v3")))] >= 3
     assert found[("delay_outbox_pending_messages", (("version", "v3"),))] == 7
     assert found[("delay_overdue_messages", (("version", "v3"),))] == 2
 
@@ -92,8 +92,8 @@ def test_a_worker_serves_its_counters_without_the_figures_and_with_the_same_guar
 
 def test_in_multiprocess_mode_a_scrape_sums_every_processs_counts(tmp_path, monkeypatch):
     """What gunicorn's workers and a Celery worker's children leave in the directory, summed."""
-    key = mmap_key("delay_deliveries", "delay_deliveries_total", ["endpoint", "version"], ["ep-mp", "v3"],
-                   metrics.DELIVERIES._documentation)
+    key = mmap_key("delay_deliveries", "delay_deliveries_total", ["team", "endpoint", "version"],
+                   ["shop", "ep-mp", "v3"], metrics.DELIVERIES._documentation)
     for pid, count in ((111, 2.0), (222, 3.0)):
         store = MmapedDict(str(tmp_path / f"counter_{pid}.db"))
         store.write_value(key, count, 0.0)
@@ -102,4 +102,4 @@ def test_in_multiprocess_mode_a_scrape_sums_every_processs_counts(tmp_path, monk
     from prometheus_client import generate_latest
 
     found = parsed(generate_latest(registry(figures=False)).decode())
-    assert found[("delay_deliveries_total", (("endpoint", "ep-mp"), ("version", "v3")))] == 5
+    assert found[("delay_deliveries_total", (("endpoint", "ep-mp"), ("team", "shop"), ("version", "v3")))] == 5

@@ -43,9 +43,10 @@ def test_a_line_per_delivery_with_its_fields_once_committed(rows, deliveries, en
     for record, row in zip(records, rows):
         row.refresh_from_db()
         # the message's own version (v2), not its endpoint's (v3)
-        assert (record.endpoint, record.version, record.attempt, record.worker) == (endpoint_name, "v2", 0, "w1@host")
+        assert (record.team, record.endpoint, record.version, record.attempt, record.worker) == (
+            "default", endpoint_name, "v2", 0, "w1@host")
         assert record.lateness_ms == row.lateness_ms >= 20
-        assert record.getMessage() == f"delivered {row.id} to {endpoint_name} (v2), {row.lateness_ms} ms late"
+        assert record.getMessage() == f"delivered {row.id} to default/{endpoint_name} (v2), {row.lateness_ms} ms late"
 
 
 def test_a_duplicate_logs_no_delivery(rows, deliveries, django_capture_on_commit_callbacks):

@@ -300,3 +300,233 @@ def test_finished_bulk_actions_go_with_the_prune_after_the_longest_retention(arc
     BulkAction.objects.create(kind="republish", filters={}, matched=9, done=3)  # running: kept
     message_prune(now=NOW)
     assert BulkAction.objects.count() == 2 and not BulkAction.objects.filter(pk=old.pk).exists()
+
+
+# --- the audit log ------------------------------------------------------------------------------
+
+
+def audit_archive_rows(archive) -> dict[int, dict]:
+    """The audit archive read as any Parquet reader reads a directory, by id; an id twice fails."""
+    table = ds.dataset(archive / "_audit", format="parquet", partitioning="hive").to_table()
+    ids = table.column("id").to_pylist()
+    assert len(ids) == len(set(ids)), "an audit row archived twice"
+    return {row["id"]: row for row in table.to_pylist()}
+
+
+@pytest.fixture
+def audit_row(settings):
+    from scheduling.audit.models import AuditEvent
+
+    settings.DELAY_AUDIT_RETENTION = timedelta(days=400)
+
+    def make(days: float, **fields) -> AuditEvent:
+        values = {"source": "api", "actor": "alice (key dpk_abc)", "action": "endpoint.update", **fields}
+        return AuditEvent.objects.create(at=NOW - timedelta(days=days), **values)
+
+    return make
+
+
+@pytest.fixture
+def audit_history(audit_row):
+    """(rows that must go: made more than 400 days before NOW, rows that must stay)."""
+    go = [
+        audit_row(401, user_id=7, key_prefix="dpk_abc", team_id=3, team_name="growth-eu", object_type="endpoint",
+                  object_id="12", object_repr='orders "eu",\nsecond line', ip="10.0.0.7",
+                  user_agent='curl/8.5, "quoted"', request_id="req-1",
+                  before={"max_in_flight": 5, "names": ["a", "é"], "nested": {"quote": '"', "none": None}},
+                  after={"max_in_flight": 9, "text": "line\nbreak, comma"}, extra=[1, {"filter": "status=failed"}]),
+        audit_row(401.2, source="command", actor="create_team", ip="2001:db8::1"),  # empty and null fields
+        audit_row(402),
+        audit_row(450, source="admin", actor="ops", user_id=1, after={"secret": "<redacted>"}),
+        audit_row(700),
+        audit_row(401.1, before=[], after={}, extra="just text"),  # JSON that is not an object
+    ]
+    stay = [audit_row(399.9), audit_row(30), audit_row(0)]
+    return go, stay
+
+
+def test_the_audit_log_past_its_retention_is_archived_then_deleted(archive, audit_history, settings):
+    from scheduling.archive import audit_columns
+    from scheduling.audit.models import AuditArchiveFile, AuditEvent
+
+    go, stay = audit_history
+    settings.DELAY_PRUNE_BATCH = 2  # several batches: where each starts is exercised
+    before = AuditEvent.objects.count()
+
+    result = message_prune(now=NOW)
+
+    assert sorted(AuditEvent.objects.values_list("id", flat=True)) == sorted(e.id for e in stay)
+    archived = audit_archive_rows(archive)
+    assert set(archived) == {e.id for e in go}
+    assert AuditEvent.objects.count() + len(archived) == before  # nothing lost, nothing twice
+    assert (result.audit_candidates, result.audit_archived, result.audit_deleted) == (6, 6, 6)
+    files = list(AuditArchiveFile.objects.all())
+    assert len(files) == result.audit_files and sum(f.rows for f in files) == 6
+    assert sum(f.bytes for f in files) == result.audit_archive_bytes
+    for f in files:
+        assert f.path.startswith(f"_audit/at_date={f.day.isoformat()}/part-") and f.path.endswith(".parquet")
+        assert (archive / f.path).stat().st_size == f.bytes
+    assert {f.day for f in files} == {e.at.date() for e in go}
+    assert set(audit_columns.COLUMNS) == {f.attname for f in AuditEvent._meta.concrete_fields}  # every column
+    assert not ArchiveFile.objects.exists() and result.archived == 0  # the messages' list is the messages'
+
+
+def test_an_archived_audit_row_has_every_value_the_table_had(archive, audit_history):
+    from scheduling.audit.models import AuditEvent
+
+    go, _ = audit_history
+    expected = {row["id"]: row for row in AuditEvent.objects.filter(id__in=[e.id for e in go]).values()}
+    message_prune(now=NOW)
+
+    archived = audit_archive_rows(archive)
+    json_columns = ("before", "after", "extra")
+    for id_, row in expected.items():
+        got = dict(archived[id_])
+        assert got.pop("at_date") == row["at"].date().isoformat()  # from the directory's name
+        for name in json_columns:  # JSON as JSON text, read back intact
+            text = got.pop(name)
+            assert (json.loads(text) if text is not None else None) == row.pop(name)
+        assert got == row
+    assert archived[go[0].id]["object_repr"] == 'orders "eu",\nsecond line'
+    assert archived[go[1].id]["ip"] == "2001:db8::1" and archived[go[1].id]["user_id"] is None
+    assert archived[go[1].id]["key_prefix"] == "" and archived[go[1].id]["before"] is None  # "" is not NULL
+
+
+def test_the_audit_archive_reads_with_pandas_and_duckdb_and_is_never_read_as_messages(archive, audit_history,
+                                                                                     history, spark):
+    import duckdb
+    import pandas
+
+    from scheduling.reports.facts import archive_file_list
+
+    go, _ = audit_history
+    messages, _ = history
+    message_prune(now=NOW)
+
+    frame = pandas.read_parquet(archive / "_audit")
+    assert sorted(frame["id"]) == sorted(e.id for e in go)
+    assert json.loads(frame.set_index("id").loc[go[0].id, "before"])["names"] == ["a", "é"]
+    found = duckdb.sql(f"SELECT id, at_date FROM read_parquet('{archive}/_audit/*/*.parquet', hive_partitioning = true)")
+    assert sorted(found.fetchall()) == sorted((e.id, e.at.date()) for e in go)
+    # the archive read as a whole, as the page says, is the messages' only
+    expected = sorted(str(m.id) for m in messages)
+    assert sorted(pandas.read_parquet(archive)["id"]) == expected
+    assert sorted(r.id for r in spark.read.parquet(str(archive)).select("id").collect()) == expected
+    listed = archive_file_list(first_day=date(2000, 1, 1), last_day=date(2100, 1, 1))
+    assert listed and not [f for f in listed if "audit" in f.path]
+
+
+def test_a_second_prune_leaves_the_audit_log_and_its_archive_alone(archive, audit_history):
+    from scheduling.audit.models import AuditArchiveFile, AuditEvent
+
+    message_prune(now=NOW)
+    files = sorted(p for p in archive.rglob("*") if p.is_file())
+    rows, listed = AuditEvent.objects.count(), list(AuditArchiveFile.objects.values_list("path", flat=True))
+
+    again = message_prune(now=NOW)
+
+    assert (again.audit_candidates, again.audit_archived, again.audit_deleted, again.audit_files) == (0, 0, 0, 0)
+    assert again.orphans_removed == 0 and again.audit_days_removed == 0
+    assert sorted(p for p in archive.rglob("*") if p.is_file()) == files
+    assert AuditEvent.objects.count() == rows
+    assert list(AuditArchiveFile.objects.values_list("path", flat=True)) == listed
+
+
+def test_outside_the_prune_the_audit_log_still_refuses_updates_and_deletes(archive, audit_history):
+    """After a prune in the same transaction (this test's), too: the prune's leave to delete
+    lasted for its DELETE only."""
+    from django.db import DatabaseError, transaction
+
+    from scheduling.audit.models import AuditEvent
+
+    _, stay = audit_history
+    message_prune(now=NOW)
+    for sql in ("UPDATE scheduling_auditevent SET actor = 'mallory' WHERE id = %s",
+                "DELETE FROM scheduling_auditevent WHERE id = %s"):
+        with pytest.raises(DatabaseError, match="the audit log is append-only"), transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute(sql, [stay[0].id])
+    assert AuditEvent.objects.get(id=stay[0].id).actor == "alice (key dpk_abc)"
+    assert AuditEvent.objects.count() == len(stay)
+
+
+def test_a_dry_run_counts_the_audit_log_and_changes_nothing(archive, audit_history):
+    from scheduling.audit.models import AuditArchiveFile, AuditEvent
+
+    result = message_prune(now=NOW, dry_run=True)
+    assert (result.audit_candidates, result.audit_archived, result.audit_deleted) == (6, 0, 0)
+    assert AuditEvent.objects.count() == 9 and not archive.exists() and not AuditArchiveFile.objects.exists()
+
+
+def test_an_audit_batch_that_does_not_commit_leaves_its_rows_and_no_file(archive, audit_history, monkeypatch):
+    from scheduling.audit.models import AuditArchiveFile, AuditEvent
+
+    def refuse(self):
+        raise PruneError("the disk of the database is full")
+
+    monkeypatch.setattr(type(AuditEvent.objects.all()), "delete_prune_batch", refuse)
+    with pytest.raises(PruneError, match="disk of the database"):
+        message_prune(now=NOW)
+    assert AuditEvent.objects.count() == 9 and not AuditArchiveFile.objects.exists()
+    assert not [p for p in archive.rglob("*") if p.is_file()]
+
+
+def test_audit_files_of_a_killed_run_are_removed_before_anything_is_written(archive, audit_row):
+    from scheduling.audit.models import AuditArchiveFile, AuditEvent
+
+    old = audit_row(401)
+    day = archive / "_audit" / "at_date=2025-01-01"
+    day.mkdir(parents=True)
+    (day / "part-listed.parquet").write_bytes(b"kept")
+    AuditArchiveFile.objects.create(path="_audit/at_date=2025-01-01/part-listed.parquet", day=date(2025, 1, 1),
+                                    rows=1, bytes=4)
+    (day / "part-unlisted.parquet").write_bytes(b"a killed run's")
+    (day / ".part-half.parquet.tmp").write_bytes(b"half")
+
+    result = message_prune(now=NOW)
+
+    assert result.orphans_removed == 2
+    assert sorted(p.name for p in day.iterdir()) == ["part-listed.parquet"]
+    assert result.audit_deleted == 1 and not AuditEvent.objects.filter(id=old.id).exists()
+    (written,) = AuditArchiveFile.objects.exclude(path__contains="listed")
+    assert (archive / written.path).exists() and written.rows == 1
+
+
+def test_audit_archive_days_go_archive_retention_after_they_left_the_table(archive, settings, audit_row):
+    """DELAY_ARCHIVE_RETENTION counts from the day's leaving the table (DELAY_AUDIT_RETENTION
+    after it): with both at 400 days, a day made 801 days ago goes, one made 799 days ago stays."""
+    from scheduling.audit.models import AuditArchiveFile
+
+    settings.DELAY_ARCHIVE_RETENTION = timedelta(days=400)
+    days = {"old": (NOW - timedelta(days=801)).date(), "kept": (NOW - timedelta(days=799)).date()}
+    for name, day in days.items():
+        path = f"_audit/at_date={day.isoformat()}/part-{name}.parquet"
+        (archive / path).parent.mkdir(parents=True)
+        (archive / path).write_bytes(b"x")
+        AuditArchiveFile.objects.create(path=path, day=day, rows=1, bytes=1)
+    archived_now = audit_row(401)  # archived by this run, and kept
+
+    result = message_prune(now=NOW)
+
+    assert result.audit_days_removed == 1 and result.archive_days_removed == 0
+    assert sorted(f.day for f in AuditArchiveFile.objects.all()) == sorted([days["kept"], archived_now.at.date()])
+    assert sorted(p.name for p in (archive / "_audit").iterdir()) == sorted(
+        f"at_date={d.isoformat()}" for d in (days["kept"], archived_now.at.date()))
+
+
+def test_the_command_prints_the_audit_log_s_figures(archive, audit_row, capsys):
+    from django.utils import timezone
+
+    from scheduling.audit.models import AuditEvent
+
+    for days in (401, 401, 500, 1):  # the real clock: the command prunes as of now
+        AuditEvent.objects.create(at=timezone.now() - timedelta(days=days), source="api", actor="a", action="x.y")
+    call_command("prune_messages", "--dry-run")
+    out = capsys.readouterr().out
+    assert f"dry run (audit log, changes older than 400d): 3 rows would be archived to {archive}/_audit" in out
+    call_command("prune_messages")
+    captured = capsys.readouterr()
+    assert f"  audit log             3 rows (changes older than 400d) archived in 2 file(s), " in captured.out
+    assert f"to {archive}/_audit; 3 deleted" in captured.out
+    assert "pruning the audit log: 3/3" in captured.err and "pruning messages: 0/0" in captured.err  # progress
+    assert AuditEvent.objects.count() == 1
