@@ -33,6 +33,7 @@ import psycopg
 
 TABLE = "scheduling_scheduledmessage"
 ENDPOINT_PREFIX = "history-"
+TEAM = "bench"  # harness.platform's team: its key reads the history
 ENDPOINTS = 20
 SLOTS = 10_000  # the endpoint of a bulk is a slot of this table, filled by the endpoints' weights
 BULK = 100  # rows of one bulk request: one endpoint, one created_at
@@ -158,15 +159,21 @@ def endpoint_weights(n: int = ENDPOINTS) -> list[float]:
     return [w / total * (1 - 3e-4) for w in weights] + [1e-4] * 3
 
 
-def ensure_endpoints(conn: psycopg.Connection, n: int = ENDPOINTS) -> list[tuple]:
-    """history-00 … history-19: even ones on v3, odd ones on v2 (made if missing)."""
+def ensure_endpoints(conn: psycopg.Connection, n: int = ENDPOINTS, team: str = TEAM) -> list[tuple]:
+    """history-00 … history-19 of the team (its key reads them): even ones on v3, odd ones on v2
+    (made if missing, with their queues <team>--<name>)."""
     conn.execute(
-        "INSERT INTO scheduling_endpoint (name, topology_id, handler, handler_target, webhook_secret, "
+        "INSERT INTO scheduling_team (name, created_at, api_rate, key_api_rate, celery_task_allowlist, "
+        "webhook_allowed_networks) VALUES (%s, now(), '', '', '', '') ON CONFLICT (name) DO NOTHING", (team,))
+    conn.execute(
+        "INSERT INTO scheduling_endpoint (team_id, name, queue, topology_id, handler, handler_target, webhook_secret, "
         "webhook_secret_previous, delivery_mode, is_active, created_at, updated_at) "
-        "SELECT %s || lpad(k::text, 2, '0'), v.id, 'none', '', '', '', 'native', true, now(), now() "
-        "FROM generate_series(0, %s - 1) k JOIN scheduling_topologyversion v "
-        "ON v.name = CASE WHEN k %% 2 = 0 THEN 'v3' ELSE 'v2' END ON CONFLICT (name) DO NOTHING",
-        (ENDPOINT_PREFIX, n))
+        "SELECT t.id, %(prefix)s || lpad(k::text, 2, '0'), t.name || '--' || %(prefix)s || lpad(k::text, 2, '0'), "
+        "v.id, 'none', '', '', '', 'native', true, now(), now() "
+        "FROM generate_series(0, %(n)s - 1) k JOIN scheduling_topologyversion v "
+        "ON v.name = CASE WHEN k %% 2 = 0 THEN 'v3' ELSE 'v2' END JOIN scheduling_team t ON t.name = %(team)s "
+        "ON CONFLICT ON CONSTRAINT one_endpoint_name_per_team DO NOTHING",
+        {"prefix": ENDPOINT_PREFIX, "n": n, "team": team})
     return conn.execute(
         "SELECT e.id, e.topology_id, e.name, v.name = 'v2', v.prefix FROM scheduling_endpoint e "
         "JOIN scheduling_topologyversion v ON v.id = e.topology_id WHERE e.name LIKE %s ORDER BY e.name",

@@ -33,9 +33,13 @@ from harness.platform import django_env, manage
 ENDPOINTS = 20
 TABLE = "scheduling_scheduledmessage"
 ENDPOINTS_SQL = """
-    INSERT INTO scheduling_endpoint (name, topology_id, handler, handler_target, webhook_secret,
+    WITH team AS (
+        INSERT INTO scheduling_team (name, created_at, api_rate, key_api_rate, celery_task_allowlist,
+                                     webhook_allowed_networks)
+        VALUES ('default', now(), '', '', '*', '') ON CONFLICT (name) DO UPDATE SET name = excluded.name RETURNING id)
+    INSERT INTO scheduling_endpoint (team_id, name, queue, topology_id, handler, handler_target, webhook_secret,
                                      webhook_secret_previous, delivery_mode, is_active, created_at, updated_at)
-    SELECT 'bench-' || lpad(i::text, 2, '0'),
+    SELECT (SELECT id FROM team), 'bench-' || lpad(i::text, 2, '0'), 'bench-' || lpad(i::text, 2, '0'),
            (SELECT id FROM scheduling_topologyversion
             WHERE name = CASE WHEN i %% 2 = 0 THEN 'v2' ELSE 'v1' END),
            'none', '', '', '', 'native', true, now(), now()
