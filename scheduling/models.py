@@ -17,6 +17,7 @@ from .conf import configured_version, setting_name
 from .delivery.flow import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
 from .lifecycle import Status
 from .queries import ScheduledMessageQuerySet, loaded_instance
+from .archive.listing import ParquetFileListing
 from .teams.models import ApiKey, Membership, Team, default_team_id  # noqa: F401  (registers them)
 from .audit.models import AuditArchiveFile, AuditEvent  # noqa: F401  (registers them)
 
@@ -466,20 +467,13 @@ class AccuracyReport(models.Model):
         return self.lost + self.duplicates + self.early
 
 
-class ArchiveFile(models.Model):
+class ArchiveFile(ParquetFileListing):
     """One Parquet file of the archive (DELAY_ARCHIVE_DIR), listed in the transaction that deleted
     its rows, after it was written, made durable and read back. The archive is what this table
     lists: a file on disk that it does not list was left by a prune killed before its commit (its
     rows are still in the messages table), and the next prune removes it."""
 
-    path = models.CharField(max_length=255, unique=True, help_text=f"relative to {setting_name('archive_dir')}")
     day = models.DateField(db_index=True, help_text="due date (UTC) of its messages: the accuracy report's day")
-    rows = models.PositiveBigIntegerField()
-    bytes = models.PositiveBigIntegerField()
-    created_at = models.DateTimeField(default=timezone.now, editable=False)
 
-    class Meta:
-        ordering = ["day", "path"]
-
-    def __str__(self) -> str:
-        return self.path
+    class Meta(ParquetFileListing.Meta):
+        pass

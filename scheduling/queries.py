@@ -35,6 +35,21 @@ def uuid_array(ids) -> str:
     return "{" + ",".join(map(str, ids)) + "}"
 
 
+def lock_into_batch(candidates, *, table: str, order_by: str, id_type: str, limit: int) -> tuple[int, tuple | None]:
+    """Lock up to ``limit`` of ``candidates`` in (``order_by``, id) order, skipping rows another
+    transaction holds, into the temporary ``table`` (emptied at commit); how many, and the
+    (``order_by``, id) of the last: where the prune's next batch starts."""
+    locked = candidates.order_by(order_by, "id").select_for_update(skip_locked=True).values_list("id", order_by)[:limit]
+    sql, params = locked.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE TEMP TABLE IF NOT EXISTS {table} "
+                       f"(id {id_type} PRIMARY KEY, {order_by} timestamptz NOT NULL) ON COMMIT DELETE ROWS")
+        cursor.execute(f"WITH locked AS ({sql}) INSERT INTO {table} (id, {order_by}) SELECT * FROM locked", params)
+        count = cursor.rowcount
+        cursor.execute(f"SELECT {order_by}, id FROM {table} ORDER BY {order_by} DESC, id DESC LIMIT 1")
+        return count, cursor.fetchone()
+
+
 class ScheduledMessageQuerySet(models.QuerySet):
     """Bulk writes in one PostgreSQL statement each. They write what they are given: which
     statuses and fields a change means is the lifecycle's (scheduling/lifecycle.py) and the
@@ -158,17 +173,7 @@ class ScheduledMessageQuerySet(models.QuerySet):
         """Lock up to ``limit`` rows of ``candidates`` in (created_at, id) order, skipping rows
         another transaction holds, into this transaction's batch table; returns how many and the
         (created_at, id) of the last. Inside a transaction only."""
-        locked = (candidates.order_by("created_at", "id").select_for_update(skip_locked=True)
-                  .values_list("id", "created_at")[:limit])
-        sql, params = locked.query.sql_with_params()
-        with connection.cursor() as cursor:
-            cursor.execute(f"CREATE TEMP TABLE IF NOT EXISTS {PRUNE_BATCH} "
-                           "(id uuid PRIMARY KEY, created_at timestamptz NOT NULL) ON COMMIT DELETE ROWS")
-            cursor.execute(f"WITH locked AS ({sql}) INSERT INTO {PRUNE_BATCH} (id, created_at) "
-                           "SELECT * FROM locked", params)
-            count = cursor.rowcount
-            cursor.execute(f"SELECT created_at, id FROM {PRUNE_BATCH} ORDER BY created_at DESC, id DESC LIMIT 1")
-            return count, cursor.fetchone()
+        return lock_into_batch(candidates, table=PRUNE_BATCH, order_by="created_at", id_type="uuid", limit=limit)
 
     def delete_prune_batch(self) -> int:
         """Delete the rows of this transaction's batch table; returns how many went."""

@@ -11,7 +11,8 @@ from __future__ import annotations
 from django.db import connection, models
 from django.utils import timezone
 
-from ..conf import setting_name
+from ..archive.listing import ParquetFileListing
+from ..queries import lock_into_batch
 
 # The batch the prune has locked, kept server-side for its transaction (as queries.PRUNE_BATCH is
 # for messages): the archive's COPY and the DELETE join it.
@@ -23,17 +24,7 @@ class AuditEventQuerySet(models.QuerySet):
         """Lock up to ``limit`` of ``candidates`` (in at, id order; rows another transaction holds
         are skipped) into this transaction's batch table; returns how many and the (at, id) of
         the last. Inside a transaction only."""
-        locked = (candidates.order_by("at", "id").select_for_update(skip_locked=True)
-                  .values_list("id", "at")[:limit])
-        sql, params = locked.query.sql_with_params()
-        with connection.cursor() as cursor:
-            cursor.execute(f"CREATE TEMP TABLE IF NOT EXISTS {AUDIT_PRUNE_BATCH} "
-                           "(id bigint PRIMARY KEY, at timestamptz NOT NULL) ON COMMIT DELETE ROWS")
-            cursor.execute(f"WITH locked AS ({sql}) INSERT INTO {AUDIT_PRUNE_BATCH} (id, at) "
-                           "SELECT * FROM locked", params)
-            count = cursor.rowcount
-            cursor.execute(f"SELECT at, id FROM {AUDIT_PRUNE_BATCH} ORDER BY at DESC, id DESC LIMIT 1")
-            return count, cursor.fetchone()
+        return lock_into_batch(candidates, table=AUDIT_PRUNE_BATCH, order_by="at", id_type="bigint", limit=limit)
 
     def delete_prune_batch(self) -> int:
         """Delete the rows of this transaction's batch table; returns how many went. The trigger
@@ -86,19 +77,12 @@ class AuditEvent(models.Model):
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {self.object_repr}"
 
 
-class AuditArchiveFile(models.Model):
+class AuditArchiveFile(ParquetFileListing):
     """One Parquet file of the audit log's archive (``_audit/`` in DELAY_ARCHIVE_DIR), listed in
     the transaction that deleted its rows, as ArchiveFile is for messages; a table of its own so
     that nothing reading the messages' list (the accuracy report) ever reads an audit file."""
 
-    path = models.CharField(max_length=255, unique=True, help_text=f"relative to {setting_name('archive_dir')}")
     day = models.DateField(db_index=True, help_text="the date (UTC) its changes were made on")
-    rows = models.PositiveBigIntegerField()
-    bytes = models.PositiveBigIntegerField()
-    created_at = models.DateTimeField(default=timezone.now, editable=False)
 
-    class Meta:
-        ordering = ["day", "path"]
-
-    def __str__(self) -> str:
-        return self.path
+    class Meta(ParquetFileListing.Meta):
+        pass

@@ -204,12 +204,7 @@ def message_prune_batch(*, status: Status, cutoff: datetime, after, limit: int, 
         if not count:
             return None
         files = archive_write(rows=count, archive=archive, payloads=payloads)
-        try:
-            archive_commit(files=files, rows=count)
-        except BaseException:
-            for f in files:  # not committed: the rows stay, their files go (else the next prune's orphans)
-                (archive / f.path).unlink(missing_ok=True)
-            raise
+        _commit_or_unlink(files, archive, lambda: archive_commit(files=files, rows=count))
     return Batch(count, files, last)
 
 
@@ -269,13 +264,19 @@ def audit_prune_batch(*, cutoff: datetime, after, limit: int, archive: Path) -> 
         if not count:
             return None
         files = audit_archive_write(rows=count, archive=archive)
-        try:
-            audit_archive_commit(files=files, rows=count)
-        except BaseException:
-            for f in files:  # not committed: the rows stay, their files go (else the next prune's orphans)
-                (archive / f.path).unlink(missing_ok=True)
-            raise
+        _commit_or_unlink(files, archive, lambda: audit_archive_commit(files=files, rows=count))
     return Batch(count, files, last)
+
+
+def _commit_or_unlink(files, archive: Path, commit: Callable[[], None]) -> None:
+    """List the files and delete their rows (``commit``); if that fails, the rows stay and their
+    files go (else they would be the next prune's orphans)."""
+    try:
+        commit()
+    except BaseException:
+        for f in files:
+            (archive / f.path).unlink(missing_ok=True)
+        raise
 
 
 def audit_archive_write(*, rows: int, archive: Path) -> list[AuditArchiveFile]:

@@ -23,7 +23,7 @@ SECRET = "a-very-distinctive-signing-secret-123"
 def schema_routes():
     paths = SchemaGenerator().get_schema(request=None, public=True)["paths"]
     return [(method, path.replace("{id}", "00000000-0000-0000-0000-000000000000").replace("{name}", "x")
-             .replace("{key}", "x"))
+             .replace("{key}", "x").replace("{prefix}", "dpk_abcdefgh"))
             for path, operations in paths.items() for method in operations]
 
 

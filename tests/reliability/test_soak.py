@@ -16,12 +16,13 @@ pytestmark = [pytest.mark.reliability, pytest.mark.broker, pytest.mark.e2e]
 # and 1 min), autovacuum's period 10 s (not 60), a row every 15 s, 200 messages/s. Warm-up (twice
 # 20 + 10 + 2 x 5 s) ends at the 1:30 row; the judged half is 1:45 to 3:00. The broker restart comes
 # early (it takes 15-35 s here, a tenth of the run: its backlog belongs to the warm-up), a kill in
-# each half. The table's plateau is allowed 25 %, not 10: this table holds ~5,000 live rows and
+# each half. The table's plateau is allowed 50 %, not 10: this table holds ~5,000 live rows and
 # PostgreSQL vacuums it once 10,000 are dead (migration 0015), so one late vacuum moves its size by
-# 10-15 % (measured); without pruning, or without the space being reused, it would double over the
-# judged half (as many rows again).
+# 10-15 %, two of them on a busy machine by up to 26 % (measured: 6.7 MB at warm-up, 8.4 MB at most,
+# a run that lost nothing; 25 % failed CI twice); without pruning, or without the space being
+# reused, it would double over the judged half (as many rows again), which 50 % still catches.
 PLAN = check(Plan(minutes=3, rate=200, max_delay_s=20, retention_s=10, prune_every_s=5, autovacuum_naptime_s=10,
-                  restart_at_s=10, kills_at_s=(52.5, 127.5), table_tolerance=0.25))
+                  restart_at_s=10, kills_at_s=(52.5, 127.5), table_tolerance=0.50))
 
 
 def test_three_minute_soak_loses_nothing_and_the_table_plateaus():
