@@ -296,7 +296,7 @@ def _save(rows: list[ScheduledMessage], *, check_quota: bool) -> list[Scheduled]
         keyed = {(r.endpoint_id, r.idempotency_key) for r in rows if r.idempotency_key}
         existing = {}
         if keyed:
-            for m in ScheduledMessage.objects.select_related("endpoint", "topology").filter(
+            for m in ScheduledMessage.objects.select_related("endpoint__team", "topology").filter(
                 endpoint_id__in={e for e, _ in keyed}, idempotency_key__in={k for _, k in keyed}
             ):
                 existing[(m.endpoint_id, m.idempotency_key)] = m
