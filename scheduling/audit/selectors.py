@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from ..teams.caller import Caller
 from ..teams.roles import Action
@@ -26,6 +26,17 @@ def audit_list(*, caller: Caller, team: str | None = None, action: str | None = 
     return rows.order_by("-at", "-id")
 
 
-def audit_list_past_retention(*, cutoff: datetime) -> QuerySet:
-    """Rows made before ``cutoff`` (now - DELAY_AUDIT_RETENTION): the prune archives and deletes them."""
-    return AuditEvent.objects.filter(at__lt=cutoff).order_by()
+# One message's own events: as many as the API's traffic. They stay as long as the messages do
+# (DELAY_RETENTION, DELAY_FAILED_RETENTION), not the changes' DELAY_AUDIT_RETENTION: a row per
+# scheduling request kept 400 days would outgrow the messages table many times over.
+TRAFFIC_ACTIONS = ("message.schedule", "message.schedule_bulk", "message.cancel", "message.republish",
+                   "message.reschedule")
+
+
+def audit_list_past_retention(*, cutoff: datetime, traffic_cutoff: datetime | None = None) -> QuerySet:
+    """Rows made before ``cutoff`` (now - DELAY_AUDIT_RETENTION), and a message's own events
+    (TRAFFIC_ACTIONS) made before ``traffic_cutoff``: the prune archives and deletes them."""
+    past = Q(at__lt=cutoff)
+    if traffic_cutoff is not None and traffic_cutoff > cutoff:
+        past |= Q(action__in=TRAFFIC_ACTIONS, at__lt=traffic_cutoff)
+    return AuditEvent.objects.filter(past).order_by()

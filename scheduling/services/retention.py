@@ -120,7 +120,7 @@ def message_prune(*, now: datetime | None = None, dry_run: bool = False, progres
         rules = _prune_rules(now)
         result.kept_in_flight = message_count_in_flight_created_before(cutoff=max(cutoff for _, cutoff in rules))
         result.candidates = sum(message_list_past_retention(status=s, cutoff=c).count() for s, c in rules)
-        result.audit_candidates = audit_list_past_retention(cutoff=now - conf().audit_retention).count()
+        result.audit_candidates = audit_list_past_retention(**_audit_cutoffs(now)).count()
         per_row = message_table_get_bytes_per_row()
         if dry_run:
             result.reusable_bytes = round(result.candidates * per_row) if per_row else 0
@@ -167,11 +167,18 @@ def _prune(rules, now: datetime, result: PruneResult, progress: Progress, audit_
         result.vacuumed = message_table_vacuum_unattended()
 
 
+def _audit_cutoffs(now: datetime) -> dict:
+    """The changes go after DELAY_AUDIT_RETENTION; a message's own events with the messages."""
+    settings = conf()
+    return {"cutoff": now - settings.audit_retention,
+            "traffic_cutoff": now - max(settings.retention, settings.failed_retention)}
+
+
 def _audit_prune(now: datetime, archive: Path, result: PruneResult, progress: Progress) -> None:
     settings = conf()
-    cutoff, after = now - settings.audit_retention, None
+    after = None
     progress(0, result.audit_candidates)
-    while batch := audit_prune_batch(cutoff=cutoff, after=after, limit=settings.prune_batch, archive=archive):
+    while batch := audit_prune_batch(**_audit_cutoffs(now), after=after, limit=settings.prune_batch, archive=archive):
         after = batch.last
         result.audit_archived += batch.rows
         result.audit_deleted += batch.rows
@@ -251,12 +258,13 @@ def archive_commit(*, files: list[ArchiveFile], rows: int) -> None:
         raise PruneError(f"deleted {deleted} of the {rows} archived messages; rolled back")
 
 
-def audit_prune_batch(*, cutoff: datetime, after, limit: int, archive: Path) -> Batch | None:
+def audit_prune_batch(*, cutoff: datetime, after, limit: int, archive: Path,
+                      traffic_cutoff: datetime | None = None) -> Batch | None:
     """message_prune_batch for the audit log: one transaction locks up to ``limit`` rows made
     before the cutoff (in at, id order, after ``after``), archives them, lists the files and
     deletes the rows; None when none are left."""
     with transaction.atomic():
-        candidates = audit_list_past_retention(cutoff=cutoff)
+        candidates = audit_list_past_retention(cutoff=cutoff, traffic_cutoff=traffic_cutoff)
         if after is not None:
             at, last_id = after
             candidates = candidates.filter(Q(at__gt=at) | Q(at=at, id__gt=last_id), at__gte=at)

@@ -530,3 +530,19 @@ def test_the_command_prints_the_audit_log_s_figures(archive, audit_row, capsys):
     assert f"to {archive}/_audit; 3 deleted" in captured.out
     assert "pruning the audit log: 3/3" in captured.err and "pruning messages: 0/0" in captured.err  # progress
     assert AuditEvent.objects.count() == 1
+
+
+def test_a_message_s_own_audit_events_go_with_the_messages_retention(archive, audit_row, settings):
+    """A row per scheduling request kept DELAY_AUDIT_RETENTION would outgrow the messages: those
+    rows (and single cancels, republishes, reschedules) go after the messages' retention."""
+    from scheduling.audit.models import AuditEvent
+    from scheduling.audit.selectors import TRAFFIC_ACTIONS
+
+    settings.DELAY_RETENTION, settings.DELAY_FAILED_RETENTION = timedelta(days=7), timedelta(days=30)
+    traffic_old = [audit_row(31, action=action) for action in TRAFFIC_ACTIONS]
+    traffic_recent = audit_row(29, action="message.schedule")  # within the failed messages' 30 days
+    changes = [audit_row(31, action="message.bulk_cancel"), audit_row(31, action="endpoint.rotate_secret")]
+    result = message_prune(now=NOW)
+    assert set(AuditEvent.objects.values_list("id", flat=True)) == {traffic_recent.id, *(e.id for e in changes)}
+    assert set(audit_archive_rows(archive)) == {e.id for e in traffic_old}  # archived, not lost
+    assert result.audit_deleted == len(TRAFFIC_ACTIONS)
