@@ -12,6 +12,7 @@ from django.utils import timezone
 import rabbit
 from topology import cascade
 
+from ..audit.services import audit_record
 from ..conf import broker
 from ..models import TopologyVersion
 from ..selectors.broker import Verification, topology_check
@@ -55,6 +56,9 @@ def topology_provision(*, version: cascade.Version, url: str | None = None) -> P
     with broker(url).session() as session:
         kept = topology_declare(session=session, version=version)
     recorded = url is None and _record(version, provisioned_at=timezone.now(), shards=version.shards)
+    audit_record(action="topology.provision", object_type="topologyversion", object_id=version.name,
+                 object_repr=version.name, after={"prefix": version.prefix, "levels": version.levels,
+                                                  "shards": version.shards, "broker": "another" if url else "the platform's"})
     if recorded:  # side by side: every endpoint also receives from this version
         endpoint_bind_all(topology=TopologyVersion.objects.get(name=version.name))
     return ProvisionResult(plan=plan, seconds=time.monotonic() - started, recorded=recorded, kept=kept)

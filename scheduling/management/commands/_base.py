@@ -41,14 +41,42 @@ def require_migrated() -> None:
 
 class PlatformCommand(BaseCommand):
     """Every command of the platform that may touch the database derives from this. What it
-    changes is audited as the command's (and the account it runs under)."""
+    changes is audited as the command's (and the account it runs under): by the services it
+    calls, and, for a command that moves or rewrites many rows at once (``audit_runs``), one row
+    for the run with its options."""
+
+    audit_runs = False
 
     def execute(self, *args, **options):
         try:
             with audited(AuditContext(source="command", caller=command_caller(self))):
-                return super().execute(*args, **options)
+                output = super().execute(*args, **options)
+                if self.audit_runs and not options.get("dry_run"):
+                    self.audit_run(options)
+                return output
         except DatabaseError as exc:
             raise CommandError(database_problem(exc)) from exc
+
+    def audit_run(self, options: dict) -> None:
+        from ...audit.services import audit_record
+
+        name = type(self).__module__.rsplit(".", 1)[-1]
+        given = {k: _without_password(v) for k, v in options.items() if k not in _DJANGO_OPTIONS and v not in
+                 (None, False, [], "")}
+        audit_record(action=f"command.{name}", object_type="command", object_repr=name, extra={"options": given})
+
+
+_DJANGO_OPTIONS = frozenset({"verbosity", "settings", "pythonpath", "traceback", "no_color", "force_color",
+                             "skip_checks", "stdout", "stderr"})
+
+
+def _without_password(value):
+    """A broker URL's password never goes into the audit log."""
+    if isinstance(value, str) and "://" in value and "@" in value:
+        scheme, _, rest = value.partition("://")
+        userinfo, _, host = rest.rpartition("@")
+        return f"{scheme}://{userinfo.split(':', 1)[0]}:<redacted>@{host}"
+    return value if isinstance(value, (str, int, float, bool)) else str(value)
 
 
 def command_caller(command: BaseCommand) -> Caller:

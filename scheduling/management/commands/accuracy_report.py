@@ -11,6 +11,7 @@ from ._days import REPORT_ERRORS, day_range, one_line, parse_day
 
 
 class Command(PlatformCommand):
+    audit_runs = True  # one audit row for the run, with its options
     help = "Compute the delay-accuracy report of a day (default: yesterday, UTC) or of --since..--until"
 
     def add_arguments(self, parser):

@@ -11,6 +11,7 @@ from ._days import REPORT_ERRORS, day_range, one_line, parse_day
 
 
 class Command(PlatformCommand):
+    audit_runs = True  # one audit row for the run, with its options
     help = ("Export delivery facts to Parquet per due date (every team's, or --team NAME's): "
             "--since 2026-11-20 [--until DATE] --out DIR")
 

@@ -16,6 +16,7 @@ from ._versions import add_move_arguments
 
 
 class Command(PlatformCommand):
+    audit_runs = True  # one audit row for the run, with its options
     help = (
         "Drain the level queues of one version (highest level first) into another: "
         "migrate_delays --from v1 --to v2 [--dry-run] [--batch 500] [--switch-endpoints]"

@@ -16,6 +16,7 @@ from ._versions import add_move_arguments
 
 
 class Command(PlatformCommand):
+    audit_runs = True  # one audit row for the run, with its options
     help = (
         "Switch timeout-manager endpoints to a native version and move their pending timeouts due "
         "at or after the cutoff: migrate_timeouts --to v2 [--cutoff 2026-11-21T12:00:00Z] [--dry-run]"

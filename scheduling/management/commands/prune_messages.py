@@ -22,6 +22,7 @@ def size(nbytes: float) -> str:
 
 
 class Command(PlatformCommand):
+    audit_runs = True  # one audit row for the run, with its options
     help = (f"Archive finished messages past {setting_name('retention')} (failed: {setting_name('failed_retention')}) "
             f"and the audit log's rows past {setting_name('audit_retention')} to Parquet in "
             f"{setting_name('archive_dir')}, then delete them; --dry-run counts them")

@@ -11,6 +11,7 @@ from ._progress import progress_bar
 
 
 class Command(PlatformCommand):
+    audit_runs = True  # one audit row for the run, with its options
     help = (
         f"Re-seal every endpoint's webhook secrets with the first key of {setting_name('secrets_keys')} (and seal "
         "any still in clear); idempotent. Rotation: put the new key first, run this, then drop the old key."

@@ -15,6 +15,7 @@ from ._versions import add_move_arguments
 
 
 class Command(PlatformCommand):
+    audit_runs = True  # one audit row for the run, with its options
     help = (
         "Move delayed messages of a version from this broker (BROKER_URL) to another one, "
         "provisioning the cascade and endpoint queues there first: "

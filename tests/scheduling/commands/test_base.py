@@ -74,3 +74,28 @@ def test_every_command_that_may_touch_the_database_derives_from_the_base():
     for name in set(names) - WITHOUT_DATABASE:
         command = importlib.import_module(f"{commands.__name__}.{name}").Command
         assert issubclass(command, PlatformCommand), f"{name} does not derive from PlatformCommand"
+
+
+@pytest.mark.django_db
+def test_a_command_that_moves_many_rows_records_its_run_without_a_broker_password(capsys):
+    from django.core.management import call_command
+
+    from scheduling.audit.models import AuditEvent
+
+    class Move(PlatformCommand):
+        audit_runs = True
+
+        def add_arguments(self, parser):
+            parser.add_argument("--to-broker")
+            parser.add_argument("--dry-run", action="store_true")
+
+        def handle(self, *args, **options):
+            pass
+
+    call_command(Move(), "--to-broker", "amqp://ops:s3cret@green:5672/", "--dry-run")
+    assert not AuditEvent.objects.exists()  # a dry run changes nothing
+    call_command(Move(), "--to-broker", "amqp://ops:s3cret@green:5672/")
+    (row,) = AuditEvent.objects.all()
+    assert row.source == "command" and row.actor.startswith("command ") and row.action.startswith("command.")
+    assert row.extra == {"options": {"to_broker": "amqp://ops:<redacted>@green:5672/"}}
+    assert "s3cret" not in str(row.extra)
