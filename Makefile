@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 # parallel test processes (pytest-xdist, each with a RabbitMQ node of its own; 0: one process). docs/reference/commands.md
 TEST_PROCESSES ?= 3
 
-.PHONY: venv run test test-fast test-reliability test-cluster cluster cluster-stop soak bench bench-profile bench-migration bench-admin bench-history bench-report docs
+.PHONY: venv run test test-fast test-rabbitmq4 test-reliability test-cluster test-cluster-rabbitmq4 cluster cluster-stop soak bench bench-profile bench-migration bench-admin bench-history bench-report docs
 
 $(BIN)/.installed: requirements.txt
 	scripts/services.sh python-venv
@@ -31,8 +31,15 @@ run: venv .env
 ## test: the whole suite against real RabbitMQ, PostgreSQL, Celery workers and headless Chromium,
 ## in TEST_PROCESSES parallel processes (pytest-xdist; each with its own vhost, database and workers)
 test: venv
-	scripts/services.sh rabbitmq postgres chromium java
+	scripts/services.sh rabbitmq postgres chromium java rabbitmq4-root
 	$(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+
+## test-rabbitmq4: the broker-facing suite (broker tier, e2e, reduced faults, peers' failure modes) on RabbitMQ 4.0.5,
+## each test process on a 4.0.5 node of its own (Debian 13's package in a chroot: scripts/rabbitmq4.sh)
+test-rabbitmq4: venv
+	scripts/services.sh rabbitmq postgres java rabbitmq4-root
+	DP_TEST_RABBITMQ=4 $(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder \
+		tests/rabbit tests/topology tests/e2e tests/reliability -m "not cluster" $(PYTEST_ARGS)
 
 ## test-reliability: fault injection and fuzzing at full size (make test runs them reduced); prints the counts
 test-reliability: venv
@@ -43,6 +50,11 @@ test-reliability: venv
 test-cluster: venv
 	scripts/services.sh rabbitmq postgres
 	RELIABILITY_FULL=1 $(BIN)/python -m pytest tests/reliability -m cluster -s -p no:randomly $(PYTEST_ARGS)
+
+## test-cluster-rabbitmq4: the same on three RabbitMQ 4.0.5 nodes (scripts/rabbitmq-cluster.sh with CLUSTER_SERIES=4)
+test-cluster-rabbitmq4: venv
+	scripts/services.sh rabbitmq postgres rabbitmq4-root
+	DP_TEST_RABBITMQ=4 RELIABILITY_FULL=1 $(BIN)/python -m pytest tests/reliability -m cluster -s -p no:randomly $(PYTEST_ARGS)
 
 ## cluster: start a local three-node RabbitMQ cluster (ports 5681-5683, management 15681-15683) and print its URLs
 cluster:

@@ -1,5 +1,6 @@
 """A three-node RabbitMQ cluster of a test run's own (scripts/rabbitmq-cluster.sh under other node
-names and ports than `make cluster`'s), with the faults the cluster tests inject."""
+names and ports than `make cluster`'s), with the faults the cluster tests inject. Of the machine's
+RabbitMQ, or of 4.0.5 in its Debian 13 root (``series`` 4, or DP_TEST_RABBITMQ=4)."""
 
 from __future__ import annotations
 
@@ -15,16 +16,20 @@ from pathlib import Path
 from rabbit import Management, ManagementUnavailable
 from harness.paths import ROOT
 from harness.platform import platform
+from harness.rabbit_node import rabbitmq4_root, test_series
 from harness.vhosts import vhost_create, vhost_delete
 from harness.waiting import wait_until
 
 
 class LocalCluster:
-    def __init__(self, name: str = "dpt", port: int = 5781, nodes: int = 3):
+    def __init__(self, name: str = "dpt", port: int = 5781, nodes: int = 3, series: int | None = None):
         self.name, self.port, self.size = name, port, nodes
+        self.series = series or test_series()
         self.dir = Path(f"/tmp/{name}-rabbit-cluster")
+        # the nodes' files as this process finds them (inside the root on 4)
+        self.hostdir = rabbitmq4_root() / self.dir.relative_to("/") if self.series == 4 else self.dir
         self.env = {**os.environ, "CLUSTER_NAME": name, "CLUSTER_PORT": str(port), "CLUSTER_NODES": str(nodes),
-                    "CLUSTER_DIR": str(self.dir)}
+                    "CLUSTER_DIR": str(self.dir), "CLUSTER_SERIES": str(self.series)}
 
     def script(self, command: str) -> str:
         result = subprocess.run([str(ROOT / "scripts" / "rabbitmq-cluster.sh"), command], env=self.env,
@@ -44,6 +49,11 @@ class LocalCluster:
 
     def __exit__(self, *exc) -> None:
         self.script("stop")
+
+    @property
+    def series_name(self) -> str:
+        """The nodes' RabbitMQ version, as the management API reports it."""
+        return f"RabbitMQ {self.management.overview().get('rabbitmq_version', '?')}"
 
     # --- addresses --------------------------------------------------------------------------
 
@@ -67,16 +77,21 @@ class LocalCluster:
 
     # --- faults -------------------------------------------------------------------------------
 
+    def cli(self, program: str, *args: str) -> subprocess.CompletedProcess:
+        """A RabbitMQ CLI of the nodes' series (rabbitmq-queues, ...): in the 4.x root on series 4."""
+        return subprocess.run([str(ROOT / "scripts" / "rabbitmq-cluster.sh"), "cli", program, *args], env=self.env,
+                              capture_output=True, text=True, timeout=180, check=True)
+
     def _ctl(self, i: int, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        return subprocess.run(["rabbitmqctl", "-q", "-n", self.node(i), *args], capture_output=True, text=True,
-                              timeout=180, check=check)
+        return subprocess.run([str(ROOT / "scripts" / "rabbitmq-cluster.sh"), "ctl", str(i), *args], env=self.env,
+                              capture_output=True, text=True, timeout=180, check=check)
 
     def running(self, i: int) -> bool:
         return self._ctl(i, "status", check=False).returncode == 0
 
     def kill(self, i: int) -> None:
         """kill -9 node i: nothing flushed, no connection closed cleanly."""
-        pid = int((self.dir / f"{self.name}{i}" / "pid").read_text().strip())
+        pid = int((self.hostdir / f"{self.name}{i}" / "pid").read_text().strip())
         os.kill(pid, signal.SIGKILL)
         wait_until(lambda: not self.running(i), 30, 0.5, f"{self.node(i)} to be gone")
 
@@ -126,14 +141,14 @@ class LocalCluster:
 
 
 @contextmanager
-def cluster_platform(cluster: LocalCluster, workers: int = 1, concurrency: int = 2):
+def cluster_platform(cluster: LocalCluster, workers: int = 1, concurrency: int = 2, **settings):
     """A platform of its own on a vhost of the cluster (``p.vhost``): web, workers, database, every
-    queue a quorum queue."""
+    queue a quorum queue; ``settings``: more of its environment (DELAY_RESCUE_AFTER_MS="0")."""
     vhost = f"dp-cluster-{uuid.uuid4().hex[:8]}"
     vhost_create(management=cluster.management, vhost=vhost)
     try:
         with platform(web_workers=2, broker_url=cluster.broker_url(vhost), settings="delayplatform.settings_test",
-                      RABBITMQ_MANAGEMENT_URL=cluster.management_url, DELAY_QUEUE_TYPE="quorum") as p:
+                      RABBITMQ_MANAGEMENT_URL=cluster.management_url, DELAY_QUEUE_TYPE="quorum", **settings) as p:
             p.vhost = vhost
             for _ in range(workers):
                 p.start_worker(concurrency=concurrency)

@@ -1,5 +1,7 @@
 """A RabbitMQ node of a run's own, beside the shared broker: for settings the shared one must not
-take (a short consumer_timeout), and for faults (stopping, crashing, restarting the node)."""
+take (a short consumer_timeout), and for faults (stopping, crashing, restarting the node). Of the
+machine's RabbitMQ (3.10.8 here), or of RabbitMQ 4.0.5 in its Debian 13 root (scripts/rabbitmq4.sh):
+``series`` 4, or the environment's DP_TEST_RABBITMQ=4 (make test-rabbitmq4)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,20 @@ import signal
 import subprocess
 from pathlib import Path
 
+from harness.paths import ROOT
 from harness.waiting import wait_until
+
+RABBITMQ4 = ROOT / "scripts" / "rabbitmq4.sh"
+
+
+def test_series() -> int:
+    """The RabbitMQ series a test run uses: 3 (the machine's) unless DP_TEST_RABBITMQ says 4."""
+    return 4 if os.environ.get("DP_TEST_RABBITMQ", "3").strip() == "4" else 3
+
+
+def rabbitmq4_root() -> Path:
+    """Where RabbitMQ 4's root is (built by scripts/rabbitmq4.sh root)."""
+    return Path(os.environ.get("RABBITMQ4_ROOT", "/var/cache/dp/rabbitmq4-root"))
 
 
 class PrivateRabbit:
@@ -18,11 +33,14 @@ class PrivateRabbit:
     (``management_url``), for what reads the broker through it (verify, /metrics, the soak)."""
 
     def __init__(self, port: int = 5699, consumer_timeout_ms: int | None = None, management_port: int | None = None,
-                 channel_tick_ms: int | None = None):
+                 channel_tick_ms: int | None = None, series: int | None = None):
         import uuid
 
+        self.series = series or test_series()
         self.port, self.node = port, f"dp{uuid.uuid4().hex[:6]}@localhost"
-        self.base = Path(f"/tmp/{self.node.split('@')[0]}")
+        # the node's files as it sees them, and as this process finds them (inside the root on 4)
+        self.inner = Path(f"/tmp/{self.node.split('@')[0]}")
+        self.base = rabbitmq4_root() / self.inner.relative_to("/") if self.series == 4 else self.inner
         self.url = f"amqp://guest:guest@127.0.0.1:{port}//"
         self.config = [f"listeners.tcp.local = 127.0.0.1:{port}", "loopback_users = none"]
         if consumer_timeout_ms is not None:
@@ -42,27 +60,42 @@ class PrivateRabbit:
 
     def _env(self) -> dict:
         return {**os.environ, "RABBITMQ_NODENAME": self.node, "RABBITMQ_NODE_PORT": str(self.port),
-                "RABBITMQ_DIST_PORT": str(self.port + 20000), "RABBITMQ_CONFIG_FILE": str(self.base / "rabbitmq"),
-                "RABBITMQ_ADVANCED_CONFIG_FILE": str(self.base / "advanced.config"),
-                "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.base / "enabled_plugins"),
-                "RABBITMQ_MNESIA_BASE": str(self.base / "mnesia"), "RABBITMQ_LOG_BASE": str(self.base / "log"),
-                "RABBITMQ_PID_FILE": str(self.base / "pid")}
+                "RABBITMQ_DIST_PORT": str(self.port + 20000), "RABBITMQ_CONFIG_FILE": str(self.inner / "rabbitmq"),
+                "RABBITMQ_ADVANCED_CONFIG_FILE": str(self.inner / "advanced.config"),
+                "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.inner / "enabled_plugins"),
+                "RABBITMQ_MNESIA_BASE": str(self.inner / "mnesia"), "RABBITMQ_LOG_BASE": str(self.inner / "log"),
+                "RABBITMQ_PID_FILE": str(self.inner / "pid")}
+
+    def command(self, program: str, *args: str) -> list[str]:
+        """A RabbitMQ program of this node's series (4: in its root, through scripts/rabbitmq4.sh)."""
+        return [str(RABBITMQ4), "run", program, *args] if self.series == 4 else [program, *args]
+
+    def rabbitmqctl(self, *args: str) -> list[str]:
+        return self.command("rabbitmqctl", "-q", "-n", self.node, *args)
+
+    def _start(self) -> None:
+        subprocess.run(self.command("rabbitmq-server", "-detached"), env=self._env(), check=True, capture_output=True)
 
     def __enter__(self) -> PrivateRabbit:
         import shutil
 
+        if self.series == 4:
+            subprocess.run([str(RABBITMQ4), "root"], check=True, capture_output=True, timeout=600)
         self.base.mkdir(parents=True, exist_ok=True)
         (self.base / "rabbitmq.conf").write_text("\n".join(self.config) + "\n")
         (self.base / "enabled_plugins").write_text(f"{self.plugins}.\n")
         (self.base / "advanced.config").write_text(
             f"[{{rabbit, [{', '.join(self.advanced)}]}}].\n")
-        shutil.chown(self.base, "rabbitmq", "rabbitmq")
-        for child in self.base.iterdir():
-            shutil.chown(child, "rabbitmq", "rabbitmq")
-        subprocess.run(["rabbitmq-server", "-detached"], env=self._env(), check=True, capture_output=True)
-        wait_until(lambda: subprocess.run(["rabbitmqctl", "-q", "-n", self.node, "status"], capture_output=True)
+        if self.series == 4:  # the root's own rabbitmq user
+            subprocess.run(self.command("chown", "-R", "rabbitmq:rabbitmq", str(self.inner)), check=True)
+        else:
+            shutil.chown(self.base, "rabbitmq", "rabbitmq")
+            for child in self.base.iterdir():
+                shutil.chown(child, "rabbitmq", "rabbitmq")
+        self._start()
+        wait_until(lambda: subprocess.run(self.rabbitmqctl("status"), capture_output=True)
                    .returncode == 0, 60, 0.5, f"private RabbitMQ node {self.node}")
-        subprocess.run(["rabbitmqctl", "-q", "-n", self.node, "await_startup"], check=True, capture_output=True)
+        subprocess.run(self.rabbitmqctl("await_startup"), check=True, capture_output=True)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -70,19 +103,19 @@ class PrivateRabbit:
 
         # with the pid file, stop returns once the node's process is gone: removing its directory
         # any earlier left the files it wrote while stopping (a /tmp/dp<hex> per node)
-        pid_file = [str(self.base / "pid")] if (self.base / "pid").exists() else []
-        subprocess.run(["rabbitmqctl", "-q", "-n", self.node, "stop", *pid_file], capture_output=True, timeout=60)
+        pid_file = [str(self.inner / "pid")] if (self.base / "pid").exists() else []
+        subprocess.run(self.rabbitmqctl("stop", *pid_file), capture_output=True, timeout=60)
         shutil.rmtree(self.base, ignore_errors=True)
 
     def ctl(self, *args: str) -> None:
-        subprocess.run(["rabbitmqctl", "-q", "-n", self.node, *args], check=True, capture_output=True, timeout=120)
+        subprocess.run(self.rabbitmqctl(*args), check=True, capture_output=True, timeout=120)
 
     def stop_app(self) -> None:
         self.ctl("stop_app")
 
     def list_queues(self) -> dict[str, int]:
         """Queues that hold messages, by name (for a failing test's message)."""
-        out = subprocess.run(["rabbitmqctl", "-q", "-n", self.node, "list_queues", "name", "messages", "--no-table-headers"],
+        out = subprocess.run(self.rabbitmqctl("list_queues", "name", "messages", "--no-table-headers"),
                              capture_output=True, text=True, timeout=60).stdout
         return {name: int(n) for name, n in (line.split("\t") for line in out.splitlines() if "\t" in line) if n != "0"}
 
@@ -90,11 +123,14 @@ class PrivateRabbit:
         self.ctl("start_app")
         self.ctl("await_startup")
 
+    def pid(self) -> int:
+        """The node's Erlang VM (a chroot shares the machine's process ids): its CPU for benchmarks."""
+        return int((self.base / "pid").read_text().strip())
+
     def crash(self) -> None:
         """kill -9 the node: an unclean shutdown, nothing flushed or closed."""
-        pid = int((self.base / "pid").read_text().strip())
-        os.kill(pid, signal.SIGKILL)
-        wait_until(lambda: subprocess.run(["rabbitmqctl", "-q", "-n", self.node, "status"], capture_output=True)
+        os.kill(self.pid(), signal.SIGKILL)
+        wait_until(lambda: subprocess.run(self.rabbitmqctl("status"), capture_output=True)
                    .returncode != 0, 30, 0.5, "the node to be gone")
 
     def stop(self) -> None:
@@ -102,7 +138,7 @@ class PrivateRabbit:
         self.ctl("stop")
 
     def restart(self) -> None:
-        subprocess.run(["rabbitmq-server", "-detached"], env=self._env(), check=True, capture_output=True)
-        wait_until(lambda: subprocess.run(["rabbitmqctl", "-q", "-n", self.node, "status"], capture_output=True)
+        self._start()
+        wait_until(lambda: subprocess.run(self.rabbitmqctl("status"), capture_output=True)
                    .returncode == 0, 90, 0.5, f"private RabbitMQ node {self.node} to restart")
         self.ctl("await_startup")

@@ -55,6 +55,12 @@ class Session:
             release(conn)
         self._placing.clear()
 
+    @property
+    def server_version(self) -> str:
+        """The RabbitMQ version the connected node reports (AMQP connection.start), e.g. "4.0.5"."""
+        version = (self.conn.connection.server_properties or {}).get("version", "")
+        return version.decode() if isinstance(version, bytes) else str(version)
+
     def declare(self, plan: cascade.Plan, first_node: int = 0) -> list[str]:
         """Returns a line per exchange kept as another system had declared it. Queue i of the
         plan is declared through node ``first_node + i`` (modulo the nodes), which spreads the

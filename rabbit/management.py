@@ -116,6 +116,12 @@ class Management:
         """Each feature flag with its ``state`` (enabled, disabled, unavailable)."""
         return self._request("GET", "/feature-flags") or []
 
+    def policies(self, vhost: str) -> list[dict]:
+        return self._request("GET", f"/policies/{self._v(vhost)}") or []
+
+    def put_policy(self, vhost: str, name: str, body: dict) -> None:
+        self._request("PUT", f"/policies/{self._v(vhost)}/{quote(name, safe='')}", json=body)
+
     def vhosts(self) -> list[str]:
         return [v["name"] for v in self._request("GET", "/vhosts") or []]
 

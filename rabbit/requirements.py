@@ -11,6 +11,7 @@ import subprocess
 from dataclasses import dataclass
 
 from .management import Management
+from .redelivery import POLICY, POLICY_NAME, limited_queues, limits_redelivery, version_tuple
 
 MINIMUM = (3, 10, 0)  # message TTL and at-least-once dead-lettering on quorum queues
 QUORUM_FLAGS = ("quorum_queue", "stream_queue")  # stream_queue: at-least-once dead-lettering on 3.10-3.13
@@ -24,6 +25,8 @@ class BrokerFacts:
     version: str  # "3.10.8"
     flags: dict[str, str]  # feature flag -> state ("enabled", "disabled", "unavailable")
     confirm_timeouts: dict[str, int | None]  # node -> ms; None: not readable from here
+    policies: tuple = ()  # the vhost's policies (management API listing)
+    queues: tuple = ()  # the vhost's queues (listing: type, delivery_limit on 4.x)
 
 
 @dataclass(frozen=True)
@@ -44,19 +47,16 @@ class Requirement:
         return f"{mark}: {self.name}: {self.found}" + (f"; fix: {self.fix}" if self.fix and not self.ok else "")
 
 
-def _parse_version(text: str) -> tuple[int, ...] | None:
-    match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", text or "")
-    return tuple(int(x or 0) for x in match.groups()) if match else None
-
-
 def requirements_check(facts: BrokerFacts, *, quorum: bool) -> list[Requirement]:
     """One line per requirement of a cascade (``quorum``: of quorum queues with at-least-once
     dead-lettering, as v2 and v3 are)."""
-    found = _parse_version(facts.version)
+    found = version_tuple(facts.version)
     checks = [Requirement(
         "RabbitMQ version", None if found is None else found >= MINIMUM,
         f"{facts.version or 'unknown'} (3.10.0 or later needed)",
         "upgrade RabbitMQ (docs/operations/rabbitmq-versions.md gives the path)")]
+    if limits_redelivery(facts.version):
+        checks.append(redelivery_requirement(facts))
     if not quorum:
         return checks
     for flag in QUORUM_FLAGS:
@@ -82,6 +82,22 @@ def requirements_check(facts: BrokerFacts, *, quorum: bool) -> list[Requirement]
     return checks
 
 
+def redelivery_requirement(facts: BrokerFacts) -> Requirement:
+    """On 4.x: the platform's policy against quorum queues' delivery limit is in place, and no
+    quorum queue of the vhost still has a limit (another policy of higher priority, an argument)."""
+    name = "quorum queues keep a message handed back 20 times"
+    policy = next((p for p in facts.policies if p.get("name") == POLICY_NAME), None)
+    if policy is None or any(policy.get(k) != POLICY[k] for k in ("pattern", "apply-to", "definition")):
+        return Requirement(name, False, f"policy {POLICY_NAME} {'differs' if policy else 'missing'} "
+                                        f"(RabbitMQ {facts.version} drops such a message)", "run provision_delays")
+    limited = limited_queues(list(facts.queues))
+    if limited:
+        shown = ", ".join(limited[:5]) + (f" and {len(limited) - 5} more" if len(limited) > 5 else "")
+        return Requirement(name, False, f"{len(limited)} quorum queue(s) still limited: {shown}",
+                           'another policy wins there: add "delivery-limit": -1 to its definition')
+    return Requirement(name, True, f"policy {POLICY_NAME}: no delivery limit")
+
+
 def _confirm_timeout(node: str) -> int | None:
     """The node's setting, read with rabbitmqctl (the management API does not show the
     application environment); None where the CLI is missing or cannot reach the node."""
@@ -97,9 +113,12 @@ def _confirm_timeout(node: str) -> int | None:
     return int(match.group(1)) if result.returncode == 0 and match else None
 
 
-def broker_facts(management: Management) -> BrokerFacts:
+def broker_facts(management: Management, vhost: str) -> BrokerFacts:
     overview = management.overview()
+    version = overview.get("rabbitmq_version") or overview.get("product_version") or ""
     flags = {f["name"]: f.get("state", "") for f in management.feature_flags()}
     nodes = [n["name"] for n in management.nodes() if n.get("running")]
-    return BrokerFacts(overview.get("rabbitmq_version") or overview.get("product_version") or "", flags,
-                       {node: _confirm_timeout(node) for node in nodes})
+    limited = limits_redelivery(version)
+    return BrokerFacts(version, flags, {node: _confirm_timeout(node) for node in nodes},
+                       tuple(management.policies(vhost)) if limited else (),
+                       tuple(management.queues(vhost)) if limited else ())

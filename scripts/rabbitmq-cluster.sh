@@ -10,19 +10,30 @@
 #
 # Settings (environment): CLUSTER_NODES (3), CLUSTER_PORT (5681: nodes on 5681, 5682, 5683;
 # management on 15681…; Erlang distribution on 25681…), CLUSTER_DIR (/tmp/dp-rabbit-cluster),
-# CLUSTER_NAME (dpc: nodes dpc1@localhost …).
+# CLUSTER_NAME (dpc: nodes dpc1@localhost …), CLUSTER_SERIES (3: the machine's rabbitmq-server;
+# 4: RabbitMQ 4.0.5 in its Debian 13 root, scripts/rabbitmq4.sh, the data inside the root).
 set -euo pipefail
 
 NODES=${CLUSTER_NODES:-3}
 PORT=${CLUSTER_PORT:-5681}
 DIR=${CLUSTER_DIR:-/tmp/dp-rabbit-cluster}
 NAME=${CLUSTER_NAME:-dpc}
+SERIES=${CLUSTER_SERIES:-3}
+HERE=$(cd "$(dirname "$0")" && pwd)
+if [ "$SERIES" = 4 ]; then
+  R4_ROOT=${RABBITMQ4_ROOT:-/var/cache/dp/rabbitmq4-root}
+  HOSTDIR="$R4_ROOT$DIR"  # the nodes' files as this script finds them; the nodes see $DIR
+  rabbit() { "$HERE/rabbitmq4.sh" run "$@"; }
+else
+  HOSTDIR="$DIR"
+  rabbit() { "$@"; }
+fi
 
 say() { echo "rabbitmq-cluster: $*"; }
 node() { echo "${NAME}$1@localhost"; }
 amqp_port() { echo $((PORT + $1 - 1)); }
 mgmt_port() { echo $((PORT + 10000 + $1 - 1)); }
-ctl() { local n=$1; shift; rabbitmqctl -q -n "$(node "$n")" "$@"; }
+ctl() { local n=$1; shift; rabbit rabbitmqctl -q -n "$(node "$n")" "$@"; }
 
 node_env() {  # the environment of node N: where it listens and keeps its data
   local n=$1 base="$DIR/$NAME$1"
@@ -34,7 +45,7 @@ node_env() {  # the environment of node N: where it listens and keeps its data
 }
 
 # a node that stopped answering (a wedged cluster) counts as not running after 20 s: stop must end
-running() { timeout 20 rabbitmqctl -q -n "$(node "$1")" status >/dev/null 2>&1; }
+running() { timeout 20 "$0" ctl "$1" status >/dev/null 2>&1; }
 
 wait_for() {  # wait_for SECONDS COMMAND...
   local seconds=$1; shift
@@ -43,7 +54,7 @@ wait_for() {  # wait_for SECONDS COMMAND...
 }
 
 start_node() {
-  local n=$1 base="$DIR/$NAME$1"
+  local n=$1 base="$HOSTDIR/$NAME$1"
   if running "$n"; then return; fi
   mkdir -p "$base"
   cat >"$base/rabbitmq.conf" <<EOF
@@ -60,13 +71,14 @@ EOF
   cat >"$base/advanced.config" <<EOF
 [{rabbit, [{dead_letter_worker_publisher_confirm_timeout, 5000}]}].
 EOF
-  id rabbitmq >/dev/null 2>&1 && chown -R rabbitmq:rabbitmq "$DIR"
+  if [ "$SERIES" = 4 ]; then rabbit chown -R rabbitmq:rabbitmq "$DIR"
+  else id rabbitmq >/dev/null 2>&1 && chown -R rabbitmq:rabbitmq "$DIR"; fi
   say "starting $(node "$n") (amqp $(amqp_port "$n"), management $(mgmt_port "$n"))"
   # A node that has not answered in two minutes is started once more (a start that died on boot
   # leaves nothing running); if it still does not answer, its log says why (a CI run once failed
   # here with nothing to read).
   for try in 1 2; do
-    env $(node_env "$n") rabbitmq-server -detached || true
+    (export $(node_env "$n"); rabbit rabbitmq-server -detached) || true
     if wait_for 120 running "$n"; then ctl "$n" await_startup; return; fi
     say "$(node "$n") did not answer within 120 s (try $try of 2)" >&2
   done
@@ -77,11 +89,12 @@ EOF
 }
 
 joined() {  # is node N a running member of node 1's cluster?
-  rabbitmqctl -q -n "$(node 1)" cluster_status --formatter json 2>/dev/null | grep -q "\"$(node "$1")\""
+  ctl 1 cluster_status --formatter json 2>/dev/null | grep -q "\"$(node "$1")\""
 }
 
 start() {
-  command -v rabbitmq-server >/dev/null || { echo "rabbitmq-cluster: rabbitmq-server is not installed (scripts/services.sh rabbitmq installs it)" >&2; exit 1; }
+  if [ "$SERIES" = 4 ]; then "$HERE/rabbitmq4.sh" root
+  else command -v rabbitmq-server >/dev/null || { echo "rabbitmq-cluster: rabbitmq-server is not installed (scripts/services.sh rabbitmq installs it)" >&2; exit 1; }; fi
   for n in $(seq 1 "$NODES"); do start_node "$n"; done
   for n in $(seq 2 "$NODES"); do
     if ! joined "$n"; then
@@ -102,11 +115,11 @@ start() {
 
 stop() {
   for n in $(seq "$NODES" -1 1); do
-    if running "$n"; then say "stopping $(node "$n")"; timeout 60 rabbitmqctl -q -n "$(node "$n")" stop || true; fi
-    pid=$(cat "$DIR/$NAME$n/pid" 2>/dev/null) || continue
+    if running "$n"; then say "stopping $(node "$n")"; timeout 60 "$0" ctl "$n" stop || true; fi
+    pid=$(cat "$HOSTDIR/$NAME$n/pid" 2>/dev/null) || continue
     if grep -qs beam "/proc/$pid/cmdline"; then kill -9 "$pid" 2>/dev/null || true; fi  # one that did not stop
   done
-  rm -rf "$DIR"
+  rm -rf "$HOSTDIR"
 }
 
 status() {
@@ -128,5 +141,7 @@ urls() {
 
 case "${1:-start}" in
   start|stop|status|urls) "${1:-start}" ;;
-  *) echo "usage: $0 start|stop|status|urls" >&2; exit 2 ;;
+  ctl) shift; ctl "$@" ;;  # ctl N ARGS...: rabbitmqctl on node N (in the root on series 4)
+  cli) shift; rabbit "$@" ;;  # cli PROGRAM ARGS...: rabbitmq-queues, rabbitmq-diagnostics... of the nodes' series
+  *) echo "usage: $0 start|stop|status|urls|ctl N ARGS...|cli PROGRAM ARGS..." >&2; exit 2 ;;
 esac

@@ -98,10 +98,14 @@ VERSION_NAMES = [seed["name"] for seed in SEED]  # v1, v2, v3: what tests parame
 
 @pytest.fixture(scope="session")
 def provisioned(rabbit_vhost):
-    """The platform's own v1, v2 and v3 cascades, declared once in this run's vhost."""
+    """The platform's own v1, v2 and v3 cascades, declared once in this run's vhost, with the
+    policy provision_delays sets where the broker is 4.x (rabbit/redelivery.py)."""
+    from rabbit.redelivery import redelivery_policy_ensure
+
     with broker().session() as session:
         for name in VERSION_NAMES:
             session.declare(cascade.cascade_plan(cascade.get_version(name)))
+        redelivery_policy_ensure(management=broker().management, vhost=rabbit_vhost, version=session.server_version)
     return rabbit_vhost
 
 

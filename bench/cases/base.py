@@ -31,11 +31,12 @@ class Bench:
     """The cases' client on platform ``p`` (harness.platform.Platform): ``quick`` for the smaller
     sizes, ``versions`` the cascade versions each case runs side by side."""
 
-    def __init__(self, p, quick: bool, versions: tuple[str, ...]):
+    def __init__(self, p, quick: bool, versions: tuple[str, ...], broker_process: int | None = None):
         self.p, self.quick, self.versions = p, quick, versions
         self.rng = random.Random(11)
         os.environ.update({k: v for k, v in p.env.items()
-                           if k in ("DATABASE_URL", "BROKER_URL", "SECRET_KEY", "DJANGO_SETTINGS_MODULE")})
+                           if k in ("DATABASE_URL", "BROKER_URL", "RABBITMQ_MANAGEMENT_URL", "SECRET_KEY",
+                                    "DJANGO_SETTINGS_MODULE")})
         import django
 
         django.setup()
@@ -43,7 +44,7 @@ class Bench:
         from tests.testapp.tasks import started_at
 
         self.started_at, self.native = started_at, celery_native
-        self.broker_pid = broker_pid()
+        self.broker_pid = broker_process or broker_pid()  # the machine's node unless the platform is on another
 
     @contextmanager
     def plain_celery(self):

@@ -5,6 +5,7 @@ broker's own floor) and Celery native with as many producers as the API has clie
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 
 from bench.broker_cpu import broker_cpu
@@ -43,6 +44,13 @@ def run(b, n: int | None = None, delays: tuple[int, int] = (1, 4), native: bool 
 def raw_burst(b, n: int, version_name: str, delays: tuple[int, int] = (1, 4)) -> list[float]:
     """A hand-written kombu publisher (128 unconfirmed at most) into the version's cascade,
     and a consumer that notes arrival minus due: the broker's own floor for this burst."""
+    return raw_floor(b, version_name, [[b.rng.randint(*delays) for _ in range(n)]])
+
+
+def raw_floor(b, version_name: str, batches: list[list[int]], spacing_s: float = 0.0) -> list[float]:
+    """The broker's floor for a load: each batch of whole-second delays published at once by a
+    hand-written kombu publisher (128 unconfirmed at most), ``spacing_s`` apart, into the
+    version's cascade; a kombu consumer notes arrival minus due. Lateness in ms."""
     from harness.endpoints import bind_endpoint
     from rabbit import Outgoing
     from scheduling.conf import broker
@@ -50,6 +58,7 @@ def raw_burst(b, n: int, version_name: str, delays: tuple[int, int] = (1, 4)) ->
 
     version = cascade.get_version(version_name)
     name, seen = f"raw-{version_name}-{uuid.uuid4().hex[:6]}", []
+    n = sum(len(batch) for batch in batches)
     with broker().session() as setup:
         bind_endpoint(setup, version, name)
     done = threading.Event()
@@ -74,14 +83,17 @@ def raw_burst(b, n: int, version_name: str, delays: tuple[int, int] = (1, 4)) ->
     thread = threading.Thread(target=consume, daemon=True)
     thread.start()
     with broker().session() as session:
-        out = []
-        for _ in range(n):
-            delay = b.rng.randint(*delays)
-            r = cascade.route(version, delay, name)
-            out.append(Outgoing(r.exchange, r.routing_key, b"x",
-                                {"due": now_ms() + delay * 1000, **r.headers},
-                                {"message_id": uuid.uuid4().hex}))
-        session.publish(out, window=128)
-    thread.join(120 + n / 500)
+        for i, batch in enumerate(batches):
+            if i:
+                time.sleep(spacing_s)
+            out = []
+            for delay in batch:
+                r = cascade.route(version, delay, name)
+                out.append(Outgoing(r.exchange, r.routing_key, b"x",
+                                    {"due": now_ms() + delay * 1000, **r.headers},
+                                    {"message_id": uuid.uuid4().hex}))
+            session.publish(out, window=128)
+    longest = max((max(batch) for batch in batches if batch), default=0)
+    thread.join(120 + n / 500 + longest)
     done.set()
     return seen

@@ -47,7 +47,8 @@ def topology_check(*, version: cascade.Version, url: str | None = None) -> Verif
 def topology_check_broker(*, quorum: bool, url: str | None = None) -> list[Requirement]:
     """The broker's version, feature flags and dead-letter confirm timeout against what the
     cascades need (``quorum``: some version uses quorum queues)."""
-    return requirements_check(broker_facts(broker(url).management), quorum=quorum)
+    target = broker(url)
+    return requirements_check(broker_facts(target.management, target.vhost), quorum=quorum)
 
 
 def _replication(management: rabbit.Management, vhost: str, plan: cascade.Plan, listed: list[dict]):

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from django.utils import timezone
 
 import rabbit
+from rabbit.redelivery import redelivery_policy_ensure
 from topology import cascade
 
 from ..audit.services import audit_record
@@ -25,6 +26,7 @@ class ProvisionResult:
     seconds: float
     recorded: bool
     kept: list[str]  # exchanges kept as another system declared them (a shared broker)
+    redelivery_policy: str = ""  # the broker version that needed the delivery-limit policy ("": none did)
 
 
 def _record(version: cascade.Version, **fields) -> bool:
@@ -48,20 +50,26 @@ def topology_declare(*, session: rabbit.Session, version: cascade.Version) -> li
 
 
 def topology_provision(*, version: cascade.Version, url: str | None = None) -> ProvisionResult:
-    """Declare the version's whole cascade, every shard (idempotent). Raises BrokerUnavailable
-    or TopologyConflict with a one-line reason. ``url``: another broker (nothing is recorded).
+    """Declare the version's whole cascade, every shard (idempotent), and on RabbitMQ 4.x the
+    vhost's policy against quorum queues' delivery limit (rabbit/redelivery.py). Raises
+    BrokerUnavailable, TopologyConflict or ManagementUnavailable with a one-line reason. ``url``: another broker (nothing is recorded).
     Shards beyond the version's count are left as they are: verify reports them."""
     plan = cascade.cascade_plan(version)
     started = time.monotonic()
-    with broker(url).session() as session:
+    target = broker(url)
+    with target.session() as session:
         kept = topology_declare(session=session, version=version)
+        server_version = session.server_version
+    # 4.x drops a quorum queue's message handed back 20 times: not in the platform's vhost
+    policy = redelivery_policy_ensure(management=target.management, vhost=target.vhost, version=server_version)
     recorded = url is None and _record(version, provisioned_at=timezone.now(), shards=version.shards)
     audit_record(action="topology.provision", object_type="topologyversion", object_id=version.name,
                  object_repr=version.name, after={"prefix": version.prefix, "levels": version.levels,
                                                   "shards": version.shards, "broker": "another" if url else "the platform's"})
     if recorded:  # side by side: every endpoint also receives from this version
         endpoint_bind_all(topology=TopologyVersion.objects.get(name=version.name))
-    return ProvisionResult(plan=plan, seconds=time.monotonic() - started, recorded=recorded, kept=kept)
+    return ProvisionResult(plan=plan, seconds=time.monotonic() - started, recorded=recorded, kept=kept,
+                           redelivery_policy=server_version if policy else "")
 
 
 def topology_verify(*, version: cascade.Version, url: str | None = None) -> Verification:

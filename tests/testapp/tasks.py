@@ -56,3 +56,16 @@ def retry_until(self, times: int, countdown: float):
     _record(self, (times, countdown), {})
     if self.request.retries < times:
         raise self.retry(countdown=countdown)
+
+
+@shared_task(bind=True, name="testapp.refuse_then_record", acks_late=True)
+def refuse_then_record(self, payload):
+    """A handler that keeps failing without the platform's retry: its task message is handed back
+    to its queue (Reject with requeue) ``payload["refuse"]`` times, then the run succeeds. Every
+    run leaves a receipt ``<task id>#<run>``."""
+    from celery.exceptions import Reject
+
+    runs = Receipt.objects.filter(message_id__startswith=f"{self.request.id}#").count()
+    Receipt.objects.create(message_id=f"{self.request.id}#{runs}", payload=payload)
+    if runs < payload["refuse"]:
+        raise Reject("refused by the test handler", requeue=True)

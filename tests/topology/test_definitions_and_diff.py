@@ -25,6 +25,31 @@ def test_complete_listing_has_no_problems():
     assert diff_plan(plan, *_listings(plan)) == []
 
 
+def _as_rabbitmq_4_lists_them(queues):
+    """RabbitMQ 4's management API: a classic queue declared without a type lists x-queue-type."""
+    return [{**q, "arguments": {"x-queue-type": "classic", **q["arguments"]}} for q in queues]
+
+
+def test_rabbitmq_4s_listing_of_classic_queues_is_as_planned():
+    """v1's queues are classic, declared without x-queue-type (3.x's equivalence check refuses a
+    redeclaration that adds it): 4.x listing the type it implies is no difference."""
+    plan = cascade_plan(V1)
+    exchanges, queues, bindings = _listings(plan)
+    assert diff_plan(plan, exchanges, _as_rabbitmq_4_lists_them(queues), bindings) == []
+
+
+def test_another_queue_type_than_the_one_implied_is_still_named():
+    plan = cascade_plan(V1.with_(levels=2))
+    exchanges, queues, bindings = _listings(plan)
+    queues[0] = {**queues[0], "arguments": {**queues[0]["arguments"], "x-queue-type": "quorum"}}
+    assert diff_plan(plan, exchanges, queues, bindings) == [
+        f"queue {queues[0]['name']}: unexpected argument x-queue-type='quorum'"]
+    v2 = cascade_plan(V2.with_(levels=2))  # quorum, declared so: classic is no match
+    exchanges, queues, bindings = _listings(v2)
+    listed = [{**q, "arguments": {**q["arguments"], "x-queue-type": "classic"}} for q in queues]
+    assert len(diff_plan(v2, exchanges, listed, bindings)) == len(queues)
+
+
 def test_each_missing_or_mismatched_piece_is_named():
     plan = cascade_plan(V2.with_(levels=4))
     exchanges, queues, bindings = _listings(plan)

@@ -6,6 +6,7 @@ import sys
 from django.core.management.base import CommandError
 
 from rabbit import BrokerError
+from rabbit.redelivery import POLICY_NAME
 from topology import cascade
 from topology.definitions import plan_definitions
 
@@ -83,6 +84,10 @@ class Command(VersionedCommand):
                     f"{len(plan.bindings)} bindings in {result.seconds:.2f} s"
                     + ("" if result.recorded else " (not recorded: not the platform's version)")
                 )
+                if result.redelivery_policy:
+                    self.stdout.write(f"  policy {POLICY_NAME} on vhost {broker(url).vhost}: RabbitMQ "
+                                      f"{result.redelivery_policy} would drop a quorum queue's message handed back "
+                                      "20 times; it keeps them")
                 for line in result.kept:
                     self.stdout.write(f"  {line}: shared with another system (NServiceBus?); a message for a "
                                       "destination with no queue bound is not kept "
