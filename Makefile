@@ -74,10 +74,10 @@ soak: venv
 test-fast: venv
 	$(BIN)/python -m pytest -m "not broker and not e2e and not browser and not reliability and not django_db" $(PYTEST_ARGS)
 
-## bench: the six performance cases on v2 and v3 side by side with their comparisons (~40 min); one table, artifacts/bench.json
+## bench: the six performance cases on v2 and v3 side by side with their comparisons (~40 min), idle and burst also on RabbitMQ 4.0.5; one table, artifacts/bench.json; BENCH_ARGS="--cases idle,burst" for a part
 bench: venv
-	scripts/services.sh rabbitmq postgres
-	$(BIN)/python -m bench.suite
+	scripts/services.sh rabbitmq postgres rabbitmq4-root
+	$(BIN)/python -m bench.suite $(BENCH_ARGS)
 
 ## bench-profile: where the CPU goes per message (web, worker, PostgreSQL, RabbitMQ) and what each broker stage costs, v2 and v3
 bench-profile: venv
