@@ -16,7 +16,7 @@ from pathlib import Path
 from rabbit import Management, ManagementUnavailable
 from harness.paths import ROOT
 from harness.platform import platform
-from harness.rabbit_node import rabbitmq4_root, test_series
+from harness.rabbit_node import host_path, test_series
 from harness.vhosts import vhost_create, vhost_delete
 from harness.waiting import wait_until
 
@@ -27,7 +27,7 @@ class LocalCluster:
         self.series = series or test_series()
         self.dir = Path(f"/tmp/{name}-rabbit-cluster")
         # the nodes' files as this process finds them (inside the root on 4)
-        self.hostdir = rabbitmq4_root() / self.dir.relative_to("/") if self.series == 4 else self.dir
+        self.hostdir = host_path(self.dir, self.series)
         self.env = {**os.environ, "CLUSTER_NAME": name, "CLUSTER_PORT": str(port), "CLUSTER_NODES": str(nodes),
                     "CLUSTER_DIR": str(self.dir), "CLUSTER_SERIES": str(self.series)}
 

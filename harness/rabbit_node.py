@@ -26,6 +26,11 @@ def rabbitmq4_root() -> Path:
     return Path(os.environ.get("RABBITMQ4_ROOT", "/var/cache/dp/rabbitmq4-root"))
 
 
+def host_path(path: Path, series: int) -> Path:
+    """A node's ``path`` as this process finds it: inside RabbitMQ 4's root on series 4."""
+    return rabbitmq4_root() / path.relative_to("/") if series == 4 else path
+
+
 class PrivateRabbit:
     """A RabbitMQ node of a test's own (another node name and port), for settings that must not
     touch the shared broker, such as a short consumer_timeout, or for stopping it. No plugins,
@@ -40,7 +45,7 @@ class PrivateRabbit:
         self.port, self.node = port, f"dp{uuid.uuid4().hex[:6]}@localhost"
         # the node's files as it sees them, and as this process finds them (inside the root on 4)
         self.inner = Path(f"/tmp/{self.node.split('@')[0]}")
-        self.base = rabbitmq4_root() / self.inner.relative_to("/") if self.series == 4 else self.inner
+        self.base = host_path(self.inner, self.series)
         self.url = f"amqp://guest:guest@127.0.0.1:{port}//"
         self.config = [f"listeners.tcp.local = 127.0.0.1:{port}", "loopback_users = none"]
         if consumer_timeout_ms is not None:
