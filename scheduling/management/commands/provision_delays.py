@@ -75,6 +75,7 @@ class Command(VersionedCommand):
         try:
             if options["verify"]:
                 return self._verify(versions, url)
+            policy_said = False  # the vhost's one policy, put by each version's provisioning: said once
             for plan in plans:
                 result = topology_provision(version=plan.version, url=url)
                 self.stdout.write(
@@ -84,7 +85,8 @@ class Command(VersionedCommand):
                     f"{len(plan.bindings)} bindings in {result.seconds:.2f} s"
                     + ("" if result.recorded else " (not recorded: not the platform's version)")
                 )
-                if result.redelivery_policy:
+                if result.redelivery_policy and not policy_said:
+                    policy_said = True
                     self.stdout.write(f"  policy {POLICY_NAME} on vhost {broker(url).vhost}: RabbitMQ "
                                       f"{result.redelivery_policy} would drop a quorum queue's message handed back "
                                       "20 times; it keeps them")
