@@ -321,7 +321,7 @@ def _epoch_ms(value) -> int | None:
     return None
 
 
-def _int_header(headers: dict, name: str) -> int | None:
+def int_header(headers: dict, name: str) -> int | None:
     value = headers.get(name)
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -333,11 +333,11 @@ def read_found(headers: dict, properties: dict, routing_key: str, version: casca
     headers = headers or {}
     key_delay_units, key_destination = cascade.read_route(version, routing_key, headers.get(cascade.CC_HEADER))
     destination = headers.get(H_DESTINATION) or key_destination
-    published = _int_header(headers, H_PUBLISHED_AT_MS)
-    due = _int_header(headers, H_DUE_AT_MS)
+    published = int_header(headers, H_PUBLISHED_AT_MS)
+    due = int_header(headers, H_DUE_AT_MS)
     if due is None:
         arrival = published if published is not None else _epoch_ms(properties.get("timestamp"))
-        delay_ms = _int_header(headers, H_DELAY_MS)
+        delay_ms = int_header(headers, H_DELAY_MS)
         if delay_ms is None and key_delay_units is not None:
             delay_ms = key_delay_units * version.unit_ms
         due = arrival + delay_ms if arrival is not None and delay_ms is not None else None
