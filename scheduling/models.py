@@ -13,8 +13,9 @@ from topology import cascade
 
 from .schedules import rules
 from .clock import to_epoch_ms
-from .conf import configured_version, setting_name
+from .conf import conf, configured_version, setting_name
 from .delivery.flow import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
+from .delivery.models import EndpointHealth, MessageAttempt, Trigger  # noqa: F401  (registers them)
 from .lifecycle import Status
 from .queries import ScheduledMessageQuerySet, loaded_instance
 from .archive.listing import ParquetFileListing
@@ -115,6 +116,14 @@ class Endpoint(models.Model):
     max_concurrent = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(MAX_CONCURRENT)],
         help_text="webhook calls in flight at once, across all workers (empty: no limit)")
+    webhook_timeout_seconds = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(0.1)],
+        help_text="one deadline over each webhook call (connect, send, answer), up to the platform's "
+        "maximum (empty: the platform's deadline)")
+    disabled_at = models.DateTimeField(
+        null=True, blank=True, editable=False,
+        help_text="when the platform disabled it for failing too long (its messages are kept; enable it to resume)")
+    disabled_reason = models.TextField(blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -152,6 +161,13 @@ class Endpoint(models.Model):
                     errors[name] = "a Celery queue's messages go to its own workers: limit them there"
         elif self.max_concurrent is not None and self.handler != self.Handler.WEBHOOK:
             errors["max_concurrent"] = "applies to webhook endpoints only (a Celery task's concurrency is its workers')"
+        if self.webhook_timeout_seconds is not None:
+            longest = conf().webhook_timeout_max_seconds
+            if self.handler != self.Handler.WEBHOOK:
+                errors["webhook_timeout_seconds"] = "applies to webhook endpoints only"
+            elif self.webhook_timeout_seconds > longest:
+                errors["webhook_timeout_seconds"] = (f"at most {longest:g} s "
+                                                     f"({setting_name('webhook_timeout_max_seconds')})")
         if errors:
             raise ValidationError(errors)
 
@@ -209,6 +225,12 @@ class ScheduledMessage(models.Model):
                                 help_text="the recurring schedule whose run this is")
     due_history = models.JSONField(
         null=True, blank=True, help_text="earlier due times, oldest first, each with when it was moved (reschedule)")
+    # A webhook call in flight: the worker that took the row for its call holds it until then (the
+    # call's deadline and a margin); a copy arriving meanwhile waits, and once it has passed (the
+    # worker died mid-call) the next copy calls again: at least once. Not indexed (HOT updates).
+    call_lease_until = models.DateTimeField(null=True, blank=True, editable=False)
+    trigger = models.CharField(max_length=16, choices=Trigger.choices, default=Trigger.SCHEDULED,
+                               help_text="why its next attempt is made (a person's republish or resend: manual)")
 
     objects = ScheduledMessageQuerySet.as_manager()
 

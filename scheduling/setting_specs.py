@@ -584,9 +584,28 @@ SPECS: tuple[Spec, ...] = (
              "fails", "3", conf=True),
         Spec("DELAY_HANDLER_BACKOFF_SECONDS", Number(min=0), "2", "the first retry's backoff (it grows with each "
              "retry)", "5", conf=True),
-        Spec("DELAY_WEBHOOK_TIMEOUT_SECONDS", Number(above=0), "10", "webhook request timeout", "5", conf=True),
-        Spec("DELAY_WEBHOOK_CONCURRENCY", Integer(min=1), "8", "webhook calls the delivery loop runs at once", "16",
-             conf=True),
+        Spec("DELAY_WEBHOOK_TIMEOUT_SECONDS", Number(above=0), "5", "one deadline over a whole webhook call "
+             "(resolve, connect, send, read the answer); an endpoint may set its own "
+             "([Webhooks](../guides/webhooks.md#deadlines-and-caps))", "10", conf=True),
+        Spec("DELAY_WEBHOOK_TIMEOUT_MAX_SECONDS", Number(above=0), "60", "the longest deadline an endpoint may set",
+             "300", conf=True),
+        Spec("DELAY_WEBHOOK_CONCURRENCY", Integer(min=1), "512", "webhook calls in flight at once per worker (one "
+             "event loop; endpoints share them fairly)", "1024", conf=True),
+        Spec("DELAY_WEBHOOK_ENDPOINT_CONCURRENCY", Integer(min=1), "64", "webhook calls in flight per endpoint and "
+             "worker (a bulkhead: one slow receiver cannot take every call; `max_concurrent` lowers it across "
+             "workers)", "16", conf=True),
+        Spec("DELAY_WEBHOOK_RESPONSE_MAX_BYTES", Integer(min=0), "131072", "how much of a webhook's answer is read; "
+             "a longer answer fails the attempt as `too_large`", "65536", conf=True),
+        Spec("DELAY_WEBHOOK_EXCERPT_BYTES", Integer(min=0, max=20480, why="kept with every attempt"), "2048",
+             "the start of each answer (or error) kept with its attempt", "20480", conf=True),
+        Spec("DELAY_WEBHOOK_RETRY_AFTER_MAX_SECONDS", Number(min=0), "3600", "the longest `Retry-After` (of a 429 "
+             "or 503) honoured: the endpoint's calls pause that long", "600", conf=True),
+        Spec("DELAY_WEBHOOK_CIRCUIT_FAILURES", Integer(min=0), "10", "consecutive failed calls that open an "
+             "endpoint's circuit (calls paused, then one probe); `0`: never", "20", conf=True),
+        Spec("DELAY_WEBHOOK_CIRCUIT_SECONDS", Number(above=0), "30", "how long an open circuit pauses calls the "
+             "first time (doubled at each reopening, up to 10 minutes)", "60", conf=True),
+        Spec("DELAY_WEBHOOK_DISABLE_AFTER", Duration(off=True), "5d", "an endpoint whose calls fail for this long "
+             "with no success is disabled (its messages kept); `off`: never", "2d", conf=True),
     ),
     *_group(
         "The API",
