@@ -4,11 +4,16 @@ UPDATE over an array of ids). ScheduledMessage's manager is built from this Quer
 
 from __future__ import annotations
 
+import re
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 import orjson
+from django.conf import settings
 from django.db import connection, models
 from django.db.models.base import ModelState
+
+from .lifecycle import IN_FLIGHT, Status
 
 if TYPE_CHECKING:
     from .models import ScheduledMessage
@@ -48,6 +53,52 @@ def lock_into_batch(candidates, *, table: str, order_by: str, id_type: str, limi
         count = cursor.rowcount
         cursor.execute(f"SELECT {order_by}, id FROM {table} ORDER BY {order_by} DESC, id DESC LIMIT 1")
         return count, cursor.fetchone()
+
+
+def int_array(values) -> str:
+    """Integers (None: NULL) as one PostgreSQL array literal, for ``%s::bigint[]``: as uuid_array,
+    what psycopg's per-element array dumper cost in Python."""
+    return "{" + ",".join("NULL" if v is None else str(int(v)) for v in values) + "}"
+
+
+# A UUID as str(uuid) writes it (the wire's ids): safe inside an array literal as it is, and the
+# key the one-by-one path finds its row under. Other spellings uuid.UUID accepts (upper case,
+# "{...}", no hyphens, "urn:uuid:") are left to that path, which decides them as it always has.
+CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}").fullmatch
+
+
+def execute_prepared(sql: str, params: list) -> list[tuple]:
+    """Run ``sql`` as a server-side prepared statement of this connection and return its rows.
+    Django's cursors bind parameters client-side (the text changes with every value) and Django
+    turns psycopg's preparing off (prepare_threshold None, for connection poolers); this one
+    statement is worth preparing: its text is constant, and parsing and planning a CTE of an
+    UPDATE, a join and an upsert is a good part of its time. psycopg keeps the statement per
+    connection (and forgets it after a ROLLBACK). Not prepared when the settings say how to
+    prepare (OPTIONS prepare_threshold: psycopg follows it) or that a pooler runs in transaction
+    mode (DISABLE_SERVER_SIDE_CURSORS). The query goes through Django's wrapper: errors become
+    Django's, and the test client's query capture sees it."""
+    from django.db.backends.postgresql.base import ServerBindingCursor
+
+    connection.ensure_connection()
+    connection.validate_thread_sharing()
+    raw = connection.connection
+    db = connection.settings_dict
+    prepare = "prepare_threshold" not in db.get("OPTIONS", {}) and not db.get("DISABLE_SERVER_SIDE_CURSORS")
+    threshold = raw.prepare_threshold
+    cursor = ServerBindingCursor(raw)
+    wrapped = connection.make_debug_cursor(cursor) if connection.queries_logged else connection.make_cursor(cursor)
+    try:
+        if prepare:
+            raw.prepare_threshold = 0  # prepared at its first run, then reused (this statement only)
+        with wrapped:
+            wrapped.execute(sql, params)
+            rows = wrapped.fetchall()
+        if connection.queries_logged and connection.queries_log and connection.queries_log[-1]["sql"] is None:
+            connection.queries_log[-1]["sql"] = sql  # psycopg keeps no query text for a prepared run
+        return rows
+    finally:
+        if prepare:
+            raw.prepare_threshold = threshold
 
 
 class ScheduledMessageQuerySet(models.QuerySet):
@@ -130,6 +181,61 @@ class ScheduledMessageQuerySet(models.QuerySet):
                       "endpoint_max_concurrent": row[-1]}
             messages.append(loaded_instance(self.model, self.db, values))
         return messages
+
+    def deliver_in_flight(self, items: list[tuple[str, int, int | None, int | None]], *, now: datetime, by: str,
+                          handlers: tuple[str, ...], counted_by: str = "") -> list[tuple]:
+        """Record as delivered, in one statement and without a lock query first, every copy of
+        ``items`` (message id, attempt, the due time in ms the copy carries or None, throttled
+        ms or None; ids canonical UUIDs, each once) whose row is still in flight (pending or
+        published) for that attempt and that due time, due by ``now``, of an endpoint whose
+        handler is one of ``handlers``: a compare-and-set UPDATE ... FROM unnest(arrays) whose
+        WHERE is what lifecycle.superseded and lifecycle.arrive decide for a delivery. A row
+        another transaction holds is waited for, then its new version checked again (READ
+        COMMITTED): a copy delivered there meanwhile is not taken here. Rows are taken in id
+        order (the arrays are sorted), as the lock query of the one-by-one path takes them.
+
+        The fields are arrive's for a DELIVER (attempt 0: delivered_at, lateness_ms as
+        lifecycle.lateness_ms computes it, throttled_ms when not 0, delivered_by, delivery_count
+        + 1; a later attempt: status and finished_at only). ``counted_by``: a data-modifying
+        statement over ``taken`` (delivered_at, lateness_ms and team_id of each row taken) run
+        as part of the same statement, e.g. the per-minute figures' upsert. Returns (index in
+        ``items``, endpoint_id, topology_id, lateness_ms, attempt, throttled_ms) per copy taken,
+        in no particular order; the other rows are untouched."""
+        if not items:
+            return []
+        order = sorted(range(len(items)), key=lambda i: items[i][0])
+        table = self.model._meta.db_table
+        endpoints = self.model._meta.get_field("endpoint").related_model._meta.db_table
+        statuses = ", ".join(f"'{s.value}'" for s in sorted(IN_FLIGHT))
+        handler_list = ", ".join(f"'{h}'" for h in handlers)  # the model's choices, never a caller's text
+        counted = f", counted AS ({counted_by})" if counted_by else ""
+        # Times in whole milliseconds, floored: clock.to_epoch_ms and lifecycle.lateness_ms. The
+        # status and due time are tested "IS TRUE" (not NULL: the same rows) to keep them out of the
+        # index conditions: the rows are found by id, whatever the statistics say (a plan that
+        # scanned every due or in-flight row would cost a batch as much as the backlog).
+        rows = execute_prepared(
+            f"WITH v AS (SELECT * FROM unnest(%s::uuid[], %s::integer[], %s::bigint[], %s::bigint[]) "
+            f"WITH ORDINALITY AS v(id, attempt, due_ms, throttled_ms, n)), "
+            f"c AS (SELECT %s::timestamptz AS now, %s::text AS by), "
+            f"taken AS (UPDATE {table} AS m SET status = '{Status.DELIVERED.value}', finished_at = c.now, "
+            f"delivered_at = CASE WHEN v.attempt = 0 THEN c.now ELSE m.delivered_at END, "
+            f"lateness_ms = CASE WHEN v.attempt = 0 THEN floor((extract(epoch FROM c.now) "
+            f"- extract(epoch FROM greatest(m.due_at, m.created_at))) * 1000)::bigint ELSE m.lateness_ms END, "
+            f"throttled_ms = CASE WHEN v.attempt = 0 AND v.throttled_ms <> 0 THEN v.throttled_ms "
+            f"ELSE m.throttled_ms END, "
+            f"delivered_by = CASE WHEN v.attempt = 0 THEN c.by ELSE m.delivered_by END, "
+            f"delivery_count = m.delivery_count + CASE WHEN v.attempt = 0 THEN 1 ELSE 0 END "
+            f"FROM v, c, {endpoints} AS e "
+            f"WHERE m.id = v.id AND e.id = m.endpoint_id AND e.handler IN ({handler_list}) "
+            f"AND (m.status IN ({statuses}) AND m.due_at <= c.now) IS TRUE AND m.attempts = v.attempt "
+            f"AND (v.due_ms IS NULL OR v.attempt <> 0 OR v.due_ms = floor(extract(epoch FROM m.due_at) * 1000)) "
+            f"RETURNING v.n, m.endpoint_id, m.topology_id, m.lateness_ms, v.attempt, "
+            f"CASE WHEN v.attempt = 0 AND v.throttled_ms <> 0 THEN v.throttled_ms END AS throttled_ms, "
+            f"m.delivered_at, e.team_id){counted} "
+            f"SELECT n, endpoint_id, topology_id, lateness_ms, attempt, throttled_ms FROM taken",
+            [uuid_array(items[i][0] for i in order), int_array(items[i][1] for i in order),
+             int_array(items[i][2] for i in order), int_array(items[i][3] for i in order), now, by])
+        return [(order[n - 1], *rest) for n, *rest in rows]
 
     def handler_data(self, ids) -> dict:
         """Id -> (payload, its endpoint) for messages whose handler runs now, in one query: the

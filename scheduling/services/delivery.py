@@ -1,10 +1,14 @@
 """The far end of the cascade: record a delivery once, suppress duplicates, run the handler.
 
-Everything happens in one transaction with the rows locked, so a duplicate arriving at the
-same moment waits and then sees the first one's outcome. The rules are the lifecycle's
-(scheduling/lifecycle.py): ``deliver`` is recorded on the row *before* its handler runs, so
-a second copy of the same message — in another batch or in this one — is a duplicate and the
-handler runs once per message id and attempt.
+Two paths, the same rules (scheduling/lifecycle.py). The common case, a copy due and in flight
+for a record-only endpoint (handler "none"), is recorded set-based: one statement per batch
+(ScheduledMessageQuerySet.deliver_in_flight, a compare-and-set UPDATE that also adds the
+per-minute figures) with no lock query first. Everything else -- duplicates, cancelled,
+superseded and early copies, unknown ids, endpoints with a handler -- goes through the one-by-one
+path, only when the batch has any: one transaction with the rows locked, so a duplicate arriving
+at the same moment waits and then sees the first one's outcome. ``deliver`` is recorded on the
+row *before* its handler runs, so a second copy of the same message -- in another batch or in
+this one -- is a duplicate and the handler runs once per message id and attempt.
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ from ..delivery.handlers import TaskSends, run_handler, send_celery_tasks
 from ..lifecycle import Arrival, Event
 from ..models import Endpoint, ScheduledMessage
 from ..observability import metrics
-from .delivery_log import delivery_log_on_commit
-from .delivery_minutes import delivery_minute_record
+from ..queries import CANONICAL_UUID
+from .delivery_log import Delivered, delivery_log_on_commit
+from .delivery_minutes import delivery_minute_prune, delivery_minute_record, delivery_minute_upsert_sql
 from .flow import endpoint_try_call_slot
 
 log = logging.getLogger(__name__)
@@ -54,6 +59,9 @@ class Outcome:
 
 
 _DROPPED = {Arrival.DUPLICATE: Result.DUPLICATE, Arrival.CANCELLED: Result.CANCELLED}
+_DELIVERED = Outcome(Result.DELIVERED)
+# Handlers whose deliveries are recorded set-based: nothing runs but the record itself.
+RECORD_ONLY = (Endpoint.Handler.NONE.value,)
 
 
 def _handle(message: ScheduledMessage) -> Outcome:
@@ -106,47 +114,97 @@ def _handle_many(to_handle: list[tuple[int, ScheduledMessage]], outcomes: list) 
 
 def delivery_receive_many(*, items: list[tuple[str, int]], defer_webhooks: bool = True,
                           by: str = "") -> list[Outcome]:
-    """Record a batch of hand-overs in one transaction (one lock query, one write, one commit):
-    the delivery loop's path, thousands a second where a transaction per message managed a few
-    hundred. ``items`` are (message id, attempt), optionally followed by the due time in ms the
-    copy carries and how long flow control held it back (ms), in arrival order; outcomes come
-    back in the same order. Webhook messages come back DEFERRED (untouched): an HTTP call must
-    not hold the batch's locks, so the caller hands them to delivery_receive one by one; there, a
-    webhook whose endpoint has max_concurrent calls in flight comes back BUSY (untouched). ``by``:
-    the receiving worker, recorded on each delivery."""
+    """Record a batch of hand-overs: the delivery loop's path, thousands a second where a
+    transaction per message managed a few hundred. ``items`` are (message id, attempt),
+    optionally followed by the due time in ms the copy carries and how long flow control held it
+    back (ms), in arrival order; outcomes come back in the same order. Webhook messages come back
+    DEFERRED (untouched): an HTTP call must not hold the batch's locks, so the caller hands them to
+    delivery_receive one by one; there, a webhook whose endpoint has max_concurrent calls in
+    flight comes back BUSY (untouched). ``by``: the receiving worker, recorded on each delivery.
+
+    Record-only deliveries due and in flight are taken set-based (one statement, committed on
+    its own unless the caller holds a transaction); the copies it did not take go through the
+    one-by-one path (one transaction), which sees the rows as the statement left them. Metrics
+    and the log count each part once it is committed; the log writes one summary line a batch."""
+    outcomes: list[Outcome | None] = [None] * len(items)
+    delivered = _deliver_set_based(items, outcomes, by)
+    try:
+        left = [(index, item) for index, item in enumerate(items) if outcomes[index] is None]
+        if left:
+            delivered += _receive_one_by_one(left, outcomes, defer_webhooks=defer_webhooks, by=by)
+    finally:  # what the statement committed is logged even if the one-by-one path failed
+        delivery_log_on_commit(messages=delivered, by=by)
+    return outcomes
+
+
+def _deliver_set_based(items: list[tuple], outcomes: list, by: str) -> list[Delivered]:
+    """The first copy of each id, if its row is due, in flight for the copy's attempt and due time,
+    and record-only, recorded delivered with its minute figures in one statement (compare-and-set:
+    no lock query first). Fills ``outcomes`` for the copies taken; the rest stay None."""
+    seen, firsts = set(), []
+    for index, (message_id, attempt, *stamps) in enumerate(items):
+        if message_id in seen:  # a second copy: the one-by-one path, which sees what the first one did
+            continue
+        seen.add(message_id)
+        if isinstance(message_id, str) and CANONICAL_UUID(message_id):
+            due_ms, throttled_ms = (*stamps, None, None)[:2]
+            firsts.append((index, (message_id, attempt, due_ms, throttled_ms)))
+    if not firsts:
+        return []
+    rows = ScheduledMessage.objects.deliver_in_flight(
+        [item for _, item in firsts], now=timezone.now(), by=by, handlers=RECORD_ONLY,
+        counted_by=delivery_minute_upsert_sql("taken"))
+    delivered, counted = [], []
+    for n, endpoint_id, topology_id, lateness_ms, attempt, throttled_ms in rows:
+        index = firsts[n][0]
+        outcomes[index] = _DELIVERED
+        delivered.append(Delivered(items[index][0], endpoint_id, topology_id, lateness_ms, attempt))
+        if attempt == 0:  # a retry's later attempt is not a new delivery (metrics.arrival)
+            counted.append((endpoint_id, topology_id, lateness_ms, throttled_ms))
+    metrics.deliveries_on_commit(counted)
+    if rows:
+        delivery_minute_prune()
+    return delivered
+
+
+def _receive_one_by_one(left: list[tuple[int, tuple]], outcomes: list, *, defer_webhooks: bool,
+                        by: str) -> list[ScheduledMessage]:
+    """The copies the set-based statement did not take, (index in the batch, item), in one
+    transaction with their rows locked (one lock query, one write); each decided by the lifecycle
+    in arrival order. Fills ``outcomes``; returns the messages recorded delivered."""
     with transaction.atomic():
         rows = {str(m.id): m for m in ScheduledMessage.objects.locked_for_delivery(
-            [message_id for message_id in {item[0] for item in items} if wire.is_row_id(message_id)])}
+            [message_id for message_id in {item[0] for _, item in left} if wire.is_row_id(message_id)])}
         now = timezone.now()
-        outcomes: list[Outcome | None] = []
         changed, to_handle, counted, arrived = {}, [], [], {}
-        for index, (message_id, attempt, *stamps) in enumerate(items):
+        for index, (message_id, attempt, *stamps) in left:
             due_ms, throttled_ms = (*stamps, None, None)[:2]
             message = rows.get(message_id)
             if message is None:
                 log.warning("delivery of unknown message %s dropped", message_id)
-                outcomes.append(Outcome(Result.UNKNOWN))
+                outcomes[index] = Outcome(Result.UNKNOWN)
                 continue
             if lifecycle.superseded(message, attempt=attempt, due_ms=due_ms):
                 # before the early check: a copy for the old time must not wait for the new one
-                outcomes.append(Outcome(Result.SUPERSEDED))
+                outcomes[index] = Outcome(Result.SUPERSEDED)
                 counted.append(metrics.arrival(Arrival.SUPERSEDED, message, {}))
                 continue
             if defer_webhooks and message.endpoint_handler == Endpoint.Handler.WEBHOOK:
-                outcomes.append(Outcome(Result.DEFERRED, attempt=attempt))
+                outcomes[index] = Outcome(Result.DEFERRED, attempt=attempt)
                 continue
             if now < message.due_at:  # never early: hold it until due
-                outcomes.append(Outcome(Result.EARLY, attempt=attempt, eta=message.due_at))
+                outcomes[index] = Outcome(Result.EARLY, attempt=attempt, eta=message.due_at)
                 continue
             arrival, change = lifecycle.arrive(message, attempt=attempt, now=now, by=by, throttled_ms=throttled_ms)
             if arrival is Arrival.DELIVER and not _call_slot_free(message):
-                outcomes.append(Outcome(Result.BUSY, attempt=attempt))
+                outcomes[index] = Outcome(Result.BUSY, attempt=attempt)
                 continue
             before = {name: getattr(message, name) for name in change}  # to undo a postponed one
             lifecycle.apply(message, change)
             changed[message.id] = message
             arrived[index] = (before, metrics.arrival(arrival, message, change))
-            outcomes.append(Outcome(_DROPPED[arrival]) if arrival in _DROPPED else None)
+            if arrival in _DROPPED:
+                outcomes[index] = Outcome(_DROPPED[arrival])
             if arrival is Arrival.DELIVER:
                 to_handle.append((index, message))
         with_handlers = [m for _, m in to_handle if m.endpoint_handler != Endpoint.Handler.NONE]
@@ -171,8 +229,7 @@ def delivery_receive_many(*, items: list[tuple[str, int]], defer_webhooks: bool 
         delivered = [m for index, m in to_handle if outcomes[index].result is Result.DELIVERED]
         delivery_minute_record(messages=delivered)
         metrics.record_on_commit(counted)
-    delivery_log_on_commit(messages=delivered, by=by)
-    return outcomes
+    return delivered
 
 
 def _call_slot_free(message: ScheduledMessage) -> bool:

@@ -349,15 +349,24 @@ def test_a_batch_keeps_the_order_and_outcome_of_each_item(make, endpoint_name):
 
 
 @pytest.mark.parametrize("size", [1, 200])
-def test_a_batch_costs_the_same_queries_whatever_its_size(make, django_assert_num_queries, size):
-    """The lock (with the endpoint's handler), one write and the per-minute figures the dashboard
-    reads, inside the transaction (a savepoint here, as the test runs in one): no query per message."""
+def test_a_batch_costs_one_statement_whatever_its_size(make, django_assert_num_queries, size):
+    """Record-only deliveries due and in flight: one statement (the compare-and-set UPDATE with
+    the per-minute figures' upsert in it), no lock query, no transaction of the service's own."""
     messages = [make() for _ in range(size)]
-    with django_assert_num_queries(5) as captured:
+    with django_assert_num_queries(1) as captured:
         outcomes = delivery_receive_many(items=[(str(m.id), 0) for m in messages])
     assert [o.result for o in outcomes] == [Result.DELIVERED] * size
     assert ScheduledMessage.objects.filter(status=Status.DELIVERED).count() == size
-    assert [q["sql"].split()[0] for q in captured.captured_queries] == ["SAVEPOINT", "SELECT", "UPDATE", "INSERT",
+    assert captured.captured_queries[0]["sql"].startswith("WITH v AS")
+
+
+def test_copies_not_taken_cost_one_transaction_more(make, django_assert_num_queries):
+    """A duplicate in the batch: the statement, then the one-by-one path (its lock, its write)."""
+    messages = [make() for _ in range(3)]
+    with django_assert_num_queries(5) as captured:
+        outcomes = delivery_receive_many(items=[(str(m.id), 0) for m in messages] + [(str(messages[0].id), 0)])
+    assert [o.result for o in outcomes] == [Result.DELIVERED] * 3 + [Result.DUPLICATE]
+    assert [q["sql"].split()[0] for q in captured.captured_queries] == ["WITH", "SAVEPOINT", "SELECT", "UPDATE",
                                                                        "RELEASE"]
 
 
