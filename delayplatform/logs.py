@@ -10,8 +10,9 @@ checked by scheduling/setting_specs.py).
   made ``make run``'s console unreadable: :class:`QuietIdlePeriodicTasks` drops them for those
   tasks, except the "succeeded" line of a run that did something (it returns a count). With the
   root level at DEBUG (LOG_LEVEL=DEBUG, or ``celery worker -l DEBUG``) every line shows again.
-- One INFO line per delivery under the logger ``scheduling.deliveries``; ``LOG_DELIVERIES_LEVEL``
-  (default INFO; WARNING silences them) sets its level.
+- Under the logger ``scheduling.deliveries``, one INFO line per delivery batch and one DEBUG line per
+  delivery; ``LOG_DELIVERIES_LEVEL`` (default INFO; DEBUG shows the per-delivery lines, WARNING
+  silences both) sets its level.
 """
 
 from __future__ import annotations

@@ -150,7 +150,7 @@ AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False  # its start-up banner in every process's log
 
 # Web and worker log through this (delayplatform/logs.py): LOG_FORMAT plain or json; Celery's lines
-# about idle runs of the periodic tasks are dropped; one line per delivery (scheduling.deliveries).
+# about idle runs of the periodic tasks are dropped; one line per delivery batch (scheduling.deliveries).
 LOGGING_CONFIG = "delayplatform.logs.configure"
 LOGGING = logs.config(log_format=_env["log_format"], root_level=_env["log_level"],
                       deliveries_level=_env["log_deliveries_level"])

@@ -505,7 +505,7 @@ SPECS: tuple[Spec, ...] = (
         Spec("LOG_FORMAT", Choice("plain", "json"), "plain", "`plain` or `json` (one JSON object per line, web "
              "and worker; [Logs](../observability/logs.md))", "json"),
         Spec("LOG_DELIVERIES_LEVEL", LogLevel(), "INFO", "level of the logger `scheduling.deliveries` (a line per "
-             "delivery); `WARNING` silences it", "WARNING", setting=False),
+             "delivery batch; `DEBUG`: also a line per delivery); `WARNING` silences it", "WARNING", setting=False),
     ),
     *_group(
         "The database",

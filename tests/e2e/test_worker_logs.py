@@ -1,7 +1,8 @@
-"""A real worker (with beat) started with LOG_FORMAT=json: every line of its output is a JSON
-object, a delivery line carries the message's id, team, endpoint, version and lateness as fields,
-and Celery's lines about idle runs of the periodic tasks are gone while a run that did work keeps
-its "succeeded" line (delayplatform/logs.py)."""
+"""A real worker (with beat) started with LOG_FORMAT=json and LOG_DELIVERIES_LEVEL=DEBUG: every
+line of its output is a JSON object, a batch's INFO summary carries its count, endpoints and
+lateness, a delivery's DEBUG line carries the message's id, team, endpoint, version and lateness as
+fields, and Celery's lines about idle runs of the periodic tasks are gone while a run that did work
+keeps its "succeeded" line (delayplatform/logs.py)."""
 
 import json
 import os
@@ -22,7 +23,8 @@ PERIODIC = (RELAY_SWEEP, RELAY_TIMEOUTS, DRAIN_UNROUTABLE)
 @pytest.fixture
 def json_worker(worker_env):
     run_id = os.environ["DP_TEST_RUN_ID"]
-    w = Worker(f"json-{run_id}", {**worker_env, "LOG_FORMAT": "json"}, ARTIFACTS / f"worker-{run_id}-json.log",
+    w = Worker(f"json-{run_id}", {**worker_env, "LOG_FORMAT": "json", "LOG_DELIVERIES_LEVEL": "DEBUG"},
+               ARTIFACTS / f"worker-{run_id}-json.log",
                concurrency=1)
     w.log_path.unlink(missing_ok=True)
     yield w.start()
@@ -52,12 +54,17 @@ def test_json_lines_delivery_fields_and_quiet_periodic_tasks(api, platform, json
     lines = [json.loads(line) for line in text.splitlines() if line.strip()]  # raises on any other line
     assert len(lines) > 5 and all({"time", "level", "logger", "message"} <= set(line) for line in lines)
 
-    deliveries = {line["message_id"]: line for line in lines if line["logger"] == "scheduling.deliveries"}
+    logged = [line for line in lines if line["logger"] == "scheduling.deliveries"]
+    deliveries = {line["message_id"]: line for line in logged if line["level"] == "DEBUG"}
     row = ScheduledMessage.objects.get(id=first)
     assert deliveries[first]["team"] == "default" and deliveries[first]["endpoint"] == native
     assert deliveries[first]["version"] == "v3"
     assert deliveries[first]["lateness_ms"] == row.lateness_ms and isinstance(row.lateness_ms, int)
-    assert deliveries[second]["endpoint"] == waiting and deliveries[second]["level"] == "INFO"
+    assert deliveries[second]["endpoint"] == waiting
+    batches = [line for line in logged if line["level"] == "INFO"]  # a summary per batch
+    assert sum(line["count"] for line in batches) == 2 and all(line["worker"] for line in batches)
+    assert {name for line in batches for name in line["endpoints"]} == {f"default/{native}", f"default/{waiting}"}
+    assert any(line["lateness_max_ms"] >= row.lateness_ms for line in batches)
 
     about_periodic = [line["message"] for line in lines if any(task in line["message"] for task in PERIODIC)]
     assert not [m for m in about_periodic if "Sending due task" in m or m.endswith("received")], about_periodic
