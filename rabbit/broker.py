@@ -4,7 +4,7 @@
     with broker.session() as session:       # one connection for a unit of work
         session.declare(plan)
         outcome = session.publish(messages)
-    broker.publish(messages)                 # the relay: a long-lived connection per thread
+    broker.publish(messages)                 # the relay: a connection and channel kept per thread
     broker.management.queue_depths(broker.vhost)
 
 On a cluster (a failover URL listing the nodes) every connection fails over to a live node, and
@@ -15,18 +15,21 @@ the endpoint queues get their leaders spread over the nodes.
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import cached_property
 
 from topology import cascade
 
 from . import declare
-from .connection import channel_of, open_connection, release
+from .connection import CONNECTION_ERRORS, channel_of, open_connection, reason, release
 from .errors import BrokerUnavailable
 from .management import Management
 from .probe import probe
-from .publish import DEFAULT_WINDOW, Outcome, Outgoing, publish_confirmed
+from .publish import DEFAULT_WINDOW, ConfirmChannel, Outcome, Outgoing, publish_confirmed
 from .reader import QueueReader
 from .urls import describe, management_url_for, node_for, node_urls, vhost_of
 
@@ -103,11 +106,34 @@ class Session:
             yield QueueReader(channel, queue)
 
 
+@dataclass
+class PublisherStats:
+    """What this process's publishers opened (Broker.publish): a connection and a channel each,
+    then again only after a failure."""
+
+    connections: int = 0
+    channels: int = 0
+    batches: int = 0
+
+
+class _Publisher:
+    """One thread's publishing connection and its confirm channel, and the process that opened
+    them: a forked child (gunicorn's workers, Celery's pool) finds another pid and opens its own,
+    leaving the parent's alone (closing it would send connection.close on the parent's socket)."""
+
+    def __init__(self, conn):
+        self.pid, self.thread = os.getpid(), threading.current_thread().name
+        self.conn = conn
+        self.confirm: ConfirmChannel | None = None
+
+
 class Broker:
     def __init__(self, url: str, management_url: str = ""):
         self.url = url
         self.management_url = management_url or management_url_for(url)
-        self._local = threading.local()  # the publishing connection of each thread
+        self._local = threading.local()  # the publishing connection and channel of each thread
+        self.stats = PublisherStats()  # counted without a lock (a lock held at a fork would hang the child)
+        self._publishers: weakref.WeakSet[_Publisher] = weakref.WeakSet()
 
     @property
     def vhost(self) -> str:
@@ -140,23 +166,60 @@ class Broker:
         given (BrokerUnavailable when the vhost cannot be reached)."""
         return probe(self.url, exchanges=exchanges, queues=queues, timeout=timeout)
 
-    def publish(self, messages: list[Outgoing], *, window: int = DEFAULT_WINDOW, timeout: float = 30.0) -> Outcome:
-        """Confirmed publish on this thread's long-lived connection (opened on first use and
-        again after a failure). Raises BrokerUnavailable when no connection can be had; a
-        connection that breaks mid-batch, or confirms not all in by ``timeout`` seconds, is an
-        Outcome with ``error`` set (the connection is then replaced)."""
-        conn = getattr(self._local, "conn", None)
-        if conn is None or not conn.connected:
+    def _count(self, **counts: int) -> None:
+        for name, n in counts.items():
+            setattr(self.stats, name, getattr(self.stats, name) + n)
+
+    def _publisher(self) -> _Publisher:
+        """This thread's publisher, opened on first use, after a failure, and in a forked child."""
+        publisher = getattr(self._local, "publisher", None)
+        if publisher is not None and publisher.pid != os.getpid():
+            publisher = self._local.publisher = None  # the parent's: dropped, not closed
+        if publisher is None or not publisher.conn.connected:
             self.close_publisher()
-            conn = self._local.conn = open_connection(self.url, role="publisher")
-        outcome = publish_confirmed(conn, messages, window=window, timeout=timeout)
+            publisher = self._local.publisher = _Publisher(open_connection(self.url, role="publisher"))
+            self._publishers.add(publisher)
+            self._count(connections=1)
+        if publisher.confirm is None or not publisher.confirm.usable:
+            if publisher.confirm is not None:
+                publisher.confirm.close()
+            publisher.confirm = None
+            publisher.confirm = ConfirmChannel(publisher.conn)
+            self._count(channels=1)
+        return publisher
+
+    def publisher_connections(self) -> dict[str, object]:
+        """The open publishing connections of this process by the name of the thread that publishes
+        on each (the web's relay: ``dp-relay-<pid>``; tests break their sockets)."""
+        return {p.thread: p.conn for p in list(self._publishers) if p.pid == os.getpid() and p.conn.connected}
+
+    def publish(self, messages: list[Outgoing], *, window: int = DEFAULT_WINDOW, timeout: float = 30.0) -> Outcome:
+        """Confirmed publish on this thread's long-lived connection and confirm channel (opened on
+        first use, and again after a failure or in a forked child). Raises BrokerUnavailable when no
+        connection can be had; a connection or channel that breaks mid-batch, or confirms not all in
+        by ``timeout`` seconds, is an Outcome with ``error`` set (both are then replaced)."""
+        if not messages:
+            return Outcome()
+        try:
+            publisher = self._publisher()  # BrokerUnavailable when no node can be reached
+        except CONNECTION_ERRORS as exc:  # connected, but the channel could not be opened
+            self.close_publisher()
+            return Outcome(failed={i: f"not confirmed: {reason(exc)}" for i in range(len(messages))},
+                           error=reason(exc))
+        outcome = publisher.confirm.publish(messages, window=window, timeout=timeout)
+        self._count(batches=1)
         if outcome.error:
             self.close_publisher()
         return outcome
 
     def close_publisher(self) -> None:
-        release(getattr(self._local, "conn", None))
-        self._local.conn = None
+        """Close this thread's publishing connection (a forked child's inherited one is dropped)."""
+        publisher = getattr(self._local, "publisher", None)
+        self._local.publisher = None
+        if publisher is not None and publisher.pid == os.getpid():
+            if publisher.confirm is not None:
+                publisher.confirm.close()
+            release(publisher.conn)
 
 
 __all__ = ["Broker", "BrokerUnavailable", "Session"]

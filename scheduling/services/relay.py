@@ -10,6 +10,13 @@ Who publishes: the process that scheduled the rows, right after their commit
 holds; and the sweeper, every few seconds, whatever is still pending (the broker was down,
 the process died). A worker hop per request cost a task message, a second read of every row
 and a second process's CPU (docs/performance.md).
+
+After a commit, a request hands its rows to its process's publisher thread (rabbit/gather.py)
+and waits for their confirms: the rows of requests committed meanwhile go in the same confirmed
+batch, on one connection and channel kept open, and rows due in the same second to the same
+endpoint share an envelope across requests (DELAY_RELAY_GATHER_MS; docs/concepts/envelopes.md).
+The database work stays in each request's own thread and transaction: the publisher thread only
+builds and publishes.
 """
 
 from __future__ import annotations
@@ -19,12 +26,14 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connections, transaction
 from django.utils import timezone
 
-from rabbit import BrokerUnavailable
+from rabbit import BrokerUnavailable, Outgoing
+from rabbit.gather import Gatherer, GatherTimeout
 
 from .. import lifecycle, wire
+from ..clock import to_epoch_ms
 from ..conf import broker, conf
 from ..lifecycle import Event, Status
 from ..models import DeliveryMode, Endpoint, ScheduledMessage
@@ -126,18 +135,52 @@ def _send_retrying(groups, prepared, rows, result: RelayResult) -> tuple[list, l
     return sent if retried is None else (sent[0] + retried[0], retried[1])
 
 
-def _publish_batch(rows: list[ScheduledMessage], result: RelayResult, direct: bool) -> None:
-    now = timezone.now()
-    groups, prepared = _prepare(rows, now, direct=direct)
-    sent = _send_retrying(groups, prepared, rows, result)
-    if sent is None:
+def _publish_batch(rows: list[ScheduledMessage], result: RelayResult, direct: bool, gather: bool = False) -> None:
+    """Publish locked rows and mark those the broker confirmed, in the caller's transaction:
+    here, or (``gather``) by the process's publisher thread with other callers' rows."""
+    if not rows:
         return
-    published, failed = sent
+    if gather:
+        sent = _gathered_rows(rows, result)
+        if sent is None:
+            return
+        published, failed, now = sent
+    else:
+        now = timezone.now()
+        groups, prepared = _prepare(rows, now, direct=direct)
+        sent = _send_retrying(groups, prepared, rows, result)
+        if sent is None:
+            return
+        published, failed = sent
     message_mark_published(rows=published, published_at=now)
     for row in published:  # the caller's objects say what the database now says
         row.status, row.published_at = PUBLISHED, now
     if failed:
         ScheduledMessage.objects.bulk_update(failed, ["last_error"])
+
+
+def _gathered_rows(rows: list[ScheduledMessage], result: RelayResult) -> tuple[list, list, object] | None:
+    """Locked pending rows through the publisher thread: (published, failed, publish time), or None
+    when nothing was sent (no broker: the rows' last_error says why)."""
+    for row in rows:  # what building their messages reads, loaded here: the publisher thread reads no database
+        row.topology.cascade, row.endpoint.queue  # noqa: B018
+    try:
+        part = _gathered(_Part(rows=rows))
+    except Exception as exc:  # noqa: BLE001 (not marked: they stay pending for the sweeper)
+        log.warning("publishing after commit failed (%s); the sweeper will publish", exc,
+                    exc_info=not isinstance(exc, GatherTimeout))
+        result.failed += len(rows)
+        result.errors.append(str(exc))
+        return None
+    result.errors += part.errors
+    result.broken = bool(part.errors)
+    if part.unavailable:
+        ScheduledMessage.objects.filter(id__in=[r.id for r in rows]).update(last_error=part.unavailable)
+        result.failed += len(rows)
+        return None
+    result.published += len(part.published)
+    result.failed += len(part.failed)
+    return part.published, part.failed, part.published_at
 
 
 @dataclass
@@ -175,12 +218,23 @@ def relay_claim_new(*, rows: list[ScheduledMessage]) -> Claimed | None:
 
 
 def relay_send_claimed(*, claimed: Claimed) -> RelayResult:
-    """After the commit: publish what relay_claim_new prepared. Rows the broker did not confirm go
-    back to pending for the sweeper (compare-and-set: one cancelled meanwhile stays cancelled)."""
+    """After the commit: publish what relay_claim_new prepared, with the rows other requests of this
+    process committed meanwhile (their envelopes merged where their routes agree). Rows the broker
+    did not confirm go back to pending for the sweeper (compare-and-set: one cancelled meanwhile
+    stays cancelled)."""
     result = RelayResult()
     try:
-        sent = _send_retrying(claimed.groups, claimed.prepared, claimed.rows, result)
-        unsent = claimed.rows if sent is None else sent[1]
+        try:
+            part = _gathered(_Part(claimed=claimed))
+        except Exception as exc:  # noqa: BLE001 (unknown whether they went: the rows stay published, the rescue
+            # covers them; the request, committed, is not failed for it)
+            log.warning("publishing after commit failed (%s); %d message(s) left to the rescue", exc,
+                        len(claimed.rows), exc_info=not isinstance(exc, GatherTimeout))
+            result.errors.append(str(exc))
+            return result
+        unsent = claimed.rows if part.unavailable else part.failed
+        result.published, result.failed = len(claimed.rows) - len(unsent), len(unsent)
+        result.errors += part.errors
         if unsent:
             _Pause.until = time.monotonic() + conf().sweep_seconds
             reason = result.errors[0] if result.errors else "publish failed"
@@ -193,6 +247,170 @@ def relay_send_claimed(*, claimed: Claimed) -> RelayResult:
     except DatabaseError as exc:  # the rows stay published: the rescue sends them once overdue
         log.warning("returning unpublished rows to the sweeper failed (%s); the rescue will publish them", exc)
     return result
+
+
+# --- gathering: the rows of concurrent requests in one confirmed batch (rabbit/gather.py) ----------
+
+
+@dataclass(eq=False)
+class _Part:
+    """One caller's rows handed to the process's publisher, and what became of them: ``claimed``
+    ones (written published, their routes fixed) or locked pending ``rows`` (routed here)."""
+
+    claimed: Claimed | None = None
+    rows: list[ScheduledMessage] | None = None
+    published: list[ScheduledMessage] = field(default_factory=list)
+    failed: list[ScheduledMessage] = field(default_factory=list)  # each with last_error
+    errors: list[str] = field(default_factory=list)
+    unavailable: str | None = None  # no broker could be reached: nothing was sent
+    published_at: object = None  # the rows' publish time (for ``rows``: the batch's)
+
+    @property
+    def size(self) -> int:
+        return len(self.claimed.rows) if self.claimed else len(self.rows or ())
+
+
+@dataclass(eq=False)
+class _Unit:
+    """One broker message of a gathered batch and the rows it carries, by the part they came from."""
+
+    shares: list[tuple[_Part, list[ScheduledMessage]]]
+    out: Outgoing
+    route: object
+
+
+def _merged(entries: list, margin_ms: int) -> _Unit:
+    """One envelope of groups of several parts that share an envelope key and a route. It is built
+    at the claim time of the part holding the earliest message, so its route is the one every row
+    recorded; its publish time is the latest of theirs (the unroutable drain leaves alone a row
+    published after a copy's time)."""
+    if len(entries) == 1:
+        part, group, out, route = entries[0]
+        return _Unit([(part, group)], out, route)
+    rows = [row for _, group, _, _ in entries for row in group]
+    owner, *_ = min(entries, key=lambda e: min(row.due_at_ms for row in e[1]))
+    out, route = wire.outgoing_envelope(rows, rows[0].topology.cascade, owner.claimed.published_at,
+                                        margin_ms=margin_ms)
+    out.headers[wire.H_PUBLISHED_AT_MS] = max(to_epoch_ms(part.claimed.published_at) for part, *_ in entries)
+    return _Unit([(part, group) for part, group, _, _ in entries], out, route)
+
+
+def _units(parts: list[_Part], now) -> list[_Unit]:
+    """The broker messages of a gathered batch. Claimed groups that share an envelope key and the
+    route their rows recorded become one envelope (at most DELAY_PUBLISH_BATCH rows); pending rows
+    are grouped together, across parts, as one relay batch."""
+    settings = conf()
+    units: list[_Unit] = []
+    merging: dict[tuple, list[list]] = {}
+    for part in parts:
+        if part.claimed is None:
+            continue
+        for group, (out, route) in zip(part.claimed.groups, part.claimed.prepared, strict=True):
+            key = wire.envelope_key(group[0], group[0].topology.cascade) if settings.envelopes else None
+            if key is None:
+                units.append(_Unit([(part, group)], out, route))
+                continue
+            chunks = merging.setdefault((key, route), [[]])
+            if chunks[-1] and sum(len(e[1]) for e in chunks[-1]) + len(group) > settings.publish_batch:
+                chunks.append([])
+            chunks[-1].append((part, group, out, route))
+    for (_, route), chunks in merging.items():
+        for entries in chunks:
+            unit = _merged(entries, settings.arrival_margin_ms)
+            if unit.route == route:
+                units.append(unit)
+            else:  # cannot happen (the rows' recorded route is the envelope's); never contradict them
+                units += [_Unit([(part, group)], out, r) for part, group, out, r in entries]
+    owners = {id(row): part for part in parts if part.rows for row in part.rows}
+    if owners:
+        rows = [row for part in parts if part.rows for row in part.rows]
+        groups, prepared = _prepare(rows, now, direct=False)
+        for group, (out, route) in zip(groups, prepared, strict=True):
+            shares: dict[int, tuple[_Part, list]] = {}
+            for row in group:
+                part = owners[id(row)]
+                shares.setdefault(id(part), (part, []))[1].append(row)
+            units.append(_Unit(list(shares.values()), out, route))
+    return units
+
+
+def _publish_units(units: list[_Unit]) -> tuple[dict[int, str], list[str]]:
+    """Publish, and once more at once on a new connection what a connection broken under it did
+    not take (a cluster node lost: open_connection goes on to a live node; leaving them to the
+    sweeper made them seconds late, issue 22). Returns the failed units (index -> reason) and the
+    errors; BrokerUnavailable when no broker could be reached at first."""
+    window = conf().publish_window
+    outs = [unit.out for unit in units]
+    outcome = broker().publish(outs, window=window)
+    failed, errors = dict(outcome.failed), []
+    if outcome.error:
+        errors.append(outcome.error)
+        again = sorted(failed)
+        try:
+            retried = broker().publish([outs[i] for i in again], window=window) if again else None
+        except BrokerUnavailable as exc:
+            errors.append(str(exc))
+            retried = None
+        if retried is not None:
+            failed = {i: retried.failed.get(j, "unknown") for j, i in enumerate(again) if j not in retried.confirmed}
+            if retried.error:
+                errors.append(retried.error)
+    return failed, errors
+
+
+def _send_gathered(parts: list[_Part]) -> None:
+    """The publisher thread's work for one batch: build, publish, say what became of each part's
+    rows. No database work here (it stays in each caller's transaction)."""
+    try:
+        now = timezone.now()
+        units = _units(parts, now)
+        try:
+            failed, errors = _publish_units(units)
+        except BrokerUnavailable as exc:
+            for part in parts:
+                part.unavailable = str(exc)
+                part.errors.append(str(exc))
+            metrics.relay_outcome([], [row for unit in units for _, rows in unit.shares for row in rows])
+            return
+        published, unsent, carriers = [], [], []
+        for index, unit in enumerate(units):
+            if index in failed:
+                for part, rows in unit.shares:
+                    for row in rows:
+                        row.last_error = f"publish failed: {failed[index]}"
+                    part.failed += rows
+                    unsent += rows
+                continue
+            carriers.append(unit.shares[0][1][0])
+            for part, rows in unit.shares:
+                if part.claimed is None:  # routed here: the caller records the route
+                    for row in rows:
+                        row.routing_key, row.first_exchange = unit.route.routing_key, unit.route.exchange
+                part.published += rows
+                published += rows
+        for part in parts:
+            part.errors += errors
+            part.published_at = part.claimed.published_at if part.claimed else now
+        metrics.relay_outcome(published, unsent, carriers)
+    finally:
+        connections.close_all()  # none should have been opened in this thread; never leave one behind
+
+
+# Longer than a batch can take: two publishes (the retry) of up to 30 s of confirms and the connects.
+_GATHER_WAIT_SECONDS = 120.0
+_GATHERER = Gatherer(_send_gathered, gather_ms=lambda: conf().relay_gather_ms, enough=lambda: conf().publish_batch,
+                     name="relay")
+
+
+def _gathered(part: _Part) -> _Part:
+    """Hand ``part`` to this process's publisher thread and wait until its rows are published."""
+    return _GATHERER.run(part, weight=part.size, timeout=_GATHER_WAIT_SECONDS)
+
+
+def relay_gather_stats() -> tuple[int, int]:
+    """(batches, parts) this process's publisher thread has sent: parts per batch is how many
+    callers' rows went together."""
+    return _GATHERER.batches, _GATHERER.items
 
 
 def _load_task_messages(rows: list[ScheduledMessage]) -> None:
@@ -251,7 +469,7 @@ def relay_publish_rows(*, rows: list[ScheduledMessage]) -> RelayResult:
             chunk = rows[start:start + size]
             with transaction.atomic():
                 locked = ScheduledMessage.objects.lock_ids([row.id for row in chunk], status=Status.PENDING)
-                _publish_batch([row for row in chunk if row.id in locked], result, direct=False)
+                _publish_batch([row for row in chunk if row.id in locked], result, direct=False, gather=True)
             if result.failed:
                 break
     except DatabaseError as exc:

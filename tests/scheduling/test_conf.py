@@ -56,6 +56,7 @@ EFFECTS = {
     "DELAY_BULK_MAX": ("50", "conf().bulk_max", 50),
     "DELAY_PUBLISH_WINDOW": ("64", "conf().publish_window", 64),
     "DELAY_PUBLISH_BATCH": ("250", "conf().publish_batch", 250),
+    "DELAY_RELAY_GATHER_MS": ("2", "conf().relay_gather_ms", 2),
     "DELAY_SWEEP_SECONDS": ("3", "[conf().sweep_seconds, settings.CELERY_BEAT_SCHEDULE['sweep-pending-messages']"
                             "['schedule']]", [3.0, 3.0]),
     "DELAY_SWEEP_GRACE_SECONDS": ("1.5", "conf().sweep_grace_seconds", 1.5),

@@ -113,17 +113,17 @@ def test_a_publisher_connection_lost_under_a_batch_is_replaced_at_once(endpoint,
     import socket
 
     from scheduling.conf import broker
-    from scheduling.services.relay import _Pause, relay_publish_rows
+    from scheduling.services.relay import _GATHERER, _Pause, relay_publish_rows
 
     _Pause.until = 0.0  # no earlier refusal in this process holds publishing back
     warm = row(endpoint, 0)
     assert relay_publish_rows(rows=[warm]).published == 1
-    conn = broker()._local.conn
+    conn = broker().publisher_connections()[_GATHERER.thread_name]  # the process's publisher thread's
     conn.connection.transport.sock.shutdown(socket.SHUT_RDWR)  # the socket dies under the connection
     rows = [row(endpoint, 0) for _ in range(3)]
     result = relay_publish_rows(rows=rows)
     assert (result.published, result.failed) == (3, 0), result.errors
-    assert broker()._local.conn is not conn
+    assert broker().publisher_connections()[_GATHERER.thread_name] is not conn
     assert ScheduledMessage.objects.filter(id__in=[r.id for r in rows], status=Status.PUBLISHED).count() == 3
     for _ in range(4):
         assert wait_get(amqp, endpoint.name, 5)[0] is not None  # the warm one and the three
