@@ -34,6 +34,7 @@ class Bench:
     def __init__(self, p, quick: bool, versions: tuple[str, ...], broker_process: int | None = None):
         self.p, self.quick, self.versions = p, quick, versions
         self.rng = random.Random(11)
+        self.teams: dict[str, str] = {}  # other teams' keys (team_key)
         os.environ.update({k: v for k, v in p.env.items()
                            if k in ("DATABASE_URL", "BROKER_URL", "RABBITMQ_MANAGEMENT_URL", "SECRET_KEY",
                                     "DJANGO_SETTINGS_MODULE")})
@@ -75,10 +76,61 @@ class Bench:
         with broker().session() as session:
             session.purge_queue(queue)
 
-    def endpoint(self, kind: str, version: str) -> str:
+    def endpoint(self, kind: str, version: str, key: str | None = None, **fields) -> str:
+        """A new endpoint of the bench's team (or of ``key``'s team), e.g. ``handler="webhook",
+        handler_target=url``."""
         name = f"{kind}-{version}-{uuid.uuid4().hex[:6]}"
-        self.p.api("POST", "/api/endpoints/", json={"name": name, "topology": version})
+        self.api("POST", "/api/endpoints/", key, json={"name": name, "topology": version, **fields})
         return name
+
+    def api(self, method: str, path: str, key: str | None = None, **kwargs):
+        """The platform's API as the bench's team, or as ``key``'s (another team's key)."""
+        if key is None:
+            return self.p.api(method, path, **kwargs)
+        response = self.p.session.request(method, self.p.url + path, timeout=120,
+                                          headers={"Authorization": f"Bearer {key}"}, **kwargs)
+        response.raise_for_status()
+        return response.json()
+
+    def cancel(self, endpoint: str, key: str | None = None, timeout: float = 60) -> int | None:
+        """Best effort: cancel what the endpoint still has pending or published (a case's leftovers,
+        so they do not weigh on the next case); how many, or None when the platform did not answer
+        in time (an engine that calls inside the row's transaction holds its lock meanwhile)."""
+        import requests
+
+        try:
+            response = self.p.session.request(
+                "POST", self.p.url + "/api/messages/cancel/", json={"endpoint": endpoint}, timeout=timeout,
+                headers={"Authorization": f"Bearer {key or self.p.key}"})
+            response.raise_for_status()
+            return response.json()["count"]
+        except requests.RequestException as exc:
+            print(f"  (cancelling what {endpoint} has left failed: {exc})", flush=True)
+            return None
+
+    def team_key(self, team: str) -> str:
+        """A key (every scope) of ``team``, made on first use: another team than the bench's."""
+        if team not in self.teams:
+            from harness.platform import team_with_key
+
+            self.teams[team] = team_with_key(self.p.env, team)
+        return self.teams[team]
+
+    @staticmethod
+    def bodies_due(endpoint: str, due: list[float]) -> list[bytes]:
+        """Bulk requests of 1,000 messages due at these epoch seconds (``deliver_at``, ms)."""
+        def at(epoch: float) -> str:
+            return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch)) + f".{int(epoch * 1000) % 1000:03d}Z"
+
+        return [json.dumps({"messages": [{"endpoint": endpoint, "payload": {"n": i + j}, "deliver_at": at(d)}
+                                         for j, d in enumerate(due[i:i + 1000])]}).encode()
+                for i in range(0, len(due), 1000)]
+
+    def due_at(self, endpoint: str) -> dict[str, float]:
+        """Each of the endpoint's messages: id -> due time (epoch seconds)."""
+        return {str(r[0]): float(r[1]) for r in self.p.sql(
+            "SELECT m.id, EXTRACT(EPOCH FROM m.due_at) FROM scheduling_scheduledmessage m "
+            "JOIN scheduling_endpoint e ON e.id = m.endpoint_id WHERE e.name = %s", endpoint)}
 
     @staticmethod
     def bodies(endpoint: str, delays: list[float]) -> list[bytes]:
@@ -88,11 +140,12 @@ class Bench:
                                          for d in delays[i:i + 1000]]}).encode()
                 for i in range(0, len(delays), 1000)]
 
-    def post(self, bodies: list[bytes], clients: int = 4) -> list[bytes]:
+    def post(self, bodies: list[bytes], clients: int = 4, key: str | None = None) -> list[bytes]:
         """The answers' bodies, unparsed, from ``clients`` keep-alive connections (http.client:
-        the load generator shares these 2 cores, and requests' reading cost it ~50 µs a message)."""
+        the load generator shares these 2 cores, and requests' reading cost it ~50 µs a message);
+        as the bench's team or as ``key``'s."""
         host, port = self.p.url.split("//")[1].split(":")
-        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {self.p.key}"}
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key or self.p.key}"}
         local = threading.local()
 
         def one(body: bytes) -> bytes:
@@ -108,8 +161,8 @@ class Bench:
         with ThreadPoolExecutor(clients) as pool:
             return list(pool.map(one, bodies))
 
-    def schedule(self, endpoint: str, delays: list[float], clients: int = 4) -> list[str]:
-        return [m["id"] for answer in self.post(self.bodies(endpoint, delays), clients)
+    def schedule(self, endpoint: str, delays: list[float], clients: int = 4, key: str | None = None) -> list[str]:
+        return [m["id"] for answer in self.post(self.bodies(endpoint, delays), clients, key)
                 for m in json.loads(answer)["messages"]]
 
     def count(self, endpoint: str, status: str) -> int:

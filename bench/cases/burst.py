@@ -19,7 +19,7 @@ def run(b, n: int | None = None, delays: tuple[int, int] = (1, 4), native: bool 
     version; the broker's CPU over the whole run (scheduled and delivered). Then the raw publisher
     into each version's cascade, and Celery native with 4 producers (the API's 4 clients)."""
     n = n or (5000 if b.quick else 20000)
-    result = {}
+    result = {"messages": n}
     for version in b.versions:
         endpoint = b.endpoint("burst", version)
         bodies = b.bodies(endpoint, [round(b.rng.uniform(*delays), 3) for _ in range(n)])

@@ -1,6 +1,7 @@
-"""Case 6, delivered throughput: a steady load with delays of 1-60 s, raised per version until the
-messages due in steady state miss p99 ≤ 250 ms; the highest load that kept it, and the broker's
-CPU per message over each load's steady window."""
+"""Case 6, delivered throughput: a steady load with delays of 1-60 s to a record-only endpoint
+(handler ``none``: the delivery is recorded, nothing is called), raised per version until the
+messages due in steady state miss p99 ≤ 250 ms; the highest load that kept it (target on v3 with
+envelopes: 10,000/s), and the broker's CPU per message over each load's steady window."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from bench.measure import percentiles
 from harness.waiting import wait_until
 
 # messages a second offered per version, in turn, until one misses
-LOADS = {"v1": [500, 750], "v2": [500, 750, 1000], "v3": [1000, 2000, 2500, 3500, 5000, 7500, 10000]}
+LOADS = {"v1": [500, 750], "v2": [500, 750, 1000], "v3": [1000, 2500, 5000, 7500, 10000, 12500]}
 QUICK_LOADS = {"v1": [250], "v2": [250, 500], "v3": [500, 1000]}
 
 
@@ -37,7 +38,7 @@ def run(b) -> dict:
 
 
 def _one_load(b, version: str, load: int, send_s: float) -> dict:
-    endpoint = b.endpoint(f"load{load}", version)
+    endpoint = b.endpoint(f"load{load}", version, handler="none")
     start, tick = time.time(), 0.5
     per_tick = max(1, int(load * tick))
     window = (min(60.0, send_s - 5), send_s)
