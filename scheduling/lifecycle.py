@@ -10,6 +10,7 @@ loop, Celery tasks, the migration tools and the unroutable drain.
        ├──cancel──► cancelled ◄──cancel──┘                          ▲
        └──────────────unroutable (also from published)──────────────┘
     reschedule: pending or published ──► pending, due at its new time (published again)
+    resend: delivered or failed ──► pending (a person sends it again: a new attempt)
 
 ``deliver`` is taken *before* the handler runs, so a second copy of the message in the same
 batch (or transaction) already sees ``delivered`` and is a duplicate: the handler runs once per
@@ -55,6 +56,7 @@ class Event(enum.StrEnum):
     CANCEL = "cancel"
     REPUBLISH = "republish"
     RESCHEDULE = "reschedule"
+    RESEND = "resend"
 
 
 NEW = None  # the "status" of a message before it exists
@@ -70,6 +72,7 @@ TRANSITIONS: dict[Event, dict[Status | None, Status]] = {
     Event.CANCEL: {P: C, U: C, C: C},
     Event.REPUBLISH: {F: P},
     Event.RESCHEDULE: {P: P, U: P},  # pending again: its copy for the new time is published anew
+    Event.RESEND: {D: P, F: P},  # a person's resend: delivered (or failed) once more, a new attempt
 }
 
 
@@ -199,6 +202,15 @@ def republish(state: State) -> dict:
     """A failed message starts over at its original due time: its handler attempts and the
     delivery it may have had are forgotten (the broker's hand-overs stay counted)."""
     return {"status": transition(state.status, Event.REPUBLISH), "attempts": 0, "delivered_at": None,
+            "lateness_ms": None, "finished_at": None}
+
+
+def resend(state: State) -> dict:
+    """A delivered (or failed) message sent again, as republish sends a failed one: pending at its
+    original due time (so at once), its handler attempts and its delivery forgotten (the broker's
+    hand-overs stay counted, and its attempts stay listed). Illegal while it is in flight or
+    once cancelled: nothing was sent to send again."""
+    return {"status": transition(state.status, Event.RESEND), "attempts": 0, "delivered_at": None,
             "lateness_ms": None, "finished_at": None}
 
 

@@ -1,4 +1,6 @@
-"""Endpoints: counts by status, create/edit through the services, activate/deactivate."""
+"""Endpoints: counts by status, create/edit through the services, activate/deactivate, and the
+webhook health the delivery engine keeps: a banner for an endpoint the platform disabled, and
+Enable to resume it."""
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
@@ -11,9 +13,17 @@ from django.utils.safestring import mark_safe
 from ..lifecycle import Status
 from ..models import Endpoint
 from ..selectors.database import endpoint_count_messages, endpoint_list
-from ..services.endpoints import endpoint_create, endpoint_rotate_secret, endpoint_set_active, endpoint_update
+from ..delivery.models import EndpointHealth
+from ..services.endpoints import (
+    endpoint_create,
+    endpoint_enable,
+    endpoint_rotate_secret,
+    endpoint_set_active,
+    endpoint_update,
+)
 from ..teams.roles import Action
 from ..teams.selectors import team_pick
+from . import html
 from .base import ControlRoomAdmin, TeamListFilter
 from .forms import EndpointChangeForm, EndpointCreateForm
 
@@ -41,10 +51,12 @@ class EndpointAdmin(ControlRoomAdmin):
     search_fields = ("name",)
     list_per_page = 50
     show_full_result_count = False  # a second COUNT(*) over the whole table per page
-    actions = ("activate", "deactivate", "rotate_secret")
-    object_actions = {"activate": "Activate", "deactivate": "Deactivate", "rotate_secret": "Rotate webhook secret"}
+    actions = ("activate", "deactivate", "enable", "rotate_secret")
+    object_actions = {"activate": "Activate", "deactivate": "Deactivate", "enable": "Enable",
+                      "rotate_secret": "Rotate webhook secret"}
     fields = ("team", "name", "queue", "topology", "delivery_mode", "handler", "handler_target",
-              "max_deliveries_per_second", "max_concurrent", "is_active", "created_at", "updated_at")
+              "max_deliveries_per_second", "max_concurrent", "webhook_timeout_seconds", "is_active", "created_at",
+              "updated_at")
     readonly_fields = fields
 
     n_pending = _count_column(Status.PENDING)
@@ -66,7 +78,7 @@ class EndpointAdmin(ControlRoomAdmin):
         return ", ".join(limit for limit in limits if limit) or "–"
 
     def base_queryset(self, request):
-        return endpoint_list().select_related("team")
+        return endpoint_list().select_related("team", "health")
 
     def get_changelist_instance(self, request):
         """The page's endpoints with their message counts (capped, then estimated: counting
@@ -82,7 +94,11 @@ class EndpointAdmin(ControlRoomAdmin):
     def object_action_applies(self, obj, name):
         if name == "rotate_secret":
             return obj.handler == Endpoint.Handler.WEBHOOK
-        return obj.is_active == (name == "deactivate")
+        if name == "enable":  # the platform disabled it: Enable says what Activate would do
+            return obj.disabled_at is not None
+        if name == "activate":
+            return not obj.is_active and obj.disabled_at is None
+        return obj.is_active
 
     @admin.action(description="Activate selected endpoints (binds their queues)", permissions=["change"])
     def activate(self, request, queryset):
@@ -93,6 +109,12 @@ class EndpointAdmin(ControlRoomAdmin):
     def deactivate(self, request, queryset):
         self.run_each(request, self.acting_on(request, queryset, Action.ENDPOINTS),
                       lambda e: endpoint_set_active(endpoint=e, active=False), "Deactivated")
+
+    @admin.action(description="Enable selected endpoints (resume one the platform disabled; its health reset)",
+                  permissions=["change"])
+    def enable(self, request, queryset):
+        self.run_each(request, self.acting_on(request, queryset, Action.ENDPOINTS),
+                      lambda e: endpoint_enable(endpoint=e), "Enabled")
 
     @admin.action(description="Rotate the webhook secret (the current one signs for a day more)",
                   permissions=["change"])
@@ -127,14 +149,56 @@ class EndpointAdmin(ControlRoomAdmin):
 
         return self.service_form_view(request, form, create, title="Add endpoint", done="Created and bound")
 
+    def changelist_view(self, request, extra_context=None):
+        if request.method == "GET":
+            disabled = list(self.get_queryset(request).filter(disabled_at__isnull=False)
+                            .order_by("team__name", "name").values_list("team__name", "name")[:6])
+            if disabled:
+                names = ", ".join(f"{team}/{name}" for team, name in disabled[:5]) + (", ..." if len(disabled) > 5
+                                                                                      else "")
+                self.message_user(request, f"Disabled by the platform for failing too long: {names}. Their messages "
+                                           f"are kept; select them and run Enable to resume.", messages.WARNING)
+        return super().changelist_view(request, extra_context)
+
     def change_view(self, request, object_id, form_url="", extra_context=None):
         obj = self.get_object(request, unquote(object_id))
+        if obj is not None and request.method == "GET" and obj.disabled_at is not None:
+            self.message_user(request, self.disabled_banner(obj), messages.WARNING)
+        context = {"detail_template": "admin/scheduling/endpoint/health.html",
+                   "endpoint_health": self.health_rows(obj) if obj is not None else [], **(extra_context or {})}
         if obj is None or not self.has_change_permission(request, obj):
-            return super().change_view(request, object_id, form_url, extra_context)
+            return super().change_view(request, object_id, form_url, context)
         initial = {"topology": obj.topology.name, "delivery_mode": obj.delivery_mode, "handler": obj.handler,
                    "handler_target": obj.handler_target, "max_deliveries_per_second": obj.max_deliveries_per_second,
-                   "max_concurrent": obj.max_concurrent}
-        return self.service_form_view(
+                   "max_concurrent": obj.max_concurrent, "webhook_timeout_seconds": obj.webhook_timeout_seconds}
+        response = self.service_form_view(
             request, EndpointChangeForm, lambda data: endpoint_update(endpoint=obj, **data),
             title="Change endpoint", obj=obj, initial=initial, done="Saved",
         )
+        if isinstance(response, TemplateResponse):  # the form's page: the read-only state below it
+            response.context_data.update(context)
+        return response
+
+    @staticmethod
+    def disabled_banner(endpoint) -> str:
+        return (f"Disabled by the platform at {html.moment(endpoint.disabled_at)} UTC: "
+                f"{endpoint.disabled_reason or 'its calls failed for too long'}. Its messages are kept and wait; "
+                f"Enable resumes it (its failure count and pause are reset).")
+
+    def health_rows(self, endpoint) -> list[tuple[str, str]]:
+        """What the delivery engine knows of the endpoint's calls, as (label, value) rows."""
+        try:
+            health = endpoint.health
+        except EndpointHealth.DoesNotExist:  # no call has failed yet
+            health = EndpointHealth(endpoint=endpoint)
+        empty = self.get_empty_value_display()
+
+        def when(value):
+            return html.moment(value) if value is not None else empty
+
+        return [("disabled at", when(endpoint.disabled_at)), ("disabled because", endpoint.disabled_reason or empty),
+                ("consecutive failures", f"{health.consecutive_failures:,}"),
+                ("failing since", when(health.failing_since)), ("calls paused until", when(health.paused_until)),
+                ("circuit opened (in a row)", f"{health.circuit_opened:,}"),
+                ("last success", when(health.last_success_at)), ("last failure", when(health.last_failure_at)),
+                ("last error", health.last_error or empty)]

@@ -3,6 +3,7 @@ allowed lives in the services, shared with the API (see base.service_form_view).
 
 from django import forms
 
+from ..conf import setting_name
 from ..delivery.flow import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
 from ..models import DeliveryMode, Endpoint, Schedule, Team, TopologyVersion
 from ..selectors.database import endpoint_list, topology_version_get_default
@@ -40,6 +41,10 @@ class EndpointChangeForm(forms.Form):
     max_concurrent = forms.IntegerField(
         required=False, min_value=1, max_value=MAX_CONCURRENT,
         help_text="flow control: webhook calls in flight at once, across all workers (empty: no limit)")
+    webhook_timeout_seconds = forms.FloatField(
+        required=False, min_value=0.1, label="Webhook deadline (seconds)",
+        help_text=f"one deadline over each webhook call: connect, send, read the answer (empty: the platform's, "
+                  f"{setting_name('webhook_timeout_seconds')}; at most {setting_name('webhook_timeout_max_seconds')})")
 
 
 class EndpointCreateForm(EndpointChangeForm):
@@ -59,7 +64,8 @@ class EndpointCreateForm(EndpointChangeForm):
     )
     is_active = forms.BooleanField(required=False, initial=True)
     field_order = ["team", "name", "queue", "topology", "delivery_mode", "handler", "handler_target",
-                   "webhook_secret", "max_deliveries_per_second", "max_concurrent", "is_active"]
+                   "webhook_secret", "max_deliveries_per_second", "max_concurrent", "webhook_timeout_seconds",
+                   "is_active"]
 
     def clean_delivery_mode(self):
         return self.cleaned_data["delivery_mode"] or DeliveryMode.NATIVE

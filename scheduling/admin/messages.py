@@ -1,5 +1,5 @@
 """Scheduled messages: the list operators watch, a detail page that shows how a message
-travels, cancel/republish, and the form staff use to schedule one."""
+travels and its attempts, cancel/republish/resend, and the form staff use to schedule one."""
 
 from __future__ import annotations
 
@@ -18,9 +18,15 @@ from topology import explain
 from .. import wire
 from ..conf import conf
 from ..lifecycle import IN_FLIGHT, Status, scheduled_in_past
-from ..models import ScheduledMessage
-from ..selectors.database import SCHEDULED_IN_PAST, message_search, schedule_list
-from ..services.messages import message_cancel, message_republish, message_reschedule, message_schedule
+from ..models import Endpoint, ScheduledMessage
+from ..selectors.database import SCHEDULED_IN_PAST, message_list_attempts, message_search, schedule_list
+from ..services.messages import (
+    message_cancel,
+    message_republish,
+    message_resend,
+    message_reschedule,
+    message_schedule,
+)
 from ..services.retention import retention_describe
 from ..teams.roles import Action
 from ..teams.selectors import queryset_for_caller
@@ -98,7 +104,7 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
     list_filter = ("status", DueWindowFilter, ScheduledInPastFilter, EndpointListFilter, "topology", ScheduleFilter)
     list_select_related = ("endpoint__team", "topology")
     team_actions = {"view": Action.READ, "add": Action.SCHEDULE, "change": None, "reschedule": Action.SCHEDULE,
-                    "cancel": Action.CANCEL, "republish": Action.CANCEL}
+                    "cancel": Action.CANCEL, "republish": Action.CANCEL, "resend": Action.CANCEL}
     date_hierarchy = "due_at"
     search_fields = ("=id", "=idempotency_key")
     search_help_text = "A message id or an idempotency key (exact)."
@@ -109,13 +115,16 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
     # column meant sorting the table (keyset.MessageChangeList, docs/performance.md "History").
     sortable_by = ()
     show_facets = admin.ShowFacets.NEVER
-    actions = ("cancel", "republish")
-    object_actions = {"cancel": "Cancel message", "republish": "Republish"}
+    actions = ("cancel", "republish", "resend")
+    object_actions = {"cancel": "Cancel message", "republish": "Republish", "resend": "Resend"}
+    ATTEMPTS_SHOWN = 100  # the newest of a message resent many times; the API pages through them all
+    EXCERPT_SHOWN = 300  # characters of each answer in the table (the API gives the whole excerpt)
     fieldsets = (
         (None, {"fields": ("id", "endpoint", "topology", "status_badge", "idempotency_key", "schedule", "due_history",
                            "last_error")}),
         ("Timing (UTC)", {"fields": ("requested_delay", "created", "due", "published", "delivered", "cancelled",
-                                     "lateness", "delivery_count", "attempts", "delivered_by")}),
+                                     "lateness", "delivery_count", "attempts", "trigger", "delivered_by")}),
+        ("Attempts", {"fields": ("attempts_table",)}),
         ("Payload", {"fields": ("payload_json",)}),
         ("On the wire", {"fields": ("routing_key_used", "first_exchange_used", "headers_table", "path_table")}),
     )
@@ -145,7 +154,12 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
     def has_republish_permission(self, request):
         return self.may(request, "republish")
 
+    def has_resend_permission(self, request):
+        return self.may(request, "resend")
+
     def object_action_applies(self, obj, name):
+        if name == "resend":  # a failed one has Republish; a Celery task is sent again by its sender
+            return obj.status == Status.DELIVERED and obj.endpoint.handler != Endpoint.Handler.CELERY_QUEUE
         return obj.status in (IN_FLIGHT if name == "cancel" else {Status.FAILED})
 
     def get_changelist(self, request, **kwargs):
@@ -169,6 +183,12 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
         caller = self.caller(request)
         self.run_each(request, queryset.values_list("pk", flat=True),
                       lambda pk: message_republish(message_id=pk, caller=caller), "Republished")
+
+    @admin.action(description="Resend selected delivered messages (a new attempt, now)", permissions=["resend"])
+    def resend(self, request, queryset):
+        caller = self.caller(request)
+        self.run_each(request, queryset.values_list("pk", flat=True),
+                      lambda pk: message_resend(message_id=pk, caller=caller), "Resent")
 
     # --- the schedule form and the dashboard ---------------------------------------------
 
@@ -255,6 +275,24 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
     def requested_delay(self, message):
         return explain.format_duration(message.requested_delay_ms)
 
+    @admin.display(description="attempts made")
+    def attempts_table(self, message):
+        """Every handler attempt, oldest first (the newest ATTEMPTS_SHOWN of a message resent many
+        times); the answer's start shortened and, like every cell, escaped: it is the receiver's text."""
+        newest = list(message_list_attempts(message_id=message.pk).reverse()[:self.ATTEMPTS_SHOWN + 1])
+        if not newest:
+            return "none recorded yet"
+        more = len(newest) > self.ATTEMPTS_SHOWN
+        rows = [(a.number, a.trigger, html.moment(a.started_at), f"{a.duration_ms:,} ms", a.outcome,
+                 a.status_code or "", a.worker, _shortened(a.excerpt, self.EXCERPT_SHOWN))
+                for a in reversed(newest[:self.ATTEMPTS_SHOWN])]
+        table = html.table(("#", "trigger", "started (UTC)", "duration", "outcome", "status", "worker", "answer"),
+                           rows, css_class="dp-table dp-attempts")
+        if more:
+            return format_html("<p>the newest {} (older ones: GET /api/messages/{}/attempts/)</p>{}",
+                               self.ATTEMPTS_SHOWN, message.pk, table)
+        return table
+
     @admin.display(description="payload")
     def payload_json(self, message):
         return html.pretty_json(message.payload)
@@ -288,3 +326,7 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
             f"{preview.delay_units:,}",
         )
         return note + html.table(explain.headers(message.topology.cascade), preview.path_rows, cell=html.markdown_cell)
+
+
+def _shortened(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"

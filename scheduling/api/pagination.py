@@ -8,8 +8,9 @@ no page wrote is a 400 naming the parameter (it was read as the first page, and 
 
 from __future__ import annotations
 
-from rest_framework.exceptions import ValidationError
-from rest_framework.pagination import BasePagination
+from django.utils.dateparse import parse_datetime
+from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.pagination import BasePagination, CursorPagination
 from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 
@@ -61,3 +62,22 @@ class MessageCursorPagination(BasePagination):
                  "description": "the cursor of a page, from the next or previous link of another",
                  "schema": {"type": "string"}}]
 
+
+
+class AttemptCursorPagination(CursorPagination):
+    """A message's attempts, oldest first (newest last), 100 a page: a message has a few (its
+    retries), but every resend adds more. A malformed cursor is a 400 naming it (DRF's own answers
+    404, and a forged position reached the database)."""
+
+    ordering = ("started_at", "id")
+    page_size = 100
+
+    def decode_cursor(self, request):
+        problem = {self.cursor_query_param: ["malformed cursor: use a page's next or previous link"]}
+        try:
+            cursor = super().decode_cursor(request)
+        except NotFound:
+            raise ValidationError(problem) from None
+        if cursor is not None and cursor.position is not None and parse_datetime(cursor.position) is None:
+            raise ValidationError(problem)
+        return cursor

@@ -6,10 +6,12 @@ from datetime import datetime
 from decimal import Decimal, InvalidOperation
 
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ..conf import conf, setting_name
 from ..delivery.flow import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
+from ..delivery.models import EndpointHealth, MessageAttempt
 from ..lifecycle import Status, scheduled_in_past
 from ..models import DeliveryMode, Endpoint, Schedule, ScheduledMessage, TopologyVersion
 from .validation import RefuseControlCharacters, has_refused_characters
@@ -25,6 +27,22 @@ class VersionField(serializers.SlugRelatedField):
         if isinstance(data, str) and "\x00" in data:
             self.fail("invalid")
         return super().to_internal_value(data)
+
+
+class EndpointHealthSerializer(serializers.ModelSerializer):
+    """How a webhook endpoint's calls are going, as every worker sees it (all zero and null until
+    a call fails)."""
+
+    class Meta:
+        model = EndpointHealth
+        fields = ["consecutive_failures", "failing_since", "paused_until", "circuit_opened", "last_success_at",
+                  "last_failure_at", "last_error"]
+        read_only_fields = fields
+
+
+def _timeout_help() -> str:
+    return (f"one deadline over each webhook call, in seconds (0.1 up to {setting_name('webhook_timeout_max_seconds')}); "
+            f"null: the platform's ({setting_name('webhook_timeout_seconds')})")
 
 
 class EndpointSerializer(RefuseControlCharacters, serializers.ModelSerializer):
@@ -44,15 +62,31 @@ class EndpointSerializer(RefuseControlCharacters, serializers.ModelSerializer):
         help_text="Standard Webhooks signing secret, whsec_<base64 of 24-64 random bytes> (generated when "
                   "omitted; answered once, by the create call, never by reads)",
     )
+    webhook_timeout_seconds = serializers.FloatField(required=False, allow_null=True, min_value=0.1,
+                                                     help_text=_timeout_help())
+    disabled_at = serializers.DateTimeField(
+        read_only=True, help_text="when the platform disabled it for failing too long (is_active is then false; its "
+                                  "messages are kept): PATCH is_active true to enable it")
+    disabled_reason = serializers.CharField(read_only=True)
+    health = serializers.SerializerMethodField()
     message_counts = serializers.SerializerMethodField()
     message_counts_estimated = serializers.SerializerMethodField()
 
     class Meta:
         model = Endpoint
         fields = ["team", "name", "queue", "topology", "delivery_mode", "handler", "handler_target", "webhook_secret",
-                  "max_deliveries_per_second", "max_concurrent",
-                  "is_active", "created_at", "message_counts", "message_counts_estimated"]
+                  "max_deliveries_per_second", "max_concurrent", "webhook_timeout_seconds",
+                  "is_active", "disabled_at", "disabled_reason", "health", "created_at", "message_counts",
+                  "message_counts_estimated"]
         read_only_fields = ["is_active", "created_at"]
+
+    @extend_schema_field(EndpointHealthSerializer)
+    def get_health(self, endpoint) -> dict:
+        try:
+            health = endpoint.health
+        except EndpointHealth.DoesNotExist:  # no call has failed yet
+            health = EndpointHealth(endpoint=endpoint)
+        return EndpointHealthSerializer(health).data
 
     def get_message_counts(self, endpoint) -> dict[str, int]:
         """Messages per status: exact up to 1,000; above, PostgreSQL's estimate (the status is
@@ -99,6 +133,11 @@ class EndpointUpdateSerializer(RefuseControlCharacters, serializers.Serializer):
     max_concurrent = serializers.IntegerField(
         required=False, allow_null=True, min_value=1, max_value=MAX_CONCURRENT,
         help_text="webhook calls in flight at once, across all workers (webhook endpoints); null: no limit")
+    webhook_timeout_seconds = serializers.FloatField(required=False, allow_null=True, min_value=0.1,
+                                                     help_text=_timeout_help())
+    is_active = serializers.BooleanField(
+        required=False, help_text="true: enable it (re-bound; an endpoint the platform disabled has its disabled "
+                                  "state cleared and its health reset); false: pause it, as deactivate does")
 
 
 class MessageCreateSerializer(RefuseControlCharacters, serializers.Serializer):
@@ -249,11 +288,21 @@ class MessageSerializer(serializers.ModelSerializer):
         fields = ["id", "team", "endpoint", "topology", "status", "due_at", "requested_delay_ms", "routing_key",
                   "first_exchange", "created_at", "published_at", "delivered_at", "cancelled_at",
                   "lateness_ms", "scheduled_in_past", "delivery_count", "idempotency_key", "schedule",
-                  "due_history", "last_error", "payload"]
+                  "due_history", "trigger", "last_error", "payload"]
         read_only_fields = fields
 
     def get_scheduled_in_past(self, message) -> bool:
         return scheduled_in_past(message.due_at, message.created_at)
+
+
+class MessageAttemptSerializer(serializers.ModelSerializer):
+    """One handler attempt of a message: a webhook call (or a task sent), what came of it and why
+    it was made."""
+
+    class Meta:
+        model = MessageAttempt
+        fields = ["number", "trigger", "started_at", "duration_ms", "outcome", "status_code", "excerpt", "worker"]
+        read_only_fields = fields
 
 
 class MessageCreatedSerializer(serializers.Serializer):

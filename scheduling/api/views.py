@@ -19,18 +19,31 @@ from ..selectors.database import (
     endpoint_get_named,
     endpoint_list,
     message_list,
+    message_list_attempts,
     message_list_groups,
     schedule_list,
 )
 from ..teams.roles import Action
 from ..teams.selectors import queryset_for_caller, team_pick
-from ..services.endpoints import endpoint_create, endpoint_rotate_secret, endpoint_set_active, endpoint_update
+from ..services.endpoints import (
+    endpoint_create,
+    endpoint_enable,
+    endpoint_rotate_secret,
+    endpoint_set_active,
+    endpoint_update,
+)
 from ..services.bulk_actions import message_bulk_matching
-from ..services.messages import message_cancel, message_republish, message_reschedule, message_schedule_many
+from ..services.messages import (
+    message_cancel,
+    message_republish,
+    message_resend,
+    message_reschedule,
+    message_schedule_many,
+)
 from ..services.retention import message_describe_gone
 from ..services.schedules import schedule_check_rule, schedule_delete, schedule_set_paused, schedule_upsert
 from .callers import request_caller
-from .pagination import MessageCursorPagination
+from .pagination import AttemptCursorPagination, MessageCursorPagination
 from .permissions import TeamPermissions
 from .renderers import FastJSONRenderer
 from .serializers import (
@@ -41,6 +54,7 @@ from .serializers import (
     MessageCreatedSerializer,
     MessageCreateSerializer,
     CountSerializer,
+    MessageAttemptSerializer,
     MessageFilterSerializer,
     MessageMatchSerializer,
     MessageRescheduleSerializer,
@@ -115,7 +129,7 @@ class EndpointViewSet(
     lookup_value_regex = r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*"  # dotted names (v3) too
 
     def get_queryset(self):
-        return self.scoped(endpoint_list().select_related("team"))
+        return self.scoped(endpoint_list().select_related("team", "health"))
 
     @extend_schema(parameters=[TEAM_PARAMETER])
     def list(self, request, *args, **kwargs):
@@ -154,17 +168,25 @@ class EndpointViewSet(
 
     @extend_schema(request=EndpointUpdateSerializer, responses={200: EndpointSerializer})
     def partial_update(self, request, name=None):
-        """Change the version or delivery mode of new messages (scheduled ones keep theirs), or the
-        endpoint's flow control (max_deliveries_per_second, max_concurrent; null: no limit)."""
+        """Change the version or delivery mode of new messages (scheduled ones keep theirs), the
+        endpoint's flow control (max_deliveries_per_second, max_concurrent; null: no limit) or its
+        webhook deadline; is_active true enables it (one the platform disabled resumes), false
+        pauses it."""
         changes = EndpointUpdateSerializer(data=request.data, partial=True)
         changes.is_valid(raise_exception=True)
-        endpoint = endpoint_update(endpoint=self.get_object(), **changes.validated_data)
+        data = dict(changes.validated_data)
+        active = data.pop("is_active", None)
+        endpoint = endpoint_update(endpoint=self.get_object(), **data)
+        if active is not None:
+            endpoint = (endpoint_enable(endpoint=endpoint) if active
+                        else endpoint_set_active(endpoint=endpoint, active=False))
         return Response(self.get_serializer(endpoint).data)
 
     @extend_schema(request=None, responses={200: EndpointSerializer})
     @action(detail=True, methods=["post"])
     def activate(self, request, name=None):
-        """Re-bind the queue and resume delivery."""
+        """Re-bind the queue and resume delivery (an endpoint the platform disabled: enabled, its
+        health reset)."""
         endpoint = endpoint_set_active(endpoint=self.get_object(), active=True)
         return Response(self.get_serializer(endpoint).data)
 
@@ -188,14 +210,16 @@ class EndpointViewSet(
 
 
 class MessageViewSet(TeamScoped, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
-    """Scheduled messages: schedule (one or up to 1,000), watch, reschedule, cancel, republish."""
+    """Scheduled messages: schedule (one or up to 1,000), watch, reschedule, cancel, republish,
+    resend, and their attempts."""
 
     http_method_names = ["get", "post", "patch", "head", "options"]
     serializer_class = MessageSerializer
     # creating checks each message's endpoint in the service (its team), Celery tasks the tasks right
     team_actions = {"list": Action.READ, "retrieve": Action.READ, "create": Action.SCHEDULE,
                     "bulk": Action.SCHEDULE, "partial_update": Action.SCHEDULE, "cancel": Action.CANCEL,
-                    "republish": Action.CANCEL, "cancel_matching": Action.CANCEL, "republish_matching": Action.CANCEL}
+                    "republish": Action.CANCEL, "resend": Action.CANCEL, "attempts": Action.READ,
+                    "cancel_matching": Action.CANCEL, "republish_matching": Action.CANCEL}
 
     @staticmethod
     def team_id_of(obj) -> int:
@@ -329,6 +353,26 @@ class MessageViewSet(TeamScoped, mixins.ListModelMixin, mixins.RetrieveModelMixi
     def republish(self, request, pk=None):
         message = message_republish(message_id=pk, caller=self.caller)
         return Response({"id": message.id, "status": message.status})
+
+    @extend_schema(request=None, responses={200: StatusSerializer})
+    @action(detail=True, methods=["post"])
+    def resend(self, request, pk=None):
+        """Send a delivered (or failed) message again, at once: a new attempt whose trigger is
+        ``manual`` (its earlier attempts stay listed). 409 while it is pending or published, once
+        cancelled, for a Celery task, and while a webhook call of it is in flight."""
+        message = message_resend(message_id=pk, caller=self.caller)
+        return Response({"id": message.id, "status": message.status})
+
+    @extend_schema(responses={200: MessageAttemptSerializer(many=True)})
+    @action(detail=True, methods=["get"], pagination_class=AttemptCursorPagination,
+            serializer_class=MessageAttemptSerializer)
+    def attempts(self, request, pk=None):
+        """The message's handler attempts (each webhook call: when, how long, its outcome and HTTP
+        status, the start of the answer, the worker, and why it was made), oldest first, 100 a page
+        by cursor. Kept as long as the message; archived with it."""
+        message = self.get_object()
+        page = self.paginate_queryset(message_list_attempts(message_id=message.pk))
+        return self.get_paginated_response(MessageAttemptSerializer(page, many=True).data)
 
 
 class ScheduleViewSet(TeamScoped, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):

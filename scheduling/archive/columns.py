@@ -1,7 +1,9 @@
 """The columns of a message row in Parquet: every column of ScheduledMessage, with its endpoint's
 and version's names beside their ids, its endpoint's team's name (files written before teams have
-no ``team``: their messages were the ``default`` team's), the shard its id travels on, and the
-payload as JSON text (null where DELAY_ARCHIVE_PAYLOADS is off). Files carry no ``due_date``
+no ``team``: their messages were the ``default`` team's), the shard its id travels on, the
+payload as JSON text (null where DELAY_ARCHIVE_PAYLOADS is off), and its attempts
+(MessageAttempt rows) as ``attempt_log``, a JSON array in the order they were made (null: none;
+files written before attempts were kept have no such column). Files carry no ``due_date``
 column: it is the partition directory (``due_date=YYYY-MM-DD``), the day the accuracy report
 counts a message on: the date (UTC) of the later of its due time and the time it was accepted."""
 
@@ -13,6 +15,15 @@ TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 M, E, T = '"scheduling_scheduledmessage"', '"scheduling_endpoint"', '"scheduling_topologyversion"'
 TM = '"scheduling_team"'
+A = '"scheduling_messageattempt"'
+# A message's attempts, one JSON array (read by the attempts' index, message then started_at): a
+# column of the message's own row, so that a message and its attempts are archived, listed and
+# expired as one. Its timestamps are ISO 8601 in UTC (the COPY sets the session's zone).
+ATTEMPTS_SQL = (
+    f"""(SELECT json_agg(json_build_object('number', a."number", 'trigger', a."trigger", """
+    f"""'started_at', a."started_at", 'duration_ms', a."duration_ms", 'outcome', a."outcome", """
+    f"""'status_code', a."status_code", 'excerpt', a."excerpt", 'worker', a."worker") """
+    f"""ORDER BY a."started_at", a."id")::text FROM {A} a WHERE a."message_id" = {M}."id")""")
 # column -> (SQL over the message table M, its endpoint E, its version T, its endpoint's team TM;
 # Arrow type)
 COLUMNS: dict[str, tuple[str, pa.DataType]] = {
@@ -42,7 +53,10 @@ COLUMNS: dict[str, tuple[str, pa.DataType]] = {
     "last_error": (f'{M}."last_error"', pa.string()),
     "schedule": (f'{M}."schedule"', pa.string()),
     "due_history": (f'{M}."due_history"::text', pa.string()),
+    "trigger": (f'{M}."trigger"', pa.string()),
+    "call_lease_until": (f'{M}."call_lease_until"', TIMESTAMP),
     "payload": (f'{M}."payload"::text', pa.string()),
+    "attempt_log": (ATTEMPTS_SQL, pa.string()),
 }
 NO_PAYLOAD_SQL = "NULL::text"
 # Computed from a row after reading it: the shard of its version its id picks (with the shard
@@ -57,10 +71,11 @@ FROM_SQL = (f'{M} JOIN {E} ON {E}."id" = {M}."endpoint_id" JOIN {T} ON {T}."id" 
             f'JOIN {TM} ON {TM}."id" = {E}."team_id"')
 
 
-def select_sql(*, where: str, payloads: bool) -> str:
-    """The rows of ``where`` in COLUMNS' order, then their day (read to split a batch by day)."""
-    columns = [f'{NO_PAYLOAD_SQL if name == "payload" and not payloads else sql} AS "{name}"'
-               for name, (sql, _) in COLUMNS.items()]
+def select_sql(*, where: str, payloads: bool, attempts: bool = True) -> str:
+    """The rows of ``where`` in COLUMNS' order, then their day (read to split a batch by day);
+    ``payloads`` and ``attempts`` off: those columns null (the accuracy report reads neither)."""
+    left_out = {name for name, given in (("payload", payloads), ("attempt_log", attempts)) if not given}
+    columns = [f'{NO_PAYLOAD_SQL if name in left_out else sql} AS "{name}"' for name, (sql, _) in COLUMNS.items()]
     return f"SELECT {', '.join(columns)}, {DAY_SQL} AS {DAY_COLUMN} FROM {FROM_SQL} WHERE {where}"
 
 

@@ -42,13 +42,14 @@ def where_of(queryset) -> tuple[str, list]:
     return query.where.as_sql(query.get_compiler(using=queryset.db), connection)
 
 
-def message_batches(*, where: str, params, payloads: bool) -> Iterator[pa.RecordBatch]:
+def message_batches(*, where: str, params, payloads: bool, attempts: bool = True) -> Iterator[pa.RecordBatch]:
     """Batches of columns.SCHEMA plus the ``due_date`` of each row, for the rows of ``where``
-    (SQL over columns.M). Run inside a transaction (the caller's: a snapshot, locks): it sets the
-    time zone locally."""
+    (SQL over columns.M); ``attempts`` off: attempt_log null. Run inside a transaction (the
+    caller's: a snapshot, locks): it sets the time zone locally."""
     kinds = {name: kind for name, (_, kind) in columns.COLUMNS.items()} | {columns.DAY_COLUMN: pa.date32()}
     shards = conf().shards
-    for batch in copy_batches(sql=columns.select_sql(where=where, payloads=payloads), params=params, kinds=kinds):
+    sql = columns.select_sql(where=where, payloads=payloads, attempts=attempts)
+    for batch in copy_batches(sql=sql, params=params, kinds=kinds):
         yield _with_shard(batch, shards)
 
 

@@ -30,7 +30,7 @@ def audit_list(*, caller: Caller, team: str | None = None, action: str | None = 
 # (DELAY_RETENTION, DELAY_FAILED_RETENTION), not the changes' DELAY_AUDIT_RETENTION: a row per
 # scheduling request kept 400 days would outgrow the messages table many times over.
 TRAFFIC_ACTIONS = ("message.schedule", "message.schedule_bulk", "message.cancel", "message.republish",
-                   "message.reschedule")
+                   "message.reschedule", "message.resend")
 
 
 def audit_list_past_retention(*, cutoff: datetime, traffic_cutoff: datetime | None = None) -> QuerySet:

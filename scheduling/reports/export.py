@@ -116,11 +116,11 @@ def _swap_in(staging: Path, target: Path) -> None:
 
 def fact_batches(since: datetime, until: datetime, *, team_id: int | None = None):
     """The live rows due in [since, until) (of one team, or of all), in the archive's columns (no
-    payloads: the report does not read them)."""
+    payloads, no attempts: the report reads neither)."""
     where, params = parquet.where_of(message_list_due_between(since=since, until=until, team_id=team_id))
     # wrap_database_errors (in message_batches): psycopg errors of the COPY become Django's
     with transaction.atomic():
-        for batch in parquet.message_batches(where=where, params=params, payloads=False):
+        for batch in parquet.message_batches(where=where, params=params, payloads=False, attempts=False):
             yield parquet.without_day(batch)
 
 

@@ -19,6 +19,7 @@ from ..clock import minute_floor
 from ..conf import conf
 from ..delivery.flow import Limit
 from ..lifecycle import FINISHED, IN_FLIGHT, Status
+from ..delivery.models import MessageAttempt
 from ..models import DeliveryMinute, DeliveryMode, Endpoint, Schedule, ScheduledMessage, TopologyVersion
 from ..observability import lateness_buckets
 from .cursors import Position
@@ -48,6 +49,12 @@ def topology_version_list_provisioned():
 
 def endpoint_list():
     return Endpoint.objects.select_related("topology")
+
+
+def message_list_attempts(*, message_id):
+    """A message's attempts in the order they were made (started_at, then id: newest last), read
+    by its index (message, started_at)."""
+    return MessageAttempt.objects.filter(message_id=message_id).order_by("started_at", "id")
 
 
 def endpoint_get_consumption() -> dict[str, bool]:

@@ -19,6 +19,7 @@ from django.utils import timezone
 from .. import lifecycle
 from ..audit.services import audit_record
 from ..conf import conf
+from ..delivery.models import Trigger
 from ..errors import Unavailable
 from ..lifecycle import Event, Status
 from ..models import BulkAction, DeliveryMode, Endpoint, ScheduledMessage, Team
@@ -116,13 +117,13 @@ def _apply_batch(action: BulkAction, filters: dict, *, after, size: int) -> tupl
         for row in rows:
             try:
                 change = (lifecycle.cancel(row, now=now) if action.kind == BulkAction.Kind.CANCEL
-                          else lifecycle.republish(row))
+                          else {**lifecycle.republish(row), "trigger": Trigger.BULK})
             except lifecycle.IllegalTransition:
                 continue
             lifecycle.apply(row, change)
             changed.append(row)
         fields = (["status", "cancelled_at", "finished_at"] if action.kind == BulkAction.Kind.CANCEL
-                  else ["status", "attempts", "delivered_at", "lateness_ms", "finished_at"])
+                  else ["status", "attempts", "delivered_at", "lateness_ms", "finished_at", "trigger"])
         ScheduledMessage.objects.bulk_update(changed, fields)
         if action.kind == BulkAction.Kind.CANCEL:
             for row in changed:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from datetime import timedelta
 
 from celery import current_app
@@ -16,6 +17,7 @@ from topology import cascade
 from ..audit.services import REDACTED, audit_changed, audit_record, audit_values
 from ..conf import broker, conf
 from ..errors import Conflict, Unavailable
+from ..delivery.models import EndpointHealth
 from ..models import DeliveryMode, Endpoint, Team, TopologyVersion
 from ..security import guards, secret_box, webhook_signing
 from ..selectors.database import (
@@ -149,6 +151,7 @@ def endpoint_create(
     delivery_mode: str = DeliveryMode.NATIVE,
     max_deliveries_per_second: int | None = None,
     max_concurrent: int | None = None,
+    webhook_timeout_seconds: float | None = None,
     check_quota: bool = True,
 ) -> Endpoint:
     """Validate, bind the queue on the broker, then save: no row exists for an unbound queue.
@@ -170,11 +173,13 @@ def endpoint_create(
         delivery_mode=delivery_mode,
         max_deliveries_per_second=max_deliveries_per_second,
         max_concurrent=max_concurrent,
+        webhook_timeout_seconds=webhook_timeout_seconds,
     )
     endpoint.new_webhook_secret = ""  # the plaintext, for the caller to show once; never a field
     if handler == Endpoint.Handler.WEBHOOK:
         endpoint.new_webhook_secret = _new_secret(webhook_secret, field="webhook_secret")
         endpoint.webhook_secret = secret_box.seal(endpoint.new_webhook_secret)
+    _check_timeout(endpoint)
     endpoint.full_clean(validate_constraints=False)
     _check_queue(endpoint, exact)
     _check_taken(endpoint)
@@ -200,9 +205,20 @@ def _check_taken(endpoint: Endpoint) -> None:
         raise ValidationError({"queue": f"the queue {endpoint.queue!r} is another endpoint's"})
 
 
+def _check_timeout(endpoint: Endpoint) -> None:
+    """A deadline the model's checks cannot compare (NaN passes every bound) is no number."""
+    value = endpoint.webhook_timeout_seconds
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                              or not math.isfinite(value)):
+        raise ValidationError({"webhook_timeout_seconds": "must be a finite number of seconds"})
+
+
 def endpoint_set_active(*, endpoint: Endpoint, active: bool) -> Endpoint:
     """Deactivating pauses delivery (messages wait in the queue) and refuses new schedules;
-    activating re-binds the queue and resumes consumption."""
+    activating re-binds the queue and resumes consumption (an endpoint the platform disabled is
+    enabled: endpoint_enable)."""
+    if active and endpoint.disabled_at is not None:
+        return endpoint_enable(endpoint=endpoint)
     if active:
         endpoint_bind(endpoint=endpoint)
     with transaction.atomic():
@@ -216,6 +232,32 @@ def endpoint_set_active(*, endpoint: Endpoint, active: bool) -> Endpoint:
     return endpoint
 
 
+def endpoint_enable(*, endpoint: Endpoint) -> Endpoint:
+    """Resume an endpoint, in particular one the platform disabled for failing too long: its
+    queue re-bound, active again, its disabled state cleared and its health reset (no failures
+    counted, nothing paused, the circuit closed), so its waiting messages are called at once
+    rather than the circuit's next probe. Its last success, failure and error stay, as history.
+    Audited."""
+    endpoint_bind(endpoint=endpoint)
+    with transaction.atomic():
+        current = Endpoint.objects.select_for_update(of=("self",)).select_related("team", "topology").get(
+            pk=endpoint.pk)
+        before = {"is_active": current.is_active, "disabled_at": current.disabled_at,
+                  "disabled_reason": current.disabled_reason}
+        health = EndpointHealth.objects.filter(endpoint=current)
+        reset = health.exclude(consecutive_failures=0, failing_since=None, paused_until=None, circuit_opened=0)
+        health_before = reset.values("consecutive_failures", "failing_since", "paused_until", "circuit_opened").first()
+        current.is_active, current.disabled_at, current.disabled_reason = True, None, ""
+        current.save(update_fields=["is_active", "disabled_at", "disabled_reason", "updated_at"])
+        health.update(consecutive_failures=0, failing_since=None, paused_until=None, circuit_opened=0)
+        after = {"is_active": True, "disabled_at": None, "disabled_reason": ""}
+        if before != after or health_before:
+            audit_record(action="endpoint.enable", obj=current, team=current.team,
+                         before={**before, **({"health": health_before} if health_before else {})}, after=after)
+    transaction.on_commit(lambda: _refresh_consumers(current.name))
+    return current
+
+
 def endpoint_update(
     *,
     endpoint: Endpoint,
@@ -225,11 +267,12 @@ def endpoint_update(
     handler_target: str | None = None,
     max_deliveries_per_second: int | None | object = UNCHANGED,
     max_concurrent: int | None | object = UNCHANGED,
+    webhook_timeout_seconds: float | None | object = UNCHANGED,
 ) -> Endpoint:
     """Change where *new* messages go (another version, the timeout manager), how they are
-    handled, or its flow control (None: no limit; the workers follow within
-    DELAY_CONSUMER_SYNC_SECONDS, at once when the broadcast reaches them), with the same
-    validation as creating it. The name never changes (it is the queue
+    handled, its flow control (None: no limit) or its webhook deadline (None: the platform's;
+    the workers follow both within DELAY_CONSUMER_SYNC_SECONDS, at once when the broadcast
+    reaches them), with the same validation as creating it. The name never changes (it is the queue
     and its binding). Messages already scheduled keep theirs; the queue receives from every
     provisioned version, so nothing in flight is stranded. Moving an active endpoint binds its
     queue on the new version before the row says so."""
@@ -247,7 +290,7 @@ def endpoint_update(
             current.handler_target = handler_target
         flow_changed = False
         for name, value in (("max_deliveries_per_second", max_deliveries_per_second),
-                            ("max_concurrent", max_concurrent)):
+                            ("max_concurrent", max_concurrent), ("webhook_timeout_seconds", webhook_timeout_seconds)):
             if value is not UNCHANGED and value != getattr(current, name):
                 setattr(current, name, value)
                 flow_changed = True
@@ -255,6 +298,7 @@ def endpoint_update(
         if current.handler == Endpoint.Handler.WEBHOOK and not current.webhook_secret:
             current.new_webhook_secret = webhook_signing.generate_secret()
             current.webhook_secret = secret_box.seal(current.new_webhook_secret)
+        _check_timeout(current)
         current.full_clean(validate_constraints=False)
         _check_handler(current)
         if endpoint_queue_is_exact(endpoint=current):

@@ -1,6 +1,6 @@
-"""Scheduling, cancelling and republishing messages. The row is the outbox: it is saved in one
-transaction and published after the commit, either written ``published`` with its route fixed
-(relay_claim_new) or ``pending`` for the relay to lock, publish and mark."""
+"""Scheduling, cancelling, republishing and resending messages. The row is the outbox: it is
+saved in one transaction and published after the commit, either written ``published`` with its
+route fixed (relay_claim_new) or ``pending`` for the relay to lock, publish and mark."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from ..audit.services import audit_record
 from ..celery.structured import task_problem
 from ..clock import ceil_ms
 from ..conf import conf
+from ..delivery.models import Trigger
 from ..errors import BulkValidationError, Conflict, Forbidden, NotFound
 from ..lifecycle import Status
 from ..models import DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
@@ -408,9 +409,37 @@ def message_republish(*, message_id, caller: Caller = PLATFORM) -> ScheduledMess
             raise Conflict(
                 f"message {message.id} is {message.status}; only failed messages can be republished"
             ) from None
+        change["trigger"] = Trigger.MANUAL  # its next attempt is a person's doing (listed so)
         message.save(update_fields=lifecycle.apply(message, change))
         audit_record(action="message.republish", obj=message, team=message.endpoint.team,
                      before={"status": Status.FAILED.value}, after={"status": message.status})
+        transaction.on_commit(lambda: relay_publish_rows(rows=[message]))
+    return message
+
+
+def message_resend(*, message_id, caller: Caller = PLATFORM) -> ScheduledMessage:
+    """Send a delivered (or failed) message again, as a new attempt a person asked for (trigger
+    ``manual``): pending at its original due time, so at once, published after the commit as a
+    republish is. Its earlier attempts stay listed. Conflict while it is in flight, cancelled, a
+    Celery task (its workers run it: send the task again), or while a webhook call of it is in
+    flight (the worker making it still has to record it)."""
+    with transaction.atomic():
+        message = _locked(message_id, caller, Action.CANCEL)
+        if message.endpoint.handler == Endpoint.Handler.CELERY_QUEUE:
+            raise Conflict(f"message {message.id} is a Celery task: send the task again instead")
+        if message.call_lease_until is not None and message.call_lease_until > timezone.now():
+            raise Conflict(f"message {message.id} has a webhook call in flight until "
+                           f"{message.call_lease_until.isoformat()}; resend it after that")
+        was = message.status
+        try:
+            change = lifecycle.resend(message)
+        except lifecycle.IllegalTransition:
+            raise Conflict(f"message {message.id} is {message.status}; only delivered or failed messages can be "
+                           f"resent") from None
+        change["trigger"] = Trigger.MANUAL
+        message.save(update_fields=lifecycle.apply(message, change))
+        audit_record(action="message.resend", obj=message, team=message.endpoint.team,
+                     before={"status": was}, after={"status": message.status})
         transaction.on_commit(lambda: relay_publish_rows(rows=[message]))
     return message
 

@@ -4,8 +4,9 @@ DELAY_FAILED_RETENTION for failed ones), then the prune moves it to the Parquet 
 however old: a message due in eight years waits in the table for eight years.
 
 Crash-safe and exact. Each batch is one transaction: its rows are locked, written to one file
-per due date beside the file's final name, flushed, read back (row count and ids), renamed into
-place, then listed in ArchiveFile and deleted in the same commit. Killed before that commit, the
+per due date beside the file's final name (each message with its attempts), flushed, read back
+(row count and ids), renamed into place, then listed in ArchiveFile and deleted, their attempts
+with them, in the same commit. Killed before that commit, the
 rows are still in the table and the file is not listed: the next prune removes such files
 before it writes anything, so no message is lost and none is archived twice. One prune runs at
 a time per database (an advisory lock, released by PostgreSQL when its session dies): a second
@@ -38,6 +39,7 @@ from ..audit.selectors import audit_list_past_retention
 from ..conf import conf, setting_name
 from ..durations import format_duration
 from ..lifecycle import Status
+from ..delivery.models import MessageAttempt
 from ..models import AccuracyReport, ArchiveFile, BulkAction, ScheduledMessage
 from ..queries import PRUNE_BATCH
 from ..selectors.database import (
@@ -251,11 +253,22 @@ def _write_days(batches, *, rows: int, what: str, archive: Path, partition: Call
 
 
 def archive_commit(*, files: list[ArchiveFile], rows: int) -> None:
-    """List the files and delete the batch's rows, in the caller's transaction: both or neither."""
+    """List the files and delete the batch's rows (their attempts first: the files carry them), in
+    the caller's transaction: all or nothing."""
     ArchiveFile.objects.bulk_create(files)
+    _delete_batch_attempts()
     deleted = ScheduledMessage.objects.delete_prune_batch()
     if deleted != rows:
         raise PruneError(f"deleted {deleted} of the {rows} archived messages; rolled back")
+
+
+def _delete_batch_attempts() -> int:
+    """The attempts of the messages in this transaction's batch table, in one statement (joined on
+    the attempts' index; the foreign key's cascade is Django's, not the database's)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f'DELETE FROM {MessageAttempt._meta.db_table} a USING {PRUNE_BATCH} b '
+                       f'WHERE a."message_id" = b.id')
+        return cursor.rowcount
 
 
 def audit_prune_batch(*, cutoff: datetime, after, limit: int, archive: Path,

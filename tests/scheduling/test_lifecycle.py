@@ -1,5 +1,5 @@
 """The message lifecycle, pinned as tables: every (status, event) pair, every kind of arrival,
-handler failures, cancel and republish. Pure: no database."""
+handler failures, cancel, republish and resend. Pure: no database."""
 
 from datetime import datetime, timedelta, timezone
 
@@ -25,6 +25,7 @@ ALLOWED = {
     (P, Event.CANCEL): C, (U, Event.CANCEL): C, (C, Event.CANCEL): C,
     (F, Event.REPUBLISH): P,
     (P, Event.RESCHEDULE): P, (U, Event.RESCHEDULE): P,
+    (D, Event.RESEND): P, (F, Event.RESEND): P,
 }
 
 
@@ -187,6 +188,28 @@ def test_republish_starts_a_failed_message_over():
     for status in (P, U, D, C):
         with pytest.raises(lifecycle.IllegalTransition):
             lifecycle.republish(State(status=status, due_at=DUE))
+
+
+@pytest.mark.parametrize("status", [D, F])
+def test_resend_starts_a_delivered_or_failed_message_over(status):
+    assert lifecycle.resend(State(status=status, due_at=DUE, attempts=2, delivery_count=1)) == {
+        "status": P, "attempts": 0, "delivered_at": None, "lateness_ms": None, "finished_at": None}
+
+
+@pytest.mark.parametrize("status", [P, U, C])
+def test_only_what_was_delivered_or_failed_can_be_resent(status):
+    with pytest.raises(lifecycle.IllegalTransition, match=f"a {status} message cannot take 'resend'"):
+        lifecycle.resend(State(status=status, due_at=DUE))
+
+
+def test_a_resent_message_is_delivered_once_more_then_its_copies_are_duplicates():
+    delivered = State(status=D, due_at=DUE, attempts=1, delivery_count=1)
+    change = lifecycle.resend(delivered)
+    resent = State(status=change["status"], due_at=DUE, attempts=change["attempts"], delivery_count=1)
+    arrival, change = lifecycle.arrive(resent, attempt=0, now=NOW)
+    assert arrival is Arrival.DELIVER and change["status"] == D and change["delivery_count"] == 2
+    again = State(status=change["status"], due_at=DUE, attempts=0, delivery_count=2)
+    assert lifecycle.arrive(again, attempt=0, now=NOW)[0] is Arrival.DUPLICATE
 
 
 def test_unroutable_fails_a_message_and_finishes_it():

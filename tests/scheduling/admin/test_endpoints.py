@@ -6,7 +6,9 @@ import re
 import pytest
 from django.urls import reverse
 
+from scheduling.audit.models import AuditEvent
 from scheduling.conf import broker
+from scheduling.delivery.models import EndpointHealth
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.security import secret_box, webhook_signing
 from topology import cascade
@@ -170,3 +172,79 @@ def test_counts_past_the_cap_are_shown_as_estimates(admin_client, make_rows, mon
     page = admin_client.get(LIST).content.decode()
     assert 'status__exact=pending">1</a>' in page
     assert re.search(r'status__exact=delivered" title="PostgreSQL\'s estimate">≈ [\d,]+</a>', page)
+
+
+def _disable(endpoint):
+    """As the engine does after days of failures: inactive, disabled, its health failing."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    now = timezone.now()
+    Endpoint.objects.filter(pk=endpoint.pk).update(is_active=False, disabled_at=now,
+                                                   disabled_reason="<b>every call failed</b> for 5 days")
+    EndpointHealth.objects.create(endpoint=endpoint, consecutive_failures=812, failing_since=now - timedelta(days=5),
+                                  paused_until=now + timedelta(minutes=10), circuit_opened=7,
+                                  last_error="HTTP 503: <i>busy</i>")
+
+
+@pytest.mark.broker
+def test_a_disabled_endpoint_has_a_banner_its_health_and_enable_resumes_it(admin_client, platform, amqp,
+                                                                           endpoint_name):
+    from scheduling.services.endpoints import endpoint_create
+
+    endpoint = endpoint_create(name=endpoint_name, topology="v2")
+    change = reverse("admin:scheduling_endpoint_change", args=[endpoint.pk])
+    assert "Disabled by the platform" not in admin_client.get(change).content.decode()
+    _disable(endpoint)
+    amqp.unbind(cascade.endpoint_binding(cascade.V2, endpoint.queue))
+
+    response = admin_client.get(change)
+    page = response.content.decode()
+    (banner,) = [m for m in response.context["messages"] if m.level_tag == "warning"]
+    assert "Disabled by the platform at" in str(banner) and "every call failed" in str(banner)
+    assert "&lt;b&gt;every call failed" in page and "<b>every call failed" not in page  # escaped
+    health = page[page.index('id="dp-endpoint-health"'):]
+    assert "812" in health and "HTTP 503: &lt;i&gt;busy&lt;/i&gt;" in health
+    assert 'value="enable"' in page and 'value="activate"' not in page
+    listed = admin_client.get(LIST)
+    assert any(endpoint_name in str(m) and m.level_tag == "warning" for m in listed.context["messages"])
+
+    response = admin_client.post(reverse("admin:scheduling_endpoint_action", args=[endpoint.pk, "enable"]),
+                                 follow=True)
+
+    assert "Enabled: 1" in [str(m) for m in response.context["messages"]]
+    endpoint.refresh_from_db()
+    assert (endpoint.is_active, endpoint.disabled_at, endpoint.disabled_reason) == (True, None, "")
+    health = EndpointHealth.objects.get(endpoint=endpoint)
+    assert (health.consecutive_failures, health.failing_since, health.paused_until, health.circuit_opened) == (
+        0, None, None, 0)
+    assert f"#.{endpoint.queue}" in bound_keys()
+    assert AuditEvent.objects.get(action="endpoint.enable").source == "admin"
+    assert not [m for m in admin_client.get(change).context["messages"] if m.level_tag == "warning"]
+    assert not [m for m in admin_client.get(LIST).context["messages"] if m.level_tag == "warning"]
+
+
+def test_a_viewer_sees_the_health_but_no_enable(readonly_client, endpoint_row):
+    _disable(endpoint_row)
+    page = readonly_client.get(reverse("admin:scheduling_endpoint_change", args=[endpoint_row.pk])).content.decode()
+    assert "Disabled by the platform" in page and 'id="dp-endpoint-health"' in page
+    assert 'value="enable"' not in page
+    response = readonly_client.post(reverse("admin:scheduling_endpoint_action", args=[endpoint_row.pk, "enable"]))
+    assert response.status_code == 403 and Endpoint.objects.get(pk=endpoint_row.pk).disabled_at is not None
+
+
+def test_the_webhook_deadline_is_edited_on_the_form_within_the_maximum(admin_client, endpoint_row, settings):
+    settings.DELAY_WEBHOOK_TIMEOUT_MAX_SECONDS = 20
+    url = reverse("admin:scheduling_endpoint_change", args=[endpoint_row.pk])
+    hook = {"topology": "v2", "handler": "webhook", "handler_target": "http://127.0.0.1:9/hook"}
+    over = admin_client.post(url, {**hook, "webhook_timeout_seconds": "21"})
+    assert "at most 20 s" in form_errors(over)["webhook_timeout_seconds"][0]
+    assert admin_client.post(url, {**hook, "webhook_timeout_seconds": "0"}).status_code == 200  # under 0.1
+    assert admin_client.post(url, {**hook, "webhook_timeout_seconds": "2.5"}).status_code == 302
+    endpoint_row.refresh_from_db()
+    assert endpoint_row.webhook_timeout_seconds == 2.5
+    assert 'value="2.5"' in admin_client.get(url).content.decode()
+    assert admin_client.post(url, {**hook, "webhook_timeout_seconds": ""}).status_code == 302
+    endpoint_row.refresh_from_db()
+    assert endpoint_row.webhook_timeout_seconds is None

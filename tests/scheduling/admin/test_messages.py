@@ -11,7 +11,9 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from scheduling.models import ScheduledMessage, to_epoch_ms
+from scheduling.audit.models import AuditEvent
+from scheduling.delivery.models import MessageAttempt
+from scheduling.models import Endpoint, ScheduledMessage, to_epoch_ms
 from scheduling.services.relay import relay_publish
 from tests.scheduling.selectors.test_database import assert_no_exact_count
 
@@ -236,3 +238,83 @@ def test_republish_button_puts_a_failed_message_back_to_pending(admin_client, ma
     assert response.status_code == 302 and response.url == detail(failed)
     failed.refresh_from_db()
     assert failed.status == Status.PENDING and failed.attempts == 0
+
+
+def test_detail_lists_the_attempts_oldest_first_escaped_and_shortened(admin_client, make_rows):
+    (message,) = make_rows(1, status=Status.DELIVERED, attempts=1)
+    now = timezone.now()
+    MessageAttempt.objects.create(message=message, number=2, trigger="retry", started_at=now - timedelta(seconds=5),
+                                  duration_ms=1_250, outcome="ok", status_code=200, excerpt="x" * 1000,
+                                  worker="second@host")
+    MessageAttempt.objects.create(message=message, number=1, started_at=now - timedelta(seconds=65), duration_ms=5_000,
+                                  outcome="http_status", status_code=500,
+                                  excerpt="<script>alert('receiver')</script>", worker="first@host")
+    (other,) = make_rows(1, status=Status.DELIVERED)
+    MessageAttempt.objects.create(message=other, number=1, started_at=now, duration_ms=1, outcome="ok",
+                                  worker="someone-else@host")
+
+    page = admin_client.get(detail(message)).content.decode()
+
+    table = page[page.index('class="dp-table dp-attempts"'):]
+    table = table[:table.index("</table>")]
+    assert table.index("first@host") < table.index("second@host") and "someone-else" not in page
+    assert "&lt;script&gt;alert(&#x27;receiver&#x27;)&lt;/script&gt;" in table and "<script>alert" not in page
+    assert "x" * 299 + "…" in table and "x" * 300 not in table  # shortened: the API gives it whole
+    assert "5,000 ms" in table and "http_status" in table and ">500<" in table and ">retry<" in table
+    empty = admin_client.get(detail(other)).content.decode()
+    assert "someone-else@host" in empty
+    (none,) = make_rows(1)
+    assert "none recorded yet" in admin_client.get(detail(none)).content.decode()
+
+
+def test_detail_shows_the_newest_attempts_of_a_message_resent_many_times(admin_client, make_rows, monkeypatch):
+    from scheduling.admin.messages import ScheduledMessageAdmin
+
+    monkeypatch.setattr(ScheduledMessageAdmin, "ATTEMPTS_SHOWN", 2)
+    (message,) = make_rows(1, status=Status.DELIVERED)
+    now = timezone.now()
+    for n in range(3):
+        MessageAttempt.objects.create(message=message, number=1, trigger="manual", started_at=now + timedelta(seconds=n),
+                                      duration_ms=1, outcome="ok", worker=f"w{n}@host")
+    page = admin_client.get(detail(message)).content.decode()
+    assert "w0@host" not in page and page.index("w1@host") < page.index("w2@host")
+    assert f"the newest 2 (older ones: GET /api/messages/{message.pk}/attempts/)" in page
+
+
+def test_resend_button_sends_a_delivered_message_again_as_a_manual_attempt(admin_client, make_rows):
+    (delivered,) = make_rows(1, status=Status.DELIVERED, attempts=1, delivered_at=timezone.now(), lateness_ms=7)
+    (failed,) = make_rows(1, status=Status.FAILED)
+    (pending,) = make_rows(1)
+    page = admin_client.get(detail(delivered)).content.decode()
+    assert 'value="resend"' in page and 'value="republish"' not in page
+    assert 'value="resend"' not in admin_client.get(detail(failed)).content.decode()  # Republish is its button
+    assert 'value="resend"' not in admin_client.get(detail(pending)).content.decode()
+
+    response = admin_client.post(reverse("admin:scheduling_scheduledmessage_action", args=[delivered.pk, "resend"]),
+                                 follow=True)
+
+    assert "Resent: 1" in [str(m) for m in response.context["messages"]]
+    delivered.refresh_from_db()
+    assert (delivered.status, delivered.trigger, delivered.attempts, delivered.lateness_ms) == (
+        Status.PENDING, "manual", 0, None)
+    assert AuditEvent.objects.get(action="message.resend").object_id == str(delivered.pk)
+
+
+def test_resend_action_says_why_it_left_a_message_alone(admin_client, make_rows, versions):
+    tasks = Endpoint.objects.create(name="tasks", queue="tasks", topology=versions["v3"],
+                                    handler=Endpoint.Handler.CELERY_QUEUE)
+    (task,) = make_rows(1, endpoint=tasks, status=Status.DELIVERED, payload={"task": "testapp.add"})
+    (pending,) = make_rows(1)
+    assert 'value="resend"' not in admin_client.get(detail(task)).content.decode()
+    response = admin_client.post(LIST, {"action": "resend", "_selected_action": [task.pk, pending.pk]}, follow=True)
+    shown = [str(m) for m in response.context["messages"]]
+    assert any("is a Celery task" in m for m in shown) and any("only delivered or failed" in m for m in shown)
+    assert dict(ScheduledMessage.objects.filter(pk__in=[task.pk, pending.pk]).values_list("pk", "status")) == {
+        task.pk: Status.DELIVERED, pending.pk: Status.PENDING}
+
+
+def test_republish_button_marks_the_next_attempt_manual(admin_client, make_rows):
+    (failed,) = make_rows(1, status=Status.FAILED)
+    admin_client.post(reverse("admin:scheduling_scheduledmessage_action", args=[failed.pk, "republish"]))
+    failed.refresh_from_db()
+    assert (failed.status, failed.trigger) == (Status.PENDING, "manual")

@@ -44,7 +44,9 @@ def test_read_only_staff_sees_lists_and_details_without_action_buttons(readonly_
 @pytest.mark.parametrize("changelist,model,action", [
     (MESSAGES, "scheduledmessage", "cancel"),
     (MESSAGES, "scheduledmessage", "republish"),
+    (MESSAGES, "scheduledmessage", "resend"),
     (ENDPOINTS, "endpoint", "deactivate"),
+    (ENDPOINTS, "endpoint", "enable"),
     (VERSIONS, "topologyversion", "provision"),
     (VERSIONS, "topologyversion", "verify"),
 ])

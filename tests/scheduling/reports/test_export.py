@@ -92,6 +92,9 @@ def test_each_due_date_gets_a_partition_with_the_facts(message, tmp_path):
         "due_history": None,
         "throttled_ms": None,
         "payload": None,  # the report does not read payloads (the archive keeps them)
+        "trigger": "scheduled",
+        "call_lease_until": None,
+        "attempt_log": None,  # nor attempts
         "shard": 0,  # v2 has one shard here
     }
     assert rows[str(cancelled.id)]["status"] == "cancelled" and rows[str(cancelled.id)]["endpoint"] == "audit"

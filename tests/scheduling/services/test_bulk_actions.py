@@ -58,6 +58,9 @@ def test_republish_by_schedule_puts_its_failed_runs_back(rows):
     assert message_bulk_matching(kind="republish", filters={"schedule": "nightly", "status": "failed"}) == 2
     assert not ScheduledMessage.objects.filter(schedule="nightly", status=Status.FAILED).exists()
     assert ScheduledMessage.objects.filter(schedule="nightly", status=Status.PENDING).count() == 4  # 2 were pending
+    # the republished runs' next attempt is a bulk action's; the two that were pending keep theirs
+    assert sorted(ScheduledMessage.objects.filter(schedule="nightly", status=Status.PENDING)
+                  .values_list("trigger", flat=True)) == ["bulk", "bulk", "scheduled", "scheduled"]
 
 
 def test_a_recorded_action_counts_its_progress_and_stops_where_it_failed(rows, settings, monkeypatch):

@@ -1,5 +1,6 @@
-"""message_schedule / message_schedule_many / message_cancel / message_republish, on the
-real database; rows are created without a broker (on_commit kicks never fire in these tests)."""
+"""message_schedule / message_schedule_many / message_cancel / message_republish /
+message_resend, on the real database; rows are created without a broker (on_commit kicks never
+fire in these tests)."""
 
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
@@ -14,6 +15,7 @@ from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.services.messages import (
     message_cancel,
     message_republish,
+    message_resend,
     message_reschedule,
     message_schedule,
     message_schedule_many,
@@ -172,6 +174,39 @@ def test_republish_only_failed_messages(endpoint):
     message = message_republish(message_id=message.id)
     message.refresh_from_db()
     assert (message.status, message.attempts, message.delivered_at, message.lateness_ms) == (Status.PENDING, 0, None, None)
+    assert message.trigger == "manual"  # its next attempt is a person's
+
+
+@pytest.mark.parametrize("status", [Status.DELIVERED, Status.FAILED])
+def test_resend_starts_a_delivered_or_failed_message_over_as_a_manual_attempt(endpoint, status):
+    message = schedule(endpoint, delay=0)
+    ScheduledMessage.objects.filter(id=message.id).update(
+        status=status, attempts=2, delivered_at=timezone.now(), lateness_ms=3, finished_at=timezone.now(),
+        delivery_count=1)
+    message_resend(message_id=message.id)
+    row = ScheduledMessage.objects.get(id=message.id)
+    assert (row.status, row.attempts, row.delivered_at, row.lateness_ms, row.finished_at, row.trigger) == (
+        Status.PENDING, 0, None, None, None, "manual")
+    assert row.delivery_count == 1  # the broker's hand-overs stay counted
+
+
+@pytest.mark.parametrize("status", [Status.PENDING, Status.PUBLISHED, Status.CANCELLED])
+def test_resend_refuses_what_was_not_delivered(endpoint, status):
+    message = schedule(endpoint, delay=60)
+    ScheduledMessage.objects.filter(id=message.id).update(status=status)
+    with pytest.raises(Conflict, match="only delivered or failed messages can be resent"):
+        message_resend(message_id=message.id)
+    assert ScheduledMessage.objects.get(id=message.id).status == status
+
+
+def test_resend_waits_for_a_webhook_call_in_flight(endpoint):
+    message = schedule(endpoint, delay=0)
+    ScheduledMessage.objects.filter(id=message.id).update(status=Status.DELIVERED,
+                                                          call_lease_until=timezone.now() + timedelta(seconds=30))
+    with pytest.raises(Conflict, match="webhook call in flight"):
+        message_resend(message_id=message.id)
+    ScheduledMessage.objects.filter(id=message.id).update(call_lease_until=timezone.now() - timedelta(seconds=1))
+    assert message_resend(message_id=message.id).status == Status.PENDING  # the lease passed: the worker died
 
 
 @pytest.mark.parametrize(("payload", "stored"), [

@@ -14,6 +14,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from scheduling.archive import columns
+from scheduling.delivery.models import MessageAttempt
 from scheduling.models import AccuracyReport, ArchiveFile, ScheduledMessage
 from scheduling.reports.accuracy import COUNTS
 from scheduling.services.retention import PRUNE_LOCK, PruneError, message_prune
@@ -113,12 +114,48 @@ def test_an_archived_row_has_every_column_as_the_table_had_it(archive, history, 
         "delivered_at": first.delivered_at, "cancelled_at": None, "finished_at": first.finished_at,
         "status": "delivered", "lateness_ms": 4, "delivery_count": 1, "attempts": 0, "delivered_by": "w1@host",
         "routing_key": "rk", "first_exchange": "dp.v2.delay-level-04", "idempotency_key": None, "last_error": "",
-        "schedule": None, "due_history": None, "throttled_ms": None, "payload": json.dumps(first.payload), "shard": 0,
+        "schedule": None, "due_history": None, "throttled_ms": None, "payload": json.dumps(first.payload),
+        "trigger": "scheduled", "call_lease_until": None, "attempt_log": None, "shard": 0,  # none were kept
         "due_date": max(first.due_at, first.created_at).date().isoformat(),  # from the directory's name
     }
     assert json.loads(archived[str(odd.id)]["payload"]) == odd.payload  # quotes, commas, newlines
     assert archived[str(odd.id)]["last_error"] == "NULL"  # text that reads NULL is not a NULL
     assert archived[str(go[2].id)]["idempotency_key"] == "order-1"
+
+
+def attempt(message, *, at: datetime, **fields) -> MessageAttempt:
+    values = {"number": 1, "trigger": "scheduled", "duration_ms": 80, "outcome": "ok", "status_code": 200,
+              "excerpt": "", "worker": "w1@host", **fields}
+    return MessageAttempt.objects.create(message=message, started_at=at, **values)
+
+
+def test_a_pruned_message_s_attempts_go_with_it_into_its_archive_row(archive, row, settings):
+    settings.DELAY_PRUNE_BATCH = 2  # several batches: each deletes its own messages' attempts
+    pruned = [row("delivered", created_days=9 + i, finished_days=8) for i in range(3)]
+    kept = row("delivered", created_days=2, finished_days=1)
+    first = pruned[0]
+    at = first.due_at
+    attempt(first, at=at + timedelta(seconds=9), number=2, trigger="retry", excerpt='{"ok": true}', duration_ms=41)
+    attempt(first, at=at, outcome="http_status", status_code=503, worker="w2@host",
+            excerpt='busy, "later"\nline 2 — ünïcode')
+    attempt(pruned[1], at=at, outcome="timeout", status_code=None, excerpt="deadline 5 s")
+    attempt(kept, at=at, excerpt="kept with its message")
+
+    result = message_prune(now=NOW)
+
+    assert result.deleted == 3
+    # no attempt left behind (ordered by id: the model's ordering joins the messages, hiding orphans)
+    assert list(MessageAttempt.objects.order_by("id").values_list("message_id", flat=True)) == [kept.id]
+    archived = archive_rows(archive)
+    assert json.loads(archived[str(first.id)]["attempt_log"]) == [  # in the order they were made
+        {"number": 1, "trigger": "scheduled", "started_at": at.isoformat(), "duration_ms": 80,
+         "outcome": "http_status", "status_code": 503, "excerpt": 'busy, "later"\nline 2 — ünïcode',
+         "worker": "w2@host"},
+        {"number": 2, "trigger": "retry", "started_at": (at + timedelta(seconds=9)).isoformat(), "duration_ms": 41,
+         "outcome": "ok", "status_code": 200, "excerpt": '{"ok": true}', "worker": "w1@host"}]
+    (timed_out,) = json.loads(archived[str(pruned[1].id)]["attempt_log"])
+    assert (timed_out["outcome"], timed_out["status_code"]) == ("timeout", None)
+    assert archived[str(pruned[2].id)]["attempt_log"] is None  # none made
 
 
 def test_each_day_of_the_report_is_a_directory(archive, row):
