@@ -153,7 +153,7 @@ def _deliver_set_based(items: list[tuple], outcomes: list, by: str) -> list[Deli
         return []
     rows = ScheduledMessage.objects.deliver_in_flight(
         [item for _, item in firsts], now=timezone.now(), by=by, handlers=RECORD_ONLY,
-        counted_by=delivery_minute_upsert_sql("taken"))
+        counted_by=delivery_minute_upsert_sql(source="taken"))
     delivered, counted = [], []
     for n, endpoint_id, topology_id, lateness_ms, attempt, throttled_ms in rows:
         index = firsts[n][0]

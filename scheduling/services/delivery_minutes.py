@@ -35,10 +35,10 @@ def _teams_of(messages) -> dict[int, int]:
     return teams
 
 
-assert EXACT_BELOW_MS == 2**SIGNIFICANT_BITS  # bucket_sql's shortcut: below it, a value is its bucket
+assert EXACT_BELOW_MS == 2**SIGNIFICANT_BITS  # delivery_minute_bucket_sql's shortcut: below it, a value is its bucket
 
 
-def bucket_sql(value: str) -> str:
+def delivery_minute_bucket_sql(*, value: str) -> str:
     """lateness_buckets.bucket_ms of the bigint SQL expression ``value``, exactly: below 128 the
     value, above it the value with all but its 7 significant bits cleared. The bit length is read
     off the value's 64-bit string (65 - the position of its first 1), so no floating-point log."""
@@ -46,7 +46,7 @@ def bucket_sql(value: str) -> str:
     return f"(CASE WHEN {value} < {EXACT_BELOW_MS} THEN {value} ELSE {value} >> {shift} << {shift} END)"
 
 
-def delivery_minute_upsert_sql(source: str) -> str:
+def delivery_minute_upsert_sql(*, source: str) -> str:
     """The upsert of delivery_minute_record as one SQL statement over ``source`` (a CTE or table
     with delivered_at, lateness_ms and team_id per message delivered), for a data-modifying CTE.
     Minutes in UTC, as ``delivered_at.replace(second=0, microsecond=0)``; rows written in (minute,
@@ -55,7 +55,7 @@ def delivery_minute_upsert_sql(source: str) -> str:
     table = DeliveryMinute._meta.db_table
     return (f"INSERT INTO {table} (minute, team_id, shard, bucket_ms, deliveries, lateness_max_ms) "
             f"SELECT date_trunc('minute', s.delivered_at, 'UTC'), s.team_id, pg_backend_pid() %% {SHARDS}, "
-            f"{bucket_sql('s.lateness_ms')}, count(*), max(s.lateness_ms) FROM {source} AS s "
+            f"{delivery_minute_bucket_sql(value='s.lateness_ms')}, count(*), max(s.lateness_ms) FROM {source} AS s "
             f"WHERE s.delivered_at IS NOT NULL AND s.lateness_ms IS NOT NULL "
             f"GROUP BY 1, 2, 4 ORDER BY 1, 2, 4 "
             f"ON CONFLICT (minute, team_id, shard, bucket_ms) DO UPDATE SET "

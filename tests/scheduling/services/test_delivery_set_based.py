@@ -21,9 +21,8 @@ from scheduling import lifecycle
 from scheduling.models import DeliveryMinute, Endpoint, ScheduledMessage
 from scheduling.observability import metrics
 from scheduling.observability.lateness_buckets import bucket_ms
-from scheduling.services import delivery
 from scheduling.services.delivery import Result, delivery_receive_many
-from scheduling.services.delivery_minutes import bucket_sql
+from scheduling.services.delivery_minutes import delivery_minute_bucket_sql
 from scheduling.teams.models import Team
 
 pytestmark = pytest.mark.django_db
@@ -46,7 +45,7 @@ DELIVERY_METRICS = ("delay_deliveries", "delay_delivery_lateness_seconds", "dela
 def frozen(monkeypatch):
     """The delivery service's clock stopped at now: two runs decide at the same instant."""
     now = timezone.now()
-    monkeypatch.setattr(delivery, "timezone", SimpleNamespace(now=lambda: now))
+    monkeypatch.setattr("scheduling.services.delivery.timezone", SimpleNamespace(now=lambda: now))
     return now
 
 
@@ -139,7 +138,7 @@ def test_every_kind_of_copy_comes_out_as_the_one_by_one_path_decides_it(versions
         rows, items = scenario(owner, versions, frozen)
         with monkeypatch.context() as patch:
             if path == "one-by-one":
-                patch.setattr(delivery, "_deliver_set_based", lambda items, outcomes, by: [])
+                patch.setattr("scheduling.services.delivery._deliver_set_based", lambda items, outcomes, by: [])
             with django_capture_on_commit_callbacks(execute=True):
                 outcomes = delivery_receive_many(items=items, by="w1@host")
         runs[path] = (outcomes_of(outcomes, frozen), rows_of(rows), minutes_of(owner), metrics_of(owner))
@@ -188,7 +187,7 @@ def test_the_buckets_in_sql_are_bucket_ms():
     values = [*range(-300, 5000), *(2**k + d for k in range(7, 62) for d in (-1, 0, 1)), 2**63 - 1,
               *(int(1.37**k) for k in range(20, 137))]
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT v, {bucket_sql('v')} FROM unnest(%s::bigint[]) AS v", [values])
+        cursor.execute(f"SELECT v, {delivery_minute_bucket_sql(value='v')} FROM unnest(%s::bigint[]) AS v", [values])
         found = dict(cursor.fetchall())
     assert found == {v: bucket_ms(v) for v in values}
 
