@@ -15,11 +15,14 @@ class RecordingServer:
     ``fail_first`` answers 500 that many times; ``answer`` (status, headers) replaces the 200 (a
     redirect, say); ``hold_seconds`` keeps each request that long before answering, and
     ``most_in_flight`` is the most requests it held at once (flow control's concurrency, counted
-    here, where the calls arrive)."""
+    here, where the calls arrive); ``body`` is what each answer carries; ``failure`` what the
+    ``fail_first`` answers are (a 429 with Retry-After, say)."""
 
-    def __init__(self, fail_first: int = 0, answer: tuple[int, dict] = (200, {}), hold_seconds: float = 0):
+    def __init__(self, fail_first: int = 0, answer: tuple[int, dict] = (200, {}), hold_seconds: float = 0,
+                 body: bytes = b"", failure: tuple[int, dict] = (500, {})):
         self.requests: list[dict] = []
         self.fail_first = fail_first
+        self.answer_body = body
         self.in_flight = self.most_in_flight = 0
         recorder = self
 
@@ -39,12 +42,13 @@ class RecordingServer:
                     time.sleep(hold_seconds)
                 with lock:
                     recorder.in_flight -= 1
-                status, headers = (500, {}) if failing else answer
+                status, headers = failure if failing else answer
                 self.send_response(status)
                 for name, value in headers.items():
                     self.send_header(name, value)
-                self.send_header("Content-Length", "0")
+                self.send_header("Content-Length", str(len(recorder.answer_body)))
                 self.end_headers()
+                self.wfile.write(recorder.answer_body)
 
             def log_message(self, *args):
                 pass

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
-from scheduling.observability import metrics
+from scheduling.observability import metrics, webhook_metrics
 from scheduling.observability.metrics_figures import Figures, families
 from scheduling.selectors.broker import VersionDepths
 from scheduling.selectors.database import Outbox
@@ -23,7 +23,8 @@ SUFFIXES = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"], "
 
 def exported() -> dict[str, str]:
     """Metric family name -> type, of everything the platform defines (not prometheus_client's own)."""
-    found = {m._name: m._type for m in vars(metrics).values() if isinstance(m, MetricWrapperBase)}
+    found = {m._name: m._type for module in (metrics, webhook_metrics) for m in vars(module).values()
+             if isinstance(m, MetricWrapperBase)}
     every_part = Figures(0.0, ["v3"], Outbox({"v3": 1}, datetime.now(timezone.utc)), {"v3": 0},
                          {"v3": VersionDepths({0: 1}, 0)})
     found |= {family.name: family.type for family in families(every_part, now=0.0)}

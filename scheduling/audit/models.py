@@ -44,6 +44,7 @@ class AuditEvent(models.Model):
         API = "api", "API"
         ADMIN = "admin", "admin"
         COMMAND = "command", "command"
+        PLATFORM = "platform", "the platform"  # its own decisions (an endpoint disabled for failing)
 
     id = models.BigAutoField(primary_key=True)
     at = models.DateTimeField(default=timezone.now)

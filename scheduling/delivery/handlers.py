@@ -126,31 +126,83 @@ class GuardedAdapter(HTTPAdapter):
 
 
 def webhook_body(message: ScheduledMessage) -> bytes:
-    return json.dumps(message.payload, separators=(",", ":"), ensure_ascii=False).encode()
+    return payload_body(message.payload)
+
+
+def payload_body(payload) -> bytes:
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def webhook_headers(message: ScheduledMessage, body: bytes, *, timestamp: int) -> dict[str, str]:
+    """The headers of a call of ``message`` (its endpoint loaded): signed_headers with the keys
+    of the endpoint's valid secrets."""
+    return signed_headers(_valid_keys(message.endpoint, timezone.now()), message_id=str(message.id),
+                          due_at=message.due_at, attempt=message.attempts + 1, body=body, timestamp=timestamp)
+
+
+def signed_headers(keys: list[bytes], *, message_id: str, due_at, attempt: int, body: bytes,
+                   timestamp: int) -> dict[str, str]:
     """Standard Webhooks headers (webhook-id is the message id, the same on every attempt;
     webhook-timestamp is this attempt's), signed with the current secret and, until it expires,
-    the previous one (both opened from their sealed form: security/secret_box.py); the X-Delay-*
-    headers are information."""
-    endpoint = message.endpoint
-    valid = [secret_box.open(endpoint.webhook_secret)]
-    expires_at = endpoint.webhook_secret_previous_expires_at
-    if endpoint.webhook_secret_previous and expires_at and expires_at > timezone.now():
-        valid.append(secret_box.open(endpoint.webhook_secret_previous))
-    keys = [webhook_signing.signing_key(secret) for secret in valid]
+    the previous one; the X-Delay-* headers are information."""
     return {
         "Content-Type": "application/json",
-        "webhook-id": str(message.id),
+        "webhook-id": message_id,
         "webhook-timestamp": str(timestamp),
-        "webhook-signature": webhook_signing.signature(keys, message_id=str(message.id), timestamp=timestamp,
-                                                       body=body),
-        "X-Delay-Message-Id": str(message.id),
-        "X-Delay-Due-At": message.due_at.isoformat(),
-        "X-Delay-Attempt": str(message.attempts + 1),
+        "webhook-signature": webhook_signing.signature(keys, message_id=message_id, timestamp=timestamp, body=body),
+        "X-Delay-Message-Id": message_id,
+        "X-Delay-Due-At": due_at.isoformat(),
+        "X-Delay-Attempt": str(attempt),
         "X-Delay-Signature": webhook_signing.legacy_signature(keys[0], body),
     }
+
+
+def _valid_keys(endpoint: Endpoint, now) -> list[bytes]:
+    """The signing keys of the endpoint's secrets (opened from their sealed form:
+    security/secret_box.py): the current one and, until it expires, the previous one."""
+    valid = [secret_box.open(endpoint.webhook_secret)]
+    expires_at = endpoint.webhook_secret_previous_expires_at
+    if endpoint.webhook_secret_previous and expires_at and expires_at > now:
+        valid.append(secret_box.open(endpoint.webhook_secret_previous))
+    return [webhook_signing.signing_key(secret) for secret in valid]
+
+
+@dataclass(frozen=True)
+class WebhookProfile:
+    """What the delivery loop needs to call an endpoint, read once per sync (not per message)."""
+
+    endpoint_id: int
+    team_id: int
+    url: str
+    keys: tuple[bytes, ...]
+    keys_until: object  # when the previous secret stops signing (the profile is read again by then)
+    deadline_s: float
+    networks: tuple
+    limit: int  # calls in flight in this worker: the bulkhead, or max_concurrent if lower
+    max_concurrent: int | None
+    paused_until_ms: int  # no call before (Retry-After, an open circuit): the endpoint's health
+
+
+def webhook_profiles() -> dict[str, WebhookProfile]:
+    """Queue name -> profile, of every active webhook endpoint."""
+    settings = conf()
+    now = timezone.now()
+    profiles = {}
+    endpoints = (Endpoint.objects.filter(handler=Endpoint.Handler.WEBHOOK, is_active=True)
+                 .select_related("health"))
+    for endpoint in endpoints:
+        deadline = min(endpoint.webhook_timeout_seconds or settings.webhook_timeout_seconds,
+                       settings.webhook_timeout_max_seconds)
+        limit = settings.webhook_endpoint_concurrency
+        if endpoint.max_concurrent:
+            limit = min(limit, endpoint.max_concurrent)
+        health = getattr(endpoint, "health", None)
+        paused = health.paused_until if health is not None and health.paused_until else None
+        profiles[endpoint.queue] = WebhookProfile(
+            endpoint.id, endpoint.team_id, endpoint.handler_target, tuple(_valid_keys(endpoint, now)),
+            endpoint.webhook_secret_previous_expires_at, deadline, tuple(webhook_networks(endpoint)), limit,
+            endpoint.max_concurrent, int(paused.timestamp() * 1000) if paused else 0)
+    return profiles
 
 
 SESSION_MAX_AGE_SECONDS = 60.0  # a kept connection's name is resolved and checked again at least this often

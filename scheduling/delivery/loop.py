@@ -14,8 +14,10 @@ off (holding.py, backoff.py) and what a hand-over means (lifecycle.py) are pure 
 
 Guarantees kept: a message is acked only after its row is committed (a crash redelivers it);
 never before due_at (the row is checked too); a database outage leaves messages unacked and
-retries them with backoff; webhooks run one by one in a small thread pool so a slow endpoint
-cannot hold a batch's locks.
+retries them with backoff. Webhooks: the loop takes their rows (a lease each), hands the calls to
+the webhook engine (webhooks.py: one event loop, fair across teams and endpoints, each endpoint
+bounded by its bulkhead) and records the results as they end (services/webhook_calls.py): no
+call holds a transaction, and a receiver that never answers holds only its own endpoint's slots.
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ import logging
 import queue
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections import defaultdict, deque
 
-from django.db import DatabaseError, close_old_connections
+from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections
 
 import rabbit
 
@@ -38,17 +40,25 @@ from ..selectors.database import endpoint_get_consumption, endpoint_get_flow_lim
 from ..services.delivery import (
     Outcome,
     Result,
-    delivery_receive,
     delivery_receive_many,
     delivery_retry_unsent,
 )
-from ..services.flow import endpoint_take_slots
+from ..services.flow import endpoint_release_call_slots, endpoint_take_call_slots, endpoint_take_slots
 from ..services.rescue import message_rescue_overdue
+from ..services.webhook_calls import Recorded, webhook_record, webhook_take
 from .flow import FlowGate, Limit
+from .handlers import WebhookProfile, payload_body, signed_headers, webhook_profiles
 from .holding import Held, Holding
+from .webhooks import Call, CallResult, EngineSettings, WebhookEngine
 
 log = logging.getLogger(__name__)
 LONGEST_WAIT_SECONDS = 0.1  # how often the loop looks at webhooks, endpoint changes and stop
+CALLS_WAIT_SECONDS = 0.005  # with webhook calls out: how soon their results are recorded
+LEASED_RETRY_MS = 250  # a copy whose row another call holds looks again this soon
+
+
+def _paused(profile: WebhookProfile, until_ms: int) -> WebhookProfile:
+    return WebhookProfile(**{**profile.__dict__, "paused_until_ms": max(profile.paused_until_ms, until_ms)})
 
 
 class DeliveryLoop(threading.Thread):
@@ -58,14 +68,21 @@ class DeliveryLoop(threading.Thread):
         self.settings = conf()
         self.stopping = threading.Event()
         self.sync_now = threading.Event()
-        self.finished: queue.SimpleQueue = queue.SimpleQueue()  # (Held, Outcome | Exception) from webhooks
-        self.webhooks = ThreadPoolExecutor(self.settings.webhook_concurrency, thread_name_prefix="dp-webhook")
+        self.finished: queue.SimpleQueue = queue.SimpleQueue()  # CallResult from the webhook engine
+        self.engine = WebhookEngine(EngineSettings(self.settings.webhook_concurrency,
+                                                   self.settings.webhook_response_max_bytes,
+                                                   self.settings.webhook_excerpt_bytes), self.finished.put)
+        self.profiles: dict[str, WebhookProfile] = {}  # queue -> how to call it (webhook endpoints)
+        self.parked: dict[int, deque[Held]] = defaultdict(deque)  # endpoint id -> due, its bulkhead full
+        self.unrecorded: list[CallResult] = []  # results the database was away for
+        self.call_slots: dict[int, set[int]] = defaultdict(set)  # endpoint id -> max_concurrent slots held
         self.holding = Holding()
         self.flow = FlowGate()  # endpoints' rate and concurrency limits (flow.py)
         self.consumer: rabbit.Consumer | None = None
         self.unknown_reported: set[str] = set()
         self.beat_at = time.monotonic()  # the last turn of the loop (the worker health check reads it)
-        self.in_webhooks: set[str] = set()  # ids handed to the webhook threads, not yet settled
+        self.session_no = 0  # which broker connection a held message came on (acks go to that one only)
+        self.in_webhooks: set[str] = set()  # ids taken for a call or parked for one, not yet settled
         self.parts: dict[int, int] = {}  # delivery tag of an envelope -> its messages not yet settled
         self.given_back: set[int] = set()  # envelopes rejected whole while a message of theirs was at a webhook
 
@@ -79,10 +96,14 @@ class DeliveryLoop(threading.Thread):
                 "idle_seconds": round(time.monotonic() - self.beat_at, 3),
                 "consuming": len(consumer.queues) if consumer is not None else 0}
 
+    def start(self) -> None:
+        self.engine.start()
+        super().start()
+
     def stop(self, timeout: float = 10) -> None:
         self.stopping.set()
         self.join(timeout)
-        self.webhooks.shutdown(wait=False, cancel_futures=True)
+        self.engine.stop()
 
     def run(self) -> None:
         while not self.stopping.is_set():
@@ -103,9 +124,12 @@ class DeliveryLoop(threading.Thread):
                 self.holding.clear()  # unacked: the broker hands them back on the next connection
                 self.parts.clear()
                 self.given_back.clear()
+                self.parked.clear()
+                self.in_webhooks.clear()  # calls still out are recorded under their lease, then not acked
                 metrics.held(0)
 
     def _session(self) -> None:
+        self.session_no += 1
         self.consumer = rabbit.Consumer(broker().url, prefetch=self.settings.delivery_prefetch,
                                         on_message=self._on_message, on_cancel=self._on_cancel)
         with self.consumer.connected():
@@ -122,7 +146,8 @@ class DeliveryLoop(threading.Thread):
                     self._rescue()
                     next_rescue = time.monotonic() + self.settings.rescue_after_ms / 4000  # 4 looks a rescue
                 metrics.held(len(self.holding))
-                wait_s = 0.0 if not self.finished.empty() else self.holding.wait_seconds(now_ms(), LONGEST_WAIT_SECONDS)
+                longest = CALLS_WAIT_SECONDS if self.in_webhooks or self.unrecorded else LONGEST_WAIT_SECONDS
+                wait_s = 0.0 if not self.finished.empty() else self.holding.wait_seconds(now_ms(), longest)
                 self.consumer.wait(max(wait_s, 0.0005), then_take=self.settings.delivery_batch * 4)
 
     # --- which queues -----------------------------------------------------------------------
@@ -132,6 +157,7 @@ class DeliveryLoop(threading.Thread):
             close_old_connections()
             wanted = {name for name, active in endpoint_get_consumption().items() if active}
             self.flow.set_limits(endpoint_get_flow_limits())
+            self.profiles = webhook_profiles()
         except DatabaseError as exc:
             log.warning("endpoint sync skipped: database unavailable (%s)", exc)
             return
@@ -141,8 +167,12 @@ class DeliveryLoop(threading.Thread):
                 log.info("consuming endpoint queue %s", name)
         for name in sorted(self.consumer.queues - wanted):
             self.consumer.cancel(name)
+            parked = [held for helds in self.parked.values() for held in helds if held.message.queue == name]
+            for endpoint_id in [e for e, helds in self.parked.items() if helds and helds[0].message.queue == name]:
+                del self.parked[endpoint_id]
+            self.in_webhooks.difference_update(held.delivery.message_id for held in parked)
             released = {held.message.tag: held.message
-                        for held in self.holding.release(lambda h, name=name: h.message.queue == name)}
+                        for held in [*self.holding.release(lambda h, name=name: h.message.queue == name), *parked]}
             for tag, message in released.items():  # an envelope goes back once, whole
                 if self.parts.pop(tag, None) is not None:
                     self.given_back.add(tag)
@@ -177,6 +207,7 @@ class DeliveryLoop(threading.Thread):
         ready = self.holding.due(now_ms(), self.settings.delivery_batch)
         if not ready:
             return
+        ready = self._bulkheads(ready, now_ms())
         due = ready
         try:
             now = now_ms()
@@ -185,11 +216,22 @@ class DeliveryLoop(threading.Thread):
                 self.holding.hold_until(held, until_ms)
             if not due:
                 return
+            calls = [h for h in due if h.message.queue in self.profiles]
+            due = [h for h in due if h.message.queue not in self.profiles]
+            if calls:
+                try:
+                    self._start_calls(calls, now)
+                except DatabaseError:
+                    due = calls + due  # none of them was taken: all wait for the database
+                    raise
+            if not due:
+                return
             outcomes = delivery_receive_many(items=[(h.delivery.message_id, h.delivery.attempt,
                                                      h.delivery.stamped_due_ms, self.flow.throttled_ms(h, now))
                                                     for h in due], by=self.worker_name)
         except DatabaseError as exc:
             close_old_connections()
+            self.call_slots.clear()  # a closed connection held them
             for held in due:
                 self.flow.done(held)
             waits = [self.holding.database_failed(held, now_ms()) for held in due]
@@ -198,14 +240,111 @@ class DeliveryLoop(threading.Thread):
             return
         decided = []
         for held, outcome in zip(due, outcomes):
-            if outcome.result is Result.DEFERRED:  # a webhook: one by one, each in the call's own transaction
-                self.in_webhooks.add(held.delivery.message_id)
-                future = self.webhooks.submit(self._call_webhook, held)
-                future.add_done_callback(lambda f, h=held: self.finished.put((h, f.exception() or f.result())))
+            self.flow.done(held)
+            if outcome.result is Result.DEFERRED:  # a webhook endpoint this loop has no profile of yet
+                self.sync_now.set()
+                self.holding.hold_until(held, now_ms() + LEASED_RETRY_MS)
             else:
-                self.flow.done(held)
                 decided.append((held, outcome))
         self._settle_all(decided)
+
+    def _bulkheads(self, ready: list[Held], now: int) -> list[Held]:
+        """Of the due messages, those whose call may start now: a paused endpoint's wait for its
+        pause to end; those over their endpoint's bulkhead are parked until a call of it ends."""
+        go, room = [], {}
+        for held in ready:
+            profile = self.profiles.get(held.message.queue)
+            if profile is None:
+                go.append(held)
+            elif profile.paused_until_ms > now:
+                self.holding.hold_until(held, profile.paused_until_ms)
+            else:
+                left = room.setdefault(profile.endpoint_id, self.engine.room(profile.endpoint_id, profile.limit))
+                if left > 0:
+                    room[profile.endpoint_id] = left - 1
+                    go.append(held)
+                else:
+                    self.parked[profile.endpoint_id].append(held)
+                    self.in_webhooks.add(held.delivery.message_id)
+        return go
+
+    def _unpark(self, endpoint_id: int, now: int) -> None:
+        """Calls of the endpoint ended: as many parked messages as it has room for are due again."""
+        parked = self.parked.get(endpoint_id)
+        if not parked:
+            return
+        profile = next((p for p in self.profiles.values() if p.endpoint_id == endpoint_id), None)
+        room = self.engine.room(endpoint_id, profile.limit) if profile is not None else len(parked)
+        for _ in range(min(room, len(parked))):
+            held = parked.popleft()
+            self.in_webhooks.discard(held.delivery.message_id)
+            self.holding.hold_until(held, now)
+        if not parked:
+            del self.parked[endpoint_id]
+
+    def _start_calls(self, due: list[Held], now: int) -> None:
+        """Take the rows of due webhook messages (a lease each) and hand their calls to the engine;
+        copies not taken are settled (duplicates, cancelled) or held (early, leased elsewhere)."""
+        due, slot_of = self._take_call_slots(due, now)
+        if not due:
+            return
+        items = [(h.delivery.message_id, h.delivery.attempt, h.delivery.stamped_due_ms, self.flow.throttled_ms(h, now))
+                 for h in due]
+        profile_of = {h.delivery.message_id: self.profiles[h.message.queue] for h in due}
+        taken, others = webhook_take(items=items, deadlines={i: p.deadline_s for i, p in profile_of.items()})
+        calls, decided, timestamp = [], [], int(time.time())
+        for held in due:
+            message_id = held.delivery.message_id
+            row = taken.pop(message_id, None)
+            if row is None:
+                self.flow.done(held)
+                self._release_call_slot(profile_of[message_id].endpoint_id, slot_of.get(message_id))
+                outcome = others[message_id]
+                if outcome.result is Result.BUSY:
+                    self.holding.hold_until(held, now_ms() + LEASED_RETRY_MS)
+                else:
+                    decided.append((held, outcome))
+                continue
+            profile = profile_of[message_id]
+            row.team_id = profile.team_id
+            body = payload_body(row.payload)
+            calls.append(Call(message_id, profile.endpoint_id, profile.team_id, profile.url, body,
+                              signed_headers(list(profile.keys), message_id=message_id, due_at=row.due_at,
+                                             attempt=row.attempt + 1, body=body, timestamp=timestamp),
+                              profile.deadline_s, profile.networks, profile.limit,
+                              (held, row, self.session_no, slot_of.get(message_id))))
+            self.in_webhooks.add(message_id)
+        self.engine.submit(calls)
+        self._settle_all(decided)
+
+    def _take_call_slots(self, due: list[Held], now: int) -> tuple[list[Held], dict[str, int]]:
+        """An endpoint with max_concurrent: a slot of it for each call, across workers (services/flow.py);
+        a message with none free waits as flow control's BUSY does."""
+        go, slot_of, wanting = [], {}, defaultdict(list)
+        for held in due:
+            profile = self.profiles[held.message.queue]
+            (wanting[profile] if profile.max_concurrent else go).append(held)
+        for profile, helds in wanting.items():
+            held_slots = self.call_slots[profile.endpoint_id]
+            slots = endpoint_take_call_slots(endpoint_id=profile.endpoint_id, concurrent=profile.max_concurrent,
+                                             held=sorted(held_slots), count=len(helds))
+            held_slots.update(slots)
+            for held, slot in zip(helds, slots):
+                slot_of[held.delivery.message_id] = slot
+                go.append(held)
+            for held in helds[len(slots):]:
+                self.flow.done(held)
+                self.holding.hold_until(held, self.flow.back(held, now))
+        return go, slot_of
+
+    def _release_call_slot(self, endpoint_id: int, slot: int | None) -> None:
+        if slot is None or slot not in self.call_slots.get(endpoint_id, ()):
+            return
+        self.call_slots[endpoint_id].discard(slot)
+        try:
+            endpoint_release_call_slots(endpoint_id=endpoint_id, slots=[slot])
+        except DatabaseError:  # the connection is gone, and with it every lock it held
+            self.call_slots.clear()
 
     @staticmethod
     def _take_slots(limit: Limit, count: int, spacing_us: int, since_ms: int) -> int:
@@ -214,31 +353,74 @@ class DeliveryLoop(threading.Thread):
         first_us = endpoint_take_slots(limit=limit, count=count, spacing_us=spacing_us)
         return first_us + (now_ms() - since_ms) * 1000
 
-    def _call_webhook(self, held: Held) -> Outcome:
-        """In a webhook thread: the hand-over, unless its rate slot went by while it waited for
-        the thread (then it goes back for another, flow.py)."""
-        now = now_ms()
-        if self.flow.late(held, now):
-            return Outcome(Result.BUSY, attempt=held.delivery.attempt)
-        return delivery_receive(message_id=held.delivery.message_id, attempt=held.delivery.attempt,
-                                by=self.worker_name, due_ms=held.delivery.stamped_due_ms,
-                                throttled_ms=self.flow.throttled_ms(held, now))
-
     def _finish_webhooks(self) -> None:
-        decided = []
+        """Record the calls that ended (one transaction), then settle them: acked, a retry
+        published, or held again (handed back unattempted: its endpoint paused)."""
+        results = self.unrecorded
         while not self.finished.empty():
-            held, result = self.finished.get()
+            results.append(self.finished.get())
+        if not results:
+            return
+        try:
+            recorded = webhook_record(results=[(r, r.call.token[1]) for r in results], by=self.worker_name)
+        except (OperationalError, InterfaceError) as exc:  # the rows keep their lease; the results wait
+            close_old_connections()
+            log.warning("%d webhook result(s) not recorded yet: database unavailable (%s)", len(results), exc)
+            return
+        except DatabaseError:  # one the database refuses must not hold up the others
+            log.exception("recording %d webhook result(s) failed; recording them one by one", len(results))
+            recorded, results = self._record_one_by_one(results)
+        self.unrecorded = []
+        now = now_ms()
+        for endpoint_id, until in recorded.paused.items():
+            until_ms = int(until.timestamp() * 1000)
+            self.engine.pause(endpoint_id, max(0.0, (until_ms - now) / 1000))
+            self.profiles = {q: (p if p.endpoint_id != endpoint_id else _paused(p, until_ms))
+                             for q, p in self.profiles.items()}
+        if recorded.disabled:
+            self.sync_now.set()
+        decided, ended = [], set()
+        for result in results:
+            held, _, session, slot = result.call.token
             self.in_webhooks.discard(held.delivery.message_id)
             self.flow.done(held)
-            if isinstance(result, Outcome) and result.result is Result.BUSY:  # flow control: look again soon
-                self.holding.hold_until(held, self.flow.back(held, now_ms()))
-            elif isinstance(result, DatabaseError):
-                self.holding.database_failed(held, now_ms())
-            elif isinstance(result, Exception):
-                log.error("webhook delivery of %s raised %r; left unacked", held.delivery.message_id, result)
+            self._release_call_slot(result.call.endpoint, slot)
+            ended.add(result.call.endpoint)
+            outcome = recorded.outcomes[held.delivery.message_id]
+            if session != self.session_no:  # its broker message came back on the new connection
+                if outcome.result is Result.RETRY:
+                    self._publish_retry(held, outcome)
+                continue
+            if outcome.result is Result.BUSY:  # handed back unattempted
+                profile = self.profiles.get(held.message.queue)
+                self.holding.hold_until(held, max(now + LEASED_RETRY_MS, profile.paused_until_ms if profile else 0))
             else:
-                decided.append((held, result))
+                decided.append((held, outcome))
+        for endpoint_id in ended:
+            self._unpark(endpoint_id, now)
         self._settle_all(decided)
+
+    def _record_one_by_one(self, results: list[CallResult]):
+        """Each result alone; one the database still refuses is dropped and its message held until
+        its lease has passed, then called again (at least once)."""
+        merged, kept = Recorded({}, {}, []), []
+        for result in results:
+            try:
+                one = webhook_record(results=[(result, result.call.token[1])], by=self.worker_name)
+            except DatabaseError as exc:
+                held, row, _, slot = result.call.token
+                log.error("webhook result of %s not recorded (%s); it is called again after its lease",
+                          held.delivery.message_id, exc)
+                self.in_webhooks.discard(held.delivery.message_id)
+                self.flow.done(held)
+                self._release_call_slot(result.call.endpoint, slot)
+                self.holding.hold_until(held, to_epoch_ms(row.lease_until))
+                continue
+            merged.outcomes.update(one.outcomes)
+            merged.paused.update(one.paused)
+            merged.disabled += one.disabled
+            kept.append(result)
+        return merged, kept
 
     def _rescue(self) -> None:
         """Messages overdue by DELAY_RESCUE_AFTER_MS that this loop neither holds nor is handing

@@ -20,6 +20,14 @@ def learn(rows) -> None:
         _versions.update(topology_version_get_names(ids=missing))
 
 
+def learn_endpoints(ids) -> None:
+    """Read the names of endpoint ids not seen before (what has no version: a circuit, a disable)."""
+    from ..selectors.database import endpoint_get_names
+
+    if missing := set(ids) - _endpoints.keys():
+        _endpoints.update(endpoint_get_names(ids=missing))
+
+
 def of(row) -> tuple[str, str, str]:
     """(team, endpoint, version) of a row; for names not learnt the ids stand in, and the team is
     empty (an endpoint id is unique across teams)."""

@@ -5,9 +5,10 @@
   slots for a loop and commits at once (the loop calls it outside a transaction); the time is the
   database's clock, and what comes back is a delay from now, so workers whose clocks disagree
   still space their hand-overs by the database's.
-- The concurrency: a transaction-level advisory lock per call in flight, taken with the row lock
-  of the delivery that makes the call and released by its commit or rollback, or by PostgreSQL
-  when the worker's connection dies: no lease to expire, and no write per call.
+- The concurrency: an advisory lock per call in flight, released when the call ends, or by
+  PostgreSQL when the worker's connection dies: no lease to expire, and no write per call. The
+  webhook engine's calls run outside any transaction and hold session-level locks on the delivery
+  loop's connection; the one-by-one path (the ``deliver`` task) a transaction-level one.
 """
 
 from __future__ import annotations
@@ -46,3 +47,23 @@ def endpoint_try_call_slot(*, endpoint_id: int, concurrent: int) -> bool:
             [concurrent, endpoint_id, CALL_LOCK_BASE],
         )
         return cursor.fetchone() is not None
+
+
+def endpoint_take_call_slots(*, endpoint_id: int, concurrent: int, held: list[int], count: int) -> list[int]:
+    """Take up to ``count`` of the endpoint's ``concurrent`` call slots for calls made outside any
+    transaction (the webhook engine): session-level advisory locks on this connection, skipping
+    the ``held`` ones (a session may take its own lock again). Released by
+    endpoint_release_call_slots, or by PostgreSQL when the connection ends (a worker killed)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT s FROM generate_series(0, %s - 1) AS s "
+            "WHERE NOT s = ANY(%s::int[]) AND pg_try_advisory_lock(%s, %s + s) LIMIT %s",
+            [concurrent, list(held), endpoint_id, CALL_LOCK_BASE, count],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def endpoint_release_call_slots(*, endpoint_id: int, slots: list[int]) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_unlock(%s, %s + s) FROM unnest(%s::int[]) AS s",
+                       [endpoint_id, CALL_LOCK_BASE, slots])
