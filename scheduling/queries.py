@@ -79,6 +79,7 @@ def execute_prepared(sql: str, params: list) -> list[tuple]:
     Django's, and the test client's query capture sees it."""
     from django.db.backends.postgresql.base import ServerBindingCursor
 
+    connection.close_if_health_check_failed()  # as Django's own cursor() does
     connection.ensure_connection()
     connection.validate_thread_sharing()
     raw = connection.connection

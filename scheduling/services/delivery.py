@@ -122,17 +122,17 @@ def delivery_receive_many(*, items: list[tuple[str, int]], defer_webhooks: bool 
     delivery_receive one by one; there, a webhook whose endpoint has max_concurrent calls in
     flight comes back BUSY (untouched). ``by``: the receiving worker, recorded on each delivery.
 
-    Record-only deliveries due and in flight are taken set-based (one statement, committed on
-    its own unless the caller holds a transaction); the copies it did not take go through the
-    one-by-one path (one transaction), which sees the rows as the statement left them. Metrics
-    and the log count each part once it is committed; the log writes one summary line a batch."""
+    One transaction: record-only deliveries due and in flight are taken set-based (one
+    statement); the copies it did not take, if any, go through the one-by-one path, which sees
+    the rows as the statement left them. A batch that fails rolls back whole and is tried again
+    without having counted anything (delivery_count, metrics, the minute figures). Metrics and the
+    log count it once committed; the log writes one summary line a batch."""
     outcomes: list[Outcome | None] = [None] * len(items)
-    delivered = _deliver_set_based(items, outcomes, by)
-    try:
+    with transaction.atomic():
+        delivered = _deliver_set_based(items, outcomes, by)
         left = [(index, item) for index, item in enumerate(items) if outcomes[index] is None]
         if left:
             delivered += _receive_one_by_one(left, outcomes, defer_webhooks=defer_webhooks, by=by)
-    finally:  # what the statement committed is logged even if the one-by-one path failed
         delivery_log_on_commit(messages=delivered, by=by)
     return outcomes
 
@@ -169,66 +169,65 @@ def _deliver_set_based(items: list[tuple], outcomes: list, by: str) -> list[Deli
 
 def _receive_one_by_one(left: list[tuple[int, tuple]], outcomes: list, *, defer_webhooks: bool,
                         by: str) -> list[ScheduledMessage]:
-    """The copies the set-based statement did not take, (index in the batch, item), in one
-    transaction with their rows locked (one lock query, one write); each decided by the lifecycle
-    in arrival order. Fills ``outcomes``; returns the messages recorded delivered."""
-    with transaction.atomic():
-        rows = {str(m.id): m for m in ScheduledMessage.objects.locked_for_delivery(
-            [message_id for message_id in {item[0] for _, item in left} if wire.is_row_id(message_id)])}
-        now = timezone.now()
-        changed, to_handle, counted, arrived = {}, [], [], {}
-        for index, (message_id, attempt, *stamps) in left:
-            due_ms, throttled_ms = (*stamps, None, None)[:2]
-            message = rows.get(message_id)
-            if message is None:
-                log.warning("delivery of unknown message %s dropped", message_id)
-                outcomes[index] = Outcome(Result.UNKNOWN)
-                continue
-            if lifecycle.superseded(message, attempt=attempt, due_ms=due_ms):
-                # before the early check: a copy for the old time must not wait for the new one
-                outcomes[index] = Outcome(Result.SUPERSEDED)
-                counted.append(metrics.arrival(Arrival.SUPERSEDED, message, {}))
-                continue
-            if defer_webhooks and message.endpoint_handler == Endpoint.Handler.WEBHOOK:
-                outcomes[index] = Outcome(Result.DEFERRED, attempt=attempt)
-                continue
-            if now < message.due_at:  # never early: hold it until due
-                outcomes[index] = Outcome(Result.EARLY, attempt=attempt, eta=message.due_at)
-                continue
-            arrival, change = lifecycle.arrive(message, attempt=attempt, now=now, by=by, throttled_ms=throttled_ms)
-            if arrival is Arrival.DELIVER and not _call_slot_free(message):
-                outcomes[index] = Outcome(Result.BUSY, attempt=attempt)
-                continue
-            before = {name: getattr(message, name) for name in change}  # to undo a postponed one
-            lifecycle.apply(message, change)
-            changed[message.id] = message
-            arrived[index] = (before, metrics.arrival(arrival, message, change))
-            if arrival in _DROPPED:
-                outcomes[index] = Outcome(_DROPPED[arrival])
-            if arrival is Arrival.DELIVER:
-                to_handle.append((index, message))
-        with_handlers = [m for _, m in to_handle if m.endpoint_handler != Endpoint.Handler.NONE]
-        if with_handlers:  # what a handler reads: its endpoint and the payload
-            data = ScheduledMessage.objects.handler_data([m.id for m in with_handlers])
-            for message in with_handlers:
-                message.payload, message.endpoint = data[message.id]
-        _handle_many(to_handle, outcomes)
-        # postponed: the row stays as it was and the message is held for another try (a second copy
-        # of it in this batch was already dropped as a duplicate; its count goes with the undo)
-        for index, message in to_handle:
-            if outcomes[index].result is Result.POSTPONED:
-                before, _ = arrived.pop(index)
-                for name, value in before.items():
-                    setattr(message, name, value)
-                del changed[message.id]
-        counted += [count for _, count in arrived.values()]
-        for index, message in to_handle:
-            if outcomes[index].result in (Result.RETRY, Result.FAILED):
-                counted += metrics.handler_failed(message, retried=outcomes[index].result is Result.RETRY)
-        ScheduledMessage.objects.save_delivery_state(list(changed.values()))
-        delivered = [m for index, m in to_handle if outcomes[index].result is Result.DELIVERED]
-        delivery_minute_record(messages=delivered)
-        metrics.record_on_commit(counted)
+    """The copies the set-based statement did not take, (index in the batch, item), with their
+    rows locked (one lock query, one write; in the caller's transaction); each decided by the
+    lifecycle in arrival order. Fills ``outcomes``; returns the messages recorded delivered."""
+    rows = {str(m.id): m for m in ScheduledMessage.objects.locked_for_delivery(
+        [message_id for message_id in {item[0] for _, item in left} if wire.is_row_id(message_id)])}
+    now = timezone.now()
+    changed, to_handle, counted, arrived = {}, [], [], {}
+    for index, (message_id, attempt, *stamps) in left:
+        due_ms, throttled_ms = (*stamps, None, None)[:2]
+        message = rows.get(message_id)
+        if message is None:
+            log.warning("delivery of unknown message %s dropped", message_id)
+            outcomes[index] = Outcome(Result.UNKNOWN)
+            continue
+        if lifecycle.superseded(message, attempt=attempt, due_ms=due_ms):
+            # before the early check: a copy for the old time must not wait for the new one
+            outcomes[index] = Outcome(Result.SUPERSEDED)
+            counted.append(metrics.arrival(Arrival.SUPERSEDED, message, {}))
+            continue
+        if defer_webhooks and message.endpoint_handler == Endpoint.Handler.WEBHOOK:
+            outcomes[index] = Outcome(Result.DEFERRED, attempt=attempt)
+            continue
+        if now < message.due_at:  # never early: hold it until due
+            outcomes[index] = Outcome(Result.EARLY, attempt=attempt, eta=message.due_at)
+            continue
+        arrival, change = lifecycle.arrive(message, attempt=attempt, now=now, by=by, throttled_ms=throttled_ms)
+        if arrival is Arrival.DELIVER and not _call_slot_free(message):
+            outcomes[index] = Outcome(Result.BUSY, attempt=attempt)
+            continue
+        before = {name: getattr(message, name) for name in change}  # to undo a postponed one
+        lifecycle.apply(message, change)
+        changed[message.id] = message
+        arrived[index] = (before, metrics.arrival(arrival, message, change))
+        if arrival in _DROPPED:
+            outcomes[index] = Outcome(_DROPPED[arrival])
+        if arrival is Arrival.DELIVER:
+            to_handle.append((index, message))
+    with_handlers = [m for _, m in to_handle if m.endpoint_handler != Endpoint.Handler.NONE]
+    if with_handlers:  # what a handler reads: its endpoint and the payload
+        data = ScheduledMessage.objects.handler_data([m.id for m in with_handlers])
+        for message in with_handlers:
+            message.payload, message.endpoint = data[message.id]
+    _handle_many(to_handle, outcomes)
+    # postponed: the row stays as it was and the message is held for another try (a second copy
+    # of it in this batch was already dropped as a duplicate; its count goes with the undo)
+    for index, message in to_handle:
+        if outcomes[index].result is Result.POSTPONED:
+            before, _ = arrived.pop(index)
+            for name, value in before.items():
+                setattr(message, name, value)
+            del changed[message.id]
+    counted += [count for _, count in arrived.values()]
+    for index, message in to_handle:
+        if outcomes[index].result in (Result.RETRY, Result.FAILED):
+            counted += metrics.handler_failed(message, retried=outcomes[index].result is Result.RETRY)
+    ScheduledMessage.objects.save_delivery_state(list(changed.values()))
+    delivered = [m for index, m in to_handle if outcomes[index].result is Result.DELIVERED]
+    delivery_minute_record(messages=delivered)
+    metrics.record_on_commit(counted)
     return delivered
 
 

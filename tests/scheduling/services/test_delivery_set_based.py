@@ -12,7 +12,7 @@ from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Max, Sum
 from django.utils import timezone
 from prometheus_client import REGISTRY, CollectorRegistry, Histogram
@@ -167,6 +167,31 @@ def test_every_kind_of_copy_comes_out_as_the_one_by_one_path_decides_it(versions
     assert counted[("delay_deliveries_total", labels)] == 10  # first deliveries: not the retry's attempt
     assert counted[("delay_duplicates_suppressed_total", labels)] == 4
     assert counted[("delay_throttled_total", labels)] == 1
+
+
+def test_a_batch_that_fails_after_the_statement_counts_nothing(versions, frozen, endpoint_name, monkeypatch,
+                                                                django_capture_on_commit_callbacks):
+    """One transaction: the statement's deliveries roll back with the one-by-one path's failure,
+    so the loop's retry of the batch delivers them once (not as duplicates of themselves)."""
+    owner = team()
+    record = endpoint(owner, versions)
+    rows = [message(record, frozen) for _ in range(3)]
+    items = [(str(r.id), 0) for r in rows] + [(str(rows[0].id), 0)]  # a duplicate: the one-by-one path runs
+
+    def fails(*args, **kwargs):
+        raise DatabaseError("the database went away")
+
+    with monkeypatch.context() as patch, django_capture_on_commit_callbacks(execute=True):
+        patch.setattr("scheduling.services.delivery._receive_one_by_one", fails)
+        with pytest.raises(DatabaseError):
+            delivery_receive_many(items=items)
+    assert {ScheduledMessage.objects.get(id=r.id).delivery_count for r in rows} == {0}
+    assert minutes_of(owner) == {} and metrics_of(owner) == {}
+    with django_capture_on_commit_callbacks(execute=True):
+        outcomes = delivery_receive_many(items=items)
+    assert [o.result for o in outcomes] == [Result.DELIVERED] * 3 + [Result.DUPLICATE]
+    assert [ScheduledMessage.objects.get(id=r.id).delivery_count for r in rows] == [2, 1, 1]
+    assert metrics_of(owner)[("delay_deliveries_total", (("endpoint", "record"), ("version", "v3")))] == 3
 
 
 def test_lateness_is_lifecycle_lateness_ms_to_the_microsecond(versions, frozen, endpoint_name):
