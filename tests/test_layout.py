@@ -41,7 +41,7 @@ STDLIB = set(sys.stdlib_module_names)
 SCHEDULING = ROOT / "scheduling"
 TOP_LEVEL_MAX = 12
 # What services and selectors act on or read: a public function is named <entity>_<verb>[_<what>].
-ENTITIES = ("message", "message_table", "endpoint", "topology", "topology_version", "delays", "delivery",
+ENTITIES = ("message", "message_table", "endpoint", "webhook_call", "topology", "topology_version", "delays", "delivery",
             "delivery_minute", "delivery_log", "relay", "timeout", "unroutable", "retention", "archive",
             "archive_file", "accuracy_report", "celery_task", "celery_queue", "dashboard", "lateness", "outbox",
             "queryset", "cursor", "schedule", "team", "membership", "api_key", "caller", "audit")

@@ -45,7 +45,7 @@ from ..services.delivery import (
 )
 from ..services.flow import endpoint_release_call_slots, endpoint_take_call_slots, endpoint_take_slots
 from ..services.rescue import message_rescue_overdue
-from ..services.webhook_calls import Recorded, webhook_record, webhook_take
+from ..services.webhook_calls import Recorded, webhook_call_record, webhook_call_take
 from .flow import FlowGate, Limit
 from .handlers import WebhookProfile, payload_body, signed_headers, webhook_profiles
 from .holding import Held, Holding
@@ -291,7 +291,7 @@ class DeliveryLoop(threading.Thread):
         items = [(h.delivery.message_id, h.delivery.attempt, h.delivery.stamped_due_ms, self.flow.throttled_ms(h, now))
                  for h in due]
         profile_of = {h.delivery.message_id: self.profiles[h.message.queue] for h in due}
-        taken, others = webhook_take(items=items, deadlines={i: p.deadline_s for i, p in profile_of.items()})
+        taken, others = webhook_call_take(items=items, deadlines={i: p.deadline_s for i, p in profile_of.items()})
         calls, decided, timestamp = [], [], int(time.time())
         for held in due:
             message_id = held.delivery.message_id
@@ -362,7 +362,7 @@ class DeliveryLoop(threading.Thread):
         if not results:
             return
         try:
-            recorded = webhook_record(results=[(r, r.call.token[1]) for r in results], by=self.worker_name)
+            recorded = webhook_call_record(results=[(r, r.call.token[1]) for r in results], by=self.worker_name)
         except (OperationalError, InterfaceError) as exc:  # the rows keep their lease; the results wait
             close_old_connections()
             log.warning("%d webhook result(s) not recorded yet: database unavailable (%s)", len(results), exc)
@@ -406,7 +406,7 @@ class DeliveryLoop(threading.Thread):
         merged, kept = Recorded({}, {}, []), []
         for result in results:
             try:
-                one = webhook_record(results=[(result, result.call.token[1])], by=self.worker_name)
+                one = webhook_call_record(results=[(result, result.call.token[1])], by=self.worker_name)
             except DatabaseError as exc:
                 held, row, _, slot = result.call.token
                 log.error("webhook result of %s not recorded (%s); it is called again after its lease",

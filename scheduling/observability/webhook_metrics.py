@@ -22,8 +22,8 @@ CIRCUITS_OPENED = Counter(
     "delay_webhook_circuits_opened", "Times an endpoint's circuit opened (its calls paused after consecutive "
     "failures).", BY_ENDPOINT)
 ENDPOINTS_DISABLED = Counter(
-    "delay_endpoints_disabled", "Endpoints the platform disabled for failing longer than "
-    "DELAY_WEBHOOK_DISABLE_AFTER.", BY_ENDPOINT)
+    "delay_endpoints_disabled", "Endpoints the platform disabled for failing longer than its setting "
+    "(docs/guides/webhooks.md).", BY_ENDPOINT)
 
 
 class _Labels:

@@ -76,7 +76,7 @@ RETURNING m.id, c.attempt, m.call_lease_until, statement_timestamp(), m.endpoint
 """
 
 
-def webhook_take(*, items: list[tuple], deadlines: dict[str, float]) -> tuple[dict[str, Taken], dict[str, Outcome]]:
+def webhook_call_take(*, items: list[tuple], deadlines: dict[str, float]) -> tuple[dict[str, Taken], dict[str, Outcome]]:
     """Lease the rows of ``items`` (message id, attempt, due time in ms the copy carries or None,
     ms flow control held it or None) for their calls; ``deadlines``: each message id's deadline (s).
     Returns the rows taken, and for the others what they are (duplicate, cancelled, superseded,
@@ -219,7 +219,7 @@ def _error(result: CallResult) -> str:
     return f"webhook {AttemptOutcome(result.outcome).label}: {result.excerpt[:300]}"
 
 
-def webhook_record(*, results: list[tuple[CallResult, Taken]], by: str = "") -> Recorded:
+def webhook_call_record(*, results: list[tuple[CallResult, Taken]], by: str = "") -> Recorded:
     """Record a batch of ended calls in one transaction: delivered, or the handler's retry or
     give-up (lifecycle.handler_failed, the wait at least what a Retry-After asked), each attempt
     kept, each endpoint's health, and endpoints failing past DELAY_WEBHOOK_DISABLE_AFTER disabled.

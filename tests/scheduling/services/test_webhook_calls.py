@@ -13,7 +13,7 @@ from scheduling.delivery.models import EndpointHealth, MessageAttempt, Outcome a
 from scheduling.delivery.webhooks import Call, CallResult
 from scheduling.models import DeliveryMinute, Endpoint, ScheduledMessage
 from scheduling.services.delivery import Result
-from scheduling.services.webhook_calls import webhook_record, webhook_take
+from scheduling.services.webhook_calls import webhook_call_record, webhook_call_take
 
 pytestmark = pytest.mark.django_db
 Status = ScheduledMessage.Status
@@ -35,7 +35,7 @@ def make(versions, endpoint_name):
 
 def take(*messages, attempt=0, due_ms=None):
     items = [(str(m.id), attempt, due_ms, None) for m in messages]
-    return webhook_take(items=items, deadlines={str(m.id): 5.0 for m in messages})
+    return webhook_call_take(items=items, deadlines={str(m.id): 5.0 for m in messages})
 
 
 def ended(taken, outcome=AttemptOutcome.OK, status=200, retry_after=None, called=True, excerpt="ok"):
@@ -66,7 +66,7 @@ def test_copies_not_taken_are_sorted_out(make):
     delivered.refresh_from_db()
     assert delivered.delivery_count == 1  # the copy counted
     unknown = "0190f2a0-0000-7000-8000-000000000000"
-    _, others = webhook_take(items=[(unknown, 0, None, None), ("not-a-row", 0, None, None)], deadlines={unknown: 5.0})
+    _, others = webhook_call_take(items=[(unknown, 0, None, None), ("not-a-row", 0, None, None)], deadlines={unknown: 5.0})
     assert {o.result for o in others.values()} == {Result.UNKNOWN}
 
 
@@ -79,7 +79,7 @@ def test_a_copy_for_an_older_due_time_is_superseded(make):
 def test_a_success_is_recorded_delivered_with_its_attempt_and_minute(make):
     message = make(due_in=timedelta(milliseconds=-50))
     taken, _ = take(message)
-    recorded = webhook_record(results=[ended(taken[str(message.id)])], by="w1")
+    recorded = webhook_call_record(results=[ended(taken[str(message.id)])], by="w1")
     assert recorded.outcomes[str(message.id)].result is Result.DELIVERED
     message.refresh_from_db()
     assert message.status == Status.DELIVERED and message.call_lease_until is None
@@ -94,7 +94,7 @@ def test_a_success_is_recorded_delivered_with_its_attempt_and_minute(make):
 def test_a_failure_is_retried_after_at_least_its_retry_after_and_counted(make, settings):
     message = make()
     taken, _ = take(message)
-    recorded = webhook_record(results=[ended(taken[str(message.id)], AttemptOutcome.HTTP_STATUS, 429, "30")])
+    recorded = webhook_call_record(results=[ended(taken[str(message.id)], AttemptOutcome.HTTP_STATUS, 429, "30")])
     outcome = recorded.outcomes[str(message.id)]
     assert outcome.result is Result.RETRY and outcome.attempt == 1 and outcome.retry_in >= 30
     message.refresh_from_db()
@@ -112,7 +112,7 @@ def test_a_retry_attempt_is_numbered_and_its_success_closes_the_health(make):
     EndpointHealth.objects.create(endpoint=message.endpoint, consecutive_failures=3,
                                   failing_since=timezone.now() - timedelta(hours=1))
     taken, _ = take(message, attempt=1)
-    webhook_record(results=[ended(taken[str(message.id)])])
+    webhook_call_record(results=[ended(taken[str(message.id)])])
     assert MessageAttempt.objects.get(message=message).number == 2
     assert MessageAttempt.objects.get(message=message).trigger == "retry"
     health = EndpointHealth.objects.get(endpoint=message.endpoint)
@@ -128,7 +128,7 @@ def test_the_circuit_opens_after_consecutive_failures(make, settings):
     taken_more, _ = take(*more)
     results = [ended(t, AttemptOutcome.TIMEOUT, None, excerpt="deadline passed")
                for t in [*taken.values(), *taken_more.values()]]
-    recorded = webhook_record(results=results)
+    recorded = webhook_call_record(results=results)
     health = EndpointHealth.objects.get(endpoint=messages[0].endpoint)
     assert health.consecutive_failures == threshold + 3 and health.circuit_opened >= 1
     assert recorded.paused[messages[0].endpoint_id] > timezone.now()
@@ -139,7 +139,7 @@ def test_an_endpoint_failing_past_the_setting_is_disabled_and_its_messages_kept(
     EndpointHealth.objects.create(endpoint=message.endpoint, consecutive_failures=100,
                                   failing_since=timezone.now() - timedelta(days=6))
     taken, _ = take(message)
-    recorded = webhook_record(results=[ended(taken[str(message.id)], AttemptOutcome.REFUSED, None)])
+    recorded = webhook_call_record(results=[ended(taken[str(message.id)], AttemptOutcome.REFUSED, None)])
     assert recorded.disabled == [message.endpoint_id]
     endpoint = Endpoint.objects.get(pk=message.endpoint_id)
     assert not endpoint.is_active and endpoint.disabled_at is not None and "since" in endpoint.disabled_reason
@@ -152,7 +152,7 @@ def test_an_endpoint_failing_past_the_setting_is_disabled_and_its_messages_kept(
 def test_a_call_handed_back_unattempted_only_gives_up_its_lease(make):
     message = make()
     taken, _ = take(message)
-    recorded = webhook_record(results=[ended(taken[str(message.id)], called=False)])
+    recorded = webhook_call_record(results=[ended(taken[str(message.id)], called=False)])
     assert recorded.outcomes[str(message.id)].result is Result.BUSY
     message.refresh_from_db()
     assert message.call_lease_until is None and message.delivery_count == 0 and message.status == Status.PUBLISHED
@@ -164,11 +164,11 @@ def test_a_result_under_a_lease_that_passed_and_was_taken_again_is_not_recorded(
     taken, _ = take(message)
     ScheduledMessage.objects.filter(pk=message.pk).update(call_lease_until=timezone.now() - timedelta(seconds=1))
     again, _ = take(message)  # another worker, after the first one's lease passed
-    recorded = webhook_record(results=[ended(taken[str(message.id)])])
+    recorded = webhook_call_record(results=[ended(taken[str(message.id)])])
     assert recorded.outcomes[str(message.id)].result is Result.DUPLICATE
     message.refresh_from_db()
     assert message.status == Status.PUBLISHED and message.delivery_count == 2
-    webhook_record(results=[ended(again[str(message.id)])])
+    webhook_call_record(results=[ended(again[str(message.id)])])
     message.refresh_from_db()
     assert message.status == Status.DELIVERED
     assert MessageAttempt.objects.filter(message=message).count() == 2  # both calls were made
