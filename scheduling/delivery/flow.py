@@ -89,10 +89,10 @@ class FlowGate:
                 if delay_us <= 0:
                     self._go_if_free(held, limit, now_ms, go, wait)
                 else:
-                    wait.append((self._throttled(held, now_ms), now_ms + math.ceil(delay_us / 1000)))
+                    wait.append((self.throttle(held, now_ms), now_ms + math.ceil(delay_us / 1000)))
             run_ends_ms = now_ms + (first_us + (len(taking) - 1) * spacing_us) // 1000
             for held in helds[len(taking):]:  # no slot yet: back for one as this run ends
-                wait.append((self._throttled(held, now_ms), max(now_ms + 1, run_ends_ms - LEAD_MS)))
+                wait.append((self.throttle(held, now_ms), max(now_ms + 1, run_ends_ms - LEAD_MS)))
         return go, wait
 
     @staticmethod
@@ -110,7 +110,7 @@ class FlowGate:
         """When a message that could not be handed over (every call slot busy, its rate slot
         missed) looks again: in BUSY_RETRY_MS while its slot still holds then, else at once, for a
         new slot."""
-        self._throttled(held, now_ms)
+        self.throttle(held, now_ms)
         if held.slot_ms is not None and not self.slot_kept(held, now_ms + BUSY_RETRY_MS):
             held.slot_ms = None
             return now_ms
@@ -136,7 +136,8 @@ class FlowGate:
             go.append(held)
 
     @staticmethod
-    def _throttled(held, now_ms: int):
+    def throttle(held, now_ms: int):
+        """``held`` waits for its endpoint's flow control from ``now_ms`` (if it was not already)."""
         if held.throttled_since_ms is None:
             held.throttled_since_ms = now_ms
         return held

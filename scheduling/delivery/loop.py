@@ -264,6 +264,8 @@ class DeliveryLoop(threading.Thread):
                     room[profile.endpoint_id] = left - 1
                     go.append(held)
                 else:
+                    if profile.max_concurrent is not None and profile.max_concurrent <= profile.limit:
+                        self.flow.throttle(held, now)  # its wait is flow control's (max_concurrent)
                     self.parked[profile.endpoint_id].append(held)
                     self.in_webhooks.add(held.delivery.message_id)
         return go
@@ -338,12 +340,26 @@ class DeliveryLoop(threading.Thread):
         return go, slot_of
 
     def _release_call_slot(self, endpoint_id: int, slot: int | None) -> None:
-        if slot is None or slot not in self.call_slots.get(endpoint_id, ()):
-            return
-        self.call_slots[endpoint_id].discard(slot)
+        self._release_slots({endpoint_id: [slot]} if slot is not None else {})
+
+    def _release_call_slots(self, results: list[CallResult]) -> None:
+        slots = defaultdict(list)
+        for result in results:
+            if result.call.token[3] is not None:
+                slots[result.call.endpoint].append(result.call.token[3])
+        self._release_slots(slots)
+
+    def _release_slots(self, slots: dict[int, list[int]]) -> None:
+        """One statement per endpoint; a slot this connection no longer holds is skipped."""
         try:
-            endpoint_release_call_slots(endpoint_id=endpoint_id, slots=[slot])
+            for endpoint_id, numbers in slots.items():
+                held = self.call_slots.get(endpoint_id, set())
+                mine = [n for n in numbers if n in held]
+                held.difference_update(mine)
+                if mine:
+                    endpoint_release_call_slots(endpoint_id=endpoint_id, slots=mine)
         except DatabaseError:  # the connection is gone, and with it every lock it held
+            close_old_connections()
             self.call_slots.clear()
 
     @staticmethod
@@ -357,10 +373,13 @@ class DeliveryLoop(threading.Thread):
         """Record the calls that ended (one transaction), then settle them: acked, a retry
         published, or held again (handed back unattempted: its endpoint paused)."""
         results = self.unrecorded
+        ended_now = []
         while not self.finished.empty():
-            results.append(self.finished.get())
+            ended_now.append(self.finished.get())
+        results.extend(ended_now)
         if not results:
             return
+        self._release_call_slots(ended_now)  # the calls are over: max_concurrent counts calls, not records
         try:
             recorded = webhook_call_record(results=[(r, r.call.token[1]) for r in results], by=self.worker_name)
         except (OperationalError, InterfaceError) as exc:  # the rows keep their lease; the results wait
@@ -381,10 +400,9 @@ class DeliveryLoop(threading.Thread):
             self.sync_now.set()
         decided, ended = [], set()
         for result in results:
-            held, _, session, slot = result.call.token
+            held, _, session, _ = result.call.token
             self.in_webhooks.discard(held.delivery.message_id)
             self.flow.done(held)
-            self._release_call_slot(result.call.endpoint, slot)
             ended.add(result.call.endpoint)
             outcome = recorded.outcomes[held.delivery.message_id]
             if session != self.session_no:  # its broker message came back on the new connection

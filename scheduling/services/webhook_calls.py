@@ -305,8 +305,12 @@ def _record_failed(pairs, by: str, settings, now: datetime) -> dict[str, Outcome
     counted = []
     for result, t in pairs:
         if t.message_id in recorded:
-            counted += metrics.handler_failed(_Row(t.endpoint_id, t.topology_id),
-                                              retried=decided[t.message_id].result is Result.RETRY)
+            row = _Row(t.endpoint_id, t.topology_id)
+            counted += metrics.handler_failed(row, retried=decided[t.message_id].result is Result.RETRY)
+            if t.attempt == 0:  # the first hand-over is the delivery, whatever its handler's outcome
+                counted.append(metrics.Counted(metrics.DELIVERIES, row,
+                                               lifecycle.lateness_ms(t.due_at, t.taken_at, accepted_at=t.created_at),
+                                               t.throttled_ms))
             if decided[t.message_id].result is Result.FAILED:
                 log.error("message %s failed after %d attempts: %s", t.message_id, t.attempt + 1, _error(result))
     metrics.record_on_commit(counted)
