@@ -554,10 +554,10 @@ SPECS: tuple[Spec, ...] = (
         Spec("DELAY_PUBLISH_BATCH", Integer(min=1), "500", "rows locked and published per transaction (after a "
              "commit, and by the sweeper)", "1000", conf=True),
         Spec("DELAY_RELAY_GATHER_MS", Integer(min=0, max=1000, why="a request waits for it"), "5",
-             "under load, how long rows committed by concurrent requests wait for each other so that each web "
-             "process publishes them together, in fuller envelopes (an idle process publishes at once); `0`: only "
-             "what came during the last publish ([Envelopes](../concepts/envelopes.md#across-requests))", "2",
-             conf=True),
+             "under load, how long rows committed by concurrent requests of one process may wait for those "
+             "of others still committing, so that they are published together, in fuller envelopes (an idle "
+             "process publishes at once); `0`: only what came during the last publish "
+             "([Envelopes](../concepts/envelopes.md#across-requests))", "20", conf=True),
         Spec("DELAY_SWEEP_SECONDS", Number(above=0), "2", "how often beat runs the sweeper (it publishes rows a "
              "commit left unpublished)", "5", conf=True),
         Spec("DELAY_SWEEP_GRACE_SECONDS", Number(min=0), "1", "how old a pending row must be before the sweeper "

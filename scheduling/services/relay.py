@@ -191,6 +191,7 @@ class Claimed:
     groups: list[list[ScheduledMessage]]
     prepared: list
     published_at: object
+    token: int | None = None  # the publisher thread expects them (rabbit/gather.py)
 
 
 def relay_claim_new(*, rows: list[ScheduledMessage]) -> Claimed | None:
@@ -214,7 +215,8 @@ def relay_claim_new(*, rows: list[ScheduledMessage]) -> Claimed | None:
         for row in group:
             row.status, row.published_at = PUBLISHED, now
             row.routing_key, row.first_exchange = route.routing_key, route.exchange
-    return Claimed(eligible, groups, prepared, now)
+    # said now, between writing the rows and their commit: a batch under load waits for them
+    return Claimed(eligible, groups, prepared, now, _GATHERER.expect())
 
 
 def relay_send_claimed(*, claimed: Claimed) -> RelayResult:
@@ -404,7 +406,8 @@ _GATHERER = Gatherer(_send_gathered, gather_ms=lambda: conf().relay_gather_ms, e
 
 def _gathered(part: _Part) -> _Part:
     """Hand ``part`` to this process's publisher thread and wait until its rows are published."""
-    return _GATHERER.run(part, weight=part.size, timeout=_GATHER_WAIT_SECONDS)
+    return _GATHERER.run(part, weight=part.size, timeout=_GATHER_WAIT_SECONDS,
+                         token=part.claimed.token if part.claimed else None)
 
 
 def relay_gather_stats() -> tuple[int, int]:

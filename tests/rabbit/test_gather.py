@@ -1,6 +1,7 @@
 """rabbit.gather.Gatherer, the relay's group commit (no broker here): an item handed to an idle
-publisher goes at once; items handed while a batch is out go together in the next; the window
-gathers under load only; an error reaches every caller of its batch; a forked child has its own."""
+publisher goes at once; items handed while a batch is out go together in the next; under load the
+window waits for items expected, and only then; an error reaches every caller of its batch; a
+forked child has its own."""
 
 import os
 import threading
@@ -65,20 +66,44 @@ def test_items_handed_while_a_batch_is_out_go_together_in_the_next():
     assert (g.batches, g.items) == (2, 11)
 
 
-def test_under_load_the_window_gathers_what_comes_after_the_batch_too():
+def test_under_load_the_window_waits_for_what_is_expected():
+    """A request says it is coming between writing its rows and its commit (expect): under load the
+    next batch waits for it, up to the window."""
     send = Recorder()
     g = gatherer(send, gather_ms=300)
     send.release.clear()
     threads = in_threads(g.run, ["first"])
     assert send.entered.wait(5)
     threads += in_threads(g.run, ["during"])  # came while the first batch was out: load
+    token = g.expect()  # another request is committing
     time.sleep(0.05)
     send.release.set()
     time.sleep(0.05)
-    threads += in_threads(g.run, ["after"])  # within 300 ms of "during": the same batch
+    threads += in_threads(lambda item: g.run(item, token=token), ["expected"])  # within 300 ms of "during"
     for thread in threads:
         thread.join(10)
-    assert send.batches == [["first"], ["during", "after"]]
+    assert send.batches == [["first"], ["during", "expected"]]
+
+
+def test_under_load_nothing_expected_means_no_wait_and_an_expectation_not_met_waits_the_window_only():
+    send = Recorder()
+    g = gatherer(send, gather_ms=300)
+    for expected in (False, True):
+        send.release.clear()
+        send.entered.clear()
+        threads = in_threads(g.run, ["first"])
+        assert send.entered.wait(5)
+        threads += in_threads(g.run, ["during"])
+        if expected:
+            g.expect()  # its transaction rolls back: it never comes
+        time.sleep(0.05)
+        start = time.monotonic()
+        send.release.set()
+        for thread in threads:
+            thread.join(10)
+        took = time.monotonic() - start
+        assert (took > 0.2) if expected else (took < 0.15), (expected, took)
+    assert send.batches == [["first"], ["during"]] * 2
 
 
 def test_enough_items_waiting_end_the_window_early():
@@ -88,6 +113,7 @@ def test_enough_items_waiting_end_the_window_early():
     threads = in_threads(lambda item: g.run(item, weight=2), ["first"])
     assert send.entered.wait(5)
     threads += in_threads(lambda item: g.run(item, weight=2), ["a", "b"])
+    g.expect()  # more would be waited for, but 2 + 2 rows are enough
     time.sleep(0.05)
     start = time.monotonic()
     send.release.set()
