@@ -451,8 +451,8 @@ class DeliveryLoop(threading.Thread):
         settings = self.settings
         if len(self.consumer.unsettled) >= settings.delivery_prefetch:
             return
-        if self.holding.behind_ms(now_ms()) > settings.rescue_after_ms / 2:
-            return  # behind (a burst): what is overdue waits in its hold and its queues
+        if self.holding.behind_ms(now_ms()) > settings.rescue_after_ms / 2 or self.parked:
+            return  # behind (a burst, or calls waiting for their endpoint's bulkhead): they wait in the loop
         skip = self.holding.ids_due_before(now_ms() - settings.rescue_after_ms) | self.in_webhooks
         try:
             message_rescue_overdue(queues=self.consumer.queues, skip=skip, limit=settings.delivery_batch,
