@@ -32,6 +32,7 @@ from ..delivery.models import EndpointHealth, MessageAttempt, Outcome as Attempt
 from ..delivery.webhooks import CallResult
 from ..lifecycle import Status
 from ..models import Endpoint, ScheduledMessage
+from ..queries import execute_prepared, int_array, uuid_array
 from ..observability import metrics, webhook_metrics
 from .delivery import Outcome, Result
 from .delivery_log import delivery_log_on_commit
@@ -85,14 +86,13 @@ def webhook_call_take(*, items: list[tuple], deadlines: dict[str, float]) -> tup
     valid = [item for item in items if wire.is_row_id(item[0])]
     taken: dict[str, Taken] = {}
     if valid:
-        with connection.cursor() as cursor:
-            cursor.execute(_TAKE, [
-                [i[0] for i in valid], [i[1] for i in valid], [i[2] for i in valid], [i[3] for i in valid],
-                [deadlines[i[0]] + LEASE_MARGIN_SECONDS for i in valid]])
-            for row in cursor.fetchall():
-                t = Taken(str(row[0]), *row[1:])
-                t.payload = orjson.loads(t.payload) if isinstance(t.payload, str) else t.payload  # raw jsonb text
-                taken[t.message_id] = t
+        rows = execute_prepared(_TAKE, [
+            uuid_array(i[0] for i in valid), int_array(i[1] for i in valid), int_array(i[2] for i in valid),
+            int_array(i[3] for i in valid), [deadlines[i[0]] + LEASE_MARGIN_SECONDS for i in valid]])
+        for row in rows:
+            t = Taken(str(row[0]), *row[1:])
+            t.payload = orjson.loads(t.payload) if isinstance(t.payload, str) else t.payload  # raw jsonb text
+            taken[t.message_id] = t
     # the first copy of each row taken went to its call; a second copy of it (in this very batch)
     # waits for that call
     seen: set[str] = set()
@@ -210,6 +210,7 @@ SELECT a.id, a.number, a.trigger, a.started_at, a.duration_ms, a.outcome, a.stat
 FROM unnest(%s::uuid[], %s::int[], %s::text[], %s::timestamptz[], %s::int[], %s::text[], %s::int[], %s::text[])
      AS a(id, number, trigger, started_at, duration_ms, outcome, status_code, excerpt)
 WHERE EXISTS (SELECT 1 FROM {MESSAGES} m WHERE m.id = a.id)
+RETURNING 1
 """
 
 
@@ -265,11 +266,10 @@ def _record_delivered(pairs, by: str) -> dict[str, _Delivered]:
     if not pairs:
         return {}
     lateness = [lifecycle.lateness_ms(t.due_at, t.taken_at, accepted_at=t.created_at) for _, t in pairs]
-    with connection.cursor() as cursor:
-        cursor.execute(_DELIVERED, [by, [t.message_id for _, t in pairs], [t.attempt for _, t in pairs],
-                                    [t.lease_until for _, t in pairs], [t.taken_at for _, t in pairs], lateness,
-                                    [t.throttled_ms for _, t in pairs]])
-        rows = cursor.fetchall()
+    rows = execute_prepared(_DELIVERED, [by, uuid_array(t.message_id for _, t in pairs),
+                                         int_array(t.attempt for _, t in pairs), [t.lease_until for _, t in pairs],
+                                         [t.taken_at for _, t in pairs], int_array(lateness),
+                                         int_array(t.throttled_ms for _, t in pairs)])
     teams = {t.endpoint_id: t.team_id for _, t in pairs}
     return {str(r[0]): _Delivered(endpoint_id=r[1], topology_id=r[2], id=str(r[0]), delivered_at=r[3], lateness_ms=r[4],
                                   attempts=r[5], throttled_ms=r[6], endpoint_team_id=teams.get(r[1]))
@@ -298,10 +298,9 @@ def _record_failed(pairs, by: str, settings, now: datetime) -> dict[str, Outcome
                             ("status", str(change["status"])), ("attempts", change["attempts"]),
                             ("error", change["last_error"]), ("finished_at", change["finished_at"])):
             columns[name].append(value)
-    with connection.cursor() as cursor:
-        cursor.execute(_FAILED, [by, *(columns[n] for n in ("id", "attempt", "lease", "taken_at", "lateness", "status",
-                                                            "attempts", "error", "finished_at"))])
-        recorded = {str(r[0]) for r in cursor.fetchall()}
+    columns["id"] = uuid_array(columns["id"])
+    recorded = {str(r[0]) for r in execute_prepared(_FAILED, [by, *(columns[n] for n in (
+        "id", "attempt", "lease", "taken_at", "lateness", "status", "attempts", "error", "finished_at"))])}
     counted = []
     for result, t in pairs:
         if t.message_id in recorded:
@@ -321,10 +320,9 @@ def _record_attempts(called, by: str) -> None:
     if not called:
         return
     excerpt_bytes = conf().webhook_excerpt_bytes
-    with connection.cursor() as cursor:
-        cursor.execute(_ATTEMPTS, [
-            by[:255], [t.message_id for _, t in called], [t.attempt + 1 for _, t in called],
-            [Trigger.RETRY if t.attempt else (t.trigger or Trigger.SCHEDULED) for _, t in called],
+    execute_prepared(_ATTEMPTS, [
+            by[:255], uuid_array(t.message_id for _, t in called), int_array(t.attempt + 1 for _, t in called),
+            [str(Trigger.RETRY if t.attempt else (t.trigger or Trigger.SCHEDULED)) for _, t in called],
             [from_epoch_ms(int(r.started_at * 1000)) for r, _ in called], [r.duration_ms for r, _ in called],
             [str(r.outcome) for r, _ in called], [r.status_code for r, _ in called],
             [r.excerpt.encode()[:excerpt_bytes].decode("utf-8", "ignore").replace("\x00", "") for r, _ in called]])
