@@ -71,6 +71,7 @@ def message_rescue_overdue(*, queues: Collection[str], skip: Collection[str],
             .exclude(endpoint__handler__in=UNRESCUED_HANDLERS)
             # late because of their endpoint's rate limit, not the broker: its slots reach past the cutoff
             .exclude(endpoint__flow__next_slot_us__gt=to_epoch_ms(cutoff) * 1000)
+            .exclude(call_lease_until__gt=now)  # a webhook call of it is out (services/webhook_calls.py)
             .order_by("due_at")[:limit + len(skip)]
         ) if str(row.id) not in skip][:limit]
         if not rows:

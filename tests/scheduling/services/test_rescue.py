@@ -56,6 +56,7 @@ def test_an_overdue_published_message_gets_a_copy_through_the_delivery_exchange(
     (1500, {"attempts": 1}),  # a handler retry: its own message, its own backoff
     (1500, {"delivery_mode": "timeout_manager"}),
     (5000, {"published_ms_ago": 500}),  # republished (or swept) late: its own copy's turn first
+    (1500, {"call_lease_until": timezone.now() + timedelta(seconds=30)}),  # a webhook call of it is out
 ])
 def test_nothing_else_is_copied(endpoint, amqp, overdue_ms, fields):
     published(endpoint, overdue_ms, **fields)
