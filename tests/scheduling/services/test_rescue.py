@@ -22,10 +22,12 @@ def endpoint(bound_endpoint):
     return bound_endpoint("v3")
 
 
-def published(endpoint, overdue_ms, published_ms_ago=6000, **fields):
+def published(endpoint, overdue_ms, published_ms_ago=6000, lease_in_s=None, **fields):
     """A row the relay published ``published_ms_ago`` (its copy is somewhere in the broker), due
-    ``overdue_ms`` ago."""
+    ``overdue_ms`` ago; ``lease_in_s``: a webhook call of it is out until then."""
     now = timezone.now()
+    if lease_in_s is not None:
+        fields["call_lease_until"] = now + timedelta(seconds=lease_in_s)
     return ScheduledMessage.objects.create(
         endpoint=endpoint, topology=endpoint.topology, payload={},
         published_at=now - timedelta(milliseconds=published_ms_ago),
@@ -56,7 +58,7 @@ def test_an_overdue_published_message_gets_a_copy_through_the_delivery_exchange(
     (1500, {"attempts": 1}),  # a handler retry: its own message, its own backoff
     (1500, {"delivery_mode": "timeout_manager"}),
     (5000, {"published_ms_ago": 500}),  # republished (or swept) late: its own copy's turn first
-    (1500, {"call_lease_until": timezone.now() + timedelta(seconds=30)}),  # a webhook call of it is out
+    (1500, {"lease_in_s": 30}),  # a webhook call of it is out
 ])
 def test_nothing_else_is_copied(endpoint, amqp, overdue_ms, fields):
     published(endpoint, overdue_ms, **fields)
