@@ -22,6 +22,7 @@ call holds a transaction, and a receiver that never answers holds only its own e
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
@@ -58,7 +59,7 @@ LEASED_RETRY_MS = 250  # a copy whose row another call holds looks again this so
 
 
 def _paused(profile: WebhookProfile, until_ms: int) -> WebhookProfile:
-    return WebhookProfile(**{**profile.__dict__, "paused_until_ms": max(profile.paused_until_ms, until_ms)})
+    return dataclasses.replace(profile, paused_until_ms=max(profile.paused_until_ms, until_ms))
 
 
 class DeliveryLoop(threading.Thread):
@@ -275,7 +276,7 @@ class DeliveryLoop(threading.Thread):
         parked = self.parked.get(endpoint_id)
         if not parked:
             return
-        profile = next((p for p in self.profiles.values() if p.endpoint_id == endpoint_id), None)
+        profile = self.profiles.get(parked[0].message.queue)
         room = self.engine.room(endpoint_id, profile.limit) if profile is not None else len(parked)
         for _ in range(min(room, len(parked))):
             held = parked.popleft()
