@@ -213,6 +213,9 @@ def worker_env(django_db_setup, provisioned):
         "BROKER_URL": settings.BROKER_URL,
         "DELAY_SWEEP_SECONDS": "1",
         "DELAY_WORKER_METRICS_PORT": "0",  # tests/e2e/test_metrics.py gives its worker a port of its own
+        # one loop per worker: the ~60 workers of a run would each start another process;
+        # tests/e2e/test_loop_processes.py runs the default's loop processes
+        "DELAY_DELIVERY_PROCESSES": "1",
     }
 
 

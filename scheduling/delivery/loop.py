@@ -16,8 +16,9 @@ Guarantees kept: a message is acked only after its row is committed (a crash red
 never before due_at (the row is checked too); a database outage leaves messages unacked and
 retries them with backoff. Webhooks: the loop takes their rows (a lease each), hands the calls to
 the webhook engine (webhooks.py: one event loop, fair across teams and endpoints, each endpoint
-bounded by its bulkhead) and records the results as they end (services/webhook_calls.py): no
-call holds a transaction, and a receiver that never answers holds only its own endpoint's slots.
+bounded by its bulkhead), and the recorder (recorder.py, a thread of its own) writes the results
+as they end while the loop starts the next calls; the loop settles what was written. No call
+holds a transaction, and a receiver that never answers holds only its own endpoint's slots.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import threading
 import time
 from collections import defaultdict, deque
 
-from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections
+from django.db import DatabaseError, close_old_connections
 
 import rabbit
 
@@ -46,10 +47,11 @@ from ..services.delivery import (
 )
 from ..services.flow import endpoint_release_call_slots, endpoint_take_call_slots, endpoint_take_slots
 from ..services.rescue import message_rescue_overdue
-from ..services.webhook_calls import Recorded, webhook_call_record, webhook_call_take
+from ..services.webhook_calls import webhook_call_take
 from .flow import FlowGate, Limit
 from .handlers import WebhookProfile, payload_body, signed_headers, webhook_profiles
 from .holding import Held, Holding
+from .recorder import Recorder
 from .webhooks import Call, CallResult, EngineSettings, WebhookEngine
 
 log = logging.getLogger(__name__)
@@ -75,7 +77,7 @@ class DeliveryLoop(threading.Thread):
                                                    self.settings.webhook_excerpt_bytes), self.finished.put)
         self.profiles: dict[str, WebhookProfile] = {}  # queue -> how to call it (webhook endpoints)
         self.parked: dict[int, deque[Held]] = defaultdict(deque)  # endpoint id -> due, its bulkhead full
-        self.unrecorded: list[CallResult] = []  # results the database was away for
+        self.recorder = Recorder(worker_name)  # writes the ended calls' results (recorder.py)
         self.call_slots: dict[int, set[int]] = defaultdict(set)  # endpoint id -> max_concurrent slots held
         self.holding = Holding()
         self.flow = FlowGate()  # endpoints' rate and concurrency limits (flow.py)
@@ -99,12 +101,14 @@ class DeliveryLoop(threading.Thread):
 
     def start(self) -> None:
         self.engine.start()
+        self.recorder.start()
         super().start()
 
     def stop(self, timeout: float = 10) -> None:
         self.stopping.set()
         self.join(timeout)
         self.engine.stop()
+        self.recorder.stop(timeout)
 
     def run(self) -> None:
         while not self.stopping.is_set():
@@ -141,14 +145,16 @@ class DeliveryLoop(threading.Thread):
                     self.sync_now.clear()
                     self._sync()
                     next_sync = time.monotonic() + self.settings.consumer_sync_seconds
-                self._finish_webhooks()
+                self._calls_ended()
+                self._settle_recorded()
                 self._deliver_due()
                 if self.settings.rescue_after_ms and time.monotonic() >= next_rescue:
                     self._rescue()
                     next_rescue = time.monotonic() + self.settings.rescue_after_ms / 4000  # 4 looks a rescue
                 metrics.held(len(self.holding))
-                longest = CALLS_WAIT_SECONDS if self.in_webhooks or self.unrecorded else LONGEST_WAIT_SECONDS
-                wait_s = 0.0 if not self.finished.empty() else self.holding.wait_seconds(now_ms(), longest)
+                longest = CALLS_WAIT_SECONDS if self.in_webhooks else LONGEST_WAIT_SECONDS
+                ready = not (self.finished.empty() and self.recorder.done.empty())
+                wait_s = 0.0 if ready else self.holding.wait_seconds(now_ms(), longest)
                 self.consumer.wait(max(wait_s, 0.0005), then_take=self.settings.delivery_batch * 4)
 
     # --- which queues -----------------------------------------------------------------------
@@ -370,76 +376,61 @@ class DeliveryLoop(threading.Thread):
         first_us = endpoint_take_slots(limit=limit, count=count, spacing_us=spacing_us)
         return first_us + (now_ms() - since_ms) * 1000
 
-    def _finish_webhooks(self) -> None:
-        """Record the calls that ended (one transaction), then settle them: acked, a retry
-        published, or held again (handed back unattempted: its endpoint paused)."""
-        results = self.unrecorded
-        ended_now = []
+    def _calls_ended(self) -> None:
+        """Calls that ended go to the recorder; their endpoints' slots are free at once: a healthy
+        endpoint's parked messages start while the recorder writes (one whose call failed waits
+        for its record, which may pause it: a Retry-After is heard before its next call)."""
+        ended = []
         while not self.finished.empty():
-            ended_now.append(self.finished.get())
-        results.extend(ended_now)
-        if not results:
+            ended.append(self.finished.get())
+        if not ended:
             return
-        self._release_call_slots(ended_now)  # the calls are over: max_concurrent counts calls, not records
-        try:
-            recorded = webhook_call_record(results=[(r, r.call.token[1]) for r in results], by=self.worker_name)
-        except (OperationalError, InterfaceError) as exc:  # the rows keep their lease; the results wait
-            close_old_connections()
-            log.warning("%d webhook result(s) not recorded yet: database unavailable (%s)", len(results), exc)
-            return
-        except DatabaseError:  # one the database refuses must not hold up the others
-            log.exception("recording %d webhook result(s) failed; recording them one by one", len(results))
-            recorded, results = self._record_one_by_one(results)
-        self.unrecorded = []
+        self._release_call_slots(ended)  # the calls are over: max_concurrent counts calls, not records
+        self.recorder.submit(ended)
+        failing = {result.call.endpoint for result in ended if not result.ok}
         now = now_ms()
-        for endpoint_id, until in recorded.paused.items():
-            until_ms = int(until.timestamp() * 1000)
-            self.engine.pause(endpoint_id, max(0.0, (until_ms - now) / 1000))
-            self.profiles = {q: (p if p.endpoint_id != endpoint_id else _paused(p, until_ms))
-                             for q, p in self.profiles.items()}
-        if recorded.disabled:
-            self.sync_now.set()
-        decided, ended = [], set()
-        for result in results:
-            held, _, session, _ = result.call.token
-            self.in_webhooks.discard(held.delivery.message_id)
-            self.flow.done(held)
-            ended.add(result.call.endpoint)
-            outcome = recorded.outcomes[held.delivery.message_id]
-            if session != self.session_no:  # its broker message came back on the new connection
-                if outcome.result is Result.RETRY:
-                    self._publish_retry(held, outcome)
-                continue
-            if outcome.result is Result.BUSY:  # handed back unattempted
-                profile = self.profiles.get(held.message.queue)
-                self.holding.hold_until(held, max(now + LEASED_RETRY_MS, profile.paused_until_ms if profile else 0))
-            else:
-                decided.append((held, outcome))
-        for endpoint_id in ended:
+        for endpoint_id in {result.call.endpoint for result in ended} - failing:
             self._unpark(endpoint_id, now)
-        self._settle_all(decided)
 
-    def _record_one_by_one(self, results: list[CallResult]):
-        """Each result alone; one the database still refuses is dropped and its message held until
-        its lease has passed, then called again (at least once)."""
-        merged, kept = Recorded({}, {}, []), []
-        for result in results:
-            try:
-                one = webhook_call_record(results=[(result, result.call.token[1])], by=self.worker_name)
-            except DatabaseError as exc:
-                held, row, _, slot = result.call.token
-                log.error("webhook result of %s not recorded (%s); it is called again after its lease",
-                          held.delivery.message_id, exc)
+    def _settle_recorded(self) -> None:
+        """Settle what the recorder wrote: acked, a retry published, or held again (handed back
+        unattempted: its endpoint paused; not recorded: called again after its lease)."""
+        while not self.recorder.done.empty():
+            written = self.recorder.done.get()
+            now = now_ms()
+            for result in written.unrecorded:
+                held, row, _, _ = result.call.token
                 self.in_webhooks.discard(held.delivery.message_id)
                 self.flow.done(held)
-                self._release_call_slot(result.call.endpoint, slot)
                 self.holding.hold_until(held, to_epoch_ms(row.lease_until))
-                continue
-            merged.outcomes.update(one.outcomes)
-            merged.paused.update(one.paused)
-            merged.disabled += one.disabled
-            kept.append(result)
-        return merged, kept
+            recorded = written.recorded
+            for endpoint_id, until in recorded.paused.items():
+                until_ms = int(until.timestamp() * 1000)
+                self.engine.pause(endpoint_id, max(0.0, (until_ms - now) / 1000))
+                self.profiles = {q: (p if p.endpoint_id != endpoint_id else _paused(p, until_ms))
+                                 for q, p in self.profiles.items()}
+            if recorded.disabled:
+                self.sync_now.set()
+            decided, ended = [], set()
+            for result in written.results:
+                held, _, session, _ = result.call.token
+                self.in_webhooks.discard(held.delivery.message_id)
+                self.flow.done(held)
+                ended.add(result.call.endpoint)
+                outcome = recorded.outcomes[held.delivery.message_id]
+                if session != self.session_no:  # its broker message came back on the new connection
+                    if outcome.result is Result.RETRY:
+                        self._publish_retry(held, outcome)
+                    continue
+                if outcome.result is Result.BUSY:  # handed back unattempted
+                    profile = self.profiles.get(held.message.queue)
+                    self.holding.hold_until(held, max(now + LEASED_RETRY_MS,
+                                                      profile.paused_until_ms if profile else 0))
+                else:
+                    decided.append((held, outcome))
+            for endpoint_id in ended:
+                self._unpark(endpoint_id, now)
+            self._settle_all(decided)
 
     def _rescue(self) -> None:
         """Messages overdue by DELAY_RESCUE_AFTER_MS that this loop neither holds nor is handing

@@ -18,6 +18,7 @@ from . import stale_connections  # noqa: F401  (the task_prerun signal it connec
 
 log = logging.getLogger(__name__)
 _loop = None
+_processes = None  # the loops beyond the worker's own thread (processes.py)
 
 
 class DeliveryLoopStep(bootsteps.StartStopStep):
@@ -28,14 +29,21 @@ class DeliveryLoopStep(bootsteps.StartStopStep):
 
     def start(self, consumer):
         from .loop import DeliveryLoop
+        from .processes import LoopProcesses
 
-        global _loop
+        global _loop, _processes
         if _loop is None or not _loop.is_alive():
             _loop = DeliveryLoop(worker_name=consumer.hostname)
             _loop.start()
+        if _processes is None and conf().delivery_processes > 1:
+            _processes = LoopProcesses(consumer.hostname, conf().delivery_processes - 1)
+            _processes.start()
 
     def shutdown(self, consumer):
-        global _loop
+        global _loop, _processes
+        if _processes is not None:
+            _processes.stop()
+            _processes = None
         if _loop is not None:
             _loop.stop()
             _loop = None
@@ -46,6 +54,8 @@ def dp_sync_endpoints(state):
     """Endpoint added, paused or resumed: consume accordingly now."""
     if _loop is not None:
         _loop.sync_now.set()
+    if _processes is not None:
+        _processes.sync()
     return {"ok": "syncing"}
 
 
@@ -54,4 +64,7 @@ def dp_health(state):
     """This worker answers (its consumer is up) and how its delivery loop is (manage.py worker_health)."""
     if not conf().delivery_loop:
         return {"loop": "off"}
-    return _loop.health() if _loop is not None else {"loop": "not started"}
+    health = _loop.health() if _loop is not None else {"loop": "not started"}
+    if _processes is not None:
+        health["loop_processes"] = f"{_processes.alive()} of {_processes.count} running"
+    return health

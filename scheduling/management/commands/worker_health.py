@@ -57,4 +57,5 @@ class Command(BaseCommand):
             raise CommandError(wrong)
         answer = next(reply[node] for reply in replies if node in reply)
         self.stdout.write(f"{node} ok: delivery loop {answer.get('loop')}"
-                          + (f", {answer['consuming']} queue(s)" if "consuming" in answer else ""))
+                          + (f", {answer['consuming']} queue(s)" if "consuming" in answer else "")
+                          + (f"; loop processes {answer['loop_processes']}" if "loop_processes" in answer else ""))
