@@ -20,6 +20,15 @@ def on_starting(server):
         _made.append(path)
 
 
+def post_fork(server, worker):
+    """Delivery before intake when both compete for the cores: each web worker runs at a lower
+    CPU priority (DELAY_WEB_NICE); a platform worker's delivery loops keep theirs."""
+    from scheduling import setting_specs
+
+    setting_specs.load_env_file()
+    os.nice(setting_specs.BY_KEY["web_nice"].read(os.environ))
+
+
 def child_exit(server, worker):
     from prometheus_client import multiprocess
 

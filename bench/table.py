@@ -112,10 +112,14 @@ def table_rows(r: dict) -> list[tuple]:
     if "throughput" in r:
         t = r["throughput"]
         ok = {v: (t.get(v) or {}).get("highest_ok") for v in ("v2", "v3")}
-        levels = {int(load): stats for load, stats in (t.get("v3") or {}).get("levels", {}).items()}
-        first_missed = min((load for load, stats in levels.items() if stats["p99"] > 250), default=None)
-        seen = "; ".join(f"p99 {fmt(stats['p99'], ' ms')} at {load:,}/s" for load, stats in levels.items()
-                         if load in (ok["v3"], first_missed))
+        levels = [stats for _, stats in sorted((t.get("v3") or {}).get("levels", {}).items(), key=lambda kv: int(kv[0]))]
+        good = [s for s in levels if s["p99"] <= 250]
+        best = max(good, key=lambda s: s.get("due_per_s", 0), default=None)
+        last = levels[-1] if levels else None
+        seen = "; ".join(f"{s.get('due_per_s', 0):,}/s reached: p99 {fmt(s['p99'], ' ms')}, CPU µs a message "
+                         + ", ".join(f"{n.split(' ')[0]} {us:.0f}" for n, us in s.get("cpu_us_per_msg", {}).items())
+                         + f", machine {s.get('machine_busy', 0):.0%} busy"
+                         for s in [x for i, x in enumerate((best, last)) if x is not None and (i == 0 or x is not best)])
         v2, v3 = ("—" if v not in t else f"{ok[v] or 0:,}/s" for v in ("v2", "v3"))
         rows.append(("6 delivered throughput, p99 ≤ 250 ms (record only)", v2, v3, f"v3: {seen or '—'}",
                      "≥ 10,000/s", (ok["v3"] or 0) >= 10000))

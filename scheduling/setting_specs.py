@@ -467,6 +467,10 @@ SPECS: tuple[Spec, ...] = (
              "comma-separated", "delay.example.com"),
         Spec("CSRF_TRUSTED_ORIGINS", Items(list), "", "comma-separated origins allowed to post forms to the admin",
              "https://delay.example.com"),
+        Spec("DELAY_WEB_NICE", Integer(min=0, max=19), "5", "how much lower the web processes' CPU priority is "
+             "than the workers' (`nice`, set by gunicorn.conf.py): when intake and delivery compete for the same "
+             "cores, delivery comes first and the API answers slower ([Scaling](../scaling.md))", "10",
+             setting=False),
     ),
     *_group(
         "Production and security",

@@ -182,6 +182,19 @@ class WebhookProfile:
     max_concurrent: int | None
     paused_until_ms: int  # no call before (Retry-After, an open circuit): the endpoint's health
 
+    @property
+    def handover(self) -> int:
+        """Calls handed to the engine at once: its bulkhead's running and as many ready, which
+        start the moment a call ends instead of a turn of the loop later (with max_concurrent,
+        only those running: each holds a slot shared by every worker from its take)."""
+        return self.limit if self.max_concurrent else 2 * self.limit
+
+    @property
+    def lease_s(self) -> float:
+        """How long a take holds the row (before the margin): a ready call waits at most one
+        deadline for a slot, since the running calls end by theirs, then runs at most one."""
+        return self.deadline_s if self.max_concurrent else 2 * self.deadline_s
+
 
 def webhook_profiles() -> dict[str, WebhookProfile]:
     """Queue name -> profile, of every active webhook endpoint."""

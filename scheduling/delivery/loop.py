@@ -65,9 +65,13 @@ def _paused(profile: WebhookProfile, until_ms: int) -> WebhookProfile:
 
 
 class DeliveryLoop(threading.Thread):
-    def __init__(self, worker_name: str = ""):
+    def __init__(self, worker_name: str = "", rescue: bool = True):
         super().__init__(name="dp-delivery-loop", daemon=True)
         self.worker_name = worker_name  # the Celery node name, recorded on every delivery
+        # one loop of a worker looks for stuck copies (every loop of it consumes the same queues);
+        # the look reads the in-flight index up to its cutoff, dead entries included: ~33 ms at
+        # 100,000 deliveries since the last vacuum, so not 4 times a second in every loop
+        self.rescues = rescue
         self.settings = conf()
         self.stopping = threading.Event()
         self.sync_now = threading.Event()
@@ -148,9 +152,10 @@ class DeliveryLoop(threading.Thread):
                 self._calls_ended()
                 self._settle_recorded()
                 self._deliver_due()
-                if self.settings.rescue_after_ms and time.monotonic() >= next_rescue:
-                    self._rescue()
-                    next_rescue = time.monotonic() + self.settings.rescue_after_ms / 4000  # 4 looks a rescue
+                if self.rescues and self.settings.rescue_after_ms and time.monotonic() >= next_rescue:
+                    found = self._rescue()
+                    # 4 looks a rescue while it finds some, 2 while it finds none
+                    next_rescue = time.monotonic() + self.settings.rescue_after_ms / (4000 if found else 2000)
                 metrics.held(len(self.holding))
                 longest = CALLS_WAIT_SECONDS if self.in_webhooks else LONGEST_WAIT_SECONDS
                 ready = not (self.finished.empty() and self.recorder.done.empty())
@@ -256,8 +261,9 @@ class DeliveryLoop(threading.Thread):
         self._settle_all(decided)
 
     def _bulkheads(self, ready: list[Held], now: int) -> list[Held]:
-        """Of the due messages, those whose call may start now: a paused endpoint's wait for its
-        pause to end; those over their endpoint's bulkhead are parked until a call of it ends."""
+        """Of the due messages, those whose call may be handed over now: a paused endpoint's wait
+        for its pause to end; those beyond what their endpoint may have handed over (its bulkhead
+        running and as many ready: WebhookProfile.handover) are parked until a call of it ends."""
         go, room = [], {}
         for held in ready:
             profile = self.profiles.get(held.message.queue)
@@ -266,7 +272,7 @@ class DeliveryLoop(threading.Thread):
             elif profile.paused_until_ms > now:
                 self.holding.hold_until(held, profile.paused_until_ms)
             else:
-                left = room.setdefault(profile.endpoint_id, self.engine.room(profile.endpoint_id, profile.limit))
+                left = room.setdefault(profile.endpoint_id, self.engine.room(profile.endpoint_id, profile.handover))
                 if left > 0:
                     room[profile.endpoint_id] = left - 1
                     go.append(held)
@@ -283,7 +289,7 @@ class DeliveryLoop(threading.Thread):
         if not parked:
             return
         profile = self.profiles.get(parked[0].message.queue)
-        room = self.engine.room(endpoint_id, profile.limit) if profile is not None else len(parked)
+        room = self.engine.room(endpoint_id, profile.handover) if profile is not None else len(parked)
         for _ in range(min(room, len(parked))):
             held = parked.popleft()
             self.in_webhooks.discard(held.delivery.message_id)
@@ -300,7 +306,7 @@ class DeliveryLoop(threading.Thread):
         items = [(h.delivery.message_id, h.delivery.attempt, h.delivery.stamped_due_ms, self.flow.throttled_ms(h, now))
                  for h in due]
         profile_of = {h.delivery.message_id: self.profiles[h.message.queue] for h in due}
-        taken, others = webhook_call_take(items=items, deadlines={i: p.deadline_s for i, p in profile_of.items()})
+        taken, others = webhook_call_take(items=items, deadlines={i: p.lease_s for i, p in profile_of.items()})
         calls, decided, timestamp = [], [], int(time.time())
         for held in due:
             message_id = held.delivery.message_id
@@ -432,7 +438,7 @@ class DeliveryLoop(threading.Thread):
                 self._unpark(endpoint_id, now)
             self._settle_all(decided)
 
-    def _rescue(self) -> None:
+    def _rescue(self) -> int:
         """Messages overdue by DELAY_RESCUE_AFTER_MS that this loop neither holds nor is handing
         over: their copy is stuck in the broker (services/rescue.py). Not while the loop is behind:
         its prefetch full (unacked broker messages, an envelope counting once), or messages ready
@@ -442,16 +448,17 @@ class DeliveryLoop(threading.Thread):
         not stop the loop."""
         settings = self.settings
         if len(self.consumer.unsettled) >= settings.delivery_prefetch:
-            return
+            return 0
         if self.holding.behind_ms(now_ms()) > settings.rescue_after_ms / 2 or self.parked:
-            return  # behind (a burst, or calls waiting for their endpoint's bulkhead): they wait in the loop
+            return 0  # behind (a burst, or calls waiting for their endpoint's bulkhead): they wait in the loop
         skip = self.holding.ids_due_before(now_ms() - settings.rescue_after_ms) | self.in_webhooks
         try:
-            message_rescue_overdue(queues=self.consumer.queues, skip=skip, limit=settings.delivery_batch,
-                                   publish=lambda copies: self.consumer.publish(copies, timeout=1.0))
+            return message_rescue_overdue(queues=self.consumer.queues, skip=skip, limit=settings.delivery_batch,
+                                          publish=lambda copies: self.consumer.publish(copies, timeout=1.0))
         except DatabaseError as exc:
             close_old_connections()
             log.warning("overdue check skipped: database unavailable (%s)", exc)
+            return 0
 
     def _settle_all(self, decided: list[tuple[Held, Outcome]]) -> None:
         """Settle a batch, then ack it in one write (as few frames as AMQP's multiple ack allows).

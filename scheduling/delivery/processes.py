@@ -120,7 +120,7 @@ def run(worker_name: str, parent_pid: int, ready) -> None:
     django.setup()
     from .loop import DeliveryLoop
 
-    loop = DeliveryLoop(worker_name=worker_name)
+    loop = DeliveryLoop(worker_name=worker_name, rescue=False)  # the worker's own loop rescues its queues
     loop.sync_now = sync  # the loop syncs when it is set, and clears it
     loop.start()
     while not stop.wait(WATCH_SECONDS):

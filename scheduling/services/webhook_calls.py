@@ -79,7 +79,8 @@ RETURNING m.id, c.attempt, m.call_lease_until, statement_timestamp(), m.endpoint
 
 def webhook_call_take(*, items: list[tuple], deadlines: dict[str, float]) -> tuple[dict[str, Taken], dict[str, Outcome]]:
     """Lease the rows of ``items`` (message id, attempt, due time in ms the copy carries or None,
-    ms flow control held it or None) for their calls; ``deadlines``: each message id's deadline (s).
+    ms flow control held it or None) for their calls; ``deadlines``: how long each is held (s), before
+    the margin.
     Returns the rows taken, and for the others what they are (duplicate, cancelled, superseded,
     early, unknown, or BUSY: another call of it holds the lease), sorted out only when there are any.
     Outside a transaction: the statement commits on its own."""
