@@ -582,7 +582,7 @@ SPECS: tuple[Spec, ...] = (
              "ordinary tasks only)", "off", conf=True),
         Spec("DELAY_DELIVERY_PROCESSES", Integer(min=1, max=64), "2", "delivery loops per worker: its own thread "
              "and this many less one processes beside it (one process's loop is bound by one interpreter lock; "
-             "give it the cores the worker may use) ([Scaling](../operations/scaling.md))", "4", conf=True),
+             "give it the cores the worker may use) ([Scaling](../scaling.md))", "4", conf=True),
         Spec("DELAY_DELIVERY_BATCH", Integer(min=1), "500", "due messages the delivery loop records per "
              "transaction", "200", conf=True),
         Spec("DELAY_DELIVERY_PREFETCH", Integer(min=1), "20000", "unacked messages the delivery loop may hold",

@@ -84,6 +84,7 @@ EFFECTS = {
     "DELAY_RESCUE_AFTER_MS": ("2500", "conf().rescue_after_ms", 2500),
     "DELAY_ENVELOPES": ("off", "conf().envelopes", False),
     "DELAY_DELIVERY_LOOP": ("off", "conf().delivery_loop", False),
+    "DELAY_DELIVERY_PROCESSES": ("4", "conf().delivery_processes", 4),
     "DELAY_RELAY_QUEUE": ("dp.relay2", "[conf().relay_queue, settings.CELERY_TASK_ROUTES['scheduling.relay.*']"
                           "['queue']]", ["dp.relay2"] * 2),
     "DELAY_CELERY_THRESHOLD_SECONDS": ("60", "conf().celery_threshold_seconds", 60.0),
@@ -137,7 +138,8 @@ EFFECTS = {
 ENV_FILE_SETS = ("DELAY_PUBLISH_BATCH", "77")  # ENV_FILE: a file of NAME=value lines; the environment wins
 # declared, but with no effect a process started here could show: where each is tested instead
 TESTED_ELSEWHERE = {"ENV_FILE": "test_each_variable_has_its_effect (ENV_FILE_SETS)",
-                    "PROMETHEUS_MULTIPROC_DIR": "tests/scheduling/test_metrics_dir.py"}
+                    "PROMETHEUS_MULTIPROC_DIR": "tests/scheduling/test_metrics_dir.py",
+                    "DELAY_WEB_NICE": "tests/test_gunicorn_conf.py"}
 
 
 def start(env: dict, expressions: list[str]) -> subprocess.CompletedProcess:
