@@ -147,11 +147,11 @@ def test_delete_cancels_the_runs_to_come_and_keeps_the_history(endpoint):
     assert [m.status for m in runs("nightly")] == [Status.DELIVERED, *[Status.CANCELLED] * 7]
 
 
-def _reset(schedule, first_run_in):
-    """As if none of its runs were made: its first run ``first_run_in`` from now (in the past:
+def _reset(schedule, first_run_in, now=None):
+    """As if none of its runs were made: its first run ``first_run_in`` from ``now`` (in the past:
     as if beat had been down since then)."""
     ScheduledMessage.objects.filter(schedule=schedule.key).delete()
-    first = timezone.now() + first_run_in
+    first = (now or timezone.now()) + first_run_in
     Schedule.objects.filter(pk=schedule.pk).update(anchor_at=first, next_run_at=first, last_run_at=None)
 
 
@@ -194,10 +194,10 @@ def test_an_inactive_endpoint_gets_no_runs_until_it_is_active_again(endpoint):
 def test_two_materialisers_at_once_make_each_run_once(endpoint):
     """Two beats, say: two threads (two database connections) run the materialiser at the same
     moment over 20 schedules whose runs are not made yet. Every run exists once."""
+    now = timezone.now()  # every first run 2 s after the materialisers' now, however long the set-up takes
     for i in range(20):
         schedule, _ = upsert(endpoint, key=f"s{i}")
-        _reset(schedule, 2 * S)
-    now = timezone.now()
+        _reset(schedule, 2 * S, now=now)
     results = at_once(lambda: schedule_create_runs(now=now))
     rows = list(ScheduledMessage.objects.filter(schedule__startswith="s").values_list("schedule", "due_at"))
     assert len(rows) == len(set(rows)) == 20 * 9  # at 2 s to 58 s
