@@ -166,7 +166,8 @@ class DeliveryLoop(threading.Thread):
 
     def _sync(self) -> None:
         try:
-            close_old_connections()
+            if not any(self.call_slots.values()):  # max_concurrent's slots are this connection's session locks:
+                close_old_connections()  # closed (CONN_MAX_AGE) while calls were out, they went to other workers
             wanted = {name for name, active in endpoint_get_consumption().items() if active}
             self.flow.set_limits(endpoint_get_flow_limits())
             self.profiles = webhook_profiles()
