@@ -9,6 +9,7 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from ..celery.structured import TASK_ID
 from ..conf import conf, setting_name
 from ..delivery.flow import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
 from ..delivery.models import EndpointHealth, MessageAttempt
@@ -263,6 +264,41 @@ class MessageMatchSerializer(RefuseControlCharacters, serializers.Serializer):
 
 class CountSerializer(serializers.Serializer):
     count = serializers.IntegerField(help_text="messages changed (or, in a dry run, that would be)")
+
+
+class TaskClaimSerializer(RefuseControlCharacters, serializers.Serializer):
+    """A worker of another codebase about to run a task that came out of the cascade (the id is
+    its message's header x-dp-message-id)."""
+
+    redelivered = serializers.BooleanField(
+        required=False, default=False,
+        help_text="the broker marked the task message redelivered (its worker died mid-run, acks_late): "
+                  "it runs again even if it was delivered")
+    worker = serializers.CharField(required=False, allow_blank=True, max_length=200,
+                                   help_text="the worker's hostname, recorded as the one that delivered it")
+
+
+class TaskClaimedSerializer(serializers.Serializer):
+    """The answer to a claim (read-only: no request is read through it)."""
+
+    id = serializers.UUIDField(read_only=True)
+    status = serializers.CharField(read_only=True, help_text="the message's status after the claim")
+    run = serializers.BooleanField(read_only=True,
+                                   help_text="run the task: false for a cancelled task or a second hand-over of one "
+                                             "already delivered (skip it, and acknowledge the message)")
+
+
+class TaskCancelSerializer(RefuseControlCharacters, serializers.Serializer):
+    """Every waiting run of a Celery task id: its first run and its delayed retries."""
+
+    task_id = serializers.RegexField(
+        rf"\A(?:{TASK_ID.pattern})\Z", max_length=155, trim_whitespace=False,
+        error_messages={"invalid": "must be 1 to 155 of letters, digits and . _ : -"},
+        help_text="the Celery task id (its runs' idempotency keys: <task id>, <task id>#retry<n>)")
+    endpoint = serializers.CharField(required=False, max_length=100,
+                                     help_text="the celery_queue endpoint's name: only its messages are searched")
+    team = serializers.CharField(required=False, max_length=40,
+                                 help_text="one of your teams (default: every team where you may cancel)")
 
 
 class BulkCreateSerializer(RefuseControlCharacters, serializers.Serializer):

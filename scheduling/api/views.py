@@ -10,6 +10,7 @@ from rest_framework.decorators import action
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
+from ..celery.services import celery_task_cancel, celery_task_claim_message
 from ..errors import BulkValidationError, NotFound
 from ..lifecycle import Status
 from ..models import Endpoint
@@ -66,6 +67,9 @@ from .serializers import (
     ScheduleWriteSerializer,
     SecretRotatedSerializer,
     StatusSerializer,
+    TaskCancelSerializer,
+    TaskClaimedSerializer,
+    TaskClaimSerializer,
     message_item,
 )
 
@@ -219,7 +223,8 @@ class MessageViewSet(TeamScoped, mixins.ListModelMixin, mixins.RetrieveModelMixi
     team_actions = {"list": Action.READ, "retrieve": Action.READ, "create": Action.SCHEDULE,
                     "bulk": Action.SCHEDULE, "partial_update": Action.SCHEDULE, "cancel": Action.CANCEL,
                     "republish": Action.CANCEL, "resend": Action.CANCEL, "attempts": Action.READ,
-                    "cancel_matching": Action.CANCEL, "republish_matching": Action.CANCEL}
+                    "cancel_matching": Action.CANCEL, "republish_matching": Action.CANCEL,
+                    "claim": Action.TASKS, "cancel_task": Action.CANCEL}
 
     @staticmethod
     def team_id_of(obj) -> int:
@@ -341,6 +346,31 @@ class MessageViewSet(TeamScoped, mixins.ListModelMixin, mixins.RetrieveModelMixi
     def republish_matching(self, request):
         """Republish every failed message matching the filters, in batches; or count them (dry_run)."""
         return self._bulk(request, "republish")
+
+    @extend_schema(request=TaskClaimSerializer, responses={200: TaskClaimedSerializer}, operation_id="messages_claim")
+    @action(detail=True, methods=["post"])
+    def claim(self, request, pk=None):
+        """A worker of another codebase about to run a Celery task that came out of the cascade
+        (its message's header x-dp-message-id): the hand-over is recorded (delivered), and ``run``
+        says whether to run it: false for a cancelled task or a second hand-over of one already
+        delivered; a redelivery after a worker died runs again. 409 for a message that is not a
+        Celery task (its endpoint is not celery_queue)."""
+        body = TaskClaimSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        claim = celery_task_claim_message(message_id=pk, redelivered=body.validated_data["redelivered"],
+                                          by=body.validated_data.get("worker", ""), caller=self.caller)
+        return Response({"id": claim.message.id, "status": claim.message.status, "run": claim.run})
+
+    @extend_schema(request=TaskCancelSerializer, responses={200: CountSerializer}, operation_id="messages_cancel_task")
+    @action(detail=False, methods=["post"], url_path="cancel-task")
+    def cancel_task(self, request):
+        """Cancel every waiting run of a Celery task id (its first run and its delayed retries) in
+        your teams, durably (unlike Celery's revoke): ``count``, how many were cancelled."""
+        body = TaskCancelSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        count = celery_task_cancel(task_id=body.validated_data["task_id"], endpoint=body.validated_data.get("endpoint"),
+                                   team=body.validated_data.get("team"), caller=self.caller)
+        return Response({"count": count})
 
     @extend_schema(request=None, responses={200: StatusSerializer})
     @action(detail=True, methods=["post"])

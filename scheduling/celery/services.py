@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.core.exceptions import ValidationError
@@ -15,14 +16,18 @@ from django.utils import timezone
 from uuid_utils.compat import uuid7
 
 from .. import lifecycle
-from ..errors import BulkValidationError
+from ..errors import BulkValidationError, Conflict, NotFound
 from ..lifecycle import IN_FLIGHT, Arrival, Status
 from ..models import Endpoint, ScheduledMessage
 from ..observability import metrics
+from ..selectors.database import endpoint_get_named
 from ..services.delivery_log import delivery_log_on_commit
 from ..services.delivery_minutes import delivery_minute_record
 from ..services.endpoints import endpoint_create
-from ..services.messages import message_cancel, message_schedule_many
+from ..services.messages import message_cancel, message_lock, message_schedule_many
+from ..teams.caller import PLATFORM, Caller
+from ..teams.roles import Action
+from ..teams.selectors import team_pick
 
 log = logging.getLogger(__name__)
 
@@ -69,27 +74,80 @@ def celery_task_schedule(*, queue: str, task_id: str, retries: int, due_at: date
     return result.message
 
 
-def celery_task_cancel(*, task_id: str) -> int:
-    """Cancel every waiting run of a task id (the first run and any delayed retries). Unlike
-    Celery's revoke, this is stored: it survives worker restarts."""
+def celery_task_cancel(*, task_id: str, caller: Caller = PLATFORM, endpoint: str | None = None,
+                       team: str | None = None) -> int:
+    """Cancel every waiting run of a task id (its first run, keyed ``<task id>``, and its delayed
+    retries, ``<task id>#retry<n>``) in the teams where ``caller`` may cancel: the count
+    cancelled. Unlike Celery's revoke, this is stored: it survives worker restarts. ``endpoint``
+    (a ``celery_queue`` endpoint's name) narrows the search to its messages in flight, read
+    through its index; ``team`` to one of the caller's teams (needed for an endpoint name several
+    of them use). ValidationError on ``team`` or ``endpoint`` for one the caller cannot name."""
+    team_ids = caller.team_ids(Action.CANCEL)
+    if team:
+        team_ids = frozenset({team_pick(caller=caller, action=Action.CANCEL, name=team).pk})
     rows = ScheduledMessage.objects.filter(
         Q(idempotency_key=task_id) | Q(idempotency_key__startswith=f"{task_id}#retry"),
-        endpoint__handler=Endpoint.Handler.CELERY_QUEUE,
         status__in=IN_FLIGHT,
-    ).values_list("id", flat=True)
-    return sum(1 for row_id in list(rows) if message_cancel(message_id=row_id).status == Status.CANCELLED)
+    )
+    if endpoint is not None:
+        rows = rows.filter(endpoint=_task_endpoint(endpoint, team_ids))
+    else:
+        rows = rows.filter(endpoint__handler=Endpoint.Handler.CELERY_QUEUE)
+        if team_ids is not None:
+            rows = rows.filter(endpoint__team_id__in=team_ids)
+    cancelled = 0
+    for row_id in list(rows.values_list("id", flat=True)):
+        try:
+            cancelled += message_cancel(message_id=row_id, caller=caller).status == Status.CANCELLED
+        except Conflict:  # it ran meanwhile (a cancel after the claim): nothing left to cancel
+            pass
+    return cancelled
 
 
-def celery_task_claim(*, message_id: str, redelivered: bool, by: str = "") -> bool:
+def _task_endpoint(name: str, team_ids: frozenset[int] | None) -> Endpoint:
+    """The ``celery_queue`` endpoint of this name in these teams (None: any), or ValidationError."""
+    found = endpoint_get_named(name=name, team_ids=team_ids) if "\x00" not in name else []
+    if not found:
+        raise ValidationError({"endpoint": f"no endpoint {name!r} in your teams"})
+    if len(found) > 1:
+        raise ValidationError({"team": f"several of your teams have an endpoint {name!r}: give team"})
+    if found[0].handler != Endpoint.Handler.CELERY_QUEUE:
+        raise ValidationError({"endpoint": f"endpoint {name!r} is not a celery_queue endpoint"})
+    return found[0]
+
+
+@dataclass(frozen=True)
+class Claim:
+    message: ScheduledMessage | None  # None: no row (the platform's own hook runs the task anyway)
+    run: bool
+
+
+def celery_task_claim(*, message_id: str, redelivered: bool, by: str = "", caller: Caller = PLATFORM) -> bool:
     """Called in the worker before a task that came out of the cascade starts (any task class:
-    scheduling.celery.claim hooks every task's before_start): record the delivery and say whether to
-    run. A cancelled task, or a duplicate hand-over of one that already ran, is skipped; a
-    redelivery after a worker crash (acks_late) runs again, as Celery would."""
+    scheduling.celery.claim hooks every task's before_start; another codebase's worker through
+    ``POST /api/messages/<id>/claim/``): record the delivery and say whether to run. A cancelled
+    task, or a duplicate hand-over of one that already ran, is skipped; a redelivery after a
+    worker crash (acks_late) runs again, as Celery would."""
+    return celery_task_claim_message(message_id=message_id, redelivered=redelivered, by=by, caller=caller).run
+
+
+def celery_task_claim_message(*, message_id: str, redelivered: bool, by: str = "",
+                              caller: Caller = PLATFORM) -> Claim:
+    """celery_task_claim, answering the row as well (its status after the claim). ``caller`` needs
+    the tasks right in the message's team: another team's message, or an unknown id, is NotFound
+    (the platform's own hook runs a task with no row), and a message that is not a Celery task
+    (its endpoint not ``celery_queue``) a Conflict."""
     with transaction.atomic():
-        message = ScheduledMessage.objects.select_for_update().filter(id=message_id).first()
-        if message is None:
+        try:
+            message = message_lock(message_id=message_id, caller=caller, action=Action.TASKS)
+        except NotFound:
+            if caller is not PLATFORM:
+                raise
             log.warning("task message %s has no row; running it", message_id)
-            return True
+            return Claim(message=None, run=True)
+        if message.endpoint.handler != Endpoint.Handler.CELERY_QUEUE:
+            raise Conflict(f"message {message.id} is not a Celery task (its endpoint {message.endpoint.name!r} is "
+                           f"a {message.endpoint.handler} endpoint)")
         was = message.status
         arrival, change = lifecycle.arrive(message, attempt=0, now=timezone.now(), redelivered=redelivered,
                                            rerun_redelivered=True, by=by)
@@ -99,4 +157,4 @@ def celery_task_claim(*, message_id: str, redelivered: bool, by: str = "") -> bo
         metrics.record_on_commit([metrics.arrival(arrival, message, change)])
     if arrival is Arrival.DELIVER:
         delivery_log_on_commit(messages=[message], by=by)
-    return arrival is Arrival.DELIVER
+    return Claim(message=message, run=arrival is Arrival.DELIVER)

@@ -1,6 +1,7 @@
 """Celery tasks sent through the API as data: ``{"task": "billing.tasks.remind", "args": [42],
-"kwargs": {}}`` with the options people need (``id``, ``priority``, ``queue``). The platform
-builds the task message itself when it publishes (wire.outgoing_task): JSON, protocol 2, a fixed
+"kwargs": {}}`` with the options people need (``id``, ``priority``, ``queue``, and ``retries``:
+which retry of the task this is, for a worker that delays its retries through the API). The
+platform builds the task message itself when it publishes (wire.outgoing_task): JSON, protocol 2, a fixed
 set of headers. So no caller chooses a content type (no pickle), a header (no ``CC`` copying it
 into other queues) or a task outside its team's allowlist. Pure."""
 
@@ -9,10 +10,11 @@ from __future__ import annotations
 import json
 import re
 
-FIELDS = frozenset({"task", "args", "kwargs", "id", "priority", "queue"})
+FIELDS = frozenset({"task", "args", "kwargs", "id", "priority", "queue", "retries"})
 TASK_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:[.:][A-Za-z_][A-Za-z0-9_]*)*")  # a dotted Python-ish name
 TASK_ID = re.compile(r"[A-Za-z0-9_.:-]{1,155}")
 MAX_PRIORITY = 255
+MAX_RETRIES = 100_000  # Celery's self.request.retries of a retry sent through the API
 
 
 def task_problem(payload, *, queue: str, name: str) -> str | None:
@@ -40,6 +42,9 @@ def task_problem(payload, *, queue: str, name: str) -> str | None:
     priority = payload.get("priority")
     if priority is not None and (type(priority) is not int or not 0 <= priority <= MAX_PRIORITY):
         return f"priority must be a whole number from 0 to {MAX_PRIORITY}"
+    retries = payload.get("retries")
+    if retries is not None and (type(retries) is not int or not 0 <= retries <= MAX_RETRIES):
+        return f"retries must be a whole number from 0 to {MAX_RETRIES:,}"
     given = payload.get("queue")
     if given is not None and given not in (queue, name):
         return f"queue must be this endpoint's queue ({queue!r}) or left out: the endpoint is the queue"
@@ -54,10 +59,11 @@ def task_body(payload: dict) -> bytes:
 
 
 def task_headers(payload: dict, task_id: str) -> dict:
-    """The headers Celery's worker reads, and nothing a caller chose but the task and its id."""
+    """The headers Celery's worker reads, and nothing a caller chose but the task, its id and which
+    retry it is (``retries``: the worker's ``self.request.retries``, which ``max_retries`` counts)."""
     return {"lang": "py", "task": payload["task"], "id": task_id, "root_id": task_id, "parent_id": None,
-            "group": None, "retries": 0, "eta": None, "expires": None, "timelimit": [None, None],
-            "argsrepr": None, "kwargsrepr": None}
+            "group": None, "retries": payload.get("retries") or 0, "eta": None, "expires": None,
+            "timelimit": [None, None], "argsrepr": None, "kwargsrepr": None}
 
 
 def is_structured(payload) -> bool:

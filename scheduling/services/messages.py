@@ -381,6 +381,12 @@ def _locked(message_id, caller: Caller, action: Action) -> ScheduledMessage:
     return message
 
 
+def message_lock(*, message_id, caller: Caller, action: Action) -> ScheduledMessage:
+    """The message, locked until the transaction ends, if ``caller`` may do ``action`` to it
+    (NotFound, Forbidden as above): for the services of other slices (celery/services.py)."""
+    return _locked(message_id, caller, action)
+
+
 def message_cancel(*, message_id, caller: Caller = PLATFORM) -> ScheduledMessage:
     """Cancel a pending or published message: the relay will not publish it, and if it is
     already in the cascade the consumer drops it on arrival. Cancelling twice is fine."""

@@ -1,0 +1,288 @@
+"""What a Celery worker of another codebase needs of the API (it has no database): claiming a task
+that came out of the cascade before running it (POST /api/messages/<id>/claim/), cancelling every
+waiting run of a task id (POST /api/messages/cancel-task/), and the retry count of a structured
+task (its ``retries``, Celery's self.request.retries). Real PostgreSQL; no broker is touched."""
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from scheduling.celery import structured
+from scheduling.celery.services import celery_task_cancel
+from scheduling.lifecycle import Status
+from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.services.retention import message_describe_gone
+from scheduling.teams.models import Team
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def endpoint_in(versions):
+    """endpoint_in(team, handler="celery_queue") -> an endpoint of that team (no queue bound)."""
+
+    def make(team="default", handler=Endpoint.Handler.CELERY_QUEUE):
+        name = f"ep-{uuid.uuid4().hex[:10]}"
+        return Endpoint.objects.create(name=name, queue=f"{team}--{name}", topology=versions["v2"], handler=handler,
+                                       team=Team.objects.get_or_create(name=team)[0])
+
+    return make
+
+
+@pytest.fixture
+def task(endpoint_in, versions):
+    """task(endpoint=None, status=published, key=None) -> a task's row, due 20 ms ago."""
+
+    def make(endpoint=None, status=Status.PUBLISHED, key=None):
+        endpoint = endpoint or endpoint_in()
+        row_id = uuid.uuid4()
+        return ScheduledMessage.objects.create(
+            id=row_id, endpoint=endpoint, topology=versions["v2"], payload={"task": "testapp.plain_receipt"},
+            requested_delay_ms=0, due_at=timezone.now() - timedelta(milliseconds=20), status=status,
+            idempotency_key=key or str(row_id), created_at=timezone.now() - timedelta(hours=1))
+
+    return make
+
+
+def claim(client, row_id, **body):
+    return client.post(f"/api/messages/{row_id}/claim/", body, format="json")
+
+
+def status_of(row) -> str:
+    return ScheduledMessage.objects.get(id=row.id).status
+
+
+# --- claim -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [Status.PENDING, Status.PUBLISHED])
+def test_the_first_claim_runs_and_records_the_delivery_and_a_second_does_not_run(team_key, task, status):
+    row = task(status=status)
+    worker = team_key("default", "tasks")
+    first = claim(worker, row.id, worker="celery@billing-1")
+    assert first.status_code == 200, first.content
+    assert first.json() == {"id": str(row.id), "status": "delivered", "run": True}
+    stored = ScheduledMessage.objects.get(id=row.id)
+    assert stored.status == Status.DELIVERED and stored.delivery_count == 1
+    assert stored.delivered_by == "celery@billing-1"
+    again = claim(worker, row.id)
+    assert again.status_code == 200 and again.json() == {"id": str(row.id), "status": "delivered", "run": False}
+    assert ScheduledMessage.objects.get(id=row.id).delivery_count == 2  # the duplicate is counted, not run
+
+
+def test_a_redelivery_after_a_worker_died_runs_again(team_key, task):
+    row = task(status=Status.DELIVERED)
+    response = claim(team_key("default", "tasks"), row.id, redelivered=True)
+    assert response.status_code == 200 and response.json() == {"id": str(row.id), "status": "delivered", "run": True}
+
+
+@pytest.mark.parametrize("redelivered", [False, True])
+def test_a_cancelled_task_does_not_run(team_key, task, redelivered):
+    row = task(status=Status.CANCELLED)
+    response = claim(team_key("default", "tasks"), row.id, redelivered=redelivered)
+    assert response.status_code == 200 and response.json() == {"id": str(row.id), "status": "cancelled", "run": False}
+    assert status_of(row) == Status.CANCELLED
+
+
+def test_another_team_s_message_is_a_404_exactly_like_an_unknown_id(team_key, task, endpoint_in):
+    theirs = task(endpoint=endpoint_in("other"))
+    worker = team_key("default", "tasks")
+    unknown_id = uuid.uuid4()
+    response, unknown = claim(worker, theirs.id), claim(worker, unknown_id)
+    assert response.status_code == unknown.status_code == 404
+    assert response.json() == {"detail": message_describe_gone(message_id=str(theirs.id))}
+    assert unknown.json() == {"detail": message_describe_gone(message_id=str(unknown_id))}
+    assert status_of(theirs) == Status.PUBLISHED
+    assert claim(worker, "not-a-uuid").status_code == 404
+
+
+def test_claiming_needs_the_tasks_scope(team_key, task):
+    row = task()
+    for scopes in (("read", "write", "cancel"), ("read",)):
+        response = claim(team_key("default", *scopes), row.id)
+        assert response.status_code == 403, response.content
+    assert status_of(row) == Status.PUBLISHED
+
+
+def test_a_member_without_the_tasks_right_in_the_message_s_team_is_refused(api_as, task, endpoint_in):
+    row = task()
+    viewer = api_as("viewer")
+    assert claim(viewer, row.id).status_code == 403
+    member_elsewhere = api_as("member", team="other")
+    assert claim(member_elsewhere, row.id).status_code == 404  # a team it does not see
+    assert claim(api_as("member"), row.id).json()["run"] is True
+
+
+@pytest.mark.parametrize("handler", [Endpoint.Handler.NONE, Endpoint.Handler.WEBHOOK, Endpoint.Handler.CELERY_TASK])
+def test_a_message_that_is_not_a_celery_task_is_a_409(team_key, task, endpoint_in, handler):
+    row = task(endpoint=endpoint_in(handler=handler))
+    response = claim(team_key("default", "tasks"), row.id)
+    assert response.status_code == 409 and "not a Celery task" in response.json()["detail"]
+    assert status_of(row) == Status.PUBLISHED
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"redelivered": "perhaps"}, "redelivered"),
+    ({"redelivered": None}, "redelivered"),
+    ({"worker": "w" * 201}, "worker"),
+    ({"worker": "celery@\x00host"}, "worker"),
+    ({"worker": ["a"]}, "worker"),
+])
+def test_a_bad_claim_is_a_400_naming_the_field(team_key, task, body, field):
+    row = task()
+    response = claim(team_key("default", "tasks"), row.id, **body)
+    assert response.status_code == 400 and field in response.json(), response.content
+    assert status_of(row) == Status.PUBLISHED
+
+
+def test_the_platform_s_own_hook_still_runs_a_task_without_a_row(caplog):
+    from scheduling.celery.services import celery_task_claim
+
+    assert celery_task_claim(message_id=str(uuid.uuid4()), redelivered=False) is True
+    assert celery_task_claim(message_id="not-a-uuid", redelivered=False) is True
+
+
+# --- cancel-task -------------------------------------------------------------------------------------
+
+
+def cancel_task(client, **body):
+    return client.post("/api/messages/cancel-task/", body, format="json")
+
+
+def test_cancel_task_cancels_the_first_run_and_the_retries_of_the_caller_s_team_only(team_key, task, endpoint_in):
+    task_id = f"remind-{uuid.uuid4().hex[:8]}"
+    mine, theirs = endpoint_in(), endpoint_in("other")
+    first, retry = task(mine, key=task_id), task(mine, key=f"{task_id}#retry3")
+    done = task(mine, key=f"{task_id}#retry1", status=Status.DELIVERED)
+    similar = task(mine, key=f"{task_id}x")  # another task id that starts the same
+    other_team = task(theirs, key=task_id)
+    response = cancel_task(team_key("default", "cancel"), task_id=task_id)
+    assert response.status_code == 200 and response.json() == {"count": 2}
+    assert [status_of(r) for r in (first, retry, done, similar, other_team)] == [
+        Status.CANCELLED, Status.CANCELLED, Status.DELIVERED, Status.PUBLISHED, Status.PUBLISHED]
+    assert cancel_task(team_key("default", "cancel"), task_id=task_id).json() == {"count": 0}
+
+
+def test_cancel_task_narrowed_to_an_endpoint(team_key, task, endpoint_in):
+    task_id = str(uuid.uuid4())
+    one, two = endpoint_in(), endpoint_in()
+    here, there = task(one, key=task_id), task(two, key=f"{task_id}#retry1")
+    key = team_key("default", "cancel")
+    response = cancel_task(key, task_id=task_id, endpoint=one.name)
+    assert response.status_code == 200 and response.json() == {"count": 1}
+    assert (status_of(here), status_of(there)) == (Status.CANCELLED, Status.PUBLISHED)
+    assert cancel_task(key, task_id=task_id, endpoint=two.name, team="default").json() == {"count": 1}
+    assert status_of(there) == Status.CANCELLED
+
+
+def test_an_operator_cancels_in_every_team_or_in_the_one_named(api, task, endpoint_in):
+    task_id = str(uuid.uuid4())
+    mine, theirs = task(endpoint_in(), key=task_id), task(endpoint_in("other"), key=task_id)
+    assert cancel_task(api, task_id=task_id, team="other").json() == {"count": 1}
+    assert (status_of(mine), status_of(theirs)) == (Status.PUBLISHED, Status.CANCELLED)
+    assert cancel_task(api, task_id=task_id).json() == {"count": 1}
+    assert status_of(mine) == Status.CANCELLED
+
+
+def test_cancel_task_leaves_other_handlers_messages_alone(team_key, task, endpoint_in):
+    task_id = str(uuid.uuid4())
+    plain = task(endpoint_in(handler=Endpoint.Handler.NONE), key=task_id)
+    assert cancel_task(team_key("default", "cancel"), task_id=task_id).json() == {"count": 0}
+    assert status_of(plain) == Status.PUBLISHED
+
+
+def test_cancel_task_needs_the_cancel_scope(team_key, task):
+    task_id = str(uuid.uuid4())
+    row = task(key=task_id)
+    response = cancel_task(team_key("default", "read", "write", "tasks"), task_id=task_id)
+    assert response.status_code == 403
+    assert status_of(row) == Status.PUBLISHED
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({}, "task_id"),
+    ({"task_id": ""}, "task_id"),
+    ({"task_id": "a b"}, "task_id"),
+    ({"task_id": "abc#retry1"}, "task_id"),
+    ({"task_id": " abc"}, "task_id"),
+    ({"task_id": "x" * 156}, "task_id"),
+    ({"task_id": "abc\x00"}, "task_id"),
+    ({"task_id": ["abc"]}, "task_id"),
+    ({"task_id": "abc", "endpoint": "no-such-endpoint"}, "endpoint"),
+    ({"task_id": "abc", "team": "no-such-team"}, "team"),
+    ({"task_id": "abc", "endpoint": "a\x00b"}, "endpoint"),
+])
+def test_a_bad_cancel_task_is_a_400_naming_the_field(team_key, task, body, field):
+    row = task(key="abc")
+    response = cancel_task(team_key("default", "cancel"), **body)
+    assert response.status_code == 400 and field in response.json(), response.content
+    assert status_of(row) == Status.PUBLISHED
+
+
+def test_cancel_task_names_a_non_celery_endpoint_and_another_team_s_as_bad_input(team_key, endpoint_in, task):
+    plain, theirs = endpoint_in(handler=Endpoint.Handler.WEBHOOK), endpoint_in("other")
+    key = team_key("default", "cancel")
+    response = cancel_task(key, task_id="abc", endpoint=plain.name)
+    assert response.status_code == 400 and "not a celery_queue endpoint" in response.json()["endpoint"][0]
+    response = cancel_task(key, task_id="abc", endpoint=theirs.name)
+    assert response.status_code == 400 and "no endpoint" in response.json()["endpoint"][0]
+
+
+def test_the_in_project_cancel_task_still_cancels_in_every_team(task, endpoint_in):
+    task_id = str(uuid.uuid4())
+    rows = [task(endpoint_in(), key=task_id), task(endpoint_in("other"), key=f"{task_id}#retry2")]
+    assert celery_task_cancel(task_id=task_id) == 2
+    assert [status_of(r) for r in rows] == [Status.CANCELLED, Status.CANCELLED]
+
+
+# --- the schema --------------------------------------------------------------------------------------
+
+
+def test_the_schema_describes_both_routes(api):
+    schema = api.get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    claim_op = schema["paths"]["/api/messages/{id}/claim/"]["post"]
+    cancel_op = schema["paths"]["/api/messages/cancel-task/"]["post"]
+    assert (claim_op["operationId"], cancel_op["operationId"]) == ("messages_claim", "messages_cancel_task")
+    components = schema["components"]["schemas"]
+    assert set(components["TaskClaimRequest"]["properties"]) == {"redelivered", "worker"}
+    assert set(components["TaskClaimed"]["properties"]) == {"id", "status", "run"}
+    assert set(components["TaskCancelRequest"]["properties"]) == {"task_id", "endpoint", "team"}
+    assert claim_op["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/TaskClaimed")
+    assert cancel_op["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/Count")
+
+
+# --- structured tasks: retries -----------------------------------------------------------------------
+
+
+def test_a_structured_task_s_retries_is_its_retries_header():
+    payload = {"task": "billing.tasks.remind", "id": "remind-42", "retries": 3}
+    assert structured.task_problem(payload, queue="q", name="n") is None
+    assert structured.task_headers(payload, "remind-42")["retries"] == 3
+    assert structured.task_headers({"task": "billing.tasks.remind"}, "x")["retries"] == 0
+    assert structured.task_problem({"task": "billing.tasks.remind", "retries": 0}, queue="q", name="n") is None
+    assert structured.task_problem({"task": "t", "retries": 100_000}, queue="q", name="n") is None
+
+
+@pytest.mark.parametrize("retries", [-1, 100_001, True, False, 1.0, "2", [1]])
+def test_a_bad_retries_is_refused(retries):
+    why = structured.task_problem({"task": "billing.tasks.remind", "retries": retries}, queue="q", name="n")
+    assert why is not None and why.startswith("retries must be")
+
+
+def test_a_retry_sent_through_the_api_carries_its_retries_to_the_worker(team_key, endpoint_in):
+    from scheduling import wire
+
+    endpoint = endpoint_in()
+    key = team_key("default", "write", "tasks")
+    payload = {"task": "testapp.plain_receipt", "args": [1], "id": "remind-42", "retries": 2}
+    response = key.post("/api/messages/", {"endpoint": endpoint.name, "payload": payload, "delay_seconds": 5,
+                                           "idempotency_key": "remind-42#retry2"}, format="json")
+    assert response.status_code == 201, response.content
+    row = ScheduledMessage.objects.select_related("endpoint", "topology").get(id=response.json()["id"])
+    out, _ = wire.outgoing(row, row.topology.cascade, row.created_at, margin_ms=0)
+    assert out.headers["retries"] == 2 and out.headers["id"] == "remind-42"
+    refused = key.post("/api/messages/", {"endpoint": endpoint.name, "delay_seconds": 5,
+                                          "payload": {**payload, "retries": True}}, format="json")
+    assert refused.status_code == 400 and refused.json()["payload"][0].startswith("retries must be")
