@@ -107,9 +107,10 @@ def django_env(run_id: str, database_url: str, settings: str = "delayplatform.se
 
 @contextmanager
 def platform(web_workers: int = 4, broker_url: str | None = None, settings: str = "delayplatform.settings",
-             **env_overrides):
+             team_args: tuple = ("--allow-task", "*"), **env_overrides):
     """``broker_url`` uses that broker as is (e.g. a private node) instead of a fresh vhost on the
-    shared one; ``web_workers=0`` starts no web server (the API is then unavailable)."""
+    shared one; ``web_workers=0`` starts no web server (the API is then unavailable); ``team_args``:
+    create_team's grants to the team TEAM (by default every Celery task the platform allows)."""
     run_id = uuid.uuid4().hex[:8]
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     vhost = f"dp-bench-{run_id}"
@@ -126,8 +127,7 @@ def platform(web_workers: int = 4, broker_url: str | None = None, settings: str 
             manage(env, "provision_delays", "--version", "all")
             manage(env, "shell", "-c", "from django.contrib.auth.models import User; "
                    "User.objects.create_superuser('bench', '', 'x')")  # for the admin's pages
-            # granted what the default team is: every Celery task the platform's allowlist allows
-            key = team_with_key(env, TEAM, "--allow-task", "*")
+            key = team_with_key(env, TEAM, *team_args)
             if not web_workers:
                 p = Platform(run_id, env, "", key)
                 yield p

@@ -1,0 +1,14 @@
+import os
+
+from celery import Celery
+
+from delayclient.celery import PlatformTask, platform_queue
+
+app = Celery("extapp", broker=os.environ["EXTAPP_BROKER_URL"], task_cls=PlatformTask, include=["extapp.tasks"])
+app.conf.update(
+    delay_platform={"endpoint": os.environ["EXTAPP_ENDPOINT"], "threshold_seconds": 1},  # url, key: environment
+    task_queues=[platform_queue(os.environ["EXTAPP_QUEUE"])],
+    task_default_queue=os.environ["EXTAPP_QUEUE"],
+    worker_hijack_root_logger=False,
+    broker_connection_retry_on_startup=True,
+)
