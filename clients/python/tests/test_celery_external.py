@@ -74,7 +74,8 @@ def extapp(platform, tmp_path_factory):
     saved = {name: os.environ.get(name) for name in env}
     os.environ.update(env)
     sys.path.insert(0, str(HERE))
-    worker = ExternalWorker({**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), saved_path()]))},
+    inherited = {k: v for k, v in os.environ.items() if k not in ("BROKER_URL", "CELERY_BROKER_URL")}
+    worker = ExternalWorker({**inherited, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), saved_path()]))},
                             folder / "worker.log", f"ext-{endpoint.name}")
     try:
         from extapp import tasks
