@@ -39,7 +39,11 @@ class ExternalWorker:
             [sys.executable, "-m", "celery", "-A", "extapp.app", "worker", "-n", f"{name}@%h", "-l", "INFO",
              "-c", "2", "--without-gossip", "--without-mingle", "--without-heartbeat"],
             cwd=HERE, env=env, stdout=open(log, "ab"), stderr=subprocess.STDOUT, start_new_session=True)
-        wait_for(lambda: self._ready(), 60, "the external worker")
+        try:
+            wait_for(lambda: self._ready(), 60, "the external worker")
+        except AssertionError as exc:
+            self.stop()  # never left running behind a failed start
+            raise AssertionError(f"{exc}; its log ends:\n{self.text()[-3000:]}") from None
 
     def _ready(self) -> bool:
         assert self.process.poll() is None, f"worker exited: {self.text()[-3000:]}"
