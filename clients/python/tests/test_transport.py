@@ -7,8 +7,17 @@ import json
 import httpx
 import pytest
 
-from delayclient import BadRequest, Client, Conflict, DelayError, RateLimited, Retry, ServerError, TransportError
-from delayclient import _transport
+from delayclient import (
+    BadRequest,
+    Client,
+    Conflict,
+    DelayError,
+    RateLimited,
+    Retry,
+    ServerError,
+    TransportError,
+    _transport,
+)
 from delayclient._version import __version__
 
 URL = "https://delays.example.com"

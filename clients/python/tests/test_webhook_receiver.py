@@ -17,9 +17,9 @@ import pytest
 import standardwebhooks
 
 flask = pytest.importorskip("flask")
-from werkzeug.serving import make_server  # noqa: E402
+from werkzeug.serving import make_server
 
-from delayclient.receivers.flask import webhook_view  # noqa: E402
+from delayclient.receivers.flask import webhook_view
 
 
 class Hooks:

@@ -22,7 +22,24 @@ from .errors import (
 from .resources import UNSET, routes
 
 __all__ = [
-    "APIError", "AsyncClient", "BadRequest", "Client", "Conflict", "DelayError", "Forbidden", "NotFound",
-    "RateLimited", "Retry", "ServerError", "TransportError", "UNSET", "Unauthorized", "WebhookError",
-    "WebhookReplayed", "__version__", "errors", "models", "routes",
+    "UNSET",
+    "APIError",
+    "AsyncClient",
+    "BadRequest",
+    "Client",
+    "Conflict",
+    "DelayError",
+    "Forbidden",
+    "NotFound",
+    "RateLimited",
+    "Retry",
+    "ServerError",
+    "TransportError",
+    "Unauthorized",
+    "WebhookError",
+    "WebhookReplayed",
+    "__version__",
+    "errors",
+    "models",
+    "routes",
 ]

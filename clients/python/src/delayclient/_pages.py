@@ -27,7 +27,7 @@ class Pages:
 
     def first(self, n: int) -> list:
         """The first ``n`` items (fetching only the pages they are on)."""
-        found = []
+        found: list = []
         for item in self:
             if len(found) >= n:
                 break
@@ -48,7 +48,7 @@ class AsyncPages:
             call = Call("GET", link, idempotent=True) if link else None
 
     async def first(self, n: int) -> list:
-        found = []
+        found: list = []
         async for item in self:
             if len(found) >= n:
                 break

@@ -7,9 +7,10 @@ import email.utils
 import platform
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx

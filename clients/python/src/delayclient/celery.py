@@ -78,7 +78,8 @@ def settings_of(app) -> Settings:
     missing = [f"{name} ({_ENV[name]})" for name in ("url", "key", "endpoint") if not values[name]]
     if missing:
         raise ValueError(f"{CONF_KEY} needs {', '.join(missing)}")
-    return Settings(url=values["url"], key=values["key"], endpoint=values["endpoint"], team=values["team"] or None,
+    return Settings(url=str(values["url"]), key=str(values["key"]), endpoint=str(values["endpoint"]),
+                    team=values["team"] or None,
                     threshold_seconds=float(values["threshold_seconds"] or 0),
                     timeout=float(values["timeout"] or 10))
 

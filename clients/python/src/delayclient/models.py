@@ -3,11 +3,11 @@ are kept in ``raw`` (an older client reads a newer platform), times are aware da
 
 from __future__ import annotations
 
-import dataclasses
 import types
 import typing
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 
@@ -19,8 +19,8 @@ def parse_time(value) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
-@lru_cache(maxsize=None)
-def _time_fields(cls) -> frozenset[str]:
+@cache
+def _time_fields(cls: type) -> frozenset[str]:
     hints = typing.get_type_hints(cls)
 
     def is_time(hint) -> bool:
@@ -30,183 +30,176 @@ def _time_fields(cls) -> frozenset[str]:
     return frozenset(name for name, hint in hints.items() if is_time(hint))
 
 
+@dataclass(frozen=True)
 class Model:
-    """``from_api`` builds one from the API's JSON: known fields typed, all of it in ``raw``."""
+    """``from_api`` builds one from the API's JSON: known fields typed, all of it in ``raw``.
+    Every field defaults to None: lean answers (the bulk one) leave some out."""
+
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_api(cls, data: dict):
-        times = _time_fields(cls)
-        known = {f.name for f in dataclasses.fields(cls)} - {"raw"}
+        times = _time_fields(typing.cast(type, cls))
+        known = {f.name for f in fields(cls)} - {"raw"}
         values = {name: parse_time(data.get(name)) if name in times else data.get(name) for name in known}
-        return cls(**values, raw=data)
+        return cls(raw=data, **values)
 
 
-def _model(cls):
-    """A frozen dataclass whose every field defaults to None (answers that are lean, as the bulk
-    one is, leave some out) and whose ``raw`` stays out of its repr."""
-    for name in cls.__annotations__:
-        if not hasattr(cls, name):
-            setattr(cls, name, None)
-    cls.__annotations__["raw"] = "dict"
-    cls.raw = dataclasses.field(default_factory=dict, repr=False, compare=False)
-    return dataclasses.dataclass(frozen=True)(cls)
-
-
-@_model
+@dataclass(frozen=True)
 class Message(Model):
-    id: str
-    team: str | None
-    endpoint: str | None
-    topology: str | None
-    status: str | None
-    due_at: datetime | None
-    requested_delay_ms: int | None
-    routing_key: str | None
-    first_exchange: str | None
-    created_at: datetime | None
-    published_at: datetime | None
-    delivered_at: datetime | None
-    cancelled_at: datetime | None
-    lateness_ms: int | None
-    scheduled_in_past: bool | None
-    delivery_count: int | None
-    idempotency_key: str | None
-    schedule: str | None
-    due_history: list | None
-    trigger: str | None
-    last_error: str | None
-    payload: Any
-    created: bool | None  # scheduling answered 201 (True) or found the idempotency key's message (False)
+    id: str = ""
+    team: str | None = None
+    endpoint: str | None = None
+    topology: str | None = None
+    status: str | None = None
+    due_at: datetime | None = None
+    requested_delay_ms: int | None = None
+    routing_key: str | None = None
+    first_exchange: str | None = None
+    created_at: datetime | None = None
+    published_at: datetime | None = None
+    delivered_at: datetime | None = None
+    cancelled_at: datetime | None = None
+    lateness_ms: int | None = None
+    scheduled_in_past: bool | None = None
+    delivery_count: int | None = None
+    idempotency_key: str | None = None
+    schedule: str | None = None
+    due_history: list | None = None
+    trigger: str | None = None
+    last_error: str | None = None
+    payload: Any = None
+    created: bool | None = None  # scheduling answered 201 (True) or found the idempotency key's message (False)
 
 
-@_model
+@dataclass(frozen=True)
 class MessageStatus(Model):
     """What cancel, republish and resend answer."""
 
-    id: str
-    status: str
+    id: str = ""
+    status: str = ""
 
 
-@_model
+@dataclass(frozen=True)
 class Attempt(Model):
-    number: int
-    trigger: str | None
-    started_at: datetime | None
-    duration_ms: int | None
-    outcome: str | None
-    status_code: int | None
-    excerpt: str | None
-    worker: str | None
+    number: int = 0
+    trigger: str | None = None
+    started_at: datetime | None = None
+    duration_ms: int | None = None
+    outcome: str | None = None
+    status_code: int | None = None
+    excerpt: str | None = None
+    worker: str | None = None
 
 
-@_model
+@dataclass(frozen=True)
 class Claim(Model):
     """A task's arrival recorded: ``run`` says whether the worker runs it."""
 
-    id: str
-    status: str
-    run: bool
+    id: str = ""
+    status: str = ""
+    run: bool = False
 
 
-@_model
+@dataclass(frozen=True)
 class Endpoint(Model):
-    team: str | None
-    name: str
-    queue: str | None
-    topology: str | None
-    delivery_mode: str | None
-    handler: str | None
-    handler_target: str | None
-    max_deliveries_per_second: int | None
-    max_concurrent: int | None
-    webhook_timeout_seconds: float | None
-    is_active: bool | None
-    disabled_at: datetime | None
-    disabled_reason: str | None
-    health: dict | None
-    created_at: datetime | None
-    message_counts: dict | None
-    message_counts_estimated: list | None
-    webhook_secret: str | None  # only in the answer to creating a webhook endpoint
+    team: str | None = None
+    name: str = ""
+    queue: str | None = None
+    topology: str | None = None
+    delivery_mode: str | None = None
+    handler: str | None = None
+    handler_target: str | None = None
+    max_deliveries_per_second: int | None = None
+    max_concurrent: int | None = None
+    webhook_timeout_seconds: float | None = None
+    is_active: bool | None = None
+    disabled_at: datetime | None = None
+    disabled_reason: str | None = None
+    health: dict | None = None
+    created_at: datetime | None = None
+    message_counts: dict | None = None
+    message_counts_estimated: list | None = None
+    webhook_secret: str | None = None  # only in the answer to creating a webhook endpoint
 
 
-@_model
+@dataclass(frozen=True)
 class SecretRotated(Model):
-    name: str
-    webhook_secret: str
-    previous_valid_until: datetime | None
+    name: str = ""
+    webhook_secret: str = ""
+    previous_valid_until: datetime | None = None
 
 
-@_model
+@dataclass(frozen=True)
 class Schedule(Model):
-    team: str | None
-    key: str
-    endpoint: str | None
-    payload: Any
-    cron: str | None
-    timezone: str | None
-    interval_seconds: float | None
-    start_at: datetime | None
-    end_at: datetime | None
-    missed_runs: str | None
-    is_paused: bool | None
-    next_run_at: datetime | None
-    revision: int | None
-    created_at: datetime | None
-    updated_at: datetime | None
-    created: bool | None  # the upsert created it (True) or updated it (False)
+    team: str | None = None
+    key: str = ""
+    endpoint: str | None = None
+    payload: Any = None
+    cron: str | None = None
+    timezone: str | None = None
+    interval_seconds: float | None = None
+    start_at: datetime | None = None
+    end_at: datetime | None = None
+    missed_runs: str | None = None
+    is_paused: bool | None = None
+    next_run_at: datetime | None = None
+    revision: int | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    created: bool | None = None  # the upsert created it (True) or updated it (False)
 
 
-@_model
+@dataclass(frozen=True)
 class Team(Model):
-    name: str
-    created_at: datetime | None
-    role: str | None
-    quotas: dict | None
-    api_rate: str | None
-    key_api_rate: str | None
-    celery_task_allowlist: str | None
-    webhook_allowed_networks: str | None
+    name: str = ""
+    created_at: datetime | None = None
+    role: str | None = None
+    quotas: dict | None = None
+    api_rate: str | None = None
+    key_api_rate: str | None = None
+    celery_task_allowlist: str | None = None
+    webhook_allowed_networks: str | None = None
 
 
-@_model
+@dataclass(frozen=True)
 class Member(Model):
-    username: str
-    role: str
-    created_at: datetime | None
+    username: str = ""
+    role: str = ""
+    created_at: datetime | None = None
 
 
-@_model
+@dataclass(frozen=True)
 class ApiKey(Model):
-    prefix: str
-    name: str | None
-    team: str | None
-    user: str | None
-    scopes: list | None
-    state: str | None
-    created_at: datetime | None
-    created_by: str | None
-    expires_at: datetime | None
-    last_used_at: datetime | None
-    revoked_at: datetime | None
-    key: str | None  # only in the answer to creating it
+    prefix: str = ""
+    name: str | None = None
+    team: str | None = None
+    user: str | None = None
+    scopes: list | None = None
+    state: str | None = None
+    created_at: datetime | None = None
+    created_by: str | None = None
+    expires_at: datetime | None = None
+    last_used_at: datetime | None = None
+    revoked_at: datetime | None = None
+    key: str | None = None  # only in the answer to creating it
 
 
-@_model
+@dataclass(frozen=True)
 class AuditEvent(Model):
-    id: int
-    at: datetime | None
-    source: str | None
-    actor: str | None
-    key_prefix: str | None
-    team: str | None
-    action: str | None
-    object_type: str | None
-    object_id: str | None
-    object_repr: str | None
-    before: Any
-    after: Any
-    extra: Any
-    ip: str | None
-    user_agent: str | None
-    request_id: str | None
+    id: int = 0
+    at: datetime | None = None
+    source: str | None = None
+    actor: str | None = None
+    key_prefix: str | None = None
+    team: str | None = None
+    action: str | None = None
+    object_type: str | None = None
+    object_id: str | None = None
+    object_repr: str | None = None
+    before: Any = None
+    after: Any = None
+    extra: Any = None
+    ip: str | None = None
+    user_agent: str | None = None
+    request_id: str | None = None

@@ -5,11 +5,13 @@ method calls: the test that walks the OpenAPI schema checks every route has one.
 
 from __future__ import annotations
 
+import builtins
 import uuid
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any, Iterable
+from typing import Any
 from urllib.parse import quote
 
 from . import models
@@ -251,7 +253,7 @@ class Schedules(Resource):
 
     @route("GET", "/api/schedules/preview/")
     def preview(self, *, cron: str | None = None, timezone: str | None = None, interval=None, start_at=None,
-                after=None, count: int = 10) -> list[datetime]:
+                after=None, count: int = 10) -> builtins.list[datetime]:
         """The next ``count`` run times (aware, UTC) of a cron rule or an interval."""
         params = {"cron": cron, "timezone": timezone, "count": count,
                   "interval_seconds": None if interval is None else _seconds(interval, "interval"),

@@ -22,6 +22,17 @@ from ._core import MAX_BODY, MAX_HEADER, MAX_TOLERANCE, Receiver, Secret, Webhoo
 from .stores import CacheStore, MemoryStore, SeenStore
 
 __all__ = [
-    "CacheStore", "MAX_BODY", "MAX_HEADER", "MAX_TOLERANCE", "MemoryStore", "Receiver", "Secret", "SeenStore",
-    "Webhook", "WebhookError", "WebhookReplayed", "check_secret", "verify",
+    "MAX_BODY",
+    "MAX_HEADER",
+    "MAX_TOLERANCE",
+    "CacheStore",
+    "MemoryStore",
+    "Receiver",
+    "Secret",
+    "SeenStore",
+    "Webhook",
+    "WebhookError",
+    "WebhookReplayed",
+    "check_secret",
+    "verify",
 ]

@@ -41,7 +41,7 @@ def webhook_view(secret: Secret | None = None, *, previous_secret: Secret | None
             try:
                 if too_long(request.content_length, rcv.max_body):
                     raise WebhookError(f"body over {rcv.max_body} bytes")
-                webhook = rcv.verify(request.get_data(), request.headers)
+                webhook = rcv.verify(request.get_data(), request.headers)  # type: ignore[arg-type]
             except WebhookReplayed:
                 return flask.jsonify(duplicate=True)
             except WebhookError as exc:
