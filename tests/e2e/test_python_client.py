@@ -44,7 +44,7 @@ def test_the_installed_wheel_passes_its_own_suite(tmp_path):
     run([sys.executable, "-m", "venv", str(venv)], timeout=120)
     python = venv / "bin" / "python"
     run([str(python), "-m", "pip", "install", "-q", "-c", str(constraints(tmp_path / "constraints.txt")),
-         f"{wheel}[test]"], timeout=900)
+         "-c", str(CLIENT / "tests" / "constraints.txt"), f"{wheel}[test]"], timeout=900)
     env = {k: v for k, v in os.environ.items() if k not in PROJECT_ONLY and not k.startswith(("PYTEST_", "CELERY_"))}
     env["DELAYCLIENT_PLATFORM_PYTHON"] = sys.executable
     log = ARTIFACTS / f"python-client-tests-{os.environ.get('DP_TEST_RUN_ID', 'local')}.log"
