@@ -5,11 +5,12 @@ checked by scheduling/setting_specs.py).
   record's extra fields as keys: a delivery line carries message_id, team, endpoint, version and
   lateness_ms). In a worker, Celery's own task logger and its banner follow suit (see
   :func:`connect_celery`).
-- Beat runs the sweeper, the timeout manager and the unroutable drain every 1-5 s. Celery logs three
-  INFO lines per run (beat's "Sending due task", the worker's "received" and "succeeded"), which
-  made ``make run``'s console unreadable: :class:`QuietIdlePeriodicTasks` drops them for those
-  tasks, except the "succeeded" line of a run that did something (it returns a count). With the
-  root level at DEBUG (LOG_LEVEL=DEBUG, or ``celery worker -l DEBUG``) every line shows again.
+- Beat runs the sweeper, the timeout manager, the unroutable drain and the schedules' runs every
+  1-5 s. Celery logs three INFO lines per run (beat's "Sending due task", the worker's "received"
+  and "succeeded"), which buried the deliveries in ``make run``'s console: :class:`QuietIdlePeriodicTasks`
+  drops them for those tasks, except the "succeeded" line of a run that did something (it returns
+  a count, or counts, not all zero). With the root level at DEBUG (LOG_LEVEL=DEBUG, or ``celery
+  worker -l DEBUG``) every line shows again.
 - Under the logger ``scheduling.deliveries``, one INFO line per delivery batch and one DEBUG line per
   delivery; ``LOG_DELIVERIES_LEVEL`` (default INFO; DEBUG shows the per-delivery lines, WARNING
   silences both) sets its level.
@@ -17,12 +18,14 @@ checked by scheduling/setting_specs.py).
 
 from __future__ import annotations
 
+import ast
 import logging
 import logging.config
 
 from scheduling.celery import task_names
 
-PERIODIC_TASKS = frozenset({task_names.RELAY_SWEEP, task_names.RELAY_TIMEOUTS, task_names.DRAIN_UNROUTABLE})
+PERIODIC_TASKS = frozenset({task_names.RELAY_SWEEP, task_names.RELAY_TIMEOUTS, task_names.DRAIN_UNROUTABLE,
+                            task_names.SCHEDULE_RUNS})
 PLAIN = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
@@ -40,8 +43,19 @@ class QuietIdlePeriodicTasks(logging.Filter):
             context = getattr(record, "data", None)
             if not isinstance(context, dict) or context.get("name") not in PERIODIC_TASKS:
                 return True
-            return context.get("return_value", "0") not in ("0", "None")  # "received" has none: dropped
+            return did_work(context.get("return_value", "0"))  # "received" has none: dropped
         return True
+
+
+def did_work(return_value: str) -> bool:
+    """A periodic task's result as Celery logs it: a count, or a dict of counts (the schedules')."""
+    if return_value in ("0", "None"):
+        return False
+    try:
+        value = ast.literal_eval(return_value)
+    except (ValueError, SyntaxError):
+        return True
+    return bool(any(value.values()) if isinstance(value, dict) else value)
 
 
 def json_formatter() -> logging.Formatter:

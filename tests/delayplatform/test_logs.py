@@ -51,7 +51,8 @@ def celery_lines(task: str, return_value: str) -> None:
                                    "args": "()", "kwargs": "{}"})
 
 
-@pytest.mark.parametrize("task", [task_names.RELAY_SWEEP, task_names.RELAY_TIMEOUTS, task_names.DRAIN_UNROUTABLE])
+@pytest.mark.parametrize("task", [task_names.RELAY_SWEEP, task_names.RELAY_TIMEOUTS, task_names.DRAIN_UNROUTABLE,
+                                  task_names.SCHEDULE_RUNS])
 def test_idle_runs_of_the_periodic_tasks_log_nothing(console, task):
     celery_lines(task, "0")
     assert console.getvalue() == ""
@@ -61,6 +62,15 @@ def test_a_run_that_did_work_keeps_its_succeeded_line(console):
     celery_lines(task_names.RELAY_TIMEOUTS, "3")
     assert console.getvalue().splitlines() == [
         f"celery.app.trace Task {task_names.RELAY_TIMEOUTS}[abc] succeeded in 0.001s: 3"]
+
+
+def test_the_schedules_runs_log_only_when_they_made_or_skipped_some(console):
+    celery_lines(task_names.SCHEDULE_RUNS, "{'schedules': 0, 'runs': 0, 'skipped': 0}")
+    assert console.getvalue() == ""  # no run due to be made: routine
+    celery_lines(task_names.SCHEDULE_RUNS, "{'schedules': 1, 'runs': 2, 'skipped': 0}")
+    assert console.getvalue().splitlines() == [
+        f"celery.app.trace Task {task_names.SCHEDULE_RUNS}[abc] succeeded in 0.001s: "
+        "{'schedules': 1, 'runs': 2, 'skipped': 0}"]
 
 
 def test_other_tasks_keep_every_line(console):
