@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from .clock import to_epoch_ms
+from .clock import MS, to_epoch_ms
 
-MS = timedelta(milliseconds=1)
 
 
 class Status(enum.StrEnum):

@@ -16,11 +16,13 @@ from .clock import to_epoch_ms
 from .conf import conf, configured_version, setting_name
 from .delivery.flow import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
 from .delivery.models import EndpointHealth, MessageAttempt, Trigger  # noqa: F401  (registers them)
-from .lifecycle import Status
+from .lifecycle import IN_FLIGHT, Status
 from .queries import ScheduledMessageQuerySet, loaded_instance
 from .archive.listing import ParquetFileListing
 from .teams.models import ApiKey, Membership, Team, default_team_id  # noqa: F401  (registers them)
 from .audit.models import AuditArchiveFile, AuditEvent  # noqa: F401  (registers them)
+
+IN_FLIGHT_VALUES = sorted(status.value for status in IN_FLIGHT)  # the partial indexes' condition
 
 
 class TopologyVersion(models.Model):
@@ -255,7 +257,7 @@ class ScheduledMessage(models.Model):
             # whole status for a version the endpoint never used: with 200,000 messages in flight
             # for another endpoint, the in-flight part of a list took 163 ms on (endpoint, status)).
             models.Index(fields=["endpoint", "status", "topology", "created_at", "id"], name="message_endpoint_in_flight",
-                         condition=models.Q(status__in=["pending", "published"])),
+                         condition=models.Q(status__in=IN_FLIGHT_VALUES)),
             models.Index(fields=["endpoint", "status", "topology", "created_at", "id"], name="message_endpoint_history",
                          condition=models.Q(status__in=["cancelled", "delivered", "failed"])),
             models.Index(
@@ -264,7 +266,7 @@ class ScheduledMessage(models.Model):
             ),
             # overdue and due soon, among the messages in flight only (the dashboard)
             models.Index(fields=["due_at"], name="message_in_flight_due",
-                         condition=models.Q(status__in=["pending", "published"])),
+                         condition=models.Q(status__in=IN_FLIGHT_VALUES)),
             # scheduled in the past: a few rows, none for a message asked for a time to come
             models.Index(fields=["created_at"], name="message_in_past_created",
                          condition=models.Q(due_at__lt=models.F("created_at"))),

@@ -20,12 +20,12 @@ from datetime import datetime, timezone
 from rabbit import Outgoing, Received
 from topology import cascade, explain
 
-from .celery import structured
+from .celery import structured, task_names
 from .clock import from_epoch_ms, to_epoch_ms
 from .models import Endpoint, ScheduledMessage
 
-DELIVER_TASK = "scheduling.deliver"
-ENVELOPE_TASK = "scheduling.deliver_envelope"  # one broker message, many messages (docs/concepts/envelopes.md)
+DELIVER_TASK = task_names.DELIVER
+ENVELOPE_TASK = task_names.DELIVER_ENVELOPE  # one broker message, many messages (docs/concepts/envelopes.md)
 H_MESSAGE_ID = "x-dp-message-id"
 H_DUE_AT_MS = "x-dp-due-at-ms"
 H_DESTINATION = "x-dp-destination"  # read when present; the routing key also names it

@@ -17,15 +17,16 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from decimal import Decimal, InvalidOperation
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from cronsim import CronSim, CronSimError
 from django.core.exceptions import ValidationError
 
+from ..clock import MS
+
 UTC = timezone.utc
-MS = timedelta(milliseconds=1)
 MIN_INTERVAL_MS = 1000  # one run a second: what one schedule may ask
 MAX_INTERVAL_MS = 10 * 366 * 86_400_000  # ten years: beyond every cascade's longest delay
 CRON_FIELDS = ("minute", "hour", "day of month", "month", "day of week")

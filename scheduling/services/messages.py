@@ -21,7 +21,7 @@ from topology import cascade
 from .. import lifecycle
 from ..audit.services import audit_record
 from ..celery.structured import task_problem
-from ..clock import ceil_ms
+from ..clock import MS, ceil_ms
 from ..conf import conf
 from ..delivery.models import Trigger
 from ..errors import BulkValidationError, Conflict, Forbidden, NotFound
@@ -34,7 +34,6 @@ from ..teams.roles import Action
 from .relay import relay_claim_new, relay_publish_rows, relay_send_claimed
 from .retention import message_describe_gone
 
-MS = timedelta(milliseconds=1)
 # Beyond any cascade's maximum delay (64 levels of 1 s): a delay is clamped to this before any
 # arithmetic, so "1e999999" seconds cannot overflow and is refused as over the maximum.
 _BEYOND_SECONDS = Decimal(2**70)
