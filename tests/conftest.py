@@ -4,6 +4,7 @@ and cascades declared under a unique prefix per test, torn down afterwards."""
 import importlib
 import os
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +31,26 @@ def pytest_configure(config):
     _OWN_NODE = PrivateRabbit(port=urlsplit(settings.BROKER_URL).port,
                               management_port=urlsplit(settings.RABBITMQ_MANAGEMENT_URL).port)
     _OWN_NODE.__enter__()
+
+
+# What a test's folder says of it, so that no module under these folders sets the marker by hand.
+# A folder gives a marker only if every one of its modules needs it: tests/e2e/test_spark_standalone.py
+# talks to no broker, and tests/rabbit holds pure modules (acks, gather, urls, requirements) besides
+# the ones that talk to RabbitMQ, so those modules still say `broker` themselves.
+FOLDER_MARKS = {
+    "e2e": ("e2e",),
+    "reliability": ("reliability",),
+    "browser": ("browser", "broker"),
+}
+TESTS = Path(__file__).parent
+
+
+def pytest_itemcollected(item):
+    """Marks each test by its folder as it is collected: before -m selects and before the sort
+    below (a collection_modifyitems hook) reads the markers."""
+    folder = item.path.relative_to(TESTS).parts[0]
+    for name in FOLDER_MARKS.get(folder, ()):
+        item.add_marker(name)
 
 
 # Modules that start platforms, workers, brokers or browsers of their own (minutes each) go first,

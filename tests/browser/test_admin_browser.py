@@ -11,7 +11,7 @@ from scheduling.services.messages import message_schedule
 from harness.waiting import wait_until
 from topology import cascade
 
-pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 V2_DELIVERY = cascade.delivery_exchange(cascade.V2.prefix)
 
 

@@ -14,7 +14,7 @@ from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.services.endpoints import endpoint_create
 from scheduling.services.messages import message_schedule
 
-pytestmark = [pytest.mark.browser, pytest.mark.broker, pytest.mark.django_db(transaction=True)]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_operator_reads_a_message_s_attempts_resends_it_and_enables_a_disabled_endpoint(

@@ -11,7 +11,7 @@ from scheduling.services.schedules import schedule_upsert
 from scheduling.teams.models import Membership
 from scheduling.teams.services import team_create
 
-pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture

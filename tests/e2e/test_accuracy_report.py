@@ -12,7 +12,7 @@ from django.utils import timezone
 from scheduling.models import AccuracyReport, ScheduledMessage
 from harness.waiting import wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 Status = ScheduledMessage.Status
 ALL = AccuracyReport.ALL
 

@@ -11,7 +11,7 @@ from harness.waiting import wait_until
 from scheduling.models import ScheduledMessage
 from tests.testapp.models import Receipt
 
-pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 Status = ScheduledMessage.Status
 
 

@@ -19,7 +19,7 @@ from tests.testapp.models import Receipt
 from tests.testapp.tasks import delayed_receipt, plain_receipt, retry_once
 from topology import cascade
 
-pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 Status = ScheduledMessage.Status
 
 

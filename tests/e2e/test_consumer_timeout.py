@@ -10,7 +10,7 @@ from harness.platform import platform
 from harness.rabbit_node import PrivateRabbit
 from harness.waiting import wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.broker]
+pytestmark = pytest.mark.broker
 COUNTDOWN = 20  # well past the timeout and its first checks
 SCHEDULE = (
     "from tests.testapp.tasks import plain_receipt, delayed_receipt; "

@@ -32,7 +32,7 @@ from tests.topology.helpers import get
 from tests.testapp.models import Receipt
 from topology import cascade
 
-pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 Status = ScheduledMessage.Status
 
 

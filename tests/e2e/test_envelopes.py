@@ -16,7 +16,7 @@ from scheduling.conf import conf
 from scheduling.models import Endpoint, ScheduledMessage
 from tests.testapp.models import Receipt
 
-pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 Status = ScheduledMessage.Status
 
 

@@ -16,7 +16,7 @@ from harness.waiting import wait_until
 from harness.windows import most_in_window
 from scheduling.models import ScheduledMessage
 
-pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 Status = ScheduledMessage.Status
 MESSAGES, RATE, CONCURRENT = 5000, 500, 8
 

@@ -14,7 +14,7 @@ from harness.paths import ARTIFACTS
 from harness.waiting import wait_until
 from scheduling.models import ScheduledMessage
 
-pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 Status = ScheduledMessage.Status
 
 

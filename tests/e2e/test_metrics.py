@@ -30,7 +30,7 @@ from harness.recording_server import RecordingServer
 from harness.waiting import wait_until
 from tests.testapp.tasks import plain_receipt
 
-pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 Status = ScheduledMessage.Status
 
 

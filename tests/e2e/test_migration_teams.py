@@ -22,7 +22,7 @@ from harness.paths import ARTIFACTS, ROOT
 from harness.waiting import wait_until
 from topology import cascade
 
-pytestmark = [pytest.mark.e2e, pytest.mark.broker]
+pytestmark = pytest.mark.broker
 TOKEN = "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c"  # the form of a DRF token: 40 hex characters
 MESSAGES = 20
 

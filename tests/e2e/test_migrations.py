@@ -28,7 +28,7 @@ from tests.testapp.models import Receipt
 from harness.vhosts import vhost_create, vhost_delete
 from topology import cascade
 
-pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 Status = ScheduledMessage.Status
 # a correctness bound, not a figure (make bench measures lateness): several times what an idle
 # machine shows (p50 ~20 ms, worst ~600 ms), so a busy 2-core machine stays under it (1,536 ms seen)

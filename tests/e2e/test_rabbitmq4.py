@@ -20,7 +20,7 @@ from harness.paths import ARTIFACTS
 from harness.rabbit_node import PrivateRabbit
 from harness.waiting import wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 VERSIONS = ("v1", "v2", "v3")
 
 

@@ -16,7 +16,7 @@ from harness.platform import MANAGEMENT, platform
 from harness.waiting import wait_until
 from rabbit import Management
 
-pytestmark = [pytest.mark.e2e, pytest.mark.broker]
+pytestmark = pytest.mark.broker
 
 N, CLIENTS = 160, 32
 

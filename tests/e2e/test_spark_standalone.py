@@ -16,7 +16,7 @@ from scheduling.models import AccuracyReport, DeliveryMode, Endpoint, ScheduledM
 from scheduling.reports.accuracy import REPORT_COLUMNS
 from harness.spark_cluster import StandaloneCluster
 
-pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+pytestmark = pytest.mark.django_db(transaction=True)
 Status = ScheduledMessage.Status
 ALL = AccuracyReport.ALL
 # requested delays (ms) spanning every delay bucket of the report

@@ -15,7 +15,7 @@ from harness.waiting import wait_until
 from tests.conftest import _key_client
 from tests.testapp.models import Receipt
 
-pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 Status = ScheduledMessage.Status
 
 

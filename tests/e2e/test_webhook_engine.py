@@ -22,7 +22,7 @@ from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.teams.services import team_create
 from tests.conftest import _key_client
 
-pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 Status = ScheduledMessage.Status
 
 

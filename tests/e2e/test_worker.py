@@ -7,7 +7,7 @@ from scheduling.conf import broker
 from scheduling.models import ScheduledMessage
 from harness.waiting import wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 Status = ScheduledMessage.Status
 
 

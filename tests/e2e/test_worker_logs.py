@@ -16,7 +16,7 @@ from harness.celery_worker import Worker
 from harness.paths import ARTIFACTS
 from harness.waiting import wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 PERIODIC = (RELAY_SWEEP, RELAY_TIMEOUTS, DRAIN_UNROUTABLE)
 
 

@@ -13,7 +13,7 @@ from harness.waiting import wait_until
 from .conftest import FULL, size
 from .faults import count_status, endpoint, outcome, schedule, settle, wait_published, why_lost
 
-pytestmark = [pytest.mark.reliability, pytest.mark.broker, pytest.mark.e2e]
+pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 # make test runs a clean restart of every version and a crash of v2 and v3 (reduced); v1's crash,
 # whose at-most-once dead-lettering may lose what it was moving, is reported by make test-reliability.
 CASES = [("v2", "clean"), ("v3", "clean"), ("v1", "clean"), ("v2", "crash"), ("v3", "crash")] + (

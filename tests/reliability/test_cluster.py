@@ -21,7 +21,7 @@ from harness.waiting import wait_until
 from .conftest import FULL, size
 from .faults import endpoint, outcome, queue_of, schedule, settle, wait_published, wait_receipts, why_lost
 
-pytestmark = [pytest.mark.reliability, pytest.mark.broker, pytest.mark.e2e, pytest.mark.cluster]
+pytestmark = [pytest.mark.broker, pytest.mark.e2e, pytest.mark.cluster]
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from harness.platform import platform
 from .conftest import size
 from .faults import count_status, endpoint, outcome, schedule, settle, wait_published
 
-pytestmark = [pytest.mark.reliability, pytest.mark.broker, pytest.mark.e2e]
+pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 
 
 def admin_sql(database_url: str, *statements: str) -> None:

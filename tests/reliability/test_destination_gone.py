@@ -12,7 +12,7 @@ from topology import cascade
 from .conftest import size
 from .faults import count_status, endpoint, outcome, queue_of, schedule, settle
 
-pytestmark = [pytest.mark.reliability, pytest.mark.broker, pytest.mark.e2e]
+pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 
 
 @pytest.mark.parametrize("version", ["v2", "v3"])

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 
 from scheduling.models import Endpoint, ScheduledMessage
 
-pytestmark = [pytest.mark.reliability, pytest.mark.broker, pytest.mark.django_db]
+pytestmark = [pytest.mark.broker, pytest.mark.django_db]
 
 schema = schemathesis.openapi.from_dict(SchemaGenerator().get_schema(request=None, public=True))
 schema.app = get_wsgi_application()

@@ -30,7 +30,7 @@ from scheduling.conf import broker
 from .conftest import FULL, size
 from .faults import count_status, endpoint, outcome, queue_of, schedule, settle, wait_published, why_lost
 
-pytestmark = [pytest.mark.reliability, pytest.mark.broker, pytest.mark.e2e]
+pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 
 @pytest.fixture(scope="module", params=["v2", "v3"])
 def versioned(request):

@@ -25,7 +25,7 @@ from harness.paths import ROOT
 
 from .conftest import size
 
-pytestmark = [pytest.mark.reliability, pytest.mark.django_db(transaction=True)]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture

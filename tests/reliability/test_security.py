@@ -16,7 +16,6 @@ from scheduling.services.delivery import delivery_receive
 from harness.paths import ROOT
 from harness.recording_server import RecordingServer
 
-pytestmark = pytest.mark.reliability
 SECRET = "a-very-distinctive-signing-secret-123"
 
 

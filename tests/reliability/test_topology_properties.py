@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 from tests.topology.routing_model import walk
 from topology import cascade
 
-pytestmark = pytest.mark.reliability
 NAMES = st.from_regex(r"[A-Za-z0-9_-]{1,40}", fullmatch=True)
 DOTTED = st.from_regex(r"[A-Za-z0-9_-]{1,10}(\.[A-Za-z0-9_-]{1,10}){0,3}", fullmatch=True)
 

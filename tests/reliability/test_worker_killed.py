@@ -13,7 +13,7 @@ from harness.waiting import wait_until
 from .conftest import FULL, size
 from .faults import count_status, endpoint, outcome, schedule, settle
 
-pytestmark = [pytest.mark.reliability, pytest.mark.broker, pytest.mark.e2e]
+pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 
 
 @pytest.mark.parametrize("envelopes", ["on", "off"] if FULL else ["on"])
