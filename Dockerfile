@@ -5,8 +5,9 @@ WORKDIR /app
 # Java for the accuracy report's Spark job (PySpark 4 runs on Java 17)
 RUN apt-get update && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
     && rm -rf /var/lib/apt/lists/*
-COPY requirements.txt .
-RUN pip install --no-cache-dir -r requirements.txt
+# The runtime set only: no test, docs or profiling packages in the image (requirements/)
+COPY requirements/runtime.txt requirements/
+RUN pip install --no-cache-dir -r requirements/runtime.txt
 COPY . .
 RUN SECRET_KEY=build-only python manage.py collectstatic --noinput -v0
 # Production settings from here on (docs/security.md): HTTPS only, and start-up refuses a weak

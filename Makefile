@@ -5,10 +5,12 @@ BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 # parallel test processes (pytest-xdist, each with a RabbitMQ node of its own; 0: one process). docs/reference/commands.md
 TEST_PROCESSES ?= 3
+# the developer set: runtime, test, docs and tools (requirements.txt includes each; the image installs runtime.txt only)
+REQUIREMENTS := requirements.txt $(addprefix requirements/,runtime.txt test.txt docs.txt tools.txt)
 
 .PHONY: venv run test test-fast test-rabbitmq4 test-reliability test-cluster test-cluster-rabbitmq4 cluster cluster-stop soak bench bench-profile bench-migration bench-admin bench-history bench-report docs
 
-$(BIN)/.installed: requirements.txt
+$(BIN)/.installed: $(REQUIREMENTS)
 	scripts/services.sh python-venv
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip

@@ -36,7 +36,7 @@ LATE_SQL = """
            min(delivery_count), max(delivery_count), max(attempts), min(extract(epoch FROM published_at - created_at))::numeric(8,2)
     FROM scheduling_scheduledmessage WHERE lateness_ms > 2000 GROUP BY 1 ORDER BY 1
 """
-PY_SPY = str(Path(sys.executable).parent / "py-spy")  # requirements-dev: installed in the venv
+PY_SPY = str(Path(sys.executable).parent / "py-spy")  # requirements/tools.txt: installed in the venv
 
 TIMELINE_SQL = """
     SELECT floor(extract(epoch FROM due_at))::bigint AS second, count(*),

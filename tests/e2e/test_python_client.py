@@ -23,10 +23,11 @@ PROJECT_ONLY = {"PYTHONPATH", "DJANGO_SETTINGS_MODULE", "VIRTUAL_ENV", "BROKER_U
 
 
 def constraints(path: Path) -> Path:
-    """This project's pins (extras dropped: pip refuses them in constraints) so the client's
-    dependencies it shares (Celery, Django, httpx, pytest) are the versions tested here."""
-    pins = [re.sub(r"\[[^\]]*\]", "", line) for line in (ROOT / "requirements.txt").read_text().splitlines()
-            if "==" in line and not line.lstrip().startswith("#")]
+    """This project's pins, every set of requirements/ (extras dropped: pip refuses them in
+    constraints) so the client's dependencies it shares (Celery, Django, httpx, pytest) are the
+    versions tested here."""
+    pins = [re.sub(r"\[[^\]]*\]", "", line) for file in sorted((ROOT / "requirements").glob("*.txt"))
+            for line in file.read_text().splitlines() if "==" in line and not line.lstrip().startswith("#")]
     path.write_text("\n".join(pins) + "\n")
     return path
 
