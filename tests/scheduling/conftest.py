@@ -63,9 +63,21 @@ def bound_endpoint(platform, endpoint_name, amqp):
 
 
 @pytest.fixture
-def endpoint_row(versions, endpoint_name):
-    """An endpoint row without a queue on the broker: enough for pages that only read rows."""
-    return Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=versions["v2"])
+def endpoint_of(versions, endpoint_name):
+    """endpoint_of("v3", **fields) -> an Endpoint row named endpoint_name on that version (v2 by
+    default), without a queue on the broker: enough for services and pages that only use rows. A
+    module's `endpoint` fixture says which one it wants; bound_endpoint declares the queue too."""
+
+    def make(version: str = "v2", **fields) -> Endpoint:
+        return Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=versions[version], **fields)
+
+    return make
+
+
+@pytest.fixture
+def endpoint_row(endpoint_of):
+    """An endpoint row on v2 without a queue on the broker: enough for pages that only read rows."""
+    return endpoint_of()
 
 
 @pytest.fixture

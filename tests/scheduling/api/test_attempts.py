@@ -23,21 +23,6 @@ Status = ScheduledMessage.Status
 FIELDS = {"number", "trigger", "started_at", "duration_ms", "outcome", "status_code", "excerpt", "worker"}
 
 
-@pytest.fixture
-def teams(platform, team_key, amqp):
-    """Teams a and b, each with a key of every scope and a webhook endpoint `billing`."""
-    made = {}
-    for name in ("a", "b"):
-        key = team_key(f"t{name}-{uuid.uuid4().hex[:6]}")
-        response = key.post("/api/endpoints/", {"name": "billing", "handler": "webhook",
-                                                "handler_target": "http://127.0.0.1:9/hook"}, format="json")
-        assert response.status_code == 201, response.content
-        made[name] = key
-    yield made
-    for endpoint in Endpoint.objects.all():
-        amqp.delete_queue(endpoint.queue)
-
-
 def delivered(key, **fields) -> ScheduledMessage:
     """A message of the key's team scheduled through the API, then marked delivered a second after
     its due time (as the engine would after its call). Its copy stays in the cascade, an hour

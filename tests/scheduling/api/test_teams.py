@@ -3,8 +3,6 @@ with B's key every object of A is a 404 or absent from lists, whatever B tries (
 reschedule, cancel, bulk cancel over all time, schedule to A's endpoint, take over A's schedule key
 or idempotency key). The e2e tests deliver through both queues with a real worker."""
 
-import uuid
-
 import pytest
 
 from scheduling.audit.models import AuditEvent
@@ -14,22 +12,6 @@ from scheduling.teams.models import ApiKey, Team
 
 pytestmark = [pytest.mark.django_db, pytest.mark.broker]
 Status = ScheduledMessage.Status
-
-
-@pytest.fixture
-def teams(platform, team_key, amqp):
-    """Teams a and b, each with a key of every scope and an endpoint `billing` (a webhook: it has
-    a secret) made through the API."""
-    made = {}
-    for name in ("a", "b"):
-        key = team_key(f"t{name}-{uuid.uuid4().hex[:6]}")
-        response = key.post("/api/endpoints/", {"name": "billing", "handler": "webhook",
-                                                "handler_target": "http://127.0.0.1:9/hook"}, format="json")
-        assert response.status_code == 201, response.content
-        made[name] = key
-    yield made
-    for endpoint in Endpoint.objects.all():
-        amqp.delete_queue(endpoint.queue)
 
 
 def schedule(key, **fields):

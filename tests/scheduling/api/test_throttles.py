@@ -12,13 +12,6 @@ pytestmark = [pytest.mark.django_db, pytest.mark.broker]
 
 
 @pytest.fixture
-def endpoint(api, platform, endpoint_name, amqp):
-    assert api.post("/api/endpoints/", {"name": endpoint_name}, format="json").status_code == 201
-    yield endpoint_name
-    amqp.delete_queue(f"default--{endpoint_name}")
-
-
-@pytest.fixture
 def clock(monkeypatch):
     """The throttle's time, moved by hand."""
     now = {"t": 1_000_000.0}

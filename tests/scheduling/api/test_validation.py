@@ -64,13 +64,6 @@ def test_every_input_field_of_every_serializer_refuses_them(cls, name, char):
 # --- through the API: 400 naming the field, nothing stored ---------------------------------------
 
 
-@pytest.fixture
-def endpoint(api, platform, endpoint_name, amqp):
-    assert api.post("/api/endpoints/", {"name": endpoint_name}, format="json").status_code == 201
-    yield endpoint_name
-    amqp.delete_queue(endpoint_name)
-
-
 def post_json(api, path, body):
     """Sent as ASCII JSON (escapes), so lone surrogates travel as the attacker would send them."""
     return api.post(path, json.dumps(body), content_type="application/json")

@@ -22,14 +22,6 @@ Status = ScheduledMessage.Status
 MID = "00000000-0000-0000-0000-000000000000"
 
 
-@pytest.fixture
-def endpoint(api, platform, endpoint_name, amqp):
-    response = api.post("/api/endpoints/", {"name": endpoint_name}, format="json")
-    assert response.status_code == 201, response.content
-    yield endpoint_name
-    amqp.delete_queue(f"default--{endpoint_name}")
-
-
 @pytest.mark.parametrize(
     ("method", "path"),
     [("get", "/api/endpoints/"), ("post", "/api/endpoints/"), ("get", "/api/endpoints/x/"),

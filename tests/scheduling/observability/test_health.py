@@ -14,13 +14,6 @@ from scheduling.observability import health
 pytestmark = pytest.mark.django_db(transaction=True)  # the check runs in its own thread and connection
 
 
-@pytest.fixture(autouse=True)
-def fresh_answer():
-    health.forget()
-    yield
-    health.forget()
-
-
 def test_all_parts_ok(platform):
     result = health.check_now()
     assert result.ok and result.checks == {"database": "ok", "broker": "ok", "cascade": "ok"}

@@ -3,15 +3,6 @@
 
 import pytest
 
-from scheduling.observability import health
-
-
-@pytest.fixture(autouse=True)
-def fresh_answer():
-    health.forget()
-    yield
-    health.forget()
-
 
 def test_healthz_answers_without_database_or_broker(client, settings):
     """No django_db mark: pytest-django fails any query, so a 200 proves none was made."""

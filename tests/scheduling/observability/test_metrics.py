@@ -42,8 +42,8 @@ class Reading:
 
 
 @pytest.fixture
-def endpoint(versions, endpoint_name):
-    return Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=versions["v2"])
+def endpoint(endpoint_of):
+    return endpoint_of("v2")
 
 
 def row(endpoint, *, due_in=timedelta(0), status=Status.PUBLISHED, late=timedelta(0)):

@@ -44,8 +44,8 @@ def call_slot_held_elsewhere(endpoint_id: int):
 
 
 @pytest.fixture
-def endpoint(versions, endpoint_name):
-    return Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=versions["v3"], max_deliveries_per_second=100)
+def endpoint(endpoint_of):
+    return endpoint_of("v3", max_deliveries_per_second=100)
 
 
 def test_the_first_slot_is_now_and_the_next_run_follows_the_last(db, endpoint):

@@ -26,8 +26,8 @@ Status = ScheduledMessage.Status
 
 
 @pytest.fixture
-def endpoint(versions, endpoint_name):
-    return Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=versions["v2"])
+def endpoint(endpoint_of):
+    return endpoint_of("v2")
 
 
 def schedule(endpoint, **kwargs):

@@ -25,8 +25,8 @@ S = timedelta(seconds=1)
 
 
 @pytest.fixture
-def endpoint(versions, endpoint_name):
-    return Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=versions["v3"])
+def endpoint(endpoint_of):
+    return endpoint_of("v3")
 
 
 def runs(key, **filters):

@@ -1,0 +1,14 @@
+"""Fixtures of the observability tests."""
+
+import pytest
+
+from scheduling.observability import health
+
+
+@pytest.fixture(autouse=True)
+def fresh_health_answer():
+    """Every test here starts and ends with no cached readiness answer (health.py keeps one for
+    readyz_cache_seconds)."""
+    health.forget()
+    yield
+    health.forget()
