@@ -1,8 +1,10 @@
 """Fixtures of the scheduling app's tests.
 
-Every test module here runs against a RabbitMQ vhost of its own, with the platform's v1, v2 and
-v3 cascades declared in it, so nothing here shares queues with a worker of the e2e tests (or with
-another module). Rows made directly serve reads (lists, filters, query counts, dashboard
+Every test module here that uses the database or the broker runs against a RabbitMQ vhost of its
+own, so nothing here shares queues with a worker of the e2e tests (or with another module). The
+platform's v1, v2 and v3 cascades are declared in it when a test of the module first asks for the
+``platform`` (the versions recorded as provisioned, so messages get published): modules that never
+do skip the ~2 s of declaring 87 queues, which the vhost lock made every other module wait for. Rows made directly serve reads (lists, filters, query counts, dashboard
 figures); the services that write them are tested on their own and through the admin."""
 
 import hashlib
@@ -24,13 +26,28 @@ def module_broker_url(request, rabbit_vhost):
     shared = broker()
     vhost = f"{rabbit_vhost}-{hashlib.sha1(request.module.__name__.encode()).hexdigest()[:8]}"
     url = f"{shared.url.rsplit('/', 1)[0]}/{vhost}"
-    with vhost_lifecycle_lock():  # the vhost and its cascades, one module at a time (harness/vhosts.py)
+    with vhost_lifecycle_lock():  # one module at a time (harness/vhosts.py)
         shared.management.create_vhost(vhost)
-        with rabbit.Broker(url).session() as session:
-            for version in cascade.VERSIONS.values():
-                session.declare(cascade.cascade_plan(version))
     yield url
     vhost_delete(management=shared.management, vhost=vhost)
+
+
+@pytest.fixture(scope="module")
+def module_cascades(module_broker_url):
+    """The platform's cascades in the module's vhost, declared once, on first need."""
+    with vhost_lifecycle_lock(), rabbit.Broker(module_broker_url).session() as session:
+        for version in cascade.VERSIONS.values():
+            session.declare(cascade.cascade_plan(version))
+    return module_broker_url
+
+
+@pytest.fixture
+def platform(platform, module_broker, request):
+    """The versions recorded as provisioned, as the parent fixture makes them, and declared in the
+    module's vhost too where the test's broker is the module's."""
+    if module_broker is not None:
+        request.getfixturevalue("module_cascades")
+    return platform
 
 
 @pytest.fixture(autouse=True)
