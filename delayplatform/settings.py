@@ -261,8 +261,8 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 16 * 1024 * 1024
 # Fail fast when the broker is away: a request that schedules a message must not hang; the
 # row is the outbox and the sweeper publishes it once the broker is back.
 # confirm_publish: a task Celery sends (a celery_task endpoint's handler above all) counts as
-# sent only once the broker confirmed it; without it, a send into a connection the broker had
-# just dropped was lost without an error while its message was already recorded as delivered.
+# sent only once the broker confirmed it; without it, a send into a connection the broker has
+# just dropped is lost without an error while its message is already recorded as delivered.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5,
                                    "confirm_publish": True}
 # Celery's Django fixup closes the database connection before and after every task unless

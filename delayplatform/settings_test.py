@@ -13,9 +13,9 @@ RUN_ID = os.environ["DP_TEST_RUN_ID"] = f"{_BASE}-{_WORKER}" if _WORKER else _BA
 os.environ.setdefault("SECRET_KEY", "insecure-test-only-key")
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
 # One process: the machine's RabbitMQ. Under pytest-xdist, each test process has a RabbitMQ node of
-# its own (started by tests/conftest.py on these ports): the machine's 3.10.8 node stalled for good
-# when several test processes added vhosts and declared cascades on it at once, even one at a time
-# under a lock (docs/reference/commands.md).
+# its own (started by tests/conftest.py on these ports): the machine's 3.10.8 node can stall for
+# good when several test processes add vhosts and declare cascades on it at once, even one at a
+# time under a lock (docs/reference/commands.md).
 # A process these tests start (a worker, a command) inherits the variables below, or a BROKER_URL
 # the test chose for it (a private node, an unreachable port): DP_TEST_NODE_OF says they are set.
 if _WORKER and os.environ.get("DP_TEST_NODE_OF") != _WORKER:

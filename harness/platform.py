@@ -56,7 +56,7 @@ class Platform:
 
     def sql(self, query: str, *params):
         """One query on a connection kept for the run (polling with a new connection each time
-        cost PostgreSQL a backend start per poll, which showed in the figures)."""
+        would cost PostgreSQL a backend start per poll, enough to skew the figures)."""
         with self._sql_lock:
             if self._sql is None or self._sql.closed:
                 self._sql = psycopg.connect(self.env["DATABASE_URL"], autocommit=True)
@@ -149,7 +149,7 @@ def platform(web_workers: int = 4, broker_url: str | None = None, settings: str 
 
             wait_until(up, 60, 0.2, "gunicorn")
             p = Platform(run_id, env, url, key)
-            p.web_pid = web.pid  # gunicorn's master (bench.cluster_failover dumps its workers' stacks)
+            p.web_pid = web.pid  # gunicorn's master (bench.studies.cluster_failover dumps its workers' stacks)
             yield p
         finally:
             if p:

@@ -1,11 +1,10 @@
 """Vhosts of a test's (or a benchmark's) own, added and deleted one at a time on this machine.
 
-RabbitMQ 3.10.8 here has stopped adding vhosts for good (a new vhost's message store never
-started; every later add, delete and connection to it timed out) while several test processes
-shared it. Holding one machine-wide file lock while a vhost is added or deleted did not prevent it
-(2026-11-24: it stalled 4 minutes into a three-process run with this lock held), so each test
-process now has a node of its own (tests/conftest.py). The lock stays for what still shares the
-machine's node: a benchmark beside a test run, two runs at once."""
+RabbitMQ 3.10.8 can stop adding vhosts for good (a new vhost's message store never starts;
+every later add, delete and connection to it times out) while several test processes share it,
+even with one machine-wide file lock held while a vhost is added or deleted, so each test process
+has a node of its own (tests/conftest.py). The lock is for what still shares the machine's node:
+a benchmark beside a test run, two runs at once."""
 
 from __future__ import annotations
 

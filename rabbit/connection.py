@@ -45,7 +45,7 @@ def open_connection(url: str, first: int = 0, role: str = "session", timeout: fl
                                              **bounded})
         try:
             # one attempt per node: kombu's connect() tries a refused node again after 2 s, which
-            # a dead cluster node cost every reconnect (the delivery loop's, the relay's; issue 22)
+            # a dead cluster node would add to every reconnect (the delivery loop's, the relay's)
             conn.ensure_connection(max_retries=0, reraise_as_library_errors=False)
         except CONNECTION_ERRORS as exc:
             conn.release()

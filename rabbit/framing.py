@@ -1,7 +1,7 @@
 """Publishing (and acking) a batch with one socket write instead of one per message.
 
 py-amqp writes every frame to the socket as soon as it is built: a confirmed batch of 20,000
-messages was 20,000 ``send`` calls here and as many wake-ups of the broker. py-amqp takes the
+messages would be 20,000 ``send`` calls and as many wake-ups of the broker. py-amqp takes the
 frame writer as a constructor argument (``amqp.Connection(frame_writer=…)``, which kombu passes
 through from ``transport_options``): this one wraps py-amqp's own and, only inside
 :func:`batched_writes`, holds ``basic.publish``, ``basic.ack``, ``basic.reject`` and

@@ -250,12 +250,12 @@ class ScheduledMessage(models.Model):
         # 50 M rows, no page may sort or count the history (docs/performance.md, "History").
         indexes = [
             models.Index(fields=["status", "created_at"], name="message_status_created"),
-            # (endpoint, status) became two partial indexes in 0014, one over the messages in
-            # flight and one over the finished: each a range per endpoint x status x version in
-            # (created_at, id) order for an endpoint's and a version's lists, read index-only (with
-            # the heap to visit, PostgreSQL preferred (status, created_at) and a filter, and read a
-            # whole status for a version the endpoint never used: with 200,000 messages in flight
-            # for another endpoint, the in-flight part of a list took 163 ms on (endpoint, status)).
+            # Two partial indexes, one over the messages in flight and one over the finished:
+            # each a range per endpoint x status x version in (created_at, id) order for an
+            # endpoint's and a version's lists, read index-only (with the heap to visit, PostgreSQL
+            # prefers (status, created_at) and a filter, and reads a whole status for a version the
+            # endpoint never used: with 200,000 messages in flight for another endpoint, the
+            # in-flight part of a list takes 163 ms on a plain (endpoint, status) index).
             models.Index(fields=["endpoint", "status", "topology", "created_at", "id"], name="message_endpoint_in_flight",
                          condition=models.Q(status__in=IN_FLIGHT_VALUES)),
             models.Index(fields=["endpoint", "status", "topology", "created_at", "id"], name="message_endpoint_history",

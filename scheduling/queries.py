@@ -240,7 +240,7 @@ class ScheduledMessageQuerySet(models.QuerySet):
 
     def handler_data(self, ids) -> dict:
         """Id -> (payload, its endpoint) for messages whose handler runs now, in one query: the
-        ORM's two (the payloads, then the endpoints) were two round trips and ~0.5 ms of query
+        ORM's two (the payloads, then the endpoints) would be two round trips and ~0.5 ms of query
         building per webhook call, whose transaction makes one call each."""
         if not ids:
             return {}

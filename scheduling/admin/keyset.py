@@ -1,10 +1,11 @@
 """The messages list as a history of hundreds of millions of rows allows: pages follow a cursor
 (the last row's ordering value and id) instead of an offset, the count is exact only when the
 list fits on one page and PostgreSQL's estimate otherwise, and the order is the one an index
-gives: newest first, or by due time when a due filter is on. Django's ChangeList counted every
-matching row for its paginator, sorted by any column asked and listed the calendar's dates with a
+gives: newest first, or by due time when a due filter is on. Django's ChangeList counts every
+matching row for its paginator, sorts by any column asked and lists the calendar's dates with a
 DISTINCT over the table: seconds each with 50 M rows (docs/performance.md, "History"). A cursor
-that no page wrote is a 400, as on the API (it was read as the first page; a deep one was a 500)."""
+that no page wrote is a 400, as on the API (never read as the first page, never a 500 however
+deep it nests)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """The message list's pages: a cursor (the last row's created_at and id), newest first, no count.
 
-DRF's PageNumberPagination counted every matching row for each page (347 ms with 2 M of one
-endpoint's messages; seconds at 50 M) and read page n by skipping n x 50 rows. A cursor names
+DRF's PageNumberPagination counts every matching row for each page (347 ms with 2 M of one
+endpoint's messages; seconds at 50 M) and reads page n by skipping n x 50 rows. A cursor names
 where the page ends, so page 1,000 costs what page 1 costs; the id breaks the ties of a bulk
 request's 1,000 messages sharing a created_at, so every row is listed exactly once. A cursor that
-no page wrote is a 400 naming the parameter (it was read as the first page, and a deep one was a 500)."""
+no page wrote is a 400 naming the parameter (not the first page, and never a 500 however deep it nests)."""
 
 from __future__ import annotations
 

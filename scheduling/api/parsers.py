@@ -1,10 +1,10 @@
 """The API's JSON parser: orjson (DRF's for what orjson refuses), with a limit on nesting checked
-before parsing. Python's json parser recurses per level, so a body nested 10,000 deep raised
+before parsing. Python's json parser recurses per level, so a body nested 10,000 deep would raise
 RecursionError (a 500); a linear scan of the brackets outside strings refuses it first.
 
-The scan is a few passes in C, none of which can backtrack. It was a regular expression matching
-whole strings, which retried from every quote of a string that never closes (``"\\"\\"\\"...``):
-32 KB took 5 s, a megabyte hours."""
+The scan is a few passes in C, none of which can backtrack. A regular expression matching whole
+strings would retry from every quote of a string that never closes (``"\\"\\"\\"...``): 32 KB
+takes 5 s, a megabyte hours."""
 
 import codecs
 import io

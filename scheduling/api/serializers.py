@@ -164,8 +164,8 @@ class MessageCreateSerializer(RefuseControlCharacters, serializers.Serializer):
 
     def run_validation(self, data=serializers.empty):
         """A message that plainly has the right types takes a short path (a bulk request has
-        1,000 of them, and DRF's field machinery cost ~50 µs each); anything else goes through
-        the fields, which name what is wrong exactly as before."""
+        1,000 of them, and DRF's field machinery costs ~50 µs each); anything else goes through
+        the fields, which name what is wrong."""
         plain = _plain_message(data)
         return plain if plain is not None else super().run_validation(data)
 

@@ -1,12 +1,12 @@
 """The platform's Celery consumer (setting ``CELERY_WORKER_CONSUMER``): Celery's own, with two
-steps made to survive a cluster node's loss (issue 22).
+steps made to survive a cluster node's loss.
 
 Native delayed delivery's setup runs once per worker process, not on every reconnect.
 
 Celery adds that bootstep when a task queue is a quorum queue (the platform's are, on a cluster).
 On each consumer restart it connects to every broker URL in turn, retrying a dead one 1, 3 and 5 s
-apart: after a node loss it held the consumer — every task, beat's sweeper among them — for ~17 s,
-which is most of the pause a node loss caused (issue 22; bench.cluster_failover's stack dumps).
+apart: after a node loss that holds the consumer — every task, beat's sweeper among them — for
+~17 s, most of the pause a node loss would cause.
 What it declares is durable and cluster-wide, so once is enough; the platform's own task queues
 use direct exchanges, which native delayed delivery does not serve anyway (Celery says so in a
 warning at start).
@@ -14,8 +14,8 @@ warning at start).
 Remote control (the pidbox, which the platform's ``dp_sync_endpoints`` and ``dp_health`` commands
 use) tries again when its queue cannot be bound. The queue is transient and lived on the node
 that died; a worker reconnecting at once can declare it while the broker is still removing the
-dead node's copy, and the bind then fails with NOT_FOUND. Celery took that for an unrecoverable
-error and the whole worker exited: 1 of 8 bench.cluster_failover runs.
+dead node's copy, and the bind then fails with NOT_FOUND, which Celery takes for an
+unrecoverable error: the whole worker exits.
 """
 
 import logging

@@ -17,7 +17,7 @@ def exponential(attempt: int, *, first: float, cap: float | None = None) -> floa
 
 
 # The broker did not take a handler's task (a node lost, a queue's leader being elected): try the
-# delivery again after 0.25, 0.5, 1 ... seconds, at most 2; not a handler attempt (issue 22).
+# delivery again after 0.25, 0.5, 1 ... seconds, at most 2; not a handler attempt.
 BROKER_FIRST_SECONDS = 0.25
 BROKER_CAP_SECONDS = 2.0
 

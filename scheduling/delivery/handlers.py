@@ -315,7 +315,7 @@ def celery_task_outgoing(message: ScheduledMessage) -> Outgoing:
 
 # How long the delivery loop waits for the broker to confirm a batch's handler tasks. A task queue
 # whose quorum leader was just lost confirms only once a new leader is elected; waiting out the
-# publisher's 30 s held every delivery behind it (issue 22). Unconfirmed by then: postponed.
+# publisher's 30 s would hold every delivery behind it. Unconfirmed by then: postponed.
 TASK_CONFIRM_SECONDS = 3.0
 
 

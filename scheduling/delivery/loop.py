@@ -121,7 +121,7 @@ class DeliveryLoop(threading.Thread):
                 self._session()
             except rabbit.BrokerUnavailable as exc:
                 # a session that ran a while lost its node: reconnect at once (the next node of the
-                # URL takes it; the 1 s wait added to every held message's lateness, issue 22);
+                # URL takes it; a 1 s wait would add to every held message's lateness);
                 # one that could not even start waits 1 s, not to spin against a broker that is down
                 if not self.stopping.is_set():
                     log.warning("delivery loop: %s; reconnecting", exc)
@@ -443,8 +443,8 @@ class DeliveryLoop(threading.Thread):
         """Messages overdue by DELAY_RESCUE_AFTER_MS that this loop neither holds nor is handing
         over: their copy is stuck in the broker (services/rescue.py). Not while the loop is behind:
         its prefetch full (unacked broker messages, an envelope counting once), or messages ready
-        in its hold for half the setting (a copy of each overdue message doubled the work of a
-        burst it had not caught up with, and the delivery rate collapsed).
+        in its hold for half the setting (a copy of each overdue message would double the work of a
+        burst it has not caught up with, and the delivery rate would collapse).
         The copies' confirms are waited for 1 s at most: a queue whose leader is being elected must
         not stop the loop."""
         settings = self.settings

@@ -2,9 +2,9 @@
 connection) of its own, so the loop takes and hands over the next calls while PostgreSQL writes
 the last ones.
 
-Why: with the recording on the loop's thread, one endpoint's calls went round take → call →
-record → take, two thirds of each turn waiting for PostgreSQL, and its bulkhead's calls were all
-it could make per turn (~1,800 calls/s). Now a turn's recording overlaps the next turn's calls.
+Why: with the recording on the loop's thread, one endpoint's calls would go round take → call →
+record → take, two thirds of each turn waiting for PostgreSQL, and its bulkhead's calls would be
+all it could make per turn (~1,800 calls/s). Here a turn's recording overlaps the next turn's calls.
 
 What stays on the loop's thread: everything that touches the broker (acks, retries published)
 and the loop's own state; this thread only writes and hands back what it wrote (``done``).

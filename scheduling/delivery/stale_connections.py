@@ -2,9 +2,8 @@
 
 Celery's Django fixup closes connections between tasks, but Django's ``close()`` does nothing
 for a connection it marked closed inside a transaction, so a pool process can keep handing a
-dead psycopg connection to every task ("the connection is closed"). That happened once in the
-database-unavailable fault test (77 handler tasks failed for ~7 s after the database was back).
-A connection psycopg reports closed is dropped and Django's transaction flags reset, with a
+dead psycopg connection to every task ("the connection is closed") after the database is
+back. A connection psycopg reports closed is dropped and Django's transaction flags reset, with a
 warning that records what they were.
 """
 

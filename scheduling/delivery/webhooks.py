@@ -2,8 +2,8 @@
 thread of its own beside the delivery loop, which takes the rows before and records the results
 after (services/webhook_calls.py): no call runs inside a database transaction.
 
-Why: a thread per call under requests cost ~2 ms of Python a call under one interpreter lock and
-made 163 calls/s; eight threads shared by every endpoint let one slow receiver hold all of them.
+Why: a thread per call under requests costs ~2 ms of Python a call under one interpreter lock and
+makes 163 calls/s; eight threads shared by every endpoint let one slow receiver hold all of them.
 
 What a call may cost is bounded: one deadline over the whole call (resolve, connect, send, read),
 the answer read up to a cap (longer fails the attempt as ``too_large``), at most two of the
@@ -110,7 +110,7 @@ def _check_literal(url: str, networks: tuple) -> None:
 @functools.lru_cache(maxsize=4096)
 def _literal_refusal(host: str, networks: tuple) -> str | None:
     """Why ``host``, when it is an IP address, may not be called; a pure function of its
-    arguments, remembered: it was a tenth of the engine's CPU per call."""
+    arguments, remembered: computed each time, it is a tenth of the engine's CPU per call."""
     try:
         ipaddress.ip_address(host.split("%", 1)[0])
     except ValueError:

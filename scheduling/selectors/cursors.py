@@ -1,7 +1,8 @@
 """Where a page of messages ends, as an opaque ``?cursor=`` (the admin's list and the API's):
 the ordering value and id of the page's last (or first) row, and which way the next page goes.
-Pure. A cursor is only ever one a page wrote, so anything else is refused, with the reason: it
-once read as the first page, and one nested a few thousand deep was a RecursionError (a 500)."""
+Pure. A cursor is only ever one a page wrote, so anything else is refused, with the reason: read
+as the first page it would hide the mistake, and one nested a few thousand deep would be a
+RecursionError (a 500)."""
 
 from __future__ import annotations
 

@@ -209,7 +209,7 @@ def _drain_level(mover: _Mover, session: rabbit.Session, version: cascade.Versio
                  batch: int, progress) -> None:
     # One channel per level, and stop only at an empty basic_get *after* the last acks: on
     # quorum queues acks are settled asynchronously, and closing the channel right after them
-    # let the queue hand some "unsettled" messages back (measured: 66 of 300 moved twice). A
+    # lets the queue hand some "unsettled" messages back (measured: 66 of 300 moved twice). A
     # dequeue on the same channel is ordered behind the settles.
     with session.reader(cascade.level_name(version.prefix, level, shard)) as reader:
         while messages := reader.get(batch):

@@ -89,7 +89,7 @@ def _handle_many(to_handle: list[tuple[int, ScheduledMessage]], outcomes: list) 
     """Celery task handlers of the batch in one windowed publish; the others one by one. A task
     the broker did not take now is POSTPONED: a node lost or a task queue's leader being elected
     is the transport's hiccup, not the handler's failure, and the handler's backoff (2, 4, 8 s)
-    made it a 15-s pause after a node loss (issue 22)."""
+    would make it a 15-s pause after a node loss."""
     tasks = [(i, m) for i, m in to_handle if m.endpoint_handler == Endpoint.Handler.CELERY_TASK]
     try:
         sends = send_celery_tasks([m for _, m in tasks]) if tasks else TaskSends()

@@ -7,7 +7,7 @@ unique only within its team):
   shop/billing 200): lateness p50 4 ms, max 12 ms, worker celery@host``; with LOG_FORMAT=json the
   line carries ``count``, ``endpoints`` ({"team/endpoint": count}), ``lateness_p50_ms``,
   ``lateness_max_ms`` and ``worker`` as fields;
-- at DEBUG, also **one line per delivery**, as INFO had before (``delivered <id> to shop/orders
+- at DEBUG, also **one line per delivery** (``delivered <id> to shop/orders
   (v3), 4 ms late``, fields ``message_id``, ``team``, ``endpoint``, ``version``, ``lateness_ms``,
   ``attempt`` and ``worker``).
 

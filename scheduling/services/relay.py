@@ -122,8 +122,8 @@ def _send(groups, prepared, rows, result: RelayResult) -> tuple[list, list] | No
 
 def _send_retrying(groups, prepared, rows, result: RelayResult) -> tuple[list, list] | None:
     """_send, and once more at once, on a new connection, for the broker messages whose connection
-    broke under them (a cluster node lost: open_connection goes on to a live node). Leaving them
-    to the sweeper made them seconds late (issue 22). Every publishing path goes through here."""
+    broke under them (a cluster node lost: open_connection goes on to a live node): left to the
+    sweeper, they would be seconds late. Every publishing path goes through here."""
     result.broken = False
     sent = _send(groups, prepared, rows, result)
     if sent is None or not sent[1] or not result.broken:
@@ -196,7 +196,7 @@ class Claimed:
 
 def relay_claim_new(*, rows: list[ScheduledMessage]) -> Claimed | None:
     """Write new rows as ``published`` and publish them after their commit, without locking and
-    updating them again: that lock and update were half of PostgreSQL's work per scheduled
+    updating them again: that lock and update would be half of PostgreSQL's work per scheduled
     message (docs/performance.md). The route is fixed now and sent as is after the commit (a
     few ms later, inside the arrival margin).
 
@@ -338,8 +338,8 @@ def _units(parts: list[_Part], now) -> list[_Unit]:
 
 def _publish_units(units: list[_Unit]) -> tuple[dict[int, str], list[str]]:
     """Publish, and once more at once on a new connection what a connection broken under it did
-    not take (a cluster node lost: open_connection goes on to a live node; leaving them to the
-    sweeper made them seconds late, issue 22). Returns the failed units (index -> reason) and the
+    not take (a cluster node lost: open_connection goes on to a live node; left to the sweeper,
+    they would be seconds late). Returns the failed units (index -> reason) and the
     errors; BrokerUnavailable when no broker could be reached at first."""
     window = conf().publish_window
     outs = [unit.out for unit in units]

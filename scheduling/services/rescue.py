@@ -3,8 +3,8 @@ says ``published`` is published again, straight to its version's delivery exchan
 hop: bindings still decide, and a destination with none ends in the unroutable queue as before).
 
 Why: the broker can hold a copy back for longer than any delay's precision. On RabbitMQ 3.10.8 a
-quorum queue's at-least-once dead-letter worker stopped forwarding for 3 to 25 s after a cluster
-node died, although the queue's new leader was up (docs/operations/cluster.md); a hop lost
+quorum queue's at-least-once dead-letter worker can stop forwarding for 3 to 25 s after a cluster
+node dies, although the queue's new leader is up (docs/operations/cluster.md); a hop lost
 under at-most-once dead-lettering (v1) never comes at all. The row knows the message is late;
 the second copy makes it as late as this setting, not as the broker's recovery. Whichever copy
 arrives first is delivered and the other is a duplicate, suppressed by the row's lifecycle like

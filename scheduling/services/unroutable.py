@@ -5,7 +5,7 @@ failed with the reason, then acks; the row holds all it takes to republish them.
 A copy published before its row's latest publish is stale and only acked: the rescue copies an
 overdue message every few hundred ms until the drain (every 5 s) marks it failed, so copies of
 one publish can reach the queue on both sides of a drain, and the late one must not fail the
-message an operator has since re-bound and republished (CI, stop 40)."""
+message an operator has since re-bound and republished."""
 
 from __future__ import annotations
 
