@@ -100,7 +100,7 @@ def test_a_node_killed_mid_delay(cluster, version, report, rng):
         started = time.monotonic()
         schedule(p, name, [round(rng.uniform(5, longest), 3) for _ in range(n)])
         wait_published(p, name, n, timeout=90)
-        # the API publishes ~2,000 messages/s to this cluster (bench/cluster_publish.py); make
+        # the API publishes ~2,000 messages/s to this cluster (bench/studies/cluster_publish.py); make
         # test-cluster once timed out here, read as under 55/s: fail below 100/s at full size
         per_second = n / (time.monotonic() - started)
         assert per_second >= size(100, 20), f"{n} published at {per_second:.0f} messages/s"

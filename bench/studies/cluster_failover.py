@@ -1,7 +1,7 @@
 """Where delivery pauses when a cluster node dies (issue 22): a timeline of lateness around the kill,
 with stack dumps of the worker and the web processes taken while it happens.
 
-    .venv/bin/python -m bench.cluster_failover [--scenario loop-node|rolling] [--per-second 100]
+    .venv/bin/python -m bench.studies.cluster_failover [--scenario loop-node|rolling] [--per-second 100]
 
 A three-node cluster of its own (harness.rabbit_cluster), a platform on it as make test-cluster
 starts it (2 gunicorn workers, one Celery worker with the delivery loop, quorum queues, an

@@ -5,7 +5,7 @@ scheduling through the API, for two shapes of the same 100,000 messages:
 - sparse: due anywhere in an hour (3,600-7,200 s): ~28 a second, so an envelope is mostly one;
 - dense: due within one minute (3,600-3,660 s): ~1,700 a second.
 
-    .venv/bin/python -m bench.in_flight_memory [--messages 100000]
+    .venv/bin/python -m bench.studies.in_flight_memory [--messages 100000]
 
 Each mode runs on a throwaway platform of its own (harness/platform.py); the figures are the
 difference from the same queues before scheduling, once the broker's statistics have settled.

@@ -2,7 +2,7 @@
 make test-cluster timed out waiting for 5,000 messages to be published, which read as "under 55
 messages/s to the cluster").
 
-    .venv/bin/python -m bench.cluster_publish [--messages 5000] [--chunk 500]
+    .venv/bin/python -m bench.studies.cluster_publish [--messages 5000] [--chunk 500]
 
 Each broker gets a platform of its own as make test-cluster starts it (gunicorn with 2 workers, a
 Celery worker, quorum queues everywhere), and is sent ``--messages`` in bulk requests of

@@ -2,7 +2,7 @@
 beyond the TTL at a light load, and the broker CPU per message (summed over the nodes) of each
 stage, with quorum endpoint queues on both (what DELAY_QUEUE_TYPE=quorum declares).
 
-    .venv/bin/python -m bench.cluster_cost [--messages 10000] [--light 300]
+    .venv/bin/python -m bench.studies.cluster_cost [--messages 10000] [--light 300]
 
 One node: the local RabbitMQ (127.0.0.1:5672). Cluster: three nodes of its own
 (harness/rabbit_cluster.py, ports 5881…), replicated to all three, leaders spread. Both on this

@@ -1,6 +1,6 @@
 """How fast one level queue can dead-letter, and k of them (shards): the ceiling of one cascade.
 
-    .venv/bin/python -m bench.queue_ceiling [--messages 20000] [--shards 1,2,4] [--cluster] [--hold 100000]
+    .venv/bin/python -m bench.studies.queue_ceiling [--messages 20000] [--shards 1,2,4] [--cluster] [--hold 100000]
 
 A level queue is a quorum queue that dead-letters (at-least-once, reject-publish, as v2/v3) into
 the next exchange. Here k such queues each get messages/k messages whose per-message TTL is set

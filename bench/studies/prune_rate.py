@@ -1,6 +1,6 @@
 """How fast the prune archives and deletes, and what the archive costs on disk per message.
 
-    .venv/bin/python -m bench.prune_rate [--rows 2000000] [--retention 3d]
+    .venv/bin/python -m bench.studies.prune_rate [--rows 2000000] [--retention 3d]
 
 A throwaway database gets --rows finished messages over the last 7 days (bench/history_fill.py);
 ``manage.py prune_messages`` then archives and deletes those past --retention, with payloads and

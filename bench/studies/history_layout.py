@@ -1,7 +1,7 @@
 """How to keep the messages table flat as history grows: the alternatives, measured side by side
 on copies of the real table (same columns and indexes) in a throwaway database.
 
-    .venv/bin/python -m bench.history_layout [--rows 10000000] [--lifecycle 500000]
+    .venv/bin/python -m bench.studies.history_layout [--rows 10000000] [--lifecycle 500000]
 
 A. Primary keys: UUIDv4 (random) against UUIDv7 (time-ordered). The platform inserts bulk
    requests through COPY; with the table already holding --rows rows, how fast do new rows go
