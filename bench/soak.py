@@ -2,9 +2,11 @@
 with retention in minutes so the prune runs throughout, the worker SIGKILLed every sixth of the
 run (10 minutes of an hour) and its RabbitMQ node stopped and started once. A row every twelfth
 of the run (5 minutes): scheduled, delivered, lost, early, lateness p99, and what must stay flat
-(memory, file descriptors, connections, the table). At the end, after the last messages are due,
-a verdict: 0 lost, 0 early, every resource flat (the last half of the rows within 10 % of the first
-row after warm-up), the table at a plateau; the exit code is 1 if a target is missed.
+(memory, file descriptors, connections, the table's heap and indexes, its live rows and vacuum passes).
+At the end, after the last messages are due, a verdict: 0 lost, 0 early, every resource flat (the
+last half of the rows within 10 % of the first row after warm-up), the table at a plateau (its heap
+and its indexes apart, against the vacuum cycles that ran over them: bench/soak_plateau.py); the
+exit code is 1 if a target is missed.
 
 Settings (environment): SOAK_MINUTES (60), SOAK_RATE (300 messages/s), SOAK_MAX_DELAY (5m; delays
 are uniform from 1 s), SOAK_CANCEL_SHARE (0.05), SOAK_RETENTION (2m, DELAY_RETENTION), SOAK_PRUNE_EVERY
@@ -29,6 +31,7 @@ from bench.measure import percentiles
 from bench.soak_deploy import Deployment, deployed, keep_logs
 from bench.soak_ledger import Ledger, Outcome, judge, read_snapshot
 from bench.soak_load import Load
+from bench.soak_plateau import INDEX_SETTLE, judge_bound, judge_plateau, series
 from bench.soak_probes import (DatabaseFigures, broker_totals, disk_bytes, tree_fds,
                                tree_rss_bytes)
 from bench.soak_rules import (Plan, SoakConfigError, Verdict, clock, count, human_bytes, judge_flat,
@@ -54,17 +57,27 @@ class Row:
     connections: int
     channels: int
     pg_connections: int
-    table_bytes: int
+    table_bytes: int  # heap + indexes
+    heap_bytes: int  # the table without its indexes (heap, TOAST, free-space and visibility maps)
+    index_bytes: int
     rows_live: int
     rows_dead: int
+    vacuums: int  # VACUUM passes so far (the soak's own, before the rows Plan.vacuum_rows names)
+    autovacuums: int  # autovacuum passes so far
     archive_bytes: int
     outbox: int
     events: str = ""
+    index_each: dict[str, int] = field(default_factory=dict)  # each index's size (not printed per row)
+    autovacuum_age_s: float | None = None  # since the last autovacuum pass ended
+
+    @property
+    def passes(self) -> int:
+        return self.vacuums + self.autovacuums
 
 
 HEADER = ["time", "scheduled", "delivered", "cancelled", "lost", "early", "lateness p99", "worker RSS", "web RSS",
-          "fds worker/web", "broker conn/ch", "PG conn", "table+index", "rows live/dead", "archive", "outbox",
-          "events since last row"]
+          "fds worker/web", "broker conn/ch", "PG conn", "heap/indexes", "rows live/dead", "vacuums soak/auto",
+          "archive", "outbox", "events since last row"]
 
 
 def resources(plan: Plan) -> list[tuple[str, str, float, object]]:
@@ -82,7 +95,8 @@ def format_row(row: Row) -> str:
     cells = [clock(row.at_s), f"{row.scheduled:,}", f"{row.delivered:,}", f"{row.cancelled:,}", str(row.lost),
              str(row.early), "-" if row.p99_ms is None else f"{row.p99_ms:,} ms", human_bytes(row.worker_rss),
              human_bytes(row.web_rss), f"{row.worker_fds}/{row.web_fds}", f"{row.connections}/{row.channels}",
-             str(row.pg_connections), human_bytes(row.table_bytes), f"{row.rows_live:,}/{row.rows_dead:,}",
+             str(row.pg_connections), f"{human_bytes(row.heap_bytes)}/{human_bytes(row.index_bytes)}",
+             f"{row.rows_live:,}/{row.rows_dead:,}", f"{row.vacuums}/{row.autovacuums}",
              human_bytes(row.archive_bytes), str(row.outbox),
              row.events or "-"]
     return "| " + " | ".join(cells) + " |"
@@ -122,11 +136,15 @@ class Sampler:
         o = self.outcome(overdue_before=now - timedelta(seconds=LOST_AFTER_S), window=(self.last, now))
         self.last = now
         connections, channels = broker_totals(self.d.node.management_url)
+        heap, indexes, each = self.figures.relation_bytes()
+        live, dead = self.figures.rows()
+        vacuums = self.figures.vacuums()
         return Row(at_s, o.rows - o.unknown, o.delivered, o.cancelled, o.overdue, o.early,
                    percentiles(o.window_lateness_ms)["p99"], tree_rss_bytes(self.d.worker.process.pid),
                    tree_rss_bytes(self.d.web.pid), tree_fds(self.d.worker.process.pid), tree_fds(self.d.web.pid),
-                   connections, channels, self.figures.connections(), self.figures.table_bytes(),
-                   *self.figures.rows(), disk_bytes(self.d.archive_dir), self.figures.outbox(), events)
+                   connections, channels, self.figures.connections(), heap + indexes, heap, indexes, live, dead,
+                   vacuums.manual, vacuums.auto, disk_bytes(self.d.archive_dir), self.figures.outbox(), events,
+                   each, vacuums.auto_age_s)
 
     def close(self) -> None:
         self.figures.close()
@@ -138,7 +156,8 @@ def describe(plan: Plan) -> str:
     restart = clock(plan.restart_at) if plan.restart_at else "never"
     return (f"soak: {plan.minutes:g} min at {plan.rate} messages/s (delays {plan.min_delay_s:g}-{plan.max_delay_s:g} s, "
             f"{plan.cancel_share:.0%} cancelled), retention {plan.retention_s:g} s, prune every {plan.prune_every_s:g} s; "
-            f"worker SIGKILLed at {kills}; RabbitMQ stopped and started at {restart}; a row every "
+            f"worker SIGKILLed at {kills}; RabbitMQ stopped and started at {restart}; the table VACUUMed before the "
+            f"rows at {', '.join(clock(plan.sample_times[i]) for i in plan.vacuum_rows)}; a row every "
             f"{clock(plan.sample_every_s)} (min:s after the load starts)")
 
 
@@ -190,6 +209,8 @@ def _drive(plan: Plan, d: Deployment, load: Load, ledger: Ledger, sampler: Sampl
         elif kind == "restart":
             notes.append(f"RabbitMQ stopped at {clock(at)}, back in {d.restart_broker():.0f} s")
         else:  # at the time it is taken: a fault that ran over its row's time delays the row
+            if len(rows) in plan.vacuum_rows:
+                notes.append(f"VACUUM by the soak ({sampler.figures.vacuum():.1f} s)")
             rows.append(sampler.row(time.monotonic() - load.started, "; ".join(notes)))
             notes = []
             say(format_row(rows[-1]))
@@ -231,10 +252,23 @@ def verdict(plan: Plan, rows: list[Row], final: Outcome, load: Load, ledger: Led
     for name, attr, slack, fmt in resources(plan):
         j = judge_flat(name, [getattr(r, attr) for r in rows], base, judged, slack=slack)
         v.add(f"{name} flat", j.ok, j.describe(fmt))
-    j = judge_flat("table + index", [r.table_bytes for r in rows], base, judged, tolerance=plan.table_tolerance)
-    v.add("table plateaus", j.ok, j.describe(human_bytes) + ("" if plan.table_tolerance == 0.10 else
-                                                             f" (tolerance {plan.table_tolerance:.0%} in this run)"))
+    for name, p in plateaus(plan, rows).items():
+        v.add(name, p.ok, p.describe(human_bytes if name != "live rows bounded" else count))
     return v
+
+
+def plateaus(plan: Plan, rows: list[Row]) -> dict:
+    """The table's plateau (bench/soak_plateau.py): its live rows bounded, then its heap and its
+    indexes each against the vacuum cycles that ran over them."""
+    base, live, passes = plan.base_index, [r.rows_live for r in rows], [r.passes for r in rows]
+    return {
+        "live rows bounded": judge_bound("live rows", live, base, plan.table_bound),
+        "table heap plateaus": judge_plateau("heap", [r.heap_bytes for r in rows], live, passes, base,
+                                             tolerance=plan.table_tolerance, bound=plan.table_bound),
+        "table indexes plateau": judge_plateau("indexes", [r.index_bytes for r in rows], live, passes, base,
+                                               settle=INDEX_SETTLE, tolerance=plan.table_tolerance,
+                                               bound=plan.table_bound),
+    }
 
 
 def info(plan: Plan, rows: list[Row], load: Load, ledger: Ledger, final: Outcome) -> list[str]:
@@ -262,12 +296,31 @@ def info(plan: Plan, rows: list[Row], load: Load, ledger: Ledger, final: Outcome
         lines.append(f"  archive (history, grows by design until DELAY_ARCHIVE_RETENTION): "
                      f"{human_bytes(grown / span_h)} an hour after warm-up, {final.delivered + final.cancelled:,} "
                      f"finished messages in all")
+    passes = [r.passes for r in rows]
+    lines.append("  the table per row (* a vacuum pass completed since the row before, | the warm-up ends): heap (MB) "
+                 + series([r.heap_bytes for r in rows], passes, base, megabytes))
+    lines.append(f"    indexes (MB) {series([r.index_bytes for r in rows], passes, base, megabytes)}")
+    lines.append(f"    live rows {series([r.rows_live for r in rows], passes, base, count)}")
+    if len(rows) > base:
+        first, last = rows[base], rows[-1]
+        auto = last.autovacuums - rows[base - 1].autovacuums if base else last.autovacuums
+        ago = "" if last.autovacuum_age_s is None else f", the last ended {clock(last.autovacuum_age_s)} before the last row"
+        lines.append(f"  vacuum passes from the base row on: {last.vacuums - (rows[base - 1].vacuums if base else 0)} "
+                     f"VACUUM by the soak (before rows {', '.join(str(i + 1) for i in plan.vacuum_rows)}), "
+                     f"{auto} autovacuum{ago}; dead row versions at the last row {last.rows_dead:,}")
+        grown = sorted(first.index_each, key=lambda n: last.index_each.get(n, 0) - first.index_each[n], reverse=True)
+        lines.append("  each index, base row -> last: " + ", ".join(
+            f"{n} {human_bytes(first.index_each[n])} -> {human_bytes(last.index_each.get(n, 0))}" for n in grown))
     late = [r.p99_ms for r in rows[base:] if r.p99_ms is not None]
     if late:
         lines.append(f"  lateness p99 per row after warm-up: {min(late):,}-{max(late):,} ms")
     if plan.rate > load.achieved_rate() * 1.05:
         lines.append(f"  WARNING: the load fell behind its rate ({load.achieved_rate():.0f}/s of {plan.rate}/s)")
     return lines
+
+
+def megabytes(value: float) -> str:
+    return f"{value / 1e6:.2f}"
 
 
 def _interrupted(signum, frame):

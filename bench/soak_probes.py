@@ -6,6 +6,8 @@ file system for the archive."""
 from __future__ import annotations
 
 import os
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
@@ -74,6 +76,16 @@ def broker_totals(management_url: str) -> tuple[int, int]:
     return int(totals.get("connections", 0)), int(totals.get("channels", 0))
 
 
+TABLE = "scheduling_scheduledmessage"
+
+
+@dataclass(frozen=True)
+class Vacuums:
+    manual: int  # VACUUM passes completed (the soak's own)
+    auto: int  # autovacuum passes completed
+    auto_age_s: float | None  # seconds since the last autovacuum pass ended (None: none yet)
+
+
 class DatabaseFigures:
     """PostgreSQL's figures for the soak's database, on one connection kept for the run (its own
     backend is left out of the connection count)."""
@@ -85,9 +97,29 @@ class DatabaseFigures:
         return self.conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
                                  "AND pid <> pg_backend_pid()").fetchone()[0]
 
-    def table_bytes(self) -> int:
-        """The message table with its indexes and TOAST: what retention must keep flat."""
-        return self.conn.execute("SELECT pg_total_relation_size('scheduling_scheduledmessage')").fetchone()[0]
+    def relation_bytes(self) -> tuple[int, int, dict[str, int]]:
+        """(the table without its indexes: heap, TOAST and the free-space and visibility maps; its
+        indexes together; each index by name): judged apart, as vacuum frees their space differently."""
+        heap, indexes = self.conn.execute(f"SELECT pg_table_size('{TABLE}'), pg_indexes_size('{TABLE}')").fetchone()
+        each = self.conn.execute("SELECT indexrelid::regclass::text, pg_relation_size(indexrelid) FROM pg_index "
+                                 f"WHERE indrelid = '{TABLE}'::regclass ORDER BY 1").fetchall()
+        return heap, indexes, dict(each)
+
+    def vacuums(self) -> Vacuums:
+        """The table's vacuum passes so far, from PostgreSQL's statistics (a pass counts once it completes)."""
+        row = self.conn.execute(
+            "SELECT vacuum_count, autovacuum_count, extract(epoch FROM now() - last_autovacuum) "
+            f"FROM pg_stat_user_tables WHERE relid = '{TABLE}'::regclass").fetchone()
+        return Vacuums(row[0], row[1], None if row[2] is None else float(row[2]))
+
+    def vacuum(self) -> float:
+        """VACUUM the table (an operator's maintenance; an autovacuum pass holding the table yields
+        to it within a second); the seconds it took."""
+        started = time.monotonic()
+        self.conn.execute("SET statement_timeout = '10min'")
+        self.conn.execute(f"VACUUM {TABLE}")
+        self.conn.execute("RESET statement_timeout")
+        return time.monotonic() - started
 
     def rows(self) -> tuple[int, int]:
         """Live rows (counted) and dead row versions (PostgreSQL's statistics): a table that grows

@@ -1,12 +1,14 @@
 """The soak's plan and its rules, pure (no I/O), so they can be unit-tested: the settings read from
-the environment (one readable line for a bad one), when rows are printed and faults made, which
-sample is the first after warm-up, and the issue's rule for a flat resource."""
+the environment (one readable line for a bad one), when rows are printed, faults made and the table
+vacuumed, which sample is the first after warm-up, and the issue's rule for a flat resource (the
+table's plateau has its own: bench/soak_plateau.py)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
+from bench.soak_plateau import BOUND
 from scheduling.durations import parse_duration
 
 ROWS = 12  # a row every 5 minutes of an hour
@@ -31,7 +33,8 @@ class Plan:
     kills_at_s: tuple[float, ...] | None = None  # None: every sixth of the run (kill_times); () for none
     restart_at_s: float | None = None  # None: once, in the judged half (restart_at); negative for none
     autovacuum_naptime_s: float = 60.0  # PostgreSQL's default; a short run scales it down with the rest
-    table_tolerance: float = TOLERANCE  # the table's plateau: the 3-minute test allows more (see there)
+    table_tolerance: float = TOLERANCE  # growth over the last vacuum cycles; the 3-minute test allows more
+    table_bound: float = BOUND  # no row after warm-up above this many times the base: heap, indexes, live rows
 
     @property
     def seconds(self) -> float:
@@ -78,6 +81,14 @@ class Plan:
     def base_index(self) -> int:
         """The first row at or after the warm-up: every resource is judged against it."""
         return next(i for i, t in enumerate(self.sample_times) if t >= self.warm_up_s - 1e-9)
+
+    @property
+    def vacuum_rows(self) -> tuple[int, ...]:
+        """The rows before which the soak runs VACUUM on the messages table, as an operator's
+        maintenance would: the base (the judged rows start from a vacuumed table), the row halfway
+        from there and the last (the run ends on a complete cycle), so every run has the two
+        complete cycles the heap's rule needs, whatever autovacuum did; its passes come on top."""
+        return tuple(sorted({self.base_index, (self.base_index + self.rows - 1) // 2, self.rows - 1}))
 
     @property
     def judged_indices(self) -> list[int]:

@@ -1,8 +1,9 @@
-"""The soak's plan and its flat rule (bench/soak_rules.py): when rows and faults fall, which row is
+"""The soak's plan and its flat rule (bench/soak_rules.py): when rows, faults and VACUUMs fall, which row is
 the base, and what counts as flat; the settings' one-line errors."""
 
 import pytest
 
+from bench.soak_plateau import cycle_ends, judge_bound, judge_plateau, series
 from bench.soak_rules import Plan, SoakConfigError, clock, judge_flat, plan_from_env
 
 
@@ -73,3 +74,91 @@ def test_slack_for_a_figure_about_zero():
 
 def test_clock():
     assert [clock(s) for s in (0, 15, 75, 300, 2250, 3600)] == ["0:00", "0:15", "1:15", "5:00", "37:30", "60:00"]
+
+
+# The table's plateau (bench/soak_plateau.py): synthetic series, one sample a row. ``passes``: the
+# vacuum passes completed so far; a row where it rose is a cycle end.
+STEADY_LIVE = [5_000] * 8
+EVERY_ROW = list(range(1, 9))
+
+
+def test_the_soak_vacuums_before_the_base_row_halfway_and_the_last():
+    assert plan_from_env({}).vacuum_rows == (3, 7, 11)  # 20:00, 40:00 and 60:00 of the hour
+    assert Plan(minutes=3, max_delay_s=20, retention_s=10, prune_every_s=4).vacuum_rows == (5, 8, 11)
+
+
+def test_steady_sizes_are_bounded_across_cycles():
+    p = judge_plateau("heap", [100] * 8, STEADY_LIVE, EVERY_ROW, base_index=2)
+    assert p.ok and p.rule == "across cycles" and p.cycles == 5 and p.new_highs == 0 and p.grew == 0
+    assert "across cycles, bounded: 5 complete vacuum cycles" in p.describe()
+
+
+def test_a_saw_tooth_back_at_its_mark_after_each_vacuum_is_bounded():
+    sizes = [100, 120, 140, 100, 120, 140, 100, 120]  # a pass before rows 1, 4, 7 (index 0, 3, 6)
+    passes = [1, 1, 1, 2, 2, 2, 3, 3]
+    p = judge_plateau("table", sizes, STEADY_LIVE, passes, base_index=0)
+    assert p.ok and p.ends == (0, 3, 6) and p.cycles == 2 and p.new_highs == 0 and p.grew == 0
+
+
+def test_a_lagging_vacuum_that_catches_up_is_bounded():
+    # no pass for three rows (a busy machine): the heap steps up to 140, then stays, as vacuum frees
+    # the dead versions and new rows reuse their space
+    sizes = [100, 100, 118, 135, 140, 140, 139, 140]
+    passes = [1, 2, 2, 2, 3, 4, 5, 6]
+    p = judge_plateau("heap", sizes, STEADY_LIVE, passes, base_index=0)
+    assert p.ok and p.rule == "across cycles" and p.new_highs == 0
+    # caught up only at the last cycle but one: one new high, not two; still bounded
+    p = judge_plateau("heap", [100, 100, 130, 150, 150], [5_000] * 5, [1, 2, 2, 3, 4], base_index=0)
+    assert p.ok and p.new_highs == 1 and p.grew == 0.5
+
+
+def test_growth_across_cycles_with_steady_live_rows_fails():
+    sizes = [100, 100, 115, 130, 145, 160, 175, 190]  # +15 every cycle, under the 2x ceiling
+    p = judge_plateau("heap", sizes, STEADY_LIVE, EVERY_ROW, base_index=1)
+    assert not p.ok and p.growing and p.bound.ok and p.new_highs == 2
+    assert round(p.grew, 3) == round(190 / 160 - 1, 3)
+    assert "across cycles, GREW" in p.describe()
+
+
+def test_growth_that_the_live_rows_explain_is_for_the_live_rows_bound():
+    sizes = [100, 100, 115, 130, 145, 160, 175, 190]
+    live = [5_000 * s // 100 for s in sizes]  # as many more messages held: not a leak of the table's space
+    assert judge_plateau("heap", sizes, live, EVERY_ROW, base_index=1).ok
+    assert not judge_bound("live rows", [5_000, 5_000, 7_000, 10_001], base_index=1).ok  # over 2x: the prune lags
+
+
+def test_pages_taken_one_at_a_time_are_not_growth():
+    sizes = [100, 100.1, 100.2, 100.3, 100.4]  # a new high every cycle, 0.3 % in all
+    p = judge_plateau("heap", sizes, [5_000] * 5, [1, 2, 3, 4, 5], base_index=0)
+    assert p.ok and p.new_highs == 2
+
+
+def test_an_index_gets_one_more_cycle_before_its_freed_pages_are_reused():
+    sizes, passes = [100, 100, 100, 120, 135], [1, 2, 3, 4, 5]
+    assert not judge_plateau("heap", sizes, [5_000] * 5, passes, base_index=0).ok
+    index = judge_plateau("indexes", sizes, [5_000] * 5, passes, base_index=0, settle=2)
+    assert index.ok and index.needed == 3 and index.new_highs == 2
+    # the same growth one cycle longer is growth
+    assert not judge_plateau("indexes", sizes + [150], [5_000] * 6, passes + [6], base_index=0, settle=2).ok
+
+
+def test_too_few_cycles_judge_the_bound_only_and_say_so():
+    passes = [1, 1, 2, 2, 2, 2, 3, 3]  # a pass before rows 3 and 7 only: one complete cycle from the base
+    p = judge_plateau("heap", [100, 100, 100, 150, 170, 190, 190, 195], STEADY_LIVE, passes, base_index=2)
+    assert p.ok and p.rule == "bound only" and p.cycles == 1 and not p.growing
+    assert p.describe(lambda v: f"{v:g}").startswith(
+        "bound only: 1 complete vacuum cycle after warm-up, the cross-cycle rule needs 2; 100 at warm-up, "
+        "highest after it 195 (+95.0 %) in row 8, ceiling 2x = 200")
+    over = judge_plateau("heap", [100, 100, 100, 150, 170, 190, 190, 201], STEADY_LIVE, passes, base_index=2)
+    assert not over.ok and not over.bound.ok and over.rule == "bound only"
+
+
+def test_the_ceiling_applies_across_cycles_too():
+    sizes = [100, 100, 150, 210, 210, 210]  # bounded after the step, but the step is beyond any lag
+    p = judge_plateau("heap", sizes, [5_000] * 6, [1, 2, 3, 4, 5, 6], base_index=1)
+    assert not p.growing and not p.ok and p.bound.highest == 210
+
+
+def test_cycle_ends_and_the_printed_series():
+    assert cycle_ends([0, 1, 1, 3, 3, 4], base_index=2) == [3, 5]
+    assert series([1, 2, 3, 4], [1, 1, 2, 2], base_index=2) == "1* 2 | 3* 4"
