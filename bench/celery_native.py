@@ -7,7 +7,7 @@ NServiceBus's topic design, whole seconds rounded down) and the worker holds the
 
     celery -A bench.celery_native worker -Q bench-native -c 2     # what bench/suite.py starts
 
-The task records when it started in the platform's database (tests.testapp's Receipt), like
+The task records when it started in the platform's database (harness.testapp's Receipt), like
 the countdown comparison, so both are judged by the same query.
 """
 
@@ -46,7 +46,7 @@ app.conf.update(
 
 @app.task(name="bench.native_started_at")
 def native_started_at(due_ms: int) -> None:
-    from tests.testapp.models import Receipt
+    from harness.testapp.models import Receipt
 
     started_ms = int(time.time() * 1000)
     Receipt.objects.create(message_id=native_started_at.request.id, payload={"due_ms": due_ms, "started_ms": started_ms})

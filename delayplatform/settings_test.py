@@ -46,7 +46,7 @@ DATABASES["default"]["TEST"] = {"NAME": f"test_dp_{_BASE}"}  # pytest-xdist adds
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 from .settings import INSTALLED_APPS  # noqa: E402
 
-INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp"]
+INSTALLED_APPS = [*INSTALLED_APPS, "harness.testapp"]
 from .settings import MIDDLEWARE  # noqa: E402
 
 # Tests never run collectstatic; the live server serves static files itself.

@@ -42,7 +42,7 @@ class Bench:
 
         django.setup()
         from bench import celery_native
-        from tests.testapp.tasks import started_at
+        from harness.testapp.tasks import started_at
 
         self.started_at, self.native = started_at, celery_native
         self.broker_pid = broker_process or broker_pid()  # the machine's node unless the platform is on another

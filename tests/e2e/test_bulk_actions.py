@@ -7,9 +7,9 @@ from datetime import datetime
 import pytest
 
 from harness.celery_worker import celery_drained
+from harness.testapp.models import Receipt
 from harness.waiting import wait_until
 from scheduling.models import ScheduledMessage
-from tests.testapp.models import Receipt
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 Status = ScheduledMessage.Status

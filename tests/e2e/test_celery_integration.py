@@ -14,9 +14,9 @@ from scheduling.celery import cancel_task, schedule_task
 from scheduling.conf import broker
 from scheduling.models import Endpoint, ScheduledMessage
 from harness.celery_worker import celery_drained
+from harness.testapp.models import Receipt
+from harness.testapp.tasks import delayed_receipt, plain_receipt, retry_once
 from harness.waiting import wait_until
-from tests.testapp.models import Receipt
-from tests.testapp.tasks import delayed_receipt, plain_receipt, retry_once
 from topology import cascade
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]

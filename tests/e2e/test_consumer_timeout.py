@@ -13,7 +13,7 @@ from harness.waiting import wait_until
 pytestmark = pytest.mark.broker
 COUNTDOWN = 20  # well past the timeout and its first checks
 SCHEDULE = (
-    "from tests.testapp.tasks import plain_receipt, delayed_receipt; "
+    "from harness.testapp.tasks import plain_receipt, delayed_receipt; "
     f"print(plain_receipt.apply_async(args=['plain'], countdown={COUNTDOWN}, queue='plain').id, "
     f"delayed_receipt.apply_async(args=['platform'], countdown={COUNTDOWN}).id)"
 )

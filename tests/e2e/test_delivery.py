@@ -27,9 +27,9 @@ from scheduling.services.endpoints import endpoint_bind
 from harness.celery_worker import celery_drained
 from harness.paths import ROOT
 from harness.recording_server import RecordingServer
+from harness.testapp.models import Receipt
 from harness.waiting import wait_until
 from tests.topology.helpers import get
-from tests.testapp.models import Receipt
 from topology import cascade
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]

@@ -9,12 +9,12 @@ from django.utils import timezone
 
 from harness.celery_worker import celery_drained
 from harness.recording_server import RecordingServer
+from harness.testapp.models import Receipt
 from harness.waiting import wait_until
 from rabbit import Outgoing
 from scheduling import wire
 from scheduling.conf import conf
 from scheduling.models import Endpoint, ScheduledMessage
-from tests.testapp.models import Receipt
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 Status = ScheduledMessage.Status

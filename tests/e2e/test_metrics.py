@@ -27,8 +27,8 @@ from harness.celery_worker import Worker
 from harness.paths import ARTIFACTS, ROOT
 from harness.ports import free_port
 from harness.recording_server import RecordingServer
+from harness.testapp.tasks import plain_receipt
 from harness.waiting import wait_until
-from tests.testapp.tasks import plain_receipt
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 Status = ScheduledMessage.Status

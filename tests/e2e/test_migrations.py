@@ -23,8 +23,8 @@ from scheduling.models import ScheduledMessage
 from scheduling.selectors.broker import topology_count_by_level
 from harness.celery_worker import Worker, celery_drained
 from harness.paths import ARTIFACTS, ROOT
+from harness.testapp.models import Receipt
 from harness.waiting import wait_until
-from tests.testapp.models import Receipt
 from harness.vhosts import vhost_create, vhost_delete
 from topology import cascade
 

@@ -67,7 +67,7 @@ def test_every_version_verifies_as_planned_on_4_0_5(on_rabbit4):
 
 def receipts(ids) -> dict[str, int]:
     """Handler runs per message (testapp.record_receipt records one per run, duplicates included)."""
-    from tests.testapp.models import Receipt
+    from harness.testapp.models import Receipt
 
     return {i: n for i, n in ((str(i), Receipt.objects.filter(message_id=str(i)).count()) for i in ids)}
 
@@ -118,7 +118,7 @@ REFUSED = 25  # more than 4.0's default delivery limit (20)
 def test_a_task_handed_back_25_times_to_its_quorum_queue_is_not_dropped(quorum_on_rabbit4):
     """Without the platform's policy (rabbit/redelivery.py) 4.0.5 drops the task at its 21st
     delivery: the handler's runs stop at 21 and the message is gone."""
-    from tests.testapp.models import Receipt
+    from harness.testapp.models import Receipt
 
     endpoint = endpoint_create(name=f"r4-refused-{uuid.uuid4().hex[:6]}", topology="v3", handler="celery_task",
                                handler_target="testapp.refuse_then_record")

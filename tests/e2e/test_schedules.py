@@ -10,9 +10,9 @@ import pytest
 from django.utils import timezone
 
 from harness.celery_worker import start_workers
+from harness.testapp.models import Receipt
 from harness.waiting import wait_until
 from scheduling.models import ScheduledMessage
-from tests.testapp.models import Receipt
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 Status = ScheduledMessage.Status

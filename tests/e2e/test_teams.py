@@ -11,9 +11,9 @@ from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.teams.services import team_create
 from harness.celery_worker import Worker
 from harness.paths import ARTIFACTS
+from harness.testapp.models import Receipt
 from harness.waiting import wait_until
 from tests.conftest import _key_client
-from tests.testapp.models import Receipt
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 Status = ScheduledMessage.Status

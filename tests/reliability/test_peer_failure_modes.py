@@ -75,7 +75,7 @@ def test_a_task_retried_through_the_cascade_runs_each_time_and_nothing_grows(ver
     delivered once, and neither its routing key nor its task message grows with the retries."""
     p, version = versioned, versioned.version
     retries = 10
-    task_id = manage(p.env, "shell", "-c", "from tests.testapp.tasks import retry_until; "
+    task_id = manage(p.env, "shell", "-c", "from harness.testapp.tasks import retry_until; "
                      f"print(retry_until.apply_async(args=[{retries}, 3], countdown=3).id)").strip().splitlines()[-1]
     runs_sql = "SELECT count(*) FROM testapp_receipt WHERE message_id LIKE %s"
     wait_until(lambda: p.sql(runs_sql, f"{task_id}#%")[0][0] >= retries + 1, 60 + retries * 8, 1, "every run")

@@ -11,11 +11,11 @@ from django.utils import timezone
 
 import scheduling.celery.tasks  # noqa: F401  (registers the platform's tasks, as a worker does)
 from delayplatform.celery import app
+from harness.testapp import tasks as testapp_tasks  # noqa: F401  (registers the test tasks)
+from harness.testapp.models import Receipt
 from scheduling import wire
 from scheduling.lifecycle import Status
 from scheduling.models import Endpoint, ScheduledMessage
-from tests.testapp import tasks as testapp_tasks  # noqa: F401  (registers the test tasks)
-from tests.testapp.models import Receipt
 
 TASKS = ("testapp.plain_receipt", "testapp.delayed_receipt", "testapp.record_receipt", "scheduling.deliver")
 

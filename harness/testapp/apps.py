@@ -2,6 +2,6 @@ from django.apps import AppConfig
 
 
 class TestAppConfig(AppConfig):
-    name = "tests.testapp"
+    name = "harness.testapp"
     label = "testapp"
     default_auto_field = "django.db.models.BigAutoField"
