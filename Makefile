@@ -70,7 +70,7 @@ cluster-stop:
 ## the worker SIGKILLed every 10 min and RabbitMQ restarted once; a row every 5 min, then a verdict (docs/reliability.md)
 soak: venv
 	scripts/services.sh rabbitmq postgres
-	$(BIN)/python -m bench.soak
+	$(BIN)/python -m tests.reliability.soak
 
 ## test-fast: pure unit tests only (no services)
 test-fast: venv

@@ -27,7 +27,7 @@ if _WORKER and os.environ.get("DP_TEST_NODE_OF") != _WORKER:
     os.environ["BENCH_AMQP"] = f"amqp://guest:guest@127.0.0.1:{_PORT}"
     os.environ["BENCH_MANAGEMENT"] = os.environ["RABBITMQ_MANAGEMENT_URL"]
 os.environ.setdefault("BROKER_URL", f"amqp://guest:guest@127.0.0.1:5672/dp-test-{RUN_ID}")
-# tests' webhook receivers listen on 127.0.0.1, and their celery_task endpoints run tests/testapp's tasks
+# tests' webhook receivers listen on 127.0.0.1, and their celery_task endpoints run harness/testapp's tasks
 os.environ.setdefault("DELAY_WEBHOOK_ALLOWED_NETWORKS", "127.0.0.1/32")
 os.environ.setdefault("DELAY_CELERY_TASK_ALLOWLIST", "testapp.*")
 # tests and benchmarks post thousands of messages; tests/scheduling/api/test_throttles.py turns it on

@@ -1,4 +1,4 @@
-"""`make soak` in three minutes (bench/soak.py): the platform as `make run` deploys it (gunicorn,
+"""`make soak` in three minutes (tests/reliability/soak/run.py): the platform as `make run` deploys it (gunicorn,
 a worker with embedded beat, a RabbitMQ node and a PostgreSQL server of its own) under a steady
 load through the API, with a share cancelled, retention in seconds so the prune archives and
 deletes throughout, the worker SIGKILLed twice and RabbitMQ stopped and started once.
@@ -8,8 +8,8 @@ bounded across the vacuum cycles that ran over it)."""
 
 import pytest
 
-from bench.soak import run
-from bench.soak_rules import Plan, check
+from tests.reliability.soak.run import run
+from tests.reliability.soak.rules import Plan, check
 
 pytestmark = [pytest.mark.reliability, pytest.mark.broker, pytest.mark.e2e]
 
@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.reliability, pytest.mark.broker, pytest.mark.e2e]
 # and 1 min), autovacuum's period 10 s (not 60), a row every 15 s, 200 messages/s. Warm-up (twice
 # 20 + 10 + 2 x 5 s) ends at the 1:30 row; the judged half is 1:45 to 3:00. The broker restart comes
 # early (it takes 15-35 s here, a tenth of the run: its backlog belongs to the warm-up), a kill in
-# each half. The table's plateau (bench/soak_plateau.py) is judged on its heap and its indexes apart,
+# each half. The table's plateau (tests/reliability/soak/plateau.py) is judged on its heap and its indexes apart,
 # against the vacuum passes from the 1:30 row on: the soak's own VACUUM before 1:30 and 3:00, and
 # autovacuum's (this table of ~5,000 live rows is vacuumed once 10,000 versions are dead, migration
 # 0015: every 20-30 s at this rate). With the cycles that needs (2 for the heap, 3 for the indexes)

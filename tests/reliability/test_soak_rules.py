@@ -1,10 +1,10 @@
-"""The soak's plan and its flat rule (bench/soak_rules.py): when rows, faults and VACUUMs fall, which row is
+"""The soak's plan and its flat rule (tests/reliability/soak/rules.py): when rows, faults and VACUUMs fall, which row is
 the base, and what counts as flat; the settings' one-line errors."""
 
 import pytest
 
-from bench.soak_plateau import cycle_ends, judge_bound, judge_plateau, series
-from bench.soak_rules import Plan, SoakConfigError, clock, judge_flat, plan_from_env
+from tests.reliability.soak.plateau import cycle_ends, judge_bound, judge_plateau, series
+from tests.reliability.soak.rules import Plan, SoakConfigError, clock, judge_flat, plan_from_env
 
 
 def test_the_hour_as_the_issue_describes_it():
@@ -76,7 +76,7 @@ def test_clock():
     assert [clock(s) for s in (0, 15, 75, 300, 2250, 3600)] == ["0:00", "0:15", "1:15", "5:00", "37:30", "60:00"]
 
 
-# The table's plateau (bench/soak_plateau.py): synthetic series, one sample a row. ``passes``: the
+# The table's plateau (tests/reliability/soak/plateau.py): synthetic series, one sample a row. ``passes``: the
 # vacuum passes completed so far; a row where it rose is a cycle end.
 STEADY_LIVE = [5_000] * 8
 EVERY_ROW = list(range(1, 9))

@@ -3,7 +3,7 @@ gunicorn.conf.py and two workers, one `celery -A delayplatform worker --beat`, t
 settings module with a SECRET_KEY and DEBUG off, the cascades provisioned with
 `provision_delays --version all`. What differs is what the soak must be able to break or remove:
 a RabbitMQ node of its own (it is stopped and started mid-run), a PostgreSQL server of its own with
-stock settings (bench/soak_postgres.py says why), and the archive in a directory of its own.
+stock settings (tests/reliability/soak/postgres.py says why), and the archive in a directory of its own.
 Everything is removed on exit, on failure and on Ctrl-C."""
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from pathlib import Path
 import psycopg
 import requests
 
-from bench.soak_load import BULK_MAX
-from bench.soak_postgres import PrivatePostgres
-from bench.soak_rules import Plan
+from tests.reliability.soak.load import BULK_MAX
+from tests.reliability.soak.postgres import PrivatePostgres
+from tests.reliability.soak.rules import Plan
 from harness.celery_worker import Worker
 from harness.paths import ARTIFACTS, ROOT
 from harness.platform import manage, team_with_key

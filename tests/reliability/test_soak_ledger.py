@@ -1,10 +1,10 @@
-"""Judging every accepted message over the table and the archive together (bench/soak_ledger.py)."""
+"""Judging every accepted message over the table and the archive together (tests/reliability/soak/ledger.py)."""
 
 from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
 
-from bench.soak_ledger import SCHEMA, Ledger, judge, with_place
+from tests.reliability.soak.ledger import SCHEMA, Ledger, judge, with_place
 
 T0 = datetime(2026, 11, 24, 12, 0, tzinfo=timezone.utc)
 

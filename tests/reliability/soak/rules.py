@@ -1,14 +1,14 @@
 """The soak's plan and its rules, pure (no I/O), so they can be unit-tested: the settings read from
 the environment (one readable line for a bad one), when rows are printed, faults made and the table
 vacuumed, which sample is the first after warm-up, and the issue's rule for a flat resource (the
-table's plateau has its own: bench/soak_plateau.py)."""
+table's plateau has its own: tests/reliability/soak/plateau.py)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
-from bench.soak_plateau import BOUND
+from tests.reliability.soak.plateau import BOUND
 from scheduling.durations import parse_duration
 
 ROWS = 12  # a row every 5 minutes of an hour

@@ -12,8 +12,8 @@ import time
 
 import requests
 
-from bench.soak_ledger import Ledger
-from bench.soak_rules import Plan
+from tests.reliability.soak.ledger import Ledger
+from tests.reliability.soak.rules import Plan
 
 TICK_S = 0.2  # a bulk request every 200 ms: 60 messages at 300/s
 BULK_MAX = 1000  # DELAY_BULK_MAX: a request behind schedule catches up at most this much

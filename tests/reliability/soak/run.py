@@ -5,7 +5,7 @@ of the run (5 minutes): scheduled, delivered, lost, early, lateness p99, and wha
 (memory, file descriptors, connections, the table's heap and indexes, its live rows and vacuum passes).
 At the end, after the last messages are due, a verdict: 0 lost, 0 early, every resource flat (the
 last half of the rows within 10 % of the first row after warm-up), the table at a plateau (its heap
-and its indexes apart, against the vacuum cycles that ran over them: bench/soak_plateau.py); the
+and its indexes apart, against the vacuum cycles that ran over them: tests/reliability/soak/plateau.py); the
 exit code is 1 if a target is missed.
 
 Settings (environment): SOAK_MINUTES (60), SOAK_RATE (300 messages/s), SOAK_MAX_DELAY (5m; delays
@@ -28,13 +28,13 @@ import psycopg
 import requests
 
 from bench.measure import percentiles
-from bench.soak_deploy import Deployment, deployed, keep_logs
-from bench.soak_ledger import Ledger, Outcome, judge, read_snapshot
-from bench.soak_load import Load
-from bench.soak_plateau import INDEX_SETTLE, judge_bound, judge_plateau, series
-from bench.soak_probes import (DatabaseFigures, broker_totals, disk_bytes, tree_fds,
+from tests.reliability.soak.deploy import Deployment, deployed, keep_logs
+from tests.reliability.soak.ledger import Ledger, Outcome, judge, read_snapshot
+from tests.reliability.soak.load import Load
+from tests.reliability.soak.plateau import INDEX_SETTLE, judge_bound, judge_plateau, series
+from tests.reliability.soak.probes import (DatabaseFigures, broker_totals, disk_bytes, tree_fds,
                                tree_rss_bytes)
-from bench.soak_rules import (Plan, SoakConfigError, Verdict, clock, count, human_bytes, judge_flat,
+from tests.reliability.soak.rules import (Plan, SoakConfigError, Verdict, clock, count, human_bytes, judge_flat,
                               plan_from_env)
 
 LOST_AFTER_S = 120  # a row counts a message as lost once it is this overdue (the verdict waits for all)
@@ -258,7 +258,7 @@ def verdict(plan: Plan, rows: list[Row], final: Outcome, load: Load, ledger: Led
 
 
 def plateaus(plan: Plan, rows: list[Row]) -> dict:
-    """The table's plateau (bench/soak_plateau.py): its live rows bounded, then its heap and its
+    """The table's plateau (tests/reliability/soak/plateau.py): its live rows bounded, then its heap and its
     indexes each against the vacuum cycles that ran over them."""
     base, live, passes = plan.base_index, [r.rows_live for r in rows], [r.passes for r in rows]
     return {

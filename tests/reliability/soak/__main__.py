@@ -1,0 +1,5 @@
+import sys
+
+from tests.reliability.soak.run import main
+
+sys.exit(main())
