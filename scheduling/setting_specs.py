@@ -7,8 +7,8 @@ doc, and where it goes.
   ``configuration error: ...``). Each one marked ``setting`` becomes the Django setting of its own
   name, parsed (a CIDR list is a tuple of networks, DELAY_SHARDS a dict); settings.py derives the
   rest (DATABASES, LOGGING, AXES_*, SECURE_*, the beat schedule) from the values.
-- ``scheduling/conf.py``'s ``conf()`` is a frozen dataclass made from the specs marked ``conf``,
-  read back from Django settings: a typed value (settings.py's, or one a test sets with
+- ``scheduling/conf.py``'s ``conf()`` is a frozen dataclass (``DelaySettings``, written out there
+  from the specs marked ``conf`` by ``manage.py settings_reference``), read back from Django settings: a typed value (settings.py's, or one a test sets with
   ``override_settings``) is only checked, text is parsed as from the environment.
 - the tables under "Every setting" on ``docs/reference/configuration.md`` are written from them
   (``manage.py settings_reference``; tests/scheduling/test_conf.py fails while the page differs).
@@ -26,6 +26,7 @@ import base64
 import logging
 import os
 import re
+import textwrap
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import time, timedelta
@@ -765,3 +766,42 @@ def reference_page(text: str) -> str:
     if not (begin and end):
         raise ValueError(f"the page has no {BEGIN!r} ... {END!r} markers")
     return f"{head}{BEGIN}\n\n{reference_table()}\n\n{END}{tail}"
+
+
+# --- conf()'s class, written out in conf.py -------------------------------------------------------
+
+CONF = ROOT / "scheduling" / "conf.py"
+CLASS_BEGIN = "# --- DelaySettings: written from setting_specs.py by `manage.py settings_reference` (edit the specs) ---"
+CLASS_END = "# --- end of DelaySettings ---"
+_TYPE_NAMES = {"datetime.timedelta": "timedelta", "pathlib.Path": "Path"}
+
+
+def _type_source(kind) -> str:
+    text = kind.__name__ if isinstance(kind, type) and kind.__module__ == "builtins" else (
+        f"{kind.__module__}.{kind.__qualname__}" if isinstance(kind, type) else repr(kind))
+    for long, short in _TYPE_NAMES.items():
+        text = text.replace(long, short)
+    return text
+
+
+def _docstring(doc: str) -> str:
+    text = "\n    ".join(textwrap.wrap(doc.replace("\\", "\\\\"), width=100, break_on_hyphens=False))
+    return f'"""{text}"""'
+
+
+def conf_class() -> str:
+    """conf()'s class as the specs make it: a field per spec marked ``conf``, its type the
+    parser's, written out so that editors and type checkers follow ``conf().delivery_batch``."""
+    fields = "\n".join(f"    {spec.key}: {_type_source(spec.parse.type)}\n    {_docstring(spec.doc)}"
+                       for spec in SPECS if spec.conf)
+    return ('@dataclass(frozen=True)\nclass DelaySettings:\n    """The platform\'s settings, read from Django\'s (conf() below)."""\n\n'
+            f"{fields}\n")
+
+
+def conf_module(text: str) -> str:
+    """conf.py's ``text`` with its class between CLASS_BEGIN and CLASS_END written anew."""
+    head, begin, rest = text.partition(CLASS_BEGIN)
+    _, end, tail = rest.partition(CLASS_END)
+    if not (begin and end):
+        raise ValueError(f"the module has no {CLASS_BEGIN!r} ... {CLASS_END!r} markers")
+    return f"{head}{CLASS_BEGIN}\n\n\n{conf_class()}\n\n{CLASS_END}{tail}"

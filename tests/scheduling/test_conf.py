@@ -186,6 +186,8 @@ def test_the_command_writes_the_page_and_checks_it(tmp_path, monkeypatch):
     page = tmp_path / "configuration.md"
     shutil.copy(ROOT / "docs" / "reference" / "configuration.md", page)
     monkeypatch.setattr(setting_specs, "REFERENCE", page)
+    monkeypatch.setattr(setting_specs, "CONF", tmp_path / "conf.py")
+    shutil.copy(ROOT / "scheduling" / "conf.py", tmp_path / "conf.py")
     monkeypatch.setattr(setting_specs, "ROOT", tmp_path)
     call_command("settings_reference", "--check", stdout=io.StringIO())
     page.write_text(page.read_text().replace("| `DELAY_BULK_MAX` |", "| `DELAY_BULK_MAXIMUM` |"))
@@ -193,6 +195,26 @@ def test_the_command_writes_the_page_and_checks_it(tmp_path, monkeypatch):
         call_command("settings_reference", "--check", stdout=io.StringIO())
     call_command("settings_reference", stdout=io.StringIO())
     assert page.read_text() == (ROOT / "docs" / "reference" / "configuration.md").read_text()
+
+
+def test_conf_s_class_is_written_from_the_declarations(tmp_path, monkeypatch):
+    """conf.py's DelaySettings is what the specs make (a field per conf spec, its type the
+    parser's), so an editor's view of conf() is the truth; the command rewrites it when a spec changes."""
+    from dataclasses import fields
+
+    from scheduling.conf import DelaySettings
+
+    text = (ROOT / "scheduling" / "conf.py").read_text()
+    assert text == setting_specs.conf_module(text), (
+        "scheduling/conf.py's DelaySettings differs from scheduling/setting_specs.py: run manage.py settings_reference")
+    assert [f.name for f in fields(DelaySettings)] == [spec.key for spec in SPECS if spec.conf]
+    stale = tmp_path / "conf.py"
+    stale.write_text(text.replace("    broker_url: str\n", "    broker_url: int\n"))
+    monkeypatch.setattr(setting_specs, "CONF", stale)
+    with pytest.raises(CommandError, match="conf.py differs"):
+        call_command("settings_reference", "--check", stdout=io.StringIO())
+    call_command("settings_reference", stdout=io.StringIO())
+    assert stale.read_text() == text
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda spec: spec.env)
