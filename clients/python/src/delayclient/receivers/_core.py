@@ -184,6 +184,17 @@ class Receiver:
     def done(self, webhook: Webhook) -> None:
         self.seen.add(webhook.id, self.remember)
 
+    def check_length(self, content_length: str | int | None) -> None:
+        """Refuse a declared Content-Length over the bound before the body is read."""
+        if too_long(content_length, self.max_body):
+            raise WebhookError(f"body over {self.max_body} bytes")
+
+    def answered(self, webhook: Webhook, status_code: int) -> None:
+        """The handler answered: a 2xx is what the platform counts as delivered, so the id is
+        handled; anything else is delivered again."""
+        if 200 <= status_code < 300:
+            self.done(webhook)
+
 
 def make_receiver(secret: Secret | None, previous_secret: Secret | None, receiver: Receiver | None,
                   tolerance: int) -> Receiver:

@@ -24,7 +24,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonR
 from django.views.decorators.csrf import csrf_exempt
 
 from ..errors import WebhookError, WebhookReplayed
-from ._core import MAX_TOLERANCE, Receiver, Secret, Webhook, make_receiver, too_long
+from ._core import MAX_TOLERANCE, Receiver, Secret, Webhook, make_receiver
 
 Handler = Callable[..., HttpResponse | None]
 
@@ -43,8 +43,7 @@ def webhook_view(secret: Secret | None = None, *, previous_secret: Secret | None
             if request.method != "POST":
                 return HttpResponseNotAllowed(["POST"])
             try:
-                if too_long(request.META.get("CONTENT_LENGTH") or None, rcv.max_body):
-                    raise WebhookError(f"body over {rcv.max_body} bytes")
+                rcv.check_length(request.META.get("CONTENT_LENGTH") or None)
                 webhook: Webhook = rcv.verify(request.body, request.headers)
             except WebhookReplayed:
                 return JsonResponse({"duplicate": True})
@@ -53,8 +52,7 @@ def webhook_view(secret: Secret | None = None, *, previous_secret: Secret | None
             response = handler(request, webhook, *args, **kwargs)
             if response is None:
                 response = HttpResponse(status=204)
-            if 200 <= response.status_code < 300:
-                rcv.done(webhook)
+            rcv.answered(webhook, response.status_code)
             return response
 
         view.receiver = rcv  # type: ignore[attr-defined]

@@ -28,7 +28,7 @@ from __future__ import annotations
 from fastapi import HTTPException, Request
 
 from ..errors import WebhookError, WebhookReplayed
-from ._core import MAX_TOLERANCE, Receiver, Secret, Webhook, make_receiver, too_long
+from ._core import MAX_TOLERANCE, Receiver, Secret, Webhook, make_receiver
 
 
 class DuplicateWebhook(HTTPException):
@@ -49,8 +49,7 @@ class VerifiedWebhook:
 
     async def __call__(self, request: Request) -> Webhook:
         try:
-            if too_long(request.headers.get("content-length"), self.receiver.max_body):
-                raise WebhookError(f"body over {self.receiver.max_body} bytes")
+            self.receiver.check_length(request.headers.get("content-length"))
             return self.receiver.verify(await request.body(), request.headers)
         except WebhookReplayed:
             raise DuplicateWebhook(request.headers.get("webhook-id", "")) from None

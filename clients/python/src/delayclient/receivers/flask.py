@@ -23,7 +23,7 @@ from typing import Any
 import flask
 
 from ..errors import WebhookError, WebhookReplayed
-from ._core import MAX_TOLERANCE, Receiver, Secret, make_receiver, too_long
+from ._core import MAX_TOLERANCE, Receiver, Secret, make_receiver
 
 
 def webhook_view(secret: Secret | None = None, *, previous_secret: Secret | None = None,
@@ -39,8 +39,7 @@ def webhook_view(secret: Secret | None = None, *, previous_secret: Secret | None
             if request.method != "POST":
                 return flask.Response(status=405, headers={"Allow": "POST"})
             try:
-                if too_long(request.content_length, rcv.max_body):
-                    raise WebhookError(f"body over {rcv.max_body} bytes")
+                rcv.check_length(request.content_length)
                 webhook = rcv.verify(request.get_data(), request.headers)  # type: ignore[arg-type]
             except WebhookReplayed:
                 return flask.jsonify(duplicate=True)
@@ -48,8 +47,7 @@ def webhook_view(secret: Secret | None = None, *, previous_secret: Secret | None
                 return flask.make_response(flask.jsonify(error=str(exc)), 400)
             result = handler(webhook, *args, **kwargs)
             response = flask.Response(status=204) if result is None else flask.make_response(result)
-            if 200 <= response.status_code < 300:
-                rcv.done(webhook)
+            rcv.answered(webhook, response.status_code)
             return response
 
         view.receiver = rcv  # type: ignore[attr-defined]
