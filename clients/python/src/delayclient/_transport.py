@@ -3,7 +3,9 @@ mapping of answers to results or errors. Sync and async differ only in how they 
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
+import itertools
 import platform
 import random
 import time
@@ -158,9 +160,22 @@ class Base:
     def policy(self, call: Call) -> Retry:
         return self.retry if call.idempotent else NO_RETRY
 
+    def arguments(self, call: Call, attempt: int) -> dict:
+        """The request of try ``attempt`` (a retry sends ``retried_json`` where the call has one)."""
+        body = call.retried_json if attempt > 1 and call.retried_json is not None else call.json
+        return {"method": call.method, "url": self.url(call.path), "params": call.query(), "json": body,
+                "headers": self.headers}
+
     @staticmethod
-    def body(call: Call, attempt: int):
-        return call.retried_json if attempt > 1 and call.retried_json is not None else call.json
+    def unreachable(call: Call, exc: httpx.TransportError) -> errors.TransportError:
+        return errors.TransportError(f"{call.method} {call.path}: {exc!r}")
+
+    def retry_wait(self, call: Call, attempt: int, exc: errors.DelayError) -> float | None:
+        """Seconds to wait before trying ``call`` again after ``exc``; None: raise it."""
+        policy = self.policy(call)
+        if attempt >= policy.attempts or not _retryable(exc, policy):
+            return None
+        return policy.wait(attempt, getattr(exc, "retry_after", None))
 
 
 class SyncTransport(Base):
@@ -169,20 +184,18 @@ class SyncTransport(Base):
         self.http = http or httpx.Client(timeout=self.timeout, follow_redirects=False, trust_env=True)
 
     def send(self, call: Call):
-        policy, attempt = self.policy(call), 0
-        while True:
-            attempt += 1
+        for attempt in itertools.count(1):
             try:
                 try:
-                    response = self.http.request(call.method, self.url(call.path), params=call.query(),
-                                                 json=self.body(call, attempt), headers=self.headers)
+                    response = self.http.request(**self.arguments(call, attempt))
                 except httpx.TransportError as exc:
-                    raise errors.TransportError(f"{call.method} {call.path}: {exc!r}") from exc
+                    raise self.unreachable(call, exc) from exc
                 return result(call, response)
             except errors.DelayError as exc:
-                if attempt >= policy.attempts or not _retryable(exc, policy):
+                wait = self.retry_wait(call, attempt, exc)
+                if wait is None:
                     raise
-                time.sleep(policy.wait(attempt, getattr(exc, "retry_after", None)))
+                time.sleep(wait)
 
     def close(self) -> None:
         self.http.close()
@@ -194,22 +207,18 @@ class AsyncTransport(Base):
         self.http = http or httpx.AsyncClient(timeout=self.timeout, follow_redirects=False, trust_env=True)
 
     async def send(self, call: Call):
-        import asyncio
-
-        policy, attempt = self.policy(call), 0
-        while True:
-            attempt += 1
+        for attempt in itertools.count(1):
             try:
                 try:
-                    response = await self.http.request(call.method, self.url(call.path), params=call.query(),
-                                                       json=self.body(call, attempt), headers=self.headers)
+                    response = await self.http.request(**self.arguments(call, attempt))
                 except httpx.TransportError as exc:
-                    raise errors.TransportError(f"{call.method} {call.path}: {exc!r}") from exc
+                    raise self.unreachable(call, exc) from exc
                 return result(call, response)
             except errors.DelayError as exc:
-                if attempt >= policy.attempts or not _retryable(exc, policy):
+                wait = self.retry_wait(call, attempt, exc)
+                if wait is None:
                     raise
-                await asyncio.sleep(policy.wait(attempt, getattr(exc, "retry_after", None)))
+                await asyncio.sleep(wait)
 
     async def aclose(self) -> None:
         await self.http.aclose()
