@@ -759,13 +759,18 @@ def reference_table() -> str:
     return "\n".join(lines).rstrip("\n")
 
 
+def _between_markers(text: str, begin: str, end: str, written: str, what: str) -> str:
+    """``text`` with the part between its ``begin`` and ``end`` markers replaced by ``written``."""
+    head, found_begin, rest = text.partition(begin)
+    _, found_end, tail = rest.partition(end)
+    if not (found_begin and found_end):
+        raise ValueError(f"the {what} has no {begin!r} ... {end!r} markers")
+    return f"{head}{begin}{written}{end}{tail}"
+
+
 def reference_page(text: str) -> str:
     """The page ``text`` with the part between BEGIN and END written anew."""
-    head, begin, rest = text.partition(BEGIN)
-    _, end, tail = rest.partition(END)
-    if not (begin and end):
-        raise ValueError(f"the page has no {BEGIN!r} ... {END!r} markers")
-    return f"{head}{BEGIN}\n\n{reference_table()}\n\n{END}{tail}"
+    return _between_markers(text, BEGIN, END, f"\n\n{reference_table()}\n\n", "page")
 
 
 # --- conf()'s class, written out in conf.py -------------------------------------------------------
@@ -800,8 +805,4 @@ def conf_class() -> str:
 
 def conf_module(text: str) -> str:
     """conf.py's ``text`` with its class between CLASS_BEGIN and CLASS_END written anew."""
-    head, begin, rest = text.partition(CLASS_BEGIN)
-    _, end, tail = rest.partition(CLASS_END)
-    if not (begin and end):
-        raise ValueError(f"the module has no {CLASS_BEGIN!r} ... {CLASS_END!r} markers")
-    return f"{head}{CLASS_BEGIN}\n\n\n{conf_class()}\n\n{CLASS_END}{tail}"
+    return _between_markers(text, CLASS_BEGIN, CLASS_END, f"\n\n\n{conf_class()}\n\n", "module")

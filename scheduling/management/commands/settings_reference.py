@@ -17,23 +17,17 @@ class Command(BaseCommand):
         parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a file differs")
 
     def handle(self, *args, check, **options):
-        page = setting_specs.REFERENCE
+        for path, rewrite in ((setting_specs.REFERENCE, setting_specs.reference_page),
+                              (setting_specs.CONF, setting_specs.conf_module)):
+            self._write(path, rewrite, check)
+
+    def _write(self, page, rewrite, check: bool) -> None:
+        name = page.relative_to(setting_specs.ROOT) if page.is_relative_to(setting_specs.ROOT) else page
         text = page.read_text()
         try:
-            fresh = setting_specs.reference_page(text)
+            fresh = rewrite(text)
         except ValueError as exc:
-            raise CommandError(f"{page.relative_to(setting_specs.ROOT)}: {exc}") from None
-        self._write(page, text, fresh, check)
-        module = setting_specs.CONF
-        text = module.read_text()
-        try:
-            fresh = setting_specs.conf_module(text)
-        except ValueError as exc:
-            raise CommandError(f"{module.name}: {exc}") from None
-        self._write(module, text, fresh, check)
-
-    def _write(self, page, text: str, fresh: str, check: bool) -> None:
-        name = page.relative_to(setting_specs.ROOT) if page.is_relative_to(setting_specs.ROOT) else page
+            raise CommandError(f"{name}: {exc}") from None
         if fresh == text:
             self.stdout.write(f"{name} is up to date")
         elif check:
