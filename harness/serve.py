@@ -3,8 +3,8 @@ virtualenv of its own with none of this project on its path): started as harness
 one (own vhost and database, gunicorn, a Celery worker, a team with a key), described as one JSON
 line on stdout, and removed when stdin closes or on SIGTERM.
 
-    .venv/bin/python -m harness.serve --team client --allow-network 127.0.0.0/8
-    {"url": "http://127.0.0.1:…", "key": "dpk_…", "team": "client", "broker_url": "amqp://…/dp-bench-…",
+    .venv/bin/python -m harness.serve --allow-task 'shop.tasks.*' --allow-network 127.0.0.0/8
+    {"url": "http://127.0.0.1:…", "key": "dpk_…", "team": "bench", "broker_url": "amqp://…/dp-bench-…",
      "management_url": "http://guest:guest@127.0.0.1:15672", "vhost": "dp-bench-…"}
 """
 

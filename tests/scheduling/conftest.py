@@ -4,8 +4,9 @@ Every test module here that uses the database or the broker runs against a Rabbi
 own, so nothing here shares queues with a worker of the e2e tests (or with another module). The
 platform's v1, v2 and v3 cascades are declared in it when a test of the module first asks for the
 ``platform`` (the versions recorded as provisioned, so messages get published): modules that never
-do skip the ~2 s of declaring 87 queues, which the vhost lock made every other module wait for. Rows made directly serve reads (lists, filters, query counts, dashboard
-figures); the services that write them are tested on their own and through the admin."""
+do skip the ~2 s of declaring 87 queues, which the vhost lock made every other module wait for.
+Rows made directly serve reads (lists, filters, query counts, dashboard figures); the services that
+write them are tested on their own and through the admin."""
 
 import hashlib
 from datetime import timedelta
