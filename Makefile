@@ -8,7 +8,7 @@ TEST_PROCESSES ?= 3
 # the developer set: runtime, test, docs and tools (requirements.txt includes each; the image installs runtime.txt only)
 REQUIREMENTS := requirements.txt $(addprefix requirements/,runtime.txt test.txt docs.txt tools.txt)
 
-.PHONY: venv run test test-fast test-rabbitmq4 test-reliability test-cluster test-cluster-rabbitmq4 cluster cluster-stop soak bench bench-profile bench-migration bench-admin bench-history bench-report docs
+.PHONY: venv run test test-fast test-rabbitmq4 test-reliability test-cluster test-cluster-rabbitmq4 cluster cluster-stop soak bench bench-profile bench-moves bench-admin bench-history bench-report docs
 
 $(BIN)/.installed: $(REQUIREMENTS)
 	scripts/services.sh python-venv
@@ -90,10 +90,10 @@ bench-profile: venv
 	$(BIN)/python -m bench.cpu_split --version v2 --case burst
 	$(BIN)/python -m bench.cpu_split --version v3 --case burst
 
-## bench-migration: migrate_delays rate for 10,000 in-flight messages
-bench-migration: venv
+## bench-moves: migrate_delays rate for 10,000 in-flight messages
+bench-moves: venv
 	scripts/services.sh rabbitmq postgres
-	$(BIN)/python -m bench.migration
+	$(BIN)/python -m bench.moves
 
 ## bench-admin: the admin with 100,000 messages: page render times (own database, vhost, web server)
 bench-admin: venv

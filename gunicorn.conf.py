@@ -23,10 +23,10 @@ def on_starting(server):
 def post_fork(server, worker):
     """Delivery before intake when both compete for the cores: each web worker runs at a lower
     CPU priority (DELAY_WEB_NICE); a platform worker's delivery loops keep theirs."""
-    from scheduling import setting_specs
+    from scheduling.config import specs
 
-    setting_specs.load_env_file()
-    os.nice(setting_specs.BY_KEY["web_nice"].read(os.environ))
+    specs.load_env_file()
+    os.nice(specs.BY_KEY["web_nice"].read(os.environ))
 
 
 def child_exit(server, worker):

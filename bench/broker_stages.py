@@ -23,7 +23,7 @@ from topology import cascade
 
 
 def platform_message(version: cascade.Version, delay: int, destination: str) -> Outgoing:
-    """The shape the relay publishes (scheduling/wire.py): a Celery task message with the
+    """The shape the relay publishes (scheduling/messages/wire.py): a Celery task message with the
     platform's headers; built here without Django."""
     message_id = str(uuid.uuid4())
     r = cascade.route(version, delay, destination)

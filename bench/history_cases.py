@@ -36,7 +36,7 @@ class Cases:
         cascade: the broker's own figure on the machine at that moment. Medians of ``runs``;
         PostgreSQL's block reads per message over the platform's runs (what each index costs)."""
         from rabbit import Outgoing
-        from scheduling.conf import broker
+        from scheduling.config.conf import broker
         from topology import cascade
 
         platform, raw = [], []

@@ -24,13 +24,9 @@ def captured(call) -> list[str]:
 def statements() -> dict[str, str]:
     """Name -> the statement behind each figure worth explaining."""
     from scheduling.models import Endpoint, ScheduledMessage, TopologyVersion
-    from scheduling.selectors.database import (
-        dashboard_get,
-        endpoint_count_messages,
-        message_get_page,
-        message_list,
-        message_list_groups,
-    )
+    from scheduling.messages.dashboard import dashboard_get
+    from scheduling.endpoints.selectors import endpoint_count_messages
+    from scheduling.messages.selectors import message_get_page, message_list, message_list_groups
 
     admin_rows = ScheduledMessage.objects.select_related("endpoint", "topology").defer("payload")
     versions = dict(TopologyVersion.objects.values_list("name", "pk"))

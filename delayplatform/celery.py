@@ -19,6 +19,6 @@ connect_celery()
 
 
 # Platform workers run the delivery loop over every active endpoint's queue.
-from scheduling.delivery.worker import DeliveryLoopStep  # noqa: E402
+from scheduling.worker.bootstep import DeliveryLoopStep  # noqa: E402
 
 app.steps["consumer"].add(DeliveryLoopStep)

@@ -1,5 +1,5 @@
 """Logging for web and worker: Django's LOGGING, built here from the LOG_* settings (read and
-checked by scheduling/setting_specs.py).
+checked by scheduling/config/specs.py).
 
 - ``LOG_FORMAT=plain`` (default) or ``json`` (one JSON object per line, python-json-logger, with a
   record's extra fields as keys: a delivery line carries message_id, team, endpoint, version and
@@ -22,7 +22,7 @@ import ast
 import logging
 import logging.config
 
-from scheduling.celery import task_names
+from scheduling.core import task_names
 
 PERIODIC_TASKS = frozenset({task_names.RELAY_SWEEP, task_names.RELAY_TIMEOUTS, task_names.DRAIN_UNROUTABLE,
                             task_names.SCHEDULE_RUNS})

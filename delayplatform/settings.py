@@ -2,7 +2,7 @@
 names, is read too; real environment variables win). Secure by default: DEBUG is off unless asked for, and without
 DEBUG a missing SECRET_KEY stops start-up.
 
-Every variable is declared once, in scheduling/setting_specs.py: its parser, default, check
+Every variable is declared once, in scheduling/config/specs.py: its parser, default, check
 and doc. Here they are read (a bad value stops start-up with one line), made Django settings of
 their own names (DEBUG, BROKER_URL, the DELAY_* ones, ...), and turned into Django's, Celery's and
 django-axes' own settings."""
@@ -15,14 +15,14 @@ from django.core.exceptions import ImproperlyConfigured
 from kombu import Exchange, Queue
 
 from delayplatform import logs
-from scheduling import setting_specs
-from scheduling.celery import task_names
+from scheduling.config import specs
+from scheduling.core import task_names
 
-BASE_DIR = setting_specs.ROOT
-setting_specs.load_env_file(os.environ)
-_env = setting_specs.read(os.environ)  # key -> value, each parsed and checked once
-_name = setting_specs.variable  # a variable's name, for the messages below
-globals().update(setting_specs.django_settings(_env))  # DEBUG, SECRET_KEY, BROKER_URL, DELAY_SHARDS, ...
+BASE_DIR = specs.ROOT
+specs.load_env_file(os.environ)
+_env = specs.read(os.environ)  # key -> value, each parsed and checked once
+_name = specs.variable  # a variable's name, for the messages below
+globals().update(specs.django_settings(_env))  # DEBUG, SECRET_KEY, BROKER_URL, DELAY_SHARDS, ...
 
 if not _env["secret_key"]:
     if not _env["debug"]:

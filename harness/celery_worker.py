@@ -74,7 +74,7 @@ def celery_drained(queue: str = "celery", timeout: float = 30) -> None:
     not the management API's lagging figures) and every worker answers that it holds no active
     or reserved task. After that, counting a handler's runs gives a final answer."""
     from delayplatform.celery import app
-    from scheduling.conf import broker
+    from scheduling.config.conf import broker
 
     def idle() -> bool:
         with broker().session() as session:

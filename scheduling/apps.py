@@ -15,6 +15,6 @@ class SchedulingConfig(AppConfig):
     verbose_name = "Delay platform"
 
     def ready(self):
-        from . import checks  # noqa: F401 (registers the system checks)
+        from scheduling.retention import checks  # noqa: F401 (registers the system checks)
 
         post_migrate.connect(create_cache_tables, sender=self, dispatch_uid="scheduling.create_cache_tables")

@@ -1,5 +1,5 @@
 """The platform's data. Models hold data and their invariants; writes live in services, and the
-messages' bulk statements in raw SQL in queries.py."""
+messages' bulk statements in raw SQL in messages/queries.py."""
 
 import functools
 
@@ -11,16 +11,16 @@ from uuid_utils.compat import uuid7
 
 from topology import cascade
 
-from .schedules import rules
-from .clock import to_epoch_ms
-from .conf import conf, configured_version, setting_name
-from .delivery.flow import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
-from .delivery.models import EndpointHealth, MessageAttempt, Trigger  # noqa: F401  (registers them)
-from .lifecycle import IN_FLIGHT, Status
-from .queries import ScheduledMessageQuerySet, loaded_instance
-from .archive.listing import ParquetFileListing
-from .teams.models import ApiKey, Membership, Team, default_team_id  # noqa: F401  (registers them)
-from .audit.models import AuditArchiveFile, AuditEvent  # noqa: F401  (registers them)
+from scheduling.schedules import rules
+from scheduling.core.clock import to_epoch_ms
+from scheduling.config.conf import conf, configured_version, setting_name
+from scheduling.core.flow_gate import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
+from scheduling.delivery.models import EndpointHealth, MessageAttempt, Trigger  # noqa: F401  (registers them)
+from scheduling.core.lifecycle import IN_FLIGHT, Status
+from scheduling.messages.queries import ScheduledMessageQuerySet, loaded_instance
+from scheduling.retention.listing import ParquetFileListing
+from scheduling.teams.models import ApiKey, Membership, Team, default_team_id  # noqa: F401  (registers them)
+from scheduling.audit.models import AuditArchiveFile, AuditEvent  # noqa: F401  (registers them)
 
 IN_FLIGHT_VALUES = sorted(status.value for status in IN_FLIGHT)  # the partial indexes' condition
 
@@ -177,7 +177,7 @@ class Endpoint(models.Model):
 class EndpointFlow(models.Model):
     """An endpoint's rate slots: the next free slot, in microseconds of the database's clock. Its
     own table, not a column of the endpoint: a form saving a whole endpoint row would write an old
-    slot back and let a burst through (scheduling/services/flow.py)."""
+    slot back and let a burst through (scheduling/delivery/flow_slots.py)."""
 
     endpoint = models.OneToOneField(Endpoint, on_delete=models.CASCADE, primary_key=True, related_name="flow")
     next_slot_us = models.BigIntegerField()
@@ -187,7 +187,7 @@ class ScheduledMessage(models.Model):
     """One message to deliver at ``due_at``. The row is the outbox: saved ``pending`` first,
     published by the relay, and marked on arrival by the delivery consumer."""
 
-    Status = Status  # the lifecycle's statuses (scheduling/lifecycle.py)
+    Status = Status  # the lifecycle's statuses (scheduling/core/lifecycle.py)
 
     # UUIDv7: time-ordered, so new rows extend the primary key's index at its right edge instead of
     # touching a random page of it (rows from before keep their v4 ids; docs/performance.md).
@@ -315,7 +315,7 @@ schedule_key_validator = RegexValidator(
 
 class Schedule(models.Model):
     """A recurring message: a cron rule in a timezone, or an interval. Each run is an ordinary
-    ScheduledMessage, created ahead of its time by the materialiser (services/schedules.py)
+    ScheduledMessage, created ahead of its time by the materialiser (schedules/services.py)
     with the idempotency key (schedule, revision, run time); ``next_run_at`` is the first run
     not created yet. Changing the rule or the payload makes a new revision."""
 
@@ -417,7 +417,7 @@ class BulkAction(models.Model):
 
 
 class DeliveryMinute(models.Model):
-    """Deliveries of one minute (by delivered_at) in one lateness bucket (observability/lateness_buckets.py),
+    """Deliveries of one minute (by delivered_at) in one lateness bucket (core/lateness_buckets.py),
     added by the delivery path in the transaction that records them: the dashboard reads a day
     of these rows instead of a day of messages. ``shard`` spreads concurrent writers (workers)
     over rows, so that one batch does not wait for another's commit."""

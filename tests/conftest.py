@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduling.conf import broker
+from scheduling.config.conf import broker
 from harness.vhosts import vhost_own
 from topology import cascade
 

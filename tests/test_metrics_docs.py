@@ -13,8 +13,8 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from scheduling.observability import metrics, webhook_metrics
 from scheduling.observability.metrics_figures import Figures, families
-from scheduling.selectors.broker import VersionDepths
-from scheduling.selectors.database import Outbox
+from scheduling.versions.broker import VersionDepths
+from scheduling.messages.selectors import Outbox
 from harness.paths import ROOT
 
 DOCS = ROOT / "docs"

@@ -71,7 +71,7 @@ class Bench:
             self._purge(self.native.QUEUE)
 
     def _purge(self, queue: str) -> None:
-        from scheduling.conf import broker
+        from scheduling.config.conf import broker
 
         with broker().session() as session:
             session.purge_queue(queue)

@@ -53,7 +53,7 @@ def raw_floor(b, version_name: str, batches: list[list[int]], spacing_s: float =
     version's cascade; a kombu consumer notes arrival minus due. Lateness in ms."""
     from harness.endpoints import bind_endpoint
     from rabbit import Outgoing
-    from scheduling.conf import broker
+    from scheduling.config.conf import broker
     from topology import cascade
 
     version = cascade.get_version(version_name)

@@ -16,7 +16,7 @@ def run(b) -> dict:
     raw publisher with confirms into the same cascade; Celery's producers."""
     n = 5000 if b.quick else 20000
     from rabbit import Outgoing
-    from scheduling.conf import broker
+    from scheduling.config.conf import broker
     from topology import cascade
 
     result = {}

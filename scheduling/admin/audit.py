@@ -3,10 +3,10 @@
 from django.contrib import admin
 from django.utils.html import format_html
 
-from ..audit.models import AuditEvent
-from ..teams.roles import Action
-from . import html
-from .base import ControlRoomAdmin
+from scheduling.audit.models import AuditEvent
+from scheduling.teams.roles import Action
+from scheduling.admin import html
+from scheduling.admin.base import ControlRoomAdmin
 
 
 @admin.register(AuditEvent)

@@ -24,10 +24,10 @@ from django.urls import path, reverse
 
 from rabbit import BrokerError
 
-from ..errors import ServiceError
-from ..teams.caller import Caller
-from ..teams.roles import Action
-from ..teams.selectors import caller_for_user, queryset_for_caller
+from scheduling.core.errors import ServiceError
+from scheduling.teams.caller import Caller
+from scheduling.teams.roles import Action
+from scheduling.teams.selectors import caller_for_user, queryset_for_caller
 
 # What a service may raise that an operator should read as one line, not a stack trace.
 OPERATOR_ERRORS = (ServiceError, BrokerError)
@@ -232,7 +232,7 @@ class TeamListFilter(admin.SimpleListFilter):
     field = "team"  # the path from the admin's model to the team
 
     def lookups(self, request, model_admin):
-        from ..teams.models import Team
+        from scheduling.teams.models import Team
 
         teams = queryset_for_caller(queryset=Team.objects.order_by("name"), caller=request_caller(request))
         return [(team.pk, team.name) for team in teams[:200]]
@@ -251,7 +251,7 @@ class EndpointListFilter(admin.SimpleListFilter):
     parameter_name = "endpoint__id__exact"
 
     def lookups(self, request, model_admin):
-        from ..models import Endpoint
+        from scheduling.models import Endpoint
 
         endpoints = queryset_for_caller(queryset=Endpoint.objects.select_related("team").order_by("team__name", "name"),
                                         caller=request_caller(request))[:500]

@@ -16,16 +16,16 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from ..celery import task_names
-from ..lifecycle import Status
-from ..models import BulkAction, Endpoint, FailedMessage
-from ..selectors.database import message_search
-from ..services.bulk_actions import message_start_matching
-from ..services.messages import message_republish
-from ..teams.roles import Action
-from ..teams.selectors import queryset_for_caller, team_pick
-from .base import OPERATOR_ERRORS, ControlRoomAdmin, EndpointListFilter, TeamListFilter
-from .messages import ScheduleFilter
+from scheduling.core import task_names
+from scheduling.core.lifecycle import Status
+from scheduling.models import BulkAction, Endpoint, FailedMessage
+from scheduling.messages.selectors import message_search
+from scheduling.messages.bulk import message_start_matching
+from scheduling.messages.services import message_republish
+from scheduling.teams.roles import Action
+from scheduling.teams.selectors import queryset_for_caller, team_pick
+from scheduling.admin.base import OPERATOR_ERRORS, ControlRoomAdmin, EndpointListFilter, TeamListFilter
+from scheduling.admin.messages import ScheduleFilter
 
 
 class DueWithinFilter(admin.SimpleListFilter):

@@ -10,22 +10,22 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
-from ..lifecycle import Status
-from ..models import Endpoint
-from ..selectors.database import endpoint_count_messages, endpoint_list
-from ..delivery.models import EndpointHealth
-from ..services.endpoints import (
+from scheduling.core.lifecycle import Status
+from scheduling.models import Endpoint
+from scheduling.endpoints.selectors import endpoint_count_messages, endpoint_list
+from scheduling.delivery.models import EndpointHealth
+from scheduling.endpoints.services import (
     endpoint_create,
     endpoint_enable,
     endpoint_rotate_secret,
     endpoint_set_active,
     endpoint_update,
 )
-from ..teams.roles import Action
-from ..teams.selectors import team_pick
-from . import html
-from .base import ControlRoomAdmin, TeamListFilter
-from .forms import EndpointChangeForm, EndpointCreateForm
+from scheduling.teams.roles import Action
+from scheduling.teams.selectors import team_pick
+from scheduling.admin import html
+from scheduling.admin.base import ControlRoomAdmin, TeamListFilter
+from scheduling.admin.forms import EndpointChangeForm, EndpointCreateForm
 
 
 def _count_column(status: str):

@@ -3,14 +3,15 @@ allowed lives in the services, shared with the API (see base.service_form_view).
 
 from django import forms
 
-from ..conf import setting_name
-from ..delivery.flow import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
-from ..models import DeliveryMode, Endpoint, Schedule, Team, TopologyVersion
-from ..selectors.database import endpoint_list, topology_version_get_default
-from ..services.retention import retention_describe
-from ..teams.caller import Caller
-from ..teams.roles import Action
-from ..teams.selectors import queryset_for_caller
+from scheduling.config.conf import setting_name
+from scheduling.core.flow_gate import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
+from scheduling.models import DeliveryMode, Endpoint, Schedule, Team, TopologyVersion
+from scheduling.endpoints.selectors import endpoint_list
+from scheduling.versions.selectors import topology_version_get_default
+from scheduling.retention.services import retention_describe
+from scheduling.teams.caller import Caller
+from scheduling.teams.roles import Action
+from scheduling.teams.selectors import queryset_for_caller
 
 ISO_HELP = "UTC unless it names an offset, e.g. 2026-11-21T12:00:00.250Z"
 

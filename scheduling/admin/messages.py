@@ -15,25 +15,26 @@ from django.utils.html import format_html
 
 from topology import explain
 
-from .. import wire
-from ..conf import conf
-from ..lifecycle import IN_FLIGHT, Status, scheduled_in_past
-from ..models import Endpoint, ScheduledMessage
-from ..selectors.database import SCHEDULED_IN_PAST, message_list_attempts, message_search, schedule_list
-from ..services.messages import (
+from scheduling.messages import wire
+from scheduling.config.conf import conf
+from scheduling.core.lifecycle import IN_FLIGHT, Status, scheduled_in_past
+from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.messages.selectors import SCHEDULED_IN_PAST, message_list_attempts, message_search
+from scheduling.schedules.selectors import schedule_list
+from scheduling.messages.services import (
     message_cancel,
     message_republish,
     message_resend,
     message_reschedule,
     message_schedule,
 )
-from ..services.retention import retention_describe
-from ..teams.roles import Action
-from ..teams.selectors import queryset_for_caller
-from . import dashboard, html
-from .base import ControlRoomAdmin, EndpointListFilter, request_caller
-from .forms import RescheduleForm, ScheduleMessageForm
-from .keyset import MessageChangeList
+from scheduling.retention.services import retention_describe
+from scheduling.teams.roles import Action
+from scheduling.teams.selectors import queryset_for_caller
+from scheduling.admin import dashboard, html
+from scheduling.admin.base import ControlRoomAdmin, EndpointListFilter, request_caller
+from scheduling.admin.forms import RescheduleForm, ScheduleMessageForm
+from scheduling.admin.keyset import MessageChangeList
 
 
 class DueWindowFilter(admin.SimpleListFilter):

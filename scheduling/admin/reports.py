@@ -14,9 +14,9 @@ from django.db.models import Q
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
-from ..models import AccuracyReport
-from ..reports import accuracy_charts
-from ..reports.facts import (
+from scheduling.models import AccuracyReport
+from scheduling.reports import accuracy_charts
+from scheduling.reports.facts import (
     GROUP_DIMENSIONS,
     TeamIds,
     accuracy_report_get_latest_day,
@@ -26,9 +26,9 @@ from ..reports.facts import (
     accuracy_report_list_values,
     accuracy_report_slice_exists,
 )
-from ..teams.models import Team
-from ..teams.roles import Action
-from .base import ControlRoomAdmin, request_caller
+from scheduling.teams.models import Team
+from scheduling.teams.roles import Action
+from scheduling.admin.base import ControlRoomAdmin, request_caller
 
 ALL = AccuracyReport.ALL
 CHART_DAYS = 14

@@ -11,12 +11,12 @@ from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from ..conf import setting_name
-from ..durations import parse_duration
-from ..teams.models import ApiKey, Membership, Team
-from ..teams.roles import ROLES, SCOPES, Action
-from ..teams.selectors import queryset_for_caller
-from ..teams.services import (
+from scheduling.config.conf import setting_name
+from scheduling.core.durations import parse_duration
+from scheduling.teams.models import ApiKey, Membership, Team
+from scheduling.teams.roles import ROLES, SCOPES, Action
+from scheduling.teams.selectors import queryset_for_caller
+from scheduling.teams.services import (
     TEAM_SETTINGS,
     api_key_create,
     api_key_revoke,
@@ -25,7 +25,7 @@ from ..teams.services import (
     team_create,
     team_update,
 )
-from .base import OPERATOR_ERRORS, ControlRoomAdmin, TeamListFilter, add_service_errors
+from scheduling.admin.base import OPERATOR_ERRORS, ControlRoomAdmin, TeamListFilter, add_service_errors
 
 
 class TeamForm(forms.ModelForm):

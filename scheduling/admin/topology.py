@@ -10,17 +10,17 @@ from django.utils.html import format_html, format_html_join
 from rabbit import ManagementUnavailable
 from topology import cascade, explain
 
-from ..models import TopologyVersion
-from ..selectors.broker import topology_get_in_flight, topology_version_count_in_flight
-from ..selectors.database import (
+from scheduling.models import TopologyVersion
+from scheduling.versions.broker import topology_get_in_flight, topology_version_count_in_flight
+from scheduling.versions.selectors import (
     LEVEL_COUNT_TIMEOUT_MS,
     topology_count_messages_by_level,
     topology_version_get_default,
 )
-from ..services.delays import delays_preview
-from ..services.topology import topology_provision, topology_verify
-from . import html
-from .base import ControlRoomAdmin
+from scheduling.versions.moves import delays_preview
+from scheduling.versions.services import topology_provision, topology_verify
+from scheduling.admin import html
+from scheduling.admin.base import ControlRoomAdmin
 
 
 @admin.register(TopologyVersion)

@@ -3,11 +3,11 @@ built once per request and handed to every selector and service the view calls."
 
 from __future__ import annotations
 
-from ..audit.context import audit_context
-from ..teams.authentication import TeamKeyUser
-from ..teams.caller import Caller
-from ..teams.models import ApiKey
-from ..teams.selectors import caller_for_team_key, caller_for_user
+from scheduling.audit.context import audit_context
+from scheduling.teams.authentication import TeamKeyUser
+from scheduling.teams.caller import Caller
+from scheduling.teams.models import ApiKey
+from scheduling.teams.selectors import caller_for_team_key, caller_for_user
 
 _ATTRIBUTE = "_dp_caller"
 

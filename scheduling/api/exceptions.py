@@ -7,7 +7,7 @@ from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from ..errors import BulkValidationError, ServiceError
+from scheduling.core.errors import BulkValidationError, ServiceError
 
 # Service argument names that the API spells differently.
 API_FIELDS = {"delay": "delay_seconds"}

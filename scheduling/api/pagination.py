@@ -14,8 +14,8 @@ from rest_framework.pagination import BasePagination, CursorPagination
 from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 
-from ..selectors.cursors import AFTER, BEFORE, MalformedCursor, Position, cursor_decode, cursor_encode
-from ..selectors.database import message_get_page
+from scheduling.core.cursors import AFTER, BEFORE, MalformedCursor, Position, cursor_decode, cursor_encode
+from scheduling.messages.selectors import message_get_page
 
 
 class MessageCursorPagination(BasePagination):

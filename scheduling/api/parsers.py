@@ -17,7 +17,7 @@ import orjson
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser, get_encoding
 
-from ..conf import conf, setting_name
+from scheduling.config.conf import conf, setting_name
 
 _ESCAPE = re.compile(rb"\\.", re.DOTALL)  # a backslash and the byte it escapes: fixed length, nothing to retry
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")

@@ -5,7 +5,7 @@ this far: the views read through queryset_for_caller, so it is a 404."""
 
 from rest_framework.permissions import BasePermission
 
-from .callers import request_caller
+from scheduling.api.callers import request_caller
 
 
 class TeamPermissions(BasePermission):

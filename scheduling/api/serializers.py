@@ -9,13 +9,13 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from ..celery.structured import TASK_ID
-from ..conf import conf, setting_name
-from ..delivery.flow import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
-from ..delivery.models import EndpointHealth, MessageAttempt
-from ..lifecycle import Status, scheduled_in_past
-from ..models import DeliveryMode, Endpoint, Schedule, ScheduledMessage, TopologyVersion
-from .validation import RefuseControlCharacters, has_refused_characters
+from scheduling.celery.structured import TASK_ID
+from scheduling.config.conf import conf, setting_name
+from scheduling.core.flow_gate import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
+from scheduling.delivery.models import EndpointHealth, MessageAttempt
+from scheduling.core.lifecycle import Status, scheduled_in_past
+from scheduling.models import DeliveryMode, Endpoint, Schedule, ScheduledMessage, TopologyVersion
+from scheduling.api.validation import RefuseControlCharacters, has_refused_characters
 
 
 class VersionField(serializers.SlugRelatedField):

@@ -2,12 +2,12 @@
 
 from rest_framework import serializers
 
-from ..conf import setting_name
-from ..durations import parse_duration
-from ..teams.models import ApiKey, Membership, Team
-from ..teams.quotas import COUNTS, team_limit, team_min_interval_ms
-from ..teams.roles import ROLES, SCOPES
-from .validation import RefuseControlCharacters
+from scheduling.config.conf import setting_name
+from scheduling.core.durations import parse_duration
+from scheduling.teams.models import ApiKey, Membership, Team
+from scheduling.teams.quotas import COUNTS, team_limit, team_min_interval_ms
+from scheduling.teams.roles import ROLES, SCOPES
+from scheduling.api.validation import RefuseControlCharacters
 
 
 class TeamSerializer(serializers.ModelSerializer):

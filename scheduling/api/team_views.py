@@ -8,12 +8,12 @@ from rest_framework.decorators import action
 from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 
-from ..audit.selectors import audit_list
-from ..teams.models import ApiKey, Team
-from ..teams.roles import Action
-from ..teams.selectors import membership_list, queryset_for_caller, team_pick
-from ..teams.services import api_key_create, api_key_revoke, membership_remove, membership_set
-from .team_serializers import (
+from scheduling.audit.selectors import audit_list
+from scheduling.teams.models import ApiKey, Team
+from scheduling.teams.roles import Action
+from scheduling.teams.selectors import membership_list, queryset_for_caller, team_pick
+from scheduling.teams.services import api_key_create, api_key_revoke, membership_remove, membership_set
+from scheduling.api.team_serializers import (
     ApiKeyCreatedSerializer,
     ApiKeyCreateSerializer,
     ApiKeySerializer,
@@ -23,7 +23,7 @@ from .team_serializers import (
     MemberWriteSerializer,
     TeamSerializer,
 )
-from .views import TeamScoped
+from scheduling.api.views import TeamScoped
 
 
 class TeamViewSet(TeamScoped, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):

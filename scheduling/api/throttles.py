@@ -23,8 +23,8 @@ from django.core.cache import caches
 from rest_framework.exceptions import Throttled
 from rest_framework.throttling import SimpleRateThrottle
 
-from ..conf import conf, setting_name
-from ..teams.models import ApiKey, Team
+from scheduling.config.conf import conf, setting_name
+from scheduling.teams.models import ApiKey, Team
 
 SLOTS = 60
 BULK_ACTIONS = frozenset({"bulk"})
@@ -179,7 +179,7 @@ class TeamRateThrottle(ItemRateThrottle):
 
     @staticmethod
     def _find_team(request) -> Team | None:
-        from .callers import request_caller, request_team_name
+        from scheduling.api.callers import request_caller, request_team_name
 
         key = request.auth if isinstance(request.auth, ApiKey) else None
         if key is not None and key.team_id:
@@ -221,6 +221,6 @@ class KeyRateThrottle(ItemRateThrottle):
 
 def _team_rate(own: str, default: str | None) -> str | None:
     """A team's own rate (text, checked when saved; "off": none) wins over the platform's."""
-    from ..setting_specs import ApiRate
+    from scheduling.config.parsers import ApiRate
 
     return ApiRate().parse(own, "rate") if own else default

@@ -2,8 +2,8 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import DefaultRouter
 
-from .team_views import ApiKeyViewSet, AuditViewSet, TeamViewSet
-from .views import EndpointViewSet, MessageViewSet, ScheduleViewSet
+from scheduling.api.team_views import ApiKeyViewSet, AuditViewSet, TeamViewSet
+from scheduling.api.views import EndpointViewSet, MessageViewSet, ScheduleViewSet
 
 router = DefaultRouter()
 router.register("endpoints", EndpointViewSet, basename="endpoint")

@@ -10,44 +10,38 @@ from rest_framework.decorators import action
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
-from ..celery.services import celery_task_cancel, celery_task_claim_message
-from ..errors import BulkValidationError, NotFound
-from ..lifecycle import Status
-from ..models import Endpoint
-from ..schedules import rules
-from ..selectors.database import (
-    endpoint_count_messages,
-    endpoint_get_named,
-    endpoint_list,
-    message_list,
-    message_list_attempts,
-    message_list_groups,
-    schedule_list,
-)
-from ..teams.roles import Action
-from ..teams.selectors import queryset_for_caller, team_pick
-from ..services.endpoints import (
+from scheduling.celery.services import celery_task_cancel, celery_task_claim_message
+from scheduling.core.errors import BulkValidationError, NotFound
+from scheduling.core.lifecycle import Status
+from scheduling.models import Endpoint
+from scheduling.schedules import rules
+from scheduling.endpoints.selectors import endpoint_count_messages, endpoint_get_named, endpoint_list
+from scheduling.messages.selectors import message_list, message_list_attempts, message_list_groups
+from scheduling.schedules.selectors import schedule_list
+from scheduling.teams.roles import Action
+from scheduling.teams.selectors import queryset_for_caller, team_pick
+from scheduling.endpoints.services import (
     endpoint_create,
     endpoint_enable,
     endpoint_rotate_secret,
     endpoint_set_active,
     endpoint_update,
 )
-from ..services.bulk_actions import message_bulk_matching
-from ..services.messages import (
+from scheduling.messages.bulk import message_bulk_matching
+from scheduling.messages.services import (
     message_cancel,
     message_republish,
     message_resend,
     message_reschedule,
     message_schedule_many,
 )
-from ..services.retention import message_describe_gone
-from ..services.schedules import schedule_check_rule, schedule_delete, schedule_set_paused, schedule_upsert
-from .callers import request_caller
-from .pagination import AttemptCursorPagination, MessageCursorPagination
-from .permissions import TeamPermissions
-from .renderers import FastJSONRenderer
-from .serializers import (
+from scheduling.retention.services import message_describe_gone
+from scheduling.schedules.services import schedule_check_rule, schedule_delete, schedule_set_paused, schedule_upsert
+from scheduling.api.callers import request_caller
+from scheduling.api.pagination import AttemptCursorPagination, MessageCursorPagination
+from scheduling.api.permissions import TeamPermissions
+from scheduling.api.renderers import FastJSONRenderer
+from scheduling.api.serializers import (
     BulkCreateSerializer,
     EndpointCreatedSerializer,
     EndpointSerializer,

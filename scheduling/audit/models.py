@@ -4,15 +4,15 @@ every DELETE but the prune's. Who and which team are copied as values, not forei
 outlives users, keys and teams, and a foreign key's SET NULL would be an update.
 
 Rows older than DELAY_AUDIT_RETENTION go to the archive (AuditArchiveFile), pruned like messages:
-services/retention.py."""
+retention/services.py."""
 
 from __future__ import annotations
 
 from django.db import connection, models
 from django.utils import timezone
 
-from ..archive.listing import ParquetFileListing
-from ..queries import lock_into_batch
+from scheduling.retention.listing import ParquetFileListing
+from scheduling.messages.queries import lock_into_batch
 
 # The batch the prune has locked, kept server-side for its transaction (as queries.PRUNE_BATCH is
 # for messages): the archive's COPY and the DELETE join it.

@@ -7,9 +7,9 @@ from datetime import datetime
 
 from django.db.models import Q, QuerySet
 
-from ..teams.caller import Caller
-from ..teams.roles import Action
-from .models import AuditEvent
+from scheduling.audit.models import AuditEvent
+from scheduling.teams.caller import Caller
+from scheduling.teams.roles import Action
 
 
 def audit_list(*, caller: Caller, team: str | None = None, action: str | None = None,

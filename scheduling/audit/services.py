@@ -11,9 +11,9 @@ import uuid
 
 from django.db import models
 
-from ..teams.caller import Caller
-from .context import audit_context
-from .models import AuditEvent
+from scheduling.teams.caller import Caller
+from scheduling.audit.context import audit_context
+from scheduling.audit.models import AuditEvent
 
 REDACTED = "<redacted>"
 # fields never written in clear: secrets, key digests, passwords

@@ -8,7 +8,7 @@ import logging
 
 from celery.exceptions import Ignore
 
-from .task_names import DELIVER
+from scheduling.core.task_names import DELIVER
 
 log = logging.getLogger(__name__)
 H_MESSAGE_ID = "x-dp-message-id"  # wire.H_MESSAGE_ID; wire imports models, too early here
@@ -21,7 +21,7 @@ def claim_around(before_start):
     def before_start_claimed(self, task_id, args, kwargs):
         message_id = self.request.get(H_MESSAGE_ID)
         if message_id and not self.request.is_eager and self.name != DELIVER:
-            from .services import celery_task_claim
+            from scheduling.celery.services import celery_task_claim
 
             redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
             if not celery_task_claim(message_id=message_id, redelivered=redelivered, by=self.request.hostname or ""):

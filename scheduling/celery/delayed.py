@@ -28,7 +28,7 @@ from kombu.serialization import dumps as kombu_dumps
 from kombu.utils.json import dumps as json_dumps
 from kombu.utils.json import loads as json_loads
 
-from ..conf import conf
+from scheduling.config.conf import conf
 
 _PROPERTIES = ("correlation_id", "reply_to", "priority")
 
@@ -80,7 +80,7 @@ def schedule_task(task, args=None, kwargs=None, *, countdown=None, eta=None, que
     """Run ``task`` after ``countdown`` seconds or at ``eta`` (aware datetime or ISO string),
     held by RabbitMQ instead of worker memory. Returns the task's AsyncResult. Raises
     ValueError for a task that cannot go this way and ValidationError for bad input."""
-    from .services import celery_task_schedule
+    from scheduling.celery.services import celery_task_schedule
 
     due = _due_at(countdown, eta) or timezone.now()
     task_id = task_id or celery_uuid()
@@ -96,7 +96,7 @@ def schedule_task(task, args=None, kwargs=None, *, countdown=None, eta=None, que
 
 def cancel_task(task_id: str) -> int:
     """Cancel a delayed task by id (all its waiting runs); returns how many were cancelled."""
-    from .services import celery_task_cancel
+    from scheduling.celery.services import celery_task_cancel
 
     return celery_task_cancel(task_id=task_id)
 

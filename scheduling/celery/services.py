@@ -15,19 +15,19 @@ from django.db.models import Q
 from django.utils import timezone
 from uuid_utils.compat import uuid7
 
-from .. import lifecycle
-from ..errors import BulkValidationError, Conflict, NotFound
-from ..lifecycle import IN_FLIGHT, Arrival, Status
-from ..models import Endpoint, ScheduledMessage
-from ..observability import metrics
-from ..selectors.database import endpoint_get_named
-from ..services.delivery_log import delivery_log_on_commit
-from ..services.delivery_minutes import delivery_minute_record
-from ..services.endpoints import endpoint_create
-from ..services.messages import message_cancel, message_lock, message_schedule_many
-from ..teams.caller import PLATFORM, Caller
-from ..teams.roles import Action
-from ..teams.selectors import team_pick
+from scheduling.core import lifecycle
+from scheduling.core.errors import BulkValidationError, Conflict, NotFound
+from scheduling.core.lifecycle import IN_FLIGHT, Arrival, Status
+from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.observability import metrics
+from scheduling.endpoints.selectors import endpoint_get_named
+from scheduling.delivery.log import delivery_log_on_commit
+from scheduling.delivery.minutes import delivery_minute_record
+from scheduling.endpoints.services import endpoint_create
+from scheduling.messages.services import message_cancel, message_lock, message_schedule_many
+from scheduling.teams.caller import PLATFORM, Caller
+from scheduling.teams.roles import Action
+from scheduling.teams.selectors import team_pick
 
 log = logging.getLogger(__name__)
 

@@ -6,17 +6,17 @@ from celery import shared_task
 from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
 
-from ..clock import from_epoch_ms
-from ..delivery import backoff
-from ..reports.services import accuracy_report_run
-from ..models import BulkAction
-from ..services.bulk_actions import message_apply_matching
-from ..services.delivery import Result, delivery_receive
-from ..services.relay import relay_sweep, timeout_publish_due
-from ..services.retention import message_prune
-from ..services.schedules import schedule_create_runs
-from ..services.unroutable import unroutable_drain
-from . import task_names
+from scheduling.core.clock import from_epoch_ms
+from scheduling.core import backoff
+from scheduling.reports.services import accuracy_report_run
+from scheduling.models import BulkAction
+from scheduling.messages.bulk import message_apply_matching
+from scheduling.delivery.services import Result, delivery_receive
+from scheduling.messages.relay import relay_sweep, timeout_publish_due
+from scheduling.retention.services import message_prune
+from scheduling.schedules.services import schedule_create_runs
+from scheduling.messages.unroutable import unroutable_drain
+from scheduling.core import task_names
 
 
 BUSY_RETRY_SECONDS = 0.05

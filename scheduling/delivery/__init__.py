@@ -1,8 +1,7 @@
-"""Delivery, the far end of the cascade inside a worker: the loop that consumes the endpoints'
-queues (loop.py: only the I/O), its timer and the one retry rule (holding.py, backoff.py; pure),
-the handlers that run a delivered message (handlers.py: nothing, a Celery task, a webhook), and
-the worker's bootstep that runs the loop (worker.py). Recording a delivery is a service
-(services/delivery.py)."""
+"""Delivery: what handing a message over means. Recording a hand-over once (services.py), the
+handlers (nothing, a Celery task, a webhook), the webhook engine (webhooks.py, fairness.py:
+one event loop, round robin over teams and endpoints) and its recorder thread, the calls' records
+and pushback (Retry-After, the circuit), flow control's shared slots (flow_slots.py), the
+delivery log and the dashboard's per-minute figures. The loop that drives it is worker/."""
 
-# Import-light on purpose: delayplatform/celery.py imports the worker's bootstep while the Celery
-# app is built, which imports this package first.
+# Import-light on purpose: the Celery app imports modules below it while it is built.

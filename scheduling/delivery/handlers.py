@@ -20,9 +20,9 @@ from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConn
 
 from rabbit import BrokerUnavailable, Outgoing
 
-from ..conf import broker, conf
-from ..models import Endpoint, ScheduledMessage
-from ..security import guards, secret_box, webhook_signing
+from scheduling.config.conf import broker, conf
+from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.security import guards, secret_box, webhook_signing
 
 
 class _Allowed(threading.local):
@@ -44,7 +44,7 @@ class _TeamGrants:
 
     @classmethod
     def team(cls, team_id: int):
-        from ..teams.models import Team
+        from scheduling.teams.models import Team
 
         now = time.monotonic()
         with cls.lock:
@@ -60,13 +60,13 @@ class _TeamGrants:
 def webhook_networks(endpoint: Endpoint) -> tuple:
     """What the endpoint's webhooks may reach besides public addresses: the platform's networks
     and its team's grant."""
-    from ..teams.quotas import team_webhook_networks
+    from scheduling.teams.quotas import team_webhook_networks
 
     return team_webhook_networks(team=_TeamGrants.team(endpoint.team_id))
 
 
 def _task_refusal(endpoint: Endpoint) -> str | None:
-    from ..teams.quotas import team_task_refusal
+    from scheduling.teams.quotas import team_task_refusal
 
     team = _TeamGrants.team(endpoint.team_id)
     if team is None:

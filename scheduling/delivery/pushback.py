@@ -1,7 +1,7 @@
 """How a receiver's answers steer its endpoint: ``Retry-After`` on a 429 or 503, a circuit opened
 by consecutive failures (calls paused, then one probe), and the endpoint disabled when it has
 failed for longer than a setting. Pure: the time is passed in; the caller writes the fields
-returned to EndpointHealth (services/webhook_calls.py)."""
+returned to EndpointHealth (delivery/webhook_calls.py)."""
 
 from __future__ import annotations
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections
 
-from ..services.webhook_calls import Recorded, webhook_call_record
-from . import backoff
-from .webhooks import CallResult
+from scheduling.delivery.webhook_calls import Recorded, webhook_call_record
+from scheduling.core import backoff
+from scheduling.delivery.webhooks import CallResult
 
 log = logging.getLogger(__name__)
 IDLE_WAIT_SECONDS = 0.1  # how often an idle recorder looks whether it is stopping

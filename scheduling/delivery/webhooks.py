@@ -1,6 +1,6 @@
 """The webhook engine: every webhook call of a worker on one asyncio event loop (aiohttp), in a
 thread of its own beside the delivery loop, which takes the rows before and records the results
-after (services/webhook_calls.py): no call runs inside a database transaction.
+after (delivery/webhook_calls.py): no call runs inside a database transaction.
 
 Why: a thread per call under requests costs ~2 ms of Python a call under one interpreter lock and
 makes 163 calls/s; eight threads shared by every endpoint let one slow receiver hold all of them.
@@ -35,9 +35,9 @@ from urllib.parse import urlsplit
 import aiohttp
 from aiohttp.abc import AbstractResolver
 
-from ..security import guards
-from .fairness import FairQueue
-from .models import Outcome
+from scheduling.security import guards
+from scheduling.delivery.fairness import FairQueue
+from scheduling.delivery.models import Outcome
 
 log = logging.getLogger(__name__)
 

@@ -47,7 +47,7 @@ def fill_teams(apps, schema_editor):
     Schedule.objects.update(team=team)
     apps.get_model("scheduling", "DeliveryMinute").objects.update(team=team)
     shortest = Schedule.objects.filter(interval_ms__isnull=False).aggregate(m=models.Min("interval_ms"))["m"]
-    from scheduling.conf import conf
+    from scheduling.config.conf import conf
 
     if shortest is not None and shortest // 1000 < conf().team_min_schedule_interval_seconds:
         # its schedules keep working as they are, and may be changed so

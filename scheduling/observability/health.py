@@ -22,8 +22,8 @@ from django.db import DatabaseError, connection, connections
 import rabbit
 from topology import cascade
 
-from ..conf import broker, conf, configured_version
-from ..selectors.database import topology_version_get
+from scheduling.config.conf import broker, conf, configured_version
+from scheduling.versions.selectors import topology_version_get
 
 log = logging.getLogger(__name__)
 PARTS = ("database", "broker", "cascade")

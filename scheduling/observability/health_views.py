@@ -13,7 +13,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_safe
 
-from .health import readiness
+from scheduling.observability.health import readiness
 
 PATHS = ("/healthz", "/readyz")
 

@@ -12,7 +12,8 @@ _versions: dict[int, str] = {}
 def learn(rows) -> None:
     """Read the names of ids not seen before (one query each, then never again); ``rows``: anything
     with endpoint_id and topology_id. Raises the database's error; callers fall back to ids."""
-    from ..selectors.database import endpoint_get_names, topology_version_get_names
+    from scheduling.endpoints.selectors import endpoint_get_names
+    from scheduling.versions.selectors import topology_version_get_names
 
     if missing := {row.endpoint_id for row in rows} - _endpoints.keys():
         _endpoints.update(endpoint_get_names(ids=missing))
@@ -22,7 +23,7 @@ def learn(rows) -> None:
 
 def learn_endpoints(ids) -> None:
     """Read the names of endpoint ids not seen before (what has no version: a circuit, a disable)."""
-    from ..selectors.database import endpoint_get_names
+    from scheduling.endpoints.selectors import endpoint_get_names
 
     if missing := set(ids) - _endpoints.keys():
         _endpoints.update(endpoint_get_names(ids=missing))

@@ -20,9 +20,9 @@ from typing import NamedTuple
 from django.db import DatabaseError, transaction
 from prometheus_client import Counter, Gauge, Histogram
 
-from .. import lifecycle
-from ..lifecycle import Arrival
-from . import label_names
+from scheduling.core import lifecycle
+from scheduling.core.lifecycle import Arrival
+from scheduling.observability import label_names
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ class _Labelled(NamedTuple):
 def deliveries_on_commit(rows: list[tuple[int, int, int, int | None]]) -> None:
     """First deliveries of messages, as (endpoint_id, topology_id, lateness_ms, throttled_ms or
     None) -- what ``arrival`` counts for a DELIVER, without an object per message: the set-based
-    batch's path (services/delivery.py). Counted once the current transaction commits."""
+    batch's path (delivery/services.py). Counted once the current transaction commits."""
     if rows:
         transaction.on_commit(lambda: _count_deliveries(rows), robust=True)
 

@@ -9,11 +9,7 @@ import hmac
 import ipaddress
 from http import HTTPStatus
 
-from ..security.guards import Network, parse_networks  # noqa: F401 (the same CIDR list as the webhook guard's)
-
-# Loopback and the private ranges, where a Prometheus server usually scrapes from.
-DEFAULT_NETWORKS = "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7"
-
+from scheduling.core.networks import Network
 
 def refusal(remote_addr: str | None, authorization: str | None, *, networks: tuple[Network, ...],
             token: str) -> HTTPStatus | None:

@@ -24,14 +24,10 @@ from prometheus_client.registry import Collector
 
 from rabbit import BrokerError
 
-from ..conf import conf
-from ..selectors.broker import VersionDepths, topology_version_list_depths
-from ..selectors.database import (
-    Outbox,
-    message_count_overdue_by_version,
-    outbox_get,
-    topology_version_list_provisioned,
-)
+from scheduling.config.conf import conf
+from scheduling.versions.broker import VersionDepths, topology_version_list_depths
+from scheduling.messages.selectors import Outbox, message_count_overdue_by_version, outbox_get
+from scheduling.versions.selectors import topology_version_list_provisioned
 
 log = logging.getLogger(__name__)
 FIRST_WAIT_SECONDS = 2.0

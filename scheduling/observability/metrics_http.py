@@ -26,10 +26,10 @@ from prometheus_client import (
 )
 from prometheus_client.registry import Collector
 
-from ..conf import conf
-from . import metrics_access
-from .metrics_dir import ENV
-from .metrics_figures import cached_figures
+from scheduling.config.conf import conf
+from scheduling.observability import metrics_access
+from scheduling.observability.metrics_dir import ENV
+from scheduling.observability.metrics_figures import cached_figures
 
 
 class _ThisProcess(Collector):

@@ -18,7 +18,7 @@ import sys
 
 from celery import signals
 
-from . import metrics_dir
+from scheduling.observability import metrics_dir
 
 log = logging.getLogger(__name__)
 _state: dict = {}  # "dir", "made", "server": this worker's
@@ -37,7 +37,7 @@ def prepare(argv: list[str]) -> None:
         return
     from django.core.exceptions import ImproperlyConfigured
 
-    from ..conf import conf
+    from scheduling.config.conf import conf
 
     try:
         port = conf().worker_metrics_port
@@ -54,7 +54,7 @@ prepare(sys.argv)
 def _check_mode(sender=None, **kwargs) -> None:
     from prometheus_client import values
 
-    from ..conf import conf
+    from scheduling.config.conf import conf
 
     if conf().worker_metrics_port and not values.ValueClass._multiprocess:
         log.error("worker metrics: prometheus_client was imported before %s was set; the counts of the "
@@ -64,12 +64,12 @@ def _check_mode(sender=None, **kwargs) -> None:
 
 @signals.worker_ready.connect
 def _serve(sender=None, **kwargs) -> None:
-    from ..conf import conf, setting_name
+    from scheduling.config.conf import conf, setting_name
 
     settings = conf()
     if not settings.worker_metrics_port or "server" in _state:
         return
-    from .metrics_http import serve
+    from scheduling.observability.metrics_http import serve
 
     try:
         _state["server"] = serve(settings.worker_metrics_addr, settings.worker_metrics_port)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from django.db import DatabaseError, transaction
 from prometheus_client import Counter, Histogram
 
-from . import label_names
+from scheduling.observability import label_names
 
 BY_ENDPOINT = ("team", "endpoint")
 CALL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)

@@ -10,7 +10,7 @@ Runs as a plain file, locally or on a cluster, so it imports nothing from Django
     python scheduling/reports/accuracy.py --facts DIR [--archive DIR] --out DIR --since 2026-11-20 [--until ...]
     spark-submit --master spark://host:7077 scheduling/reports/accuracy.py --facts ... --out ...
 
-Lateness follows the platform's rule (scheduling/lifecycle.py, which the job cannot import):
+Lateness follows the platform's rule (scheduling/core/lifecycle.py, which the job cannot import):
 counted from the later of the due time and the time the message was accepted, so a message
 asked for a time already gone ("scheduled in the past") is late only by what the platform added;
 such messages are counted apart, and judged lost from their acceptance, not from the past time.

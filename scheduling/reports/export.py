@@ -4,7 +4,7 @@ table, in the archive's columns (scheduling/archive/): the report reads these an
 files of the same days alike. A message scheduled in the past is due when it was accepted
 (reports/facts.py).
 
-Memory stays flat however many rows a day has (archive/parquet.py streams COPY through pyarrow).
+Memory stays flat however many rows a day has (retention/parquet.py streams COPY through pyarrow).
 A day is written beside its partition and then swapped in, so re-running a day replaces it whole,
 and an empty day leaves an empty file.
 """
@@ -24,8 +24,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from django.db import transaction
 
-from ..archive import columns, parquet
-from .facts import message_list_due_between
+from scheduling.retention import columns, parquet
+from scheduling.reports.facts import message_list_due_between
 
 # Batches are gathered into row groups this big: Spark read a day of 6k-row groups 30% slower.
 ROW_GROUP_ROWS = 256 * 1024

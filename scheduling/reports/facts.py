@@ -10,9 +10,9 @@ from datetime import date, datetime
 
 from django.db.models import F, Q, QuerySet
 
-from ..lifecycle import Status
-from ..models import AccuracyReport, ArchiveFile, Endpoint, ScheduledMessage
-from ..teams.models import Team
+from scheduling.core.lifecycle import Status
+from scheduling.models import AccuracyReport, ArchiveFile, Endpoint, ScheduledMessage
+from scheduling.teams.models import Team
 
 # --- the accuracy report's facts -------------------------------------------------------------
 
@@ -21,7 +21,7 @@ def message_list_due_between(*, since: datetime, until: datetime, team_id: int |
     """The messages the accuracy report counts on the days of [since, until): due in it, where due
     is the later of due_at and created_at (the lifecycle's rule), so a message scheduled in the
     past counts on the day it was accepted, not on a day whose report ran long ago. Filters on
-    the message's own columns only (archive/parquet.py reads them through COPY); ``team_id``
+    the message's own columns only (retention/parquet.py reads them through COPY); ``team_id``
     keeps one team's (its endpoints' ids, a subquery)."""
     due_in_range = Q(due_at__gte=since, due_at__lt=until, created_at__lt=until)
     # status IN (every status) lets PostgreSQL range-scan the (status, created_at) index for the

@@ -14,11 +14,11 @@ import pyarrow.dataset as pa_dataset
 from django.db import connection, transaction
 from django.utils import timezone
 
-from ..conf import conf
-from ..models import AccuracyReport
-from .export import deliveries_export
-from .facts import archive_file_list
-from .spark_job import job_run
+from scheduling.config.conf import conf
+from scheduling.models import AccuracyReport
+from scheduling.reports.export import deliveries_export
+from scheduling.reports.facts import archive_file_list
+from scheduling.reports.spark_job import job_run
 
 
 @dataclass(frozen=True)

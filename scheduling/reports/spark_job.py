@@ -10,7 +10,7 @@ import sys
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
-from ..conf import conf
+from scheduling.config.conf import conf
 
 JOB_FILE = Path(__file__).resolve().with_name("accuracy.py")  # not imported: workers need no pyspark loaded
 

@@ -1,2 +1,2 @@
-"""Recurring schedules: their rules (rules.py, pure). The materialiser and the upsert are in
-services/schedules.py."""
+"""Recurring schedules: their rules (rules.py, pure), the upsert, pause, delete and the
+materialiser that makes their runs ahead of time (services.py), and their reads."""

@@ -24,7 +24,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 from cronsim import CronSim, CronSimError
 from django.core.exceptions import ValidationError
 
-from ..clock import MS
+from scheduling.core.clock import MS
 
 UTC = timezone.utc
 MIN_INTERVAL_MS = 1000  # one run a second: what one schedule may ask

@@ -3,7 +3,7 @@
 address in X-Forwarded-For: the one the proxy itself added (those before it are the client's
 word and could be anything)."""
 
-from ..conf import conf
+from scheduling.config.conf import conf
 
 
 def client_ip(request) -> str | None:

@@ -12,8 +12,10 @@ import socket
 from collections.abc import Iterable
 from urllib.parse import unquote, urlsplit
 
+from scheduling.config.specs import variable
+from scheduling.core.networks import Network, parse_networks
+
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 SHARED = ipaddress.ip_network("100.64.0.0/10")  # carrier-grade NAT; Python counts it neither private nor global
 NAT64 = ipaddress.ip_network("64:ff9b::/96")
@@ -21,34 +23,12 @@ OWN_TASKS = ("scheduling.*", "celery.*")  # the platform's and Celery's own task
 
 
 def _setting(key: str) -> str:
-    """The variable that allows what is refused, as settings' spec names it (imported when a
-    message is made: the spec imports this module, which stays standard library at import)."""
-    from ..setting_specs import variable
-
+    """The variable that allows what is refused, as settings' spec names it."""
     return variable(key)
 
 
 class TargetRefused(ValueError):
     """A handler target the guards refuse; the message says why and which setting allows it."""
-
-
-def parse_networks(value: str | Iterable) -> tuple[Network, ...]:
-    """``"127.0.0.1/32, 10.1.0.0/16"`` (or a list, from tests' settings) -> networks; ValueError
-    naming the item that is not a CIDR."""
-    items = value.split(",") if isinstance(value, str) else list(value or ())
-    networks = []
-    for item in items:
-        if isinstance(item, (ipaddress.IPv4Network, ipaddress.IPv6Network)):
-            networks.append(item)
-            continue
-        text = str(item).strip()
-        if not text:
-            continue
-        try:
-            networks.append(ipaddress.ip_network(text, strict=False))
-        except ValueError:
-            raise ValueError(f"{text!r} is not a network (CIDR such as 127.0.0.1/32 or fd00::/8)") from None
-    return tuple(networks)
 
 
 def _embedded_ipv4(address: Address) -> ipaddress.IPv4Address | None:

@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from django.conf import settings
 
-from ..conf import conf, setting_name
+from scheduling.config.conf import conf, setting_name
 
 PREFIX = "enc1:"
 DERIVE_INFO = b"delayplatform webhook secrets at rest v1"  # fixed: a new info would be a new key

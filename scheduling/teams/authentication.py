@@ -7,7 +7,7 @@ from __future__ import annotations
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
-from .models import ApiKey
+from scheduling.teams.models import ApiKey
 
 
 class TeamKeyUser:
@@ -42,7 +42,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
 
     def authenticate(self, request):
-        from .services import api_key_authenticate
+        from scheduling.teams.services import api_key_authenticate
 
         header = authentication.get_authorization_header(request).split()
         if not header or header[0].lower() not in (b"bearer", b"token"):

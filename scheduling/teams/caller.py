@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .roles import ALL_SCOPES, Action, role_allows
+from scheduling.teams.roles import ALL_SCOPES, Action, role_allows
 
 
 @dataclass(frozen=True)

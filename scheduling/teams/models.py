@@ -9,7 +9,7 @@ from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
 
-from .roles import ADMIN, MEMBER, VIEWER
+from scheduling.teams.roles import ADMIN, MEMBER, VIEWER
 
 DEFAULT_TEAM = "default"  # every row and user from before teams; what one-team deployments use
 TEAM_NAME_MAX = 40

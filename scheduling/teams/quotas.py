@@ -14,11 +14,12 @@ import time
 from django.core.exceptions import ValidationError
 from django.db import connection
 
-from ..conf import conf, setting_name
-from ..errors import QuotaExceeded
-from ..lifecycle import IN_FLIGHT
-from ..security import guards
-from .models import Team
+from scheduling.config.conf import conf, setting_name
+from scheduling.core.errors import QuotaExceeded
+from scheduling.core.lifecycle import IN_FLIGHT
+from scheduling.core.networks import parse_networks
+from scheduling.security import guards
+from scheduling.teams.models import Team
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ class _Warned:
 
 
 def _watch(team: Team, quota: str, used: int, limit: int) -> None:
-    from ..observability import metrics
+    from scheduling.observability import metrics
 
     ratio = used / limit if limit else 1.0
     metrics.quota_usage(team.name, quota, ratio)
@@ -69,7 +70,7 @@ def team_check_count(*, team: Team, quota: str, used: int, adding: int = 1) -> N
     limit = team_limit(team=team, quota=quota)
     _watch(team, quota, used + adding, limit)
     if used + adding > limit:
-        from ..observability import metrics
+        from scheduling.observability import metrics
 
         metrics.quota_refused(team.name, quota)
         raise QuotaExceeded(
@@ -87,7 +88,7 @@ class _InFlight:
 def _count_in_flight(team_id: int, cap: int) -> int:
     """Messages pending or published of the team's endpoints, counted up to ``cap`` (an
     index-only scan of the in-flight index, never more than the quota's worth of it)."""
-    from ..models import Endpoint, ScheduledMessage
+    from scheduling.models import Endpoint, ScheduledMessage
 
     with connection.cursor() as cursor:
         cursor.execute(
@@ -146,13 +147,13 @@ def team_task_refusal(*, team: Team, task: str) -> str | None:
 def team_webhook_networks(*, team: Team | None) -> tuple:
     """The networks the team's webhooks may reach although the guard refuses them: the platform's
     (for every team) and the team's own grant."""
-    own = guards.parse_networks(_items(team.webhook_allowed_networks)) if team is not None else ()
+    own = parse_networks(_items(team.webhook_allowed_networks)) if team is not None else ()
     return tuple(conf().webhook_allowed_networks) + tuple(own)
 
 
 def team_check_settings(*, team: Team) -> None:
     """A team's rates, networks and task patterns, checked as the settings they stand beside."""
-    from ..setting_specs import ApiRate
+    from scheduling.config.parsers import ApiRate
 
     errors = {}
     for field in ("api_rate", "key_api_rate"):
@@ -162,7 +163,7 @@ def team_check_settings(*, team: Team) -> None:
             except Exception as exc:  # ImproperlyConfigured, worded for the field
                 errors[field] = str(exc)
     try:
-        guards.parse_networks(_items(team.webhook_allowed_networks))
+        parse_networks(_items(team.webhook_allowed_networks))
     except ValueError as exc:
         errors["webhook_allowed_networks"] = str(exc)
     bad = [p for p in _items(team.celery_task_allowlist) if len(p) > 200]

@@ -8,11 +8,10 @@ from collections.abc import Iterable
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet, Subquery
 
-from ..errors import Forbidden
-
-from .caller import Caller
-from .models import DEFAULT_TEAM, ApiKey, Membership, Team, default_team_id
-from .roles import ALL_SCOPES, Action
+from scheduling.core.errors import Forbidden
+from scheduling.teams.caller import Caller
+from scheduling.teams.models import DEFAULT_TEAM, ApiKey, Membership, Team, default_team_id
+from scheduling.teams.roles import ALL_SCOPES, Action
 
 # How each model reaches its team. A message belongs to its endpoint's team.
 _TEAM_COLUMN = {
@@ -47,7 +46,7 @@ def queryset_for_caller(*, queryset: QuerySet, caller: Caller, action: Action = 
         return queryset
     model = queryset.model._meta.concrete_model
     if model.__name__ == "ScheduledMessage":
-        from ..models import Endpoint
+        from scheduling.models import Endpoint
 
         return queryset.filter(endpoint_id__in=Subquery(Endpoint.objects.filter(team_id__in=teams).values("id")))
     if model.__name__ == "AccuracyReport":

@@ -10,13 +10,13 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from ..audit.services import audit_changed, audit_record, audit_values
-from ..conf import conf, setting_name
-from ..durations import format_duration
-from ..errors import Conflict, NotFound
-from .keys import key_digest, key_generate, key_matches, key_prefix
-from .models import ApiKey, Membership, Team
-from .roles import ROLES, parse_scopes
+from scheduling.audit.services import audit_changed, audit_record, audit_values
+from scheduling.config.conf import conf, setting_name
+from scheduling.core.durations import format_duration
+from scheduling.core.errors import Conflict, NotFound
+from scheduling.teams.keys import key_digest, key_generate, key_matches, key_prefix
+from scheduling.teams.models import ApiKey, Membership, Team
+from scheduling.teams.roles import ROLES, parse_scopes
 
 LAST_USED_EVERY = timedelta(minutes=1)  # a key's last use is written at most this often
 
@@ -39,7 +39,7 @@ TEAM_SETTINGS = ("max_in_flight", "max_schedules", "max_endpoints", "min_schedul
 
 def team_update(*, team: Team, **changes) -> Team:
     """An operator's change of a team's quotas and grants (checked as the settings they override)."""
-    from .quotas import team_check_settings
+    from scheduling.teams.quotas import team_check_settings
 
     unknown = set(changes) - set(TEAM_SETTINGS)
     if unknown:
@@ -141,7 +141,7 @@ def api_key_revoke(*, key: ApiKey) -> ApiKey:
 def api_key_authenticate(*, key: str, legacy: bool = False) -> tuple[ApiKey | None, str]:
     """The live key this text is, or (None, why not): unknown, revoked or expired. ``legacy``: the
     ``Token`` scheme, which only keys migrated from DRF's tokens answer to. Records its use."""
-    from .selectors import api_key_find
+    from scheduling.teams.selectors import api_key_find
 
     if not isinstance(key, str) or not 8 <= len(key) <= 200:
         return None, "invalid key"

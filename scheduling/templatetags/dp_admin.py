@@ -28,9 +28,7 @@ def dp_date_hierarchy(cl):
     years, months and days that have rows (a DISTINCT over the table, seconds with 50 M rows);
     this lists every year from the earliest to the latest due time (two index probes), every
     month of a year and every day of a month. A day without messages shows an empty list."""
-    from ..selectors.database import (
-        message_get_due_years,  # templatetags load before the app registry is ready
-    )
+    from scheduling.messages.selectors import message_get_due_years
 
     field = cl.date_hierarchy
     year, month, day = (cl.params.get(f"{field}__{part}") for part in ("year", "month", "day"))

@@ -4,10 +4,10 @@ artifacts/screenshots/ (git-ignored)."""
 
 import pytest
 
-from scheduling.conf import broker
+from scheduling.config.conf import broker
 from scheduling.models import Endpoint, Schedule, ScheduledMessage
-from scheduling.services.endpoints import endpoint_create
-from scheduling.services.messages import message_schedule
+from scheduling.endpoints.services import endpoint_create
+from scheduling.messages.services import message_schedule
 from harness.waiting import wait_until
 from topology import cascade
 

@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from scheduling.delivery.models import EndpointHealth, MessageAttempt
 from scheduling.models import Endpoint, ScheduledMessage
-from scheduling.services.endpoints import endpoint_create
-from scheduling.services.messages import message_schedule
+from scheduling.endpoints.services import endpoint_create
+from scheduling.messages.services import message_schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -14,8 +14,8 @@ from celery.worker import strategy
 from django.core.exceptions import ImproperlyConfigured
 
 from delayplatform import logs
-from scheduling import setting_specs
-from scheduling.celery import task_names
+from scheduling.config import specs
+from scheduling.core import task_names
 from harness.paths import ROOT
 
 
@@ -107,7 +107,7 @@ def test_json_lines_carry_extra_fields():
 
 
 def read(**environ) -> dict:
-    return setting_specs.read(environ)
+    return specs.read(environ)
 
 
 @pytest.mark.parametrize(("value", "expected"), [(None, "plain"), ("", "plain"), ("JSON", "json"), (" plain ", "plain")])

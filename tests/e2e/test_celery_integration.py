@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from delayplatform.celery import app
 from scheduling.celery import cancel_task, schedule_task
-from scheduling.conf import broker
+from scheduling.config.conf import broker
 from scheduling.models import Endpoint, ScheduledMessage
 from harness.celery_worker import celery_drained
 from harness.testapp.models import Receipt

@@ -19,11 +19,11 @@ from django.utils import timezone
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
-from scheduling import wire
-from scheduling.conf import conf
+from scheduling.messages import wire
+from scheduling.config.conf import conf
 from scheduling.models import Endpoint, ScheduledMessage
-from scheduling.selectors.database import dashboard_get
-from scheduling.services.endpoints import endpoint_bind
+from scheduling.messages.dashboard import dashboard_get
+from scheduling.endpoints.services import endpoint_bind
 from harness.celery_worker import celery_drained
 from harness.paths import ROOT
 from harness.recording_server import RecordingServer

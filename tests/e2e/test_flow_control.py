@@ -35,7 +35,7 @@ def most_in_one_second(times: list[float]) -> int:
 
 def within_the_rate(times: list[float]) -> bool:
     """No 5 s window above 5 x RATE. The slots are spaced for "no second above the rate" with 70 ms
-    of jitter between slot and timestamp (delivery/flow.py, checked there without a clock); a
+    of jitter between slot and timestamp (core/flow_gate.py, checked there without a clock); a
     timestamp taken on a 2-core machine under the whole suite was once 80 ms later (506 in one
     second), so the end-to-end check counts 5 s windows: 350 ms of jitter before it can fail, while
     a limit held per worker (2x) or a burst of a second's worth at the start still fails it."""

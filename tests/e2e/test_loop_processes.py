@@ -1,4 +1,4 @@
-"""A worker's delivery loop processes (DELAY_DELIVERY_PROCESSES, scheduling/delivery/processes.py)
+"""A worker's delivery loop processes (DELAY_DELIVERY_PROCESSES, scheduling/worker/processes.py)
 against a real worker: both loops deliver, each message once; a loop process SIGKILLed is started
 again by its worker and nothing is lost; a worker stopped takes its loop processes with it."""
 

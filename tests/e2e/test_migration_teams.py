@@ -12,8 +12,8 @@ import psycopg
 import pytest
 from django.utils import timezone
 
-from scheduling import wire
-from scheduling.conf import broker
+from scheduling.messages import wire
+from scheduling.config.conf import broker
 from scheduling.models import Endpoint, ScheduledMessage, TopologyVersion
 from scheduling.teams.models import Team
 from harness.celery_worker import Worker

@@ -18,9 +18,9 @@ from django.db.models.functions import TruncSecond
 
 import rabbit
 
-from scheduling.conf import broker
+from scheduling.config.conf import broker
 from scheduling.models import ScheduledMessage
-from scheduling.selectors.broker import topology_count_by_level
+from scheduling.versions.broker import topology_count_by_level
 from harness.celery_worker import Worker, celery_drained
 from harness.paths import ARTIFACTS, ROOT
 from harness.testapp.models import Receipt
@@ -109,7 +109,7 @@ def test_migrate_delays_delivers_each_message_once_and_on_time(api, platform, wo
 def sharded(settings, platform, amqp):
     """v2 and v3 with two shards each (DELAY_SHARDS), provisioned in this run's vhost; the
     second shards are removed afterwards, so the other tests see one shard again."""
-    from scheduling.services.topology import topology_provision
+    from scheduling.versions.services import topology_provision
 
     settings.DELAY_SHARDS = "v2=2,v3=2"
     for name in ("v2", "v3"):

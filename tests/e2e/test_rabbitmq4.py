@@ -11,8 +11,8 @@ import pytest
 from django.core.management import call_command
 
 from scheduling.models import ScheduledMessage
-from scheduling.services.endpoints import endpoint_create
-from scheduling.services.messages import message_schedule
+from scheduling.endpoints.services import endpoint_create
+from scheduling.messages.services import message_schedule
 from harness.celery_worker import Worker
 from harness.vhosts import vhost_own
 from rabbit import Management

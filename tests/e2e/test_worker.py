@@ -3,7 +3,7 @@ broker cancelling a consumer (a consumed queue deleted)."""
 
 import pytest
 
-from scheduling.conf import broker
+from scheduling.config.conf import broker
 from scheduling.models import ScheduledMessage
 from harness.waiting import wait_until
 

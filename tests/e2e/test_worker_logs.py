@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from scheduling.celery.task_names import DRAIN_UNROUTABLE, RELAY_SWEEP, RELAY_TIMEOUTS
+from scheduling.core.task_names import DRAIN_UNROUTABLE, RELAY_SWEEP, RELAY_TIMEOUTS
 from scheduling.models import ScheduledMessage
 from harness.celery_worker import Worker
 from harness.paths import ARTIFACTS

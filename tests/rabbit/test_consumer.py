@@ -23,7 +23,7 @@ def queues(amqp):
 
 
 def consumer(received, cancelled, prefetch=10):
-    from scheduling.conf import broker
+    from scheduling.config.conf import broker
 
     return rabbit.Consumer(broker().url, prefetch=prefetch, on_message=received.append, on_cancel=cancelled.append)
 

@@ -5,7 +5,7 @@ import pytest
 
 from rabbit import Broker, BrokerUnavailable, Management
 from rabbit.connection import open_connection, release
-from scheduling.conf import broker
+from scheduling.config.conf import broker
 
 pytestmark = pytest.mark.broker
 DEAD_AMQP, DEAD_HTTP = "amqp://guest:guest@127.0.0.1:1", "http://guest:guest@127.0.0.1:1"

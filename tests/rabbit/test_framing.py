@@ -58,7 +58,7 @@ def test_outside_a_batch_a_publish_is_written_at_once(amqp, queue):
 def test_a_connection_without_the_writer_publishes_unbatched(queue):
     from kombu import Connection
 
-    from scheduling.conf import broker
+    from scheduling.config.conf import broker
 
     with Connection(broker().url) as conn:
         with framing.batched_writes(conn) as flush:

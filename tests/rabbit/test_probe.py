@@ -7,7 +7,7 @@ import time
 import pytest
 
 import rabbit
-from scheduling.conf import broker
+from scheduling.config.conf import broker
 
 pytestmark = pytest.mark.broker
 

@@ -60,7 +60,7 @@ def break_socket(conn) -> None:
 
 
 def test_a_connection_that_breaks_fails_every_unconfirmed_message(rabbit_vhost, queue):
-    from scheduling.conf import broker
+    from scheduling.config.conf import broker
 
     with broker().session() as session:
         break_socket(session.conn)
@@ -72,7 +72,7 @@ def test_a_connection_that_breaks_fails_every_unconfirmed_message(rabbit_vhost, 
 def test_the_broker_publisher_opens_a_new_connection_after_a_failure(rabbit_vhost, queue):
     """Broker.publish keeps one connection per thread: the batch that meets a broken one fails
     (its rows stay pending for the sweeper), the next one goes out on a new connection."""
-    from scheduling.conf import broker
+    from scheduling.config.conf import broker
 
     target = broker()
     assert target.publish(out(queue, 2)).confirmed == {0, 1}
@@ -92,7 +92,7 @@ def test_a_broker_that_cannot_be_reached_is_one_line():
 def test_the_broker_publisher_keeps_one_channel_across_batches(rabbit_vhost, queue):
     """One connection and one confirm channel for every batch of a thread: opening a channel and
     selecting confirms per publish cost two round trips each (~1.4 ms of a 14 ms API call)."""
-    from scheduling.conf import broker
+    from scheduling.config.conf import broker
 
     target = broker()
     target.publish(out(queue, 1))  # opened, if this thread had none
@@ -131,7 +131,7 @@ def test_a_forked_child_opens_its_own_publisher_and_leaves_the_parents_alone(rab
     pid), drops it without closing it (that would close the parent's), and opens its own."""
     import os
 
-    from scheduling.conf import broker
+    from scheduling.config.conf import broker
 
     target = broker()
     assert target.publish(out(queue, 1)).confirmed == {0}

@@ -88,7 +88,7 @@ def test_a_message_handed_back_25_times_is_kept_on_every_series(rabbit_vhost):
     delivery) and that the platform's policy, set where the broker reports 4.x, keeps it; on 3.x
     nothing is set and nothing is dropped."""
     from rabbit import Broker
-    from scheduling.conf import broker
+    from scheduling.config.conf import broker
     from tests.topology.helpers import publish
     from topology import cascade
 

@@ -15,8 +15,8 @@ def die() -> None:
 
 def main(point: str) -> None:
     django.setup()
-    import scheduling.services.retention as retention  # patched below: the module itself, not its functions
-    from scheduling.archive import parquet
+    import scheduling.retention.services as retention  # patched below: the module itself, not its functions
+    from scheduling.retention import parquet
 
     if point == "writing":  # the first file is written, not yet flushed, checked or renamed
         parquet._fsync_file = lambda path: die()

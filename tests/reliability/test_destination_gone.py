@@ -5,7 +5,7 @@ and republishing delivers them."""
 import pytest
 
 from harness.platform import platform
-from scheduling.conf import broker
+from scheduling.config.conf import broker
 from harness.waiting import wait_until
 from topology import cascade
 

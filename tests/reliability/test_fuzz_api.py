@@ -154,7 +154,7 @@ def bad_requests(draw):
 def fuzz_api(admin_user, platform, amqp):
     from rest_framework.test import APIClient
 
-    from scheduling.services.endpoints import endpoint_create
+    from scheduling.endpoints.services import endpoint_create
 
     queue = endpoint_create(name=FUZZ_ENDPOINT).queue
     client = APIClient()

@@ -25,7 +25,7 @@ from harness.platform import MANAGEMENT, manage, platform
 from harness.vhosts import vhost_create, vhost_delete
 from harness.waiting import wait_until
 from rabbit import Management
-from scheduling.conf import broker
+from scheduling.config.conf import broker
 
 from .conftest import FULL, size
 from .faults import count_status, endpoint, outcome, queue_of, schedule, settle, wait_published, why_lost

@@ -12,7 +12,7 @@ from drf_spectacular.generators import SchemaGenerator
 
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.security import secret_box
-from scheduling.services.delivery import delivery_receive
+from scheduling.delivery.services import delivery_receive
 from harness.paths import ROOT
 from harness.recording_server import RecordingServer
 

@@ -22,7 +22,7 @@ from topology import cascade
 
 @pytest.fixture(scope="module")
 def module_broker_url(request, rabbit_vhost):
-    from scheduling.conf import broker
+    from scheduling.config.conf import broker
 
     shared = broker()
     vhost = f"{rabbit_vhost}-{hashlib.sha1(request.module.__name__.encode()).hexdigest()[:8]}"

@@ -6,7 +6,7 @@ import time
 import pytest
 
 import rabbit
-from scheduling.conf import broker
+from scheduling.config.conf import broker
 from harness.endpoints import bind_endpoint
 from topology import cascade
 from topology.definitions import plan_definitions

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from scheduling.conf import broker
+from scheduling.config.conf import broker
 from harness.endpoints import bind_endpoint
 from topology import cascade
 from topology.diff import diff_plan, leftover_shards

@@ -8,9 +8,9 @@ import os
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, OperationalError, connection
 
-from ...audit.context import AuditContext, audited
-from ...teams.caller import Caller, caller_for_command
-from ...teams.models import Team
+from scheduling.audit.context import AuditContext, audited
+from scheduling.teams.caller import Caller, caller_for_command
+from scheduling.teams.models import Team
 
 # undefined table, undefined column: the migrations are not (all) applied
 NOT_MIGRATED_SQLSTATES = frozenset({"42P01", "42703"})
@@ -58,7 +58,7 @@ class PlatformCommand(BaseCommand):
             raise CommandError(database_problem(exc)) from exc
 
     def audit_run(self, options: dict) -> None:
-        from ...audit.services import audit_record
+        from scheduling.audit.services import audit_record
 
         name = type(self).__module__.rsplit(".", 1)[-1]
         given = {k: _without_password(v) for k, v in options.items() if k not in _DJANGO_OPTIONS and v not in

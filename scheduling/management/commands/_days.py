@@ -4,8 +4,8 @@ from datetime import date
 
 from django.core.management.base import CommandError
 
-from ...reports.export import ExportError
-from ...reports.spark_job import SparkJobFailed
+from scheduling.reports.export import ExportError
+from scheduling.reports.spark_job import SparkJobFailed
 
 # What a report command turns into "CommandError: <one line>" instead of a traceback (database
 # errors: every command's, _base.PlatformCommand).

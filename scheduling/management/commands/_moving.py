@@ -6,9 +6,9 @@ from django.core.management.base import CommandError
 
 from rabbit import BrokerError
 
-from ...selectors.broker import topology_count
-from ...services.delays import MoveSummary, delays_move
-from ._progress import progress_bar
+from scheduling.versions.broker import topology_count
+from scheduling.versions.moves import MoveSummary, delays_move
+from scheduling.management.commands._progress import progress_bar
 
 
 def run_move(command, *, source, target, source_version, target_version, target_row, batch, dry_run, label):

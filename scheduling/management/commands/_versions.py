@@ -5,9 +5,9 @@ from django.db.utils import DatabaseError
 
 from topology import cascade
 
-from ...conf import conf, configured_version, setting_name
-from ...selectors.database import topology_version_get
-from ._base import PlatformCommand
+from scheduling.config.conf import conf, configured_version, setting_name
+from scheduling.versions.selectors import topology_version_get
+from scheduling.management.commands._base import PlatformCommand
 
 
 class VersionedCommand(PlatformCommand):

@@ -2,10 +2,10 @@
 
 from django.core.management.base import CommandError
 
-from ...errors import ServiceError
-from ...services.messages import message_cancel
-from ...teams.caller import Caller
-from ._base import PlatformCommand, command_caller, command_team
+from scheduling.core.errors import ServiceError
+from scheduling.messages.services import message_cancel
+from scheduling.teams.caller import Caller
+from scheduling.management.commands._base import PlatformCommand, command_caller, command_team
 
 
 class Command(PlatformCommand):

@@ -5,12 +5,12 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError
 
-from ...conf import setting_name
-from ...durations import parse_duration
-from ...teams.roles import SCOPES
-from ...teams.services import api_key_create
-from ._base import PlatformCommand, command_caller, command_team
-from .create_team import _errors
+from scheduling.config.conf import setting_name
+from scheduling.core.durations import parse_duration
+from scheduling.teams.roles import SCOPES
+from scheduling.teams.services import api_key_create
+from scheduling.management.commands._base import PlatformCommand, command_caller, command_team
+from scheduling.management.commands.create_team import _errors
 
 
 class Command(PlatformCommand):

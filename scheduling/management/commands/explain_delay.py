@@ -16,10 +16,10 @@ from topology.explain import (
     markdown_table,
 )
 
-from ...conf import conf, setting_name
-from ...selectors.database import endpoint_get_named
-from ._base import command_team
-from ._versions import VersionedCommand, add_version_arguments, resolve_versions
+from scheduling.config.conf import conf, setting_name
+from scheduling.endpoints.selectors import endpoint_get_named
+from scheduling.management.commands._base import command_team
+from scheduling.management.commands._versions import VersionedCommand, add_version_arguments, resolve_versions
 
 
 class Command(VersionedCommand):

@@ -4,15 +4,15 @@ from django.core.management.base import CommandError
 
 from rabbit import BrokerError
 
-from ...conf import broker
-from ...lifecycle import Status
-from ...models import DeliveryMode, ScheduledMessage
-from ...selectors.database import topology_version_get
-from ...services.endpoints import endpoint_update
-from ...services.topology import topology_provision
-from ._base import PlatformCommand
-from ._moving import run_move
-from ._versions import add_move_arguments
+from scheduling.config.conf import broker
+from scheduling.core.lifecycle import Status
+from scheduling.models import DeliveryMode, ScheduledMessage
+from scheduling.versions.selectors import topology_version_get
+from scheduling.endpoints.services import endpoint_update
+from scheduling.versions.services import topology_provision
+from scheduling.management.commands._base import PlatformCommand
+from scheduling.management.commands._moving import run_move
+from scheduling.management.commands._versions import add_move_arguments
 
 
 class Command(PlatformCommand):

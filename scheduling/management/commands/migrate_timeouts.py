@@ -7,12 +7,12 @@ from django.utils.dateparse import parse_datetime
 
 from rabbit import BrokerError
 
-from ...errors import ServiceError
-from ...selectors.database import topology_version_get
-from ...services.timeouts import timeout_migrate
-from ._base import PlatformCommand
-from ._progress import progress_bar
-from ._versions import add_move_arguments
+from scheduling.core.errors import ServiceError
+from scheduling.versions.selectors import topology_version_get
+from scheduling.versions.timeouts import timeout_migrate
+from scheduling.management.commands._base import PlatformCommand
+from scheduling.management.commands._progress import progress_bar
+from scheduling.management.commands._versions import add_move_arguments
 
 
 class Command(PlatformCommand):

@@ -10,11 +10,11 @@ from rabbit.redelivery import POLICY_NAME
 from topology import cascade
 from topology.definitions import plan_definitions
 
-from ...conf import broker
-from ...selectors.broker import topology_check_broker
-from ...services.topology import topology_provision, topology_verify
-from ._base import require_migrated
-from ._versions import VersionedCommand, add_version_arguments, resolve_versions
+from scheduling.config.conf import broker
+from scheduling.versions.broker import topology_check_broker
+from scheduling.versions.services import topology_provision, topology_verify
+from scheduling.management.commands._base import require_migrated
+from scheduling.management.commands._versions import VersionedCommand, add_version_arguments, resolve_versions
 
 
 def _args(arguments) -> str:

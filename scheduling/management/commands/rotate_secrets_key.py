@@ -3,11 +3,11 @@ step of a key rotation: docs/security.md#webhook-secrets-at-rest)."""
 
 from django.core.management.base import CommandError
 
-from ...conf import conf, setting_name
-from ...security.secret_box import SealedWithUnknownKey
-from ...services.endpoint_secrets import endpoint_reseal_secrets
-from ._base import PlatformCommand
-from ._progress import progress_bar
+from scheduling.config.conf import conf, setting_name
+from scheduling.security.secret_box import SealedWithUnknownKey
+from scheduling.endpoints.secrets import endpoint_reseal_secrets
+from scheduling.management.commands._base import PlatformCommand
+from scheduling.management.commands._progress import progress_bar
 
 
 class Command(PlatformCommand):

@@ -1,28 +1,28 @@
 """Write the tables of every setting on docs/reference/configuration.md from the specs in
-scheduling/setting_specs.py, between the page's markers (the rest of the page is prose, kept
-as it is), and conf()'s class in scheduling/conf.py (between its markers). ``--check`` changes nothing and fails if
-either differs (tests/scheduling/test_conf.py checks the same)."""
+scheduling/config/specs.py, between the page's markers (the rest of the page is prose, kept
+as it is), and conf()'s class in scheduling/config/conf.py (between its markers). ``--check`` changes nothing and fails if
+either differs (tests/scheduling/config/test_conf.py checks the same)."""
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ... import setting_specs
+from scheduling.config import reference, specs
 
 
 class Command(BaseCommand):
-    help = ("Write the settings tables of docs/reference/configuration.md and conf()'s class in scheduling/conf.py from "
-            "scheduling/setting_specs.py")
+    help = ("Write the settings tables of docs/reference/configuration.md and conf()'s class in scheduling/config/conf.py from "
+            "scheduling/config/specs.py")
     requires_system_checks = []  # a page of docs: no checks, no database
 
     def add_arguments(self, parser):
         parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a file differs")
 
     def handle(self, *args, check, **options):
-        for path, rewrite in ((setting_specs.REFERENCE, setting_specs.reference_page),
-                              (setting_specs.CONF, setting_specs.conf_module)):
+        for path, rewrite in ((reference.REFERENCE, reference.reference_page),
+                              (reference.CONF, reference.conf_module)):
             self._write(path, rewrite, check)
 
     def _write(self, page, rewrite, check: bool) -> None:
-        name = page.relative_to(setting_specs.ROOT) if page.is_relative_to(setting_specs.ROOT) else page
+        name = page.relative_to(specs.ROOT) if page.is_relative_to(specs.ROOT) else page
         text = page.read_text()
         try:
             fresh = rewrite(text)
@@ -31,7 +31,7 @@ class Command(BaseCommand):
         if fresh == text:
             self.stdout.write(f"{name} is up to date")
         elif check:
-            raise CommandError(f"{name} differs from scheduling/setting_specs.py: run manage.py settings_reference")
+            raise CommandError(f"{name} differs from scheduling/config/specs.py: run manage.py settings_reference")
         else:
             page.write_text(fresh)
             self.stdout.write(f"wrote {name}")

@@ -5,13 +5,13 @@ from django.core.management.base import CommandError
 
 from rabbit import BrokerError
 
-from ...conf import broker, conf, setting_name
-from ...selectors.database import topology_version_get
-from ...services.endpoints import endpoint_bind_all_on
-from ...services.topology import topology_declare
-from ._base import PlatformCommand
-from ._moving import run_move
-from ._versions import add_move_arguments
+from scheduling.config.conf import broker, conf, setting_name
+from scheduling.versions.selectors import topology_version_get
+from scheduling.endpoints.services import endpoint_bind_all_on
+from scheduling.versions.services import topology_declare
+from scheduling.management.commands._base import PlatformCommand
+from scheduling.management.commands._moving import run_move
+from scheduling.management.commands._versions import add_move_arguments
 
 
 class Command(PlatformCommand):

@@ -1,6 +1,6 @@
 """Is this host's Celery worker healthy? For docker-compose's and Kubernetes' health checks.
 
-Asks the worker through Celery's remote control (the ``dp_health`` command, scheduling/delivery/worker.py)
+Asks the worker through Celery's remote control (the ``dp_health`` command, scheduling/worker/bootstep.py)
 and exits 0 when it answers and its delivery loop turned within ``--stale-after`` seconds;
 otherwise exits 1 with one line saying what is wrong. An answer proves the worker's consumer
 (its broker connection and main thread) is alive, which ``celery inspect ping`` also does; the

@@ -36,7 +36,7 @@ from harness.platform import manage, team_with_key
 from harness.ports import free_port
 from harness.rabbit_node import PrivateRabbit
 from harness.waiting import wait_until
-from scheduling.durations import format_duration
+from scheduling.core.durations import format_duration
 
 LOG_TAIL_BYTES = 4 << 20  # of each log, kept in artifacts/ when the run fails or misses a target
 

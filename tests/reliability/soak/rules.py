@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, field
 
 from tests.reliability.soak.plateau import BOUND
-from scheduling.durations import parse_duration
+from scheduling.core.durations import parse_duration
 
 ROWS = 12  # a row every 5 minutes of an hour
 KILLS_PER_RUN = 6  # the worker is SIGKILLed every sixth of the run: every 10 minutes of an hour

@@ -7,7 +7,7 @@ import pytest
 from django.urls import reverse
 
 from scheduling.audit.models import AuditEvent
-from scheduling.conf import broker
+from scheduling.config.conf import broker
 from scheduling.delivery.models import EndpointHealth
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.security import secret_box, webhook_signing
@@ -118,7 +118,7 @@ def test_rotate_is_offered_for_webhook_endpoints_only(admin_client, endpoint_row
 
 @pytest.mark.broker
 def test_deactivate_then_activate_rebinds_the_queue(admin_client, platform, amqp, endpoint_name):
-    from scheduling.services.endpoints import endpoint_create
+    from scheduling.endpoints.services import endpoint_create
 
     endpoint = endpoint_create(name=endpoint_name)
     admin_client.post(LIST, {"action": "deactivate", "_selected_action": [endpoint.pk]})
@@ -166,7 +166,7 @@ def test_switching_an_endpoint_to_the_timeout_manager_and_back(admin_client, pla
 
 
 def test_counts_past_the_cap_are_shown_as_estimates(admin_client, make_rows, monkeypatch):
-    monkeypatch.setattr("scheduling.selectors.database.ENDPOINT_COUNT_CAP", 2)
+    monkeypatch.setattr("scheduling.endpoints.selectors.ENDPOINT_COUNT_CAP", 2)
     make_rows(3, status=ScheduledMessage.Status.DELIVERED)
     make_rows(1)
     page = admin_client.get(LIST).content.decode()
@@ -191,7 +191,7 @@ def _disable(endpoint):
 @pytest.mark.broker
 def test_a_disabled_endpoint_has_a_banner_its_health_and_enable_resumes_it(admin_client, platform, amqp,
                                                                            endpoint_name):
-    from scheduling.services.endpoints import endpoint_create
+    from scheduling.endpoints.services import endpoint_create
 
     endpoint = endpoint_create(name=endpoint_name, topology="v2")
     change = reverse("admin:scheduling_endpoint_change", args=[endpoint.pk])

@@ -6,7 +6,7 @@ import re
 import pytest
 from django.urls import reverse
 
-from tests.scheduling.selectors.test_cursors import MALFORMED, encoded
+from tests.scheduling.core.test_cursors import MALFORMED, encoded
 
 pytestmark = pytest.mark.django_db
 LIST = reverse("admin:scheduling_scheduledmessage_changelist")

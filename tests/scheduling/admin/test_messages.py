@@ -14,8 +14,8 @@ from django.utils import timezone
 from scheduling.audit.models import AuditEvent
 from scheduling.delivery.models import MessageAttempt
 from scheduling.models import Endpoint, ScheduledMessage, to_epoch_ms
-from scheduling.services.relay import relay_publish
-from tests.scheduling.selectors.test_database import assert_no_exact_count
+from scheduling.messages.relay import relay_publish
+from tests.scheduling.messages.test_selectors import assert_no_exact_count
 
 pytestmark = pytest.mark.django_db
 Status = ScheduledMessage.Status
@@ -165,7 +165,7 @@ def test_search_by_id_or_idempotency_key(admin_client, make_rows):
 
 @pytest.mark.broker
 def test_detail_shows_payload_headers_and_path_as_published(admin_client, platform, make_rows, amqp):
-    from scheduling.services.endpoints import endpoint_bind
+    from scheduling.endpoints.services import endpoint_bind
 
     (message,) = make_rows(1, payload={"invoice": 42, "lines": ["a", "b"]}, due_at=timezone.now() + timedelta(seconds=10))
     endpoint_bind(endpoint=message.endpoint)

@@ -7,7 +7,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from scheduling.conf import broker
+from scheduling.config.conf import broker
 from scheduling.models import ScheduledMessage, TopologyVersion
 from harness.endpoints import bind_endpoint
 from harness.waiting import wait_until
@@ -112,8 +112,8 @@ def test_list_shows_in_flight_per_version_and_preview_moves_nothing(admin_client
 
     from kombu import Producer
 
-    from scheduling import wire
-    from scheduling.selectors.broker import topology_count_by_level
+    from scheduling.messages import wire
+    from scheduling.versions.broker import topology_count_by_level
 
     version = park(fresh_v1)
     amqp.declare(cascade.cascade_plan(version))

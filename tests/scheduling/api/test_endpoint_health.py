@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from scheduling.audit.models import AuditEvent
-from scheduling.conf import broker
+from scheduling.config.conf import broker
 from scheduling.delivery.models import EndpointHealth
 from scheduling.models import Endpoint
 from topology import cascade

@@ -4,7 +4,7 @@ nested a few thousand deep raised RecursionError inside json.loads: a 500."""
 
 import pytest
 
-from tests.scheduling.selectors.test_cursors import MALFORMED, encoded
+from tests.scheduling.core.test_cursors import MALFORMED, encoded
 
 pytestmark = pytest.mark.django_db
 LIST = "/api/messages/"

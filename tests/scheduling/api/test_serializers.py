@@ -1,6 +1,6 @@
 """The API's serializers alone: they check types and shapes, map to the service's arguments,
 and hold the bulk limit (DELAY_BULK_MAX); every rule about what may be scheduled is the
-service's (tests/scheduling/services/test_messages.py)."""
+service's (tests/scheduling/messages/test_services.py)."""
 
 import uuid
 from datetime import datetime, timezone
@@ -69,7 +69,7 @@ def test_version_field_refuses_what_the_database_cannot_compare(versions):
 
 
 def test_endpoint_counts_come_from_the_views_counts_and_name_the_estimates(versions):
-    from scheduling.selectors.database import Tally
+    from scheduling.messages.counts import Tally
 
     endpoint = Endpoint(pk=7, team=TEAM, name="billing", queue="billing", topology=versions["v2"])
     counts = {7: {"pending": Tally(2), "published": Tally(0), "delivered": Tally(5_000_000, exact=False),

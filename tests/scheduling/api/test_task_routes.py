@@ -11,9 +11,9 @@ from django.utils import timezone
 
 from scheduling.celery import structured
 from scheduling.celery.services import celery_task_cancel
-from scheduling.lifecycle import Status
+from scheduling.core.lifecycle import Status
 from scheduling.models import Endpoint, ScheduledMessage
-from scheduling.services.retention import message_describe_gone
+from scheduling.retention.services import message_describe_gone
 from scheduling.teams.models import Team
 
 pytestmark = pytest.mark.django_db
@@ -272,7 +272,7 @@ def test_a_bad_retries_is_refused(retries):
 
 
 def test_a_retry_sent_through_the_api_carries_its_retries_to_the_worker(team_key, endpoint_in):
-    from scheduling import wire
+    from scheduling.messages import wire
 
     endpoint = endpoint_in()
     # granted here: the migration's grant to `default` is gone after another test's flush

@@ -6,7 +6,7 @@ or idempotency key). The e2e tests deliver through both queues with a real worke
 import pytest
 
 from scheduling.audit.models import AuditEvent
-from scheduling.conf import broker
+from scheduling.config.conf import broker
 from scheduling.models import Endpoint, Schedule, ScheduledMessage
 from scheduling.teams.models import ApiKey, Team
 

@@ -12,10 +12,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from scheduling.audit.models import AuditEvent
-from scheduling.conf import broker
+from scheduling.config.conf import broker
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.security import secret_box
-from tests.scheduling.selectors.test_database import assert_no_exact_count
+from tests.scheduling.messages.test_selectors import assert_no_exact_count
 
 pytestmark = [pytest.mark.django_db, pytest.mark.broker]
 Status = ScheduledMessage.Status
@@ -392,7 +392,7 @@ def test_list_filters_and_pages_by_cursor_every_message_once(api, endpoint, vers
 def test_endpoint_counts_above_the_cap_are_estimates_and_say_so(api, endpoint, monkeypatch):
     api.post("/api/messages/bulk/", {"messages": [{"endpoint": endpoint, "payload": i, "delay_seconds": 9}
                                                   for i in range(5)]}, format="json")
-    monkeypatch.setattr("scheduling.selectors.database.ENDPOINT_COUNT_CAP", 3)
+    monkeypatch.setattr("scheduling.endpoints.selectors.ENDPOINT_COUNT_CAP", 3)
     with CaptureQueriesContext(connection) as captured:
         listed = api.get("/api/endpoints/").json()["results"]
     assert_no_exact_count([q for q in captured.captured_queries if "scheduling_scheduledmessage" in q["sql"]])

@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from scheduling.celery.services import celery_task_cancel, celery_task_claim
-from scheduling.lifecycle import Status
+from scheduling.core.lifecycle import Status
 from scheduling.models import Endpoint, ScheduledMessage
 
 pytestmark = pytest.mark.django_db

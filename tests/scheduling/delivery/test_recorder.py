@@ -14,8 +14,8 @@ from scheduling.delivery.models import MessageAttempt, Outcome as AttemptOutcome
 from scheduling.delivery.recorder import Recorder
 from scheduling.delivery.webhooks import Call, CallResult
 from scheduling.models import Endpoint, ScheduledMessage
-from scheduling.services.delivery import Result
-from scheduling.services.webhook_calls import webhook_call_take
+from scheduling.delivery.services import Result
+from scheduling.delivery.webhook_calls import webhook_call_take
 
 pytestmark = pytest.mark.django_db(transaction=True)
 Status = ScheduledMessage.Status

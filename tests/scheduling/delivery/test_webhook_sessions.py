@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from harness.recording_server import RecordingServer
-from scheduling.conf import conf
+from scheduling.config.conf import conf
 from scheduling.delivery import handlers
 from scheduling.security.guards import TargetRefused
 

@@ -4,7 +4,9 @@ from http import HTTPStatus
 
 import pytest
 
-from scheduling.observability.metrics_access import DEFAULT_NETWORKS, parse_networks, refusal
+from scheduling.config.specs import METRICS_NETWORKS as DEFAULT_NETWORKS
+from scheduling.core.networks import parse_networks
+from scheduling.observability.metrics_access import refusal
 
 PRIVATE = parse_networks(DEFAULT_NETWORKS)
 

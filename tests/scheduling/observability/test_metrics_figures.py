@@ -10,8 +10,8 @@ from django.utils import timezone
 
 from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage
 from scheduling.observability.metrics_figures import CachedFigures, Figures, families, read_figures
-from scheduling.selectors.broker import VersionDepths
-from scheduling.selectors.database import Outbox
+from scheduling.versions.broker import VersionDepths
+from scheduling.messages.selectors import Outbox
 
 Status = ScheduledMessage.Status
 

@@ -15,7 +15,7 @@ from scheduling.observability import metrics, metrics_figures
 from scheduling.observability.metrics_dir import ENV
 from scheduling.observability.metrics_figures import CachedFigures, Figures
 from scheduling.observability.metrics_http import registry, serve
-from scheduling.selectors.database import Outbox
+from scheduling.messages.selectors import Outbox
 
 
 def parsed(text: str) -> dict:

@@ -319,7 +319,7 @@ def test_read_facts_keeps_only_the_requested_days(spark, facts, tmp_path):
 
 def test_the_job_counts_as_in_flight_what_the_lifecycle_calls_in_flight():
     """The job runs alone (spark-submit ships one file), so it spells the statuses itself."""
-    from scheduling import lifecycle
+    from scheduling.core import lifecycle
     from scheduling.reports.accuracy import OPEN_STATUSES
 
     assert set(OPEN_STATUSES) == lifecycle.IN_FLIGHT

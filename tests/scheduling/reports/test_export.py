@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 from django.core.management import CommandError, call_command
 
-from scheduling.archive import columns
+from scheduling.retention import columns
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.reports import export
 from scheduling.reports.accuracy import FACTS_SCHEMA, read_facts

@@ -15,7 +15,7 @@ from standardwebhooks import Webhook
 
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.security import secret_box, webhook_signing
-from scheduling.services.delivery import delivery_receive
+from scheduling.delivery.services import delivery_receive
 from harness.recording_server import RecordingServer
 
 OLD, NEW, OTHER = (Fernet.generate_key().decode() for _ in range(3))

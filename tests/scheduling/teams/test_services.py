@@ -11,10 +11,10 @@ from django.utils import timezone
 from prometheus_client import REGISTRY
 
 from scheduling.audit.models import AuditEvent
-from scheduling.errors import QuotaExceeded
+from scheduling.core.errors import QuotaExceeded
 from scheduling.models import Endpoint, ScheduledMessage
-from scheduling.services.endpoints import endpoint_create
-from scheduling.services.messages import message_schedule_many
+from scheduling.endpoints.services import endpoint_create
+from scheduling.messages.services import message_schedule_many
 from scheduling.teams.caller import Caller
 from scheduling.teams.models import ApiKey, Team
 from scheduling.teams.quotas import team_forget_counts

@@ -1,0 +1,235 @@
+"""A message's life in one place: its statuses, which events move it between them, and lateness.
+
+Pure (no database, no broker, no Django): every writer asks here what a change means and
+applies the fields it returns, so the rules are the same for the API, the relay, the delivery
+loop, Celery tasks, the migration tools and the unroutable drain.
+
+    pending ──publish──► published ──deliver──► delivered
+       │                    │  ▲                  │  │
+       │                    │  └──────retry───────┘  └─give up─► failed ──republish──► pending
+       ├──cancel──► cancelled ◄──cancel──┘                          ▲
+       └──────────────unroutable (also from published)──────────────┘
+    reschedule: pending or published ──► pending, due at its new time (published again)
+    resend: delivered or failed ──► pending (a person sends it again: a new attempt)
+
+``deliver`` is taken *before* the handler runs, so a second copy of the message in the same
+batch (or transaction) already sees ``delivered`` and is a duplicate: the handler runs once per
+message id and attempt. A failing handler then takes ``retry`` (its next attempt is published)
+or ``give up``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime
+
+from scheduling.core.clock import MS, to_epoch_ms
+
+
+
+class Status(enum.StrEnum):
+    PENDING = "pending"  # saved; the outbox: the relay publishes it
+    PUBLISHED = "published"  # in the broker (cascade, endpoint queue or a worker's hold)
+    DELIVERED = "delivered"  # handed to its endpoint; the handler ran or is running
+    CANCELLED = "cancelled"
+    FAILED = "failed"  # the handler gave up, or the broker could not route it
+
+
+# Waiting to be delivered: what the relay may still publish, a cancel may still stop, and the
+# accuracy report counts as in flight (or lost, once overdue by its grace).
+IN_FLIGHT = frozenset({Status.PENDING, Status.PUBLISHED})
+# Done, for now: ``finished_at`` says since when, and the prune archives and removes the row once
+# its retention has passed (a failed one can still be republished until then).
+FINISHED = frozenset({Status.DELIVERED, Status.CANCELLED, Status.FAILED})
+
+
+class Event(enum.StrEnum):
+    SCHEDULE = "schedule"
+    PUBLISH = "publish"
+    DELIVER = "deliver"
+    DUPLICATE = "duplicate"
+    RETRY = "retry"
+    GIVE_UP = "give up"
+    UNROUTABLE = "unroutable"
+    CANCEL = "cancel"
+    REPUBLISH = "republish"
+    RESCHEDULE = "reschedule"
+    RESEND = "resend"
+
+
+NEW = None  # the "status" of a message before it exists
+P, U, D, C, F = Status.PENDING, Status.PUBLISHED, Status.DELIVERED, Status.CANCELLED, Status.FAILED
+TRANSITIONS: dict[Event, dict[Status | None, Status]] = {
+    Event.SCHEDULE: {NEW: P},
+    Event.PUBLISH: {P: U, U: U},  # published again: moved to another cascade or broker
+    Event.DELIVER: {P: D, U: D},  # pending: the broker handed it over before the relay's commit
+    Event.DUPLICATE: {s: s for s in Status},  # counted, nothing else changes
+    Event.RETRY: {D: U},
+    Event.GIVE_UP: {D: F},
+    Event.UNROUTABLE: {P: F, U: F},
+    Event.CANCEL: {P: C, U: C, C: C},
+    Event.REPUBLISH: {F: P},
+    Event.RESCHEDULE: {P: P, U: P},  # pending again: its copy for the new time is published anew
+    Event.RESEND: {D: P, F: P},  # a person's resend: delivered (or failed) once more, a new attempt
+}
+
+
+class IllegalTransition(ValueError):
+    """The event cannot happen to a message in this status (e.g. cancelling a delivered one)."""
+
+
+def transition(status: Status | str | None, event: Event) -> Status:
+    try:
+        return TRANSITIONS[event][status if status is None else Status(status)]
+    except (KeyError, ValueError):
+        raise IllegalTransition(f"a {status or 'new'} message cannot take {event.value!r}") from None
+
+
+def sources(event: Event) -> frozenset[Status]:
+    """Statuses the event may start from: the WHERE of a compare-and-set UPDATE."""
+    return frozenset(s for s in TRANSITIONS[event] if s is not None)
+
+
+def lateness_ms(due_at: datetime, at: datetime, *, accepted_at: datetime | None = None) -> int:
+    """How late ``at`` is, in whole milliseconds (negative: early), counted from the later of the
+    due time and the time the platform accepted the message: a message asked for in the past can
+    not be delivered before it arrives, and counting from the past time would report the client's
+    backdating as the platform's lateness (one such row can set p99 to days)."""
+    return (at - max(due_at, accepted_at or due_at)) // MS
+
+
+def scheduled_in_past(due_at: datetime, accepted_at: datetime) -> bool:
+    """Asked for a time strictly before it was accepted (delivered at once, counted apart). No
+    tolerance: both are whole milliseconds and a delay of 0 makes them equal, so it is not."""
+    return due_at < accepted_at
+
+
+# --- a hand-over by the broker ------------------------------------------------------------------
+
+_DELIVERABLE = sources(Event.DELIVER)
+
+
+class Arrival(enum.Enum):
+    DELIVER = "deliver"  # run the handler (of this attempt)
+    DUPLICATE = "duplicate"  # already delivered (or another attempt is current): drop it
+    CANCELLED = "cancelled"  # cancelled while it waited: drop it
+    SUPERSEDED = "superseded"  # a copy for a due time the message no longer has (rescheduled): drop it
+
+
+@dataclass(frozen=True)
+class State:
+    """The fields of a message the lifecycle reads (a model row has them all)."""
+
+    status: str
+    due_at: datetime  # the requested time (kept as asked, even in the past)
+    attempts: int = 0
+    delivery_count: int = 0
+    created_at: datetime | None = None  # when the platform accepted it; None: at due_at
+
+
+def arrive(state: State, *, attempt: int, now: datetime, redelivered: bool = False,
+           rerun_redelivered: bool = False, by: str | None = None,
+           throttled_ms: int | None = None) -> tuple[Arrival, dict]:
+    """What to do with a hand-over of ``attempt`` (0: the copy that came through the cascade;
+    n: the n-th handler retry) and the fields to record. Every copy of attempt 0 counts in
+    ``delivery_count``, so duplicates the broker made stay visible. ``rerun_redelivered``: a
+    Celery task with acks_late runs again when its worker died mid-run (the broker marks the
+    copy redelivered), as Celery would without the platform. ``by``: the worker that received
+    it, recorded with the delivery (which worker of several delivered a message). ``throttled_ms``:
+    how long its endpoint's flow control held it back, recorded so that the wait is told apart
+    from lateness (the report and the metrics subtract it). A copy for a
+    due time the message no longer has is told apart before this, by ``superseded``."""
+    counted = {"delivery_count": state.delivery_count + 1} if attempt == 0 else {}
+    if state.status == Status.CANCELLED:
+        return Arrival.CANCELLED, counted
+    if state.status in _DELIVERABLE and attempt == state.attempts:
+        change = {**counted, "status": transition(state.status, Event.DELIVER), "finished_at": now}
+        if attempt == 0:
+            late = lateness_ms(state.due_at, now, accepted_at=state.created_at)
+            change |= {"delivered_at": now, "lateness_ms": late}
+            if throttled_ms:
+                change["throttled_ms"] = throttled_ms
+            if by is not None:
+                change["delivered_by"] = by
+        return Arrival.DELIVER, change
+    if rerun_redelivered and redelivered and state.status == Status.DELIVERED:
+        return Arrival.DELIVER, counted
+    return Arrival.DUPLICATE, counted
+
+
+def superseded(state: State, *, attempt: int, due_ms: int | None) -> bool:
+    """A copy that came through the cascade for a due time the message no longer has: it was
+    rescheduled after this copy was published, and a copy for its new time is on its way. Such a
+    copy is not a hand-over (nothing is counted: once the message is delivered, it is no
+    duplicate either) and it must not wait for the new time in a worker's memory. Retries
+    (attempt > 0) carry their backoff's time, not the due time."""
+    return attempt == 0 and due_ms is not None and due_ms != to_epoch_ms(state.due_at)
+
+
+def handler_failed(state: State, *, error: str, max_retries: int, now: datetime) -> tuple[Event, dict]:
+    """After a delivered message's handler raised: another attempt (RETRY: in flight again) or
+    GIVE_UP (finished now)."""
+    attempts = state.attempts + 1
+    event = Event.GIVE_UP if attempts > max_retries else Event.RETRY
+    return event, {"status": transition(state.status, event), "attempts": attempts,
+                   "last_error": f"handler attempt {attempts}: {error}"[:2000],
+                   "finished_at": now if event is Event.GIVE_UP else None}
+
+
+def retry_unsent(state: State, *, attempt: int) -> dict:
+    """The retry of ``attempt`` was recorded but the broker never confirmed its message (the
+    connection died): forget the attempt, so the unacked copy the broker hands back is delivered
+    again instead of being taken for an old duplicate and the message lost. {} if the row has
+    moved on (the retry did arrive, or someone cancelled it)."""
+    if state.status == Status.PUBLISHED and state.attempts == attempt and attempt > 0:
+        return {"attempts": attempt - 1}
+    return {}
+
+
+# --- what people do ----------------------------------------------------------------------------
+
+
+def cancel(state: State, *, now: datetime) -> dict:
+    """Cancelling twice changes nothing; cancelling a delivered or failed message is illegal."""
+    if state.status == Status.CANCELLED:
+        return {}
+    return {"status": transition(state.status, Event.CANCEL), "cancelled_at": now, "finished_at": now}
+
+
+def republish(state: State) -> dict:
+    """A failed message starts over at its original due time: its handler attempts and the
+    delivery it may have had are forgotten (the broker's hand-overs stay counted)."""
+    return {"status": transition(state.status, Event.REPUBLISH), "attempts": 0, "delivered_at": None,
+            "lateness_ms": None, "finished_at": None}
+
+
+def resend(state: State) -> dict:
+    """A delivered (or failed) message sent again, as republish sends a failed one: pending at its
+    original due time (so at once), its handler attempts and its delivery forgotten (the broker's
+    hand-overs stay counted, and its attempts stay listed). Illegal while it is in flight or
+    once cancelled: nothing was sent to send again."""
+    return {"status": transition(state.status, Event.RESEND), "attempts": 0, "delivered_at": None,
+            "lateness_ms": None, "finished_at": None}
+
+
+def reschedule(state: State, *, due_at: datetime, now: datetime, history: list | None) -> dict:
+    """Move a pending or published message to ``due_at``: pending again (the relay publishes a copy
+    for the new time; a copy for the old one is superseded when it arrives), the old due time kept
+    in ``due_history``. Illegal once delivered, cancelled or failed."""
+    status = transition(state.status, Event.RESCHEDULE)
+    moved = {"due_at": state.due_at.isoformat().replace("+00:00", "Z"), "moved_at": now.isoformat().replace("+00:00", "Z")}
+    return {"status": status, "due_at": due_at, "published_at": None, "due_history": [*(history or []), moved]}
+
+
+def unroutable(*, reason: str, now: datetime) -> dict:
+    """The broker could not route it to any endpoint queue: failed, with the reason (from
+    pending or published: the WHERE of the caller's UPDATE is ``sources(Event.UNROUTABLE)``)."""
+    return {"status": transition(Status.PUBLISHED, Event.UNROUTABLE), "last_error": reason, "finished_at": now}
+
+
+def apply(row, change: dict) -> list[str]:
+    """Set the changed fields on a row; returns their names (for ``save(update_fields=...)``)."""
+    for name, value in change.items():
+        setattr(row, name, value)
+    return list(change)

@@ -1,0 +1,69 @@
+"""Flow control's shared state, in PostgreSQL, so that every worker keeps one limit together
+(docs/guides/flow-control.md; the delivery loop's side is core/flow_gate.py).
+
+- The rate: an endpoint's next free hand-over slot (EndpointFlow). One statement reserves a run of
+  slots for a loop and commits at once (the loop calls it outside a transaction); the time is the
+  database's clock, and what comes back is a delay from now, so workers whose clocks disagree
+  still space their hand-overs by the database's.
+- The concurrency: an advisory lock per call in flight, released when the call ends, or by
+  PostgreSQL when the worker's connection dies: no lease to expire, and no write per call. The
+  webhook engine's calls run outside any transaction and hold session-level locks on the delivery
+  loop's connection; the one-by-one path (the ``deliver`` task) a transaction-level one.
+"""
+
+from __future__ import annotations
+
+from django.db import connection
+
+from scheduling.core.flow_gate import Limit
+from scheduling.models import EndpointFlow
+
+# The advisory locks of call slots: (endpoint id, CALL_LOCK_BASE + slot) in PostgreSQL's two-key
+# space, which the prune's one-key lock does not share.
+CALL_LOCK_BASE = int.from_bytes(b"dpc", "big") << 8
+
+
+def endpoint_take_slots(*, limit: Limit, count: int, spacing_us: int) -> int:
+    """Reserve ``count`` hand-over slots ``spacing_us`` apart for ``limit``'s endpoint; return how
+    long from now the first one is (µs, 0 when the endpoint has no backlog)."""
+    table = EndpointFlow._meta.db_table
+    now_us = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} AS f (endpoint_id, next_slot_us) VALUES (%s, {now_us} + %s) "
+            f"ON CONFLICT (endpoint_id) DO UPDATE SET next_slot_us = greatest(f.next_slot_us, {now_us}) + %s "
+            f"RETURNING next_slot_us - %s - {now_us}",
+            [limit.endpoint_id, count * spacing_us, count * spacing_us, count * spacing_us],
+        )
+        return max(0, cursor.fetchone()[0])
+
+
+def endpoint_try_call_slot(*, endpoint_id: int, concurrent: int) -> bool:
+    """Take one of the endpoint's ``concurrent`` call slots for the current transaction; False
+    when every one is held (by this or any worker)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT s FROM generate_series(0, %s - 1) AS s WHERE pg_try_advisory_xact_lock(%s, %s + s) LIMIT 1",
+            [concurrent, endpoint_id, CALL_LOCK_BASE],
+        )
+        return cursor.fetchone() is not None
+
+
+def endpoint_take_call_slots(*, endpoint_id: int, concurrent: int, held: list[int], count: int) -> list[int]:
+    """Take up to ``count`` of the endpoint's ``concurrent`` call slots for calls made outside any
+    transaction (the webhook engine): session-level advisory locks on this connection, skipping
+    the ``held`` ones (a session may take its own lock again). Released by
+    endpoint_release_call_slots, or by PostgreSQL when the connection ends (a worker killed)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT s FROM generate_series(0, %s - 1) AS s "
+            "WHERE NOT s = ANY(%s::int[]) AND pg_try_advisory_lock(%s, %s + s) LIMIT %s",
+            [concurrent, list(held), endpoint_id, CALL_LOCK_BASE, count],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def endpoint_release_call_slots(*, endpoint_id: int, slots: list[int]) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_unlock(%s, %s + s) FROM unnest(%s::int[]) AS s",
+                       [endpoint_id, CALL_LOCK_BASE, slots])

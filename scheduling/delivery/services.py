@@ -1,0 +1,261 @@
+"""The far end of the cascade: record a delivery once, suppress duplicates, run the handler.
+
+Two paths, the same rules (scheduling/core/lifecycle.py). The common case, a copy due and in flight
+for a record-only endpoint (handler "none"), is recorded set-based: one statement per batch
+(ScheduledMessageQuerySet.deliver_in_flight, a compare-and-set UPDATE that also adds the
+per-minute figures) with no lock query first. Everything else -- duplicates, cancelled,
+superseded and early copies, unknown ids, endpoints with a handler -- goes through the one-by-one
+path, only when the batch has any: one transaction with the rows locked, so a duplicate arriving
+at the same moment waits and then sees the first one's outcome. ``deliver`` is recorded on the
+row *before* its handler runs, so a second copy of the same message -- in another batch or in
+this one -- is a duplicate and the handler runs once per message id and attempt.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from scheduling.core import lifecycle
+from scheduling.messages import wire
+from scheduling.config.conf import conf
+from scheduling.core import backoff
+from scheduling.delivery.handlers import TaskSends, run_handler, send_celery_tasks
+from scheduling.core.lifecycle import Arrival, Event
+from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.observability import metrics
+from scheduling.messages.queries import CANONICAL_UUID
+from scheduling.delivery.log import Delivered, delivery_log_on_commit
+from scheduling.delivery.minutes import delivery_minute_prune, delivery_minute_record, delivery_minute_upsert_sql
+from scheduling.delivery.flow_slots import endpoint_try_call_slot
+
+log = logging.getLogger(__name__)
+
+
+class Result(enum.Enum):
+    DELIVERED = "delivered"
+    DUPLICATE = "duplicate"
+    CANCELLED = "cancelled"
+    SUPERSEDED = "superseded"  # a copy for the due time before a reschedule: dropped
+    EARLY = "early"
+    RETRY = "retry"
+    DEFERRED = "deferred"  # left for the one-by-one path (webhooks)
+    BUSY = "busy"  # every call slot of its endpoint (max_concurrent) is taken: nothing recorded, try again soon
+    POSTPONED = "postponed"  # the broker did not take its handler task: nothing recorded, try again soon
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    result: Result
+    attempt: int = 0
+    retry_in: float | None = None
+    eta: datetime | None = None
+
+
+_DROPPED = {Arrival.DUPLICATE: Result.DUPLICATE, Arrival.CANCELLED: Result.CANCELLED}
+_DELIVERED = Outcome(Result.DELIVERED)
+# Handlers whose deliveries are recorded set-based: nothing runs but the record itself.
+RECORD_ONLY = (Endpoint.Handler.NONE.value,)
+
+
+def _handle(message: ScheduledMessage) -> Outcome:
+    """Run the handler of a message the lifecycle just delivered; record a failure on the row."""
+    try:
+        run_handler(message)
+    except Exception as exc:
+        return _handler_failed(message, f"{type(exc).__name__}: {exc}")
+    return Outcome(Result.DELIVERED)
+
+
+def _handler_failed(message: ScheduledMessage, error: str) -> Outcome:
+    settings = conf()
+    event, change = lifecycle.handler_failed(message, error=error, max_retries=settings.handler_max_retries,
+                                             now=timezone.now())
+    lifecycle.apply(message, change)
+    if event is Event.GIVE_UP:
+        log.error("message %s failed after %d attempts: %s", message.id, message.attempts, error)
+        return Outcome(Result.FAILED)
+    wait_s = backoff.exponential(message.attempts, first=settings.handler_backoff_seconds)
+    return Outcome(Result.RETRY, attempt=message.attempts, retry_in=wait_s)
+
+
+def _handle_many(to_handle: list[tuple[int, ScheduledMessage]], outcomes: list) -> None:
+    """Celery task handlers of the batch in one windowed publish; the others one by one. A task
+    the broker did not take now is POSTPONED: a node lost or a task queue's leader being elected
+    is the transport's hiccup, not the handler's failure, and the handler's backoff (2, 4, 8 s)
+    would make it a 15-s pause after a node loss."""
+    tasks = [(i, m) for i, m in to_handle if m.endpoint_handler == Endpoint.Handler.CELERY_TASK]
+    try:
+        sends = send_celery_tasks([m for _, m in tasks]) if tasks else TaskSends()
+    except Exception as exc:  # not the broker's hiccup (that is ``unsent``): every task of the batch failed to send
+        sends = TaskSends(refused={n: f"{type(exc).__name__}: {exc}" for n in range(len(tasks))})
+    for n, (index, message) in enumerate(tasks):
+        if n in sends.unsent:
+            outcomes[index] = Outcome(Result.POSTPONED)
+        elif n in sends.refused:
+            outcomes[index] = _handler_failed(message, f"task not sent: {sends.refused[n]}")
+        else:
+            outcomes[index] = Outcome(Result.DELIVERED)
+    if sends.unsent:
+        log.warning("%d handler task(s) not taken by the broker (%s); their deliveries are postponed",
+                    len(sends.unsent), next(iter(sends.unsent.values())))
+    for index, message in to_handle:
+        if message.endpoint_handler == Endpoint.Handler.NONE:
+            outcomes[index] = Outcome(Result.DELIVERED)
+        elif message.endpoint_handler != Endpoint.Handler.CELERY_TASK:
+            outcomes[index] = _handle(message)
+
+
+def delivery_receive_many(*, items: list[tuple[str, int]], defer_webhooks: bool = True,
+                          by: str = "") -> list[Outcome]:
+    """Record a batch of hand-overs: the delivery loop's path, thousands a second where a
+    transaction per message managed a few hundred. ``items`` are (message id, attempt),
+    optionally followed by the due time in ms the copy carries and how long flow control held it
+    back (ms), in arrival order; outcomes come back in the same order. Webhook messages come back
+    DEFERRED (untouched): an HTTP call must not hold the batch's locks, so the caller hands them to
+    delivery_receive one by one; there, a webhook whose endpoint has max_concurrent calls in
+    flight comes back BUSY (untouched). ``by``: the receiving worker, recorded on each delivery.
+
+    One transaction: record-only deliveries due and in flight are taken set-based (one
+    statement); the copies it did not take, if any, go through the one-by-one path, which sees
+    the rows as the statement left them. A batch that fails rolls back whole and is tried again
+    without having counted anything (delivery_count, metrics, the minute figures). Metrics and the
+    log count it once committed; the log writes one summary line a batch."""
+    outcomes: list[Outcome | None] = [None] * len(items)
+    with transaction.atomic():
+        delivered = _deliver_set_based(items, outcomes, by)
+        left = [(index, item) for index, item in enumerate(items) if outcomes[index] is None]
+        if left:
+            delivered += _receive_one_by_one(left, outcomes, defer_webhooks=defer_webhooks, by=by)
+        delivery_log_on_commit(messages=delivered, by=by)
+    return outcomes
+
+
+def _deliver_set_based(items: list[tuple], outcomes: list, by: str) -> list[Delivered]:
+    """The first copy of each id, if its row is due, in flight for the copy's attempt and due time,
+    and record-only, recorded delivered with its minute figures in one statement (compare-and-set:
+    no lock query first). Fills ``outcomes`` for the copies taken; the rest stay None."""
+    seen, firsts = set(), []
+    for index, (message_id, attempt, *stamps) in enumerate(items):
+        if message_id in seen:  # a second copy: the one-by-one path, which sees what the first one did
+            continue
+        seen.add(message_id)
+        if isinstance(message_id, str) and CANONICAL_UUID(message_id):
+            due_ms, throttled_ms = (*stamps, None, None)[:2]
+            firsts.append((index, (message_id, attempt, due_ms, throttled_ms)))
+    if not firsts:
+        return []
+    rows = ScheduledMessage.objects.deliver_in_flight(
+        [item for _, item in firsts], now=timezone.now(), by=by, handlers=RECORD_ONLY,
+        counted_by=delivery_minute_upsert_sql(source="taken"))
+    delivered, counted = [], []
+    for n, endpoint_id, topology_id, lateness_ms, attempt, throttled_ms in rows:
+        index = firsts[n][0]
+        outcomes[index] = _DELIVERED
+        delivered.append(Delivered(items[index][0], endpoint_id, topology_id, lateness_ms, attempt))
+        if attempt == 0:  # a retry's later attempt is not a new delivery (metrics.arrival)
+            counted.append((endpoint_id, topology_id, lateness_ms, throttled_ms))
+    metrics.deliveries_on_commit(counted)
+    if rows:
+        delivery_minute_prune()
+    return delivered
+
+
+def _receive_one_by_one(left: list[tuple[int, tuple]], outcomes: list, *, defer_webhooks: bool,
+                        by: str) -> list[ScheduledMessage]:
+    """The copies the set-based statement did not take, (index in the batch, item), with their
+    rows locked (one lock query, one write; in the caller's transaction); each decided by the
+    lifecycle in arrival order. Fills ``outcomes``; returns the messages recorded delivered."""
+    rows = {str(m.id): m for m in ScheduledMessage.objects.locked_for_delivery(
+        [message_id for message_id in {item[0] for _, item in left} if wire.is_row_id(message_id)])}
+    now = timezone.now()
+    changed, to_handle, counted, arrived = {}, [], [], {}
+    for index, (message_id, attempt, *stamps) in left:
+        due_ms, throttled_ms = (*stamps, None, None)[:2]
+        message = rows.get(message_id)
+        if message is None:
+            log.warning("delivery of unknown message %s dropped", message_id)
+            outcomes[index] = Outcome(Result.UNKNOWN)
+            continue
+        if lifecycle.superseded(message, attempt=attempt, due_ms=due_ms):
+            # before the early check: a copy for the old time must not wait for the new one
+            outcomes[index] = Outcome(Result.SUPERSEDED)
+            counted.append(metrics.arrival(Arrival.SUPERSEDED, message, {}))
+            continue
+        if defer_webhooks and message.endpoint_handler == Endpoint.Handler.WEBHOOK:
+            outcomes[index] = Outcome(Result.DEFERRED, attempt=attempt)
+            continue
+        if now < message.due_at:  # never early: hold it until due
+            outcomes[index] = Outcome(Result.EARLY, attempt=attempt, eta=message.due_at)
+            continue
+        arrival, change = lifecycle.arrive(message, attempt=attempt, now=now, by=by, throttled_ms=throttled_ms)
+        if arrival is Arrival.DELIVER and not _call_slot_free(message):
+            outcomes[index] = Outcome(Result.BUSY, attempt=attempt)
+            continue
+        before = {name: getattr(message, name) for name in change}  # to undo a postponed one
+        lifecycle.apply(message, change)
+        changed[message.id] = message
+        arrived[index] = (before, metrics.arrival(arrival, message, change))
+        if arrival in _DROPPED:
+            outcomes[index] = Outcome(_DROPPED[arrival])
+        if arrival is Arrival.DELIVER:
+            to_handle.append((index, message))
+    with_handlers = [m for _, m in to_handle if m.endpoint_handler != Endpoint.Handler.NONE]
+    if with_handlers:  # what a handler reads: its endpoint and the payload
+        data = ScheduledMessage.objects.handler_data([m.id for m in with_handlers])
+        for message in with_handlers:
+            message.payload, message.endpoint = data[message.id]
+    _handle_many(to_handle, outcomes)
+    # postponed: the row stays as it was and the message is held for another try (a second copy
+    # of it in this batch was already dropped as a duplicate; its count goes with the undo)
+    for index, message in to_handle:
+        if outcomes[index].result is Result.POSTPONED:
+            before, _ = arrived.pop(index)
+            for name, value in before.items():
+                setattr(message, name, value)
+            del changed[message.id]
+    counted += [count for _, count in arrived.values()]
+    for index, message in to_handle:
+        if outcomes[index].result in (Result.RETRY, Result.FAILED):
+            counted += metrics.handler_failed(message, retried=outcomes[index].result is Result.RETRY)
+    ScheduledMessage.objects.save_delivery_state(list(changed.values()))
+    delivered = [m for index, m in to_handle if outcomes[index].result is Result.DELIVERED]
+    delivery_minute_record(messages=delivered)
+    metrics.record_on_commit(counted)
+    return delivered
+
+
+def _call_slot_free(message: ScheduledMessage) -> bool:
+    """A webhook of an endpoint with max_concurrent takes a call slot for its transaction (which
+    holds the call): delivery/flow_slots.py. Only the one-by-one path gets here with a webhook: the
+    batch path defers them first."""
+    limit = message.endpoint_max_concurrent
+    if limit is None or message.endpoint_handler != Endpoint.Handler.WEBHOOK:
+        return True
+    return endpoint_try_call_slot(endpoint_id=message.endpoint_id, concurrent=limit)
+
+
+def delivery_receive(*, message_id: str, attempt: int = 0, by: str = "", due_ms: int | None = None,
+                     throttled_ms: int | None = None) -> Outcome:
+    """One hand-over, in its own transaction (webhooks, and the scheduling.deliver task); ``due_ms``
+    and ``throttled_ms`` as in delivery_receive_many's items."""
+    return delivery_receive_many(items=[(message_id, attempt, due_ms, throttled_ms)], defer_webhooks=False,
+                                 by=by)[0]
+
+
+def delivery_retry_unsent(*, message_id: str, attempt: int) -> bool:
+    """The retry message of ``attempt`` was not confirmed by the broker: forget the attempt
+    (lifecycle.retry_unsent), so the copy the broker hands back runs the handler again."""
+    with transaction.atomic():
+        message = ScheduledMessage.objects.select_for_update().filter(id=message_id).first()
+        change = lifecycle.retry_unsent(message, attempt=attempt) if message is not None else {}
+        if change:
+            message.save(update_fields=lifecycle.apply(message, change))
+    return bool(change)

@@ -1,0 +1,394 @@
+"""Webhook deliveries around a call made outside any transaction: take the rows (a lease), call
+(the engine: delivery/webhooks.py), record what came of it. Each step is one set-based statement
+per batch.
+
+At least once, written down: taking a row leases it until its call's deadline and a margin. A copy
+of the message arriving meanwhile (a rescue copy, the broker's redelivery) waits for the lease; the
+result is recorded only under the lease it was called with. A worker killed mid-call leaves its
+broker message unacked: the broker hands it to another worker, which calls again once the lease
+has passed. So a receiver can see a call twice (the first one's answer lost with the worker); it
+tells them apart by ``webhook-id``, the message id, the same on every attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+
+import orjson
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from scheduling.core import lifecycle
+from scheduling.messages import wire
+from scheduling.audit.context import AuditContext, audited
+from scheduling.audit.services import audit_record
+from scheduling.core.clock import from_epoch_ms
+from scheduling.config.conf import conf
+from scheduling.core import backoff
+from scheduling.delivery import pushback
+from scheduling.delivery.models import EndpointHealth, MessageAttempt, Outcome as AttemptOutcome, Trigger
+from scheduling.delivery.webhooks import CallResult
+from scheduling.core.lifecycle import Status
+from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.messages.queries import execute_prepared, int_array, uuid_array
+from scheduling.observability import metrics, webhook_metrics
+from scheduling.delivery.services import Outcome, Result
+from scheduling.delivery.log import delivery_log_on_commit
+from scheduling.delivery.minutes import delivery_minute_record
+
+log = logging.getLogger(__name__)
+
+LEASE_MARGIN_SECONDS = 5.0  # past the call's deadline: recording its result after the call
+MESSAGES = ScheduledMessage._meta.db_table
+ATTEMPTS = MessageAttempt._meta.db_table
+
+
+@dataclass
+class Taken:
+    """A row taken for its call: what the call and its record need."""
+
+    message_id: str
+    attempt: int
+    lease_until: datetime
+    taken_at: datetime
+    endpoint_id: int
+    topology_id: int
+    payload: object
+    due_at: datetime
+    created_at: datetime
+    trigger: str
+    throttled_ms: int | None
+    team_id: int | None = None  # the endpoint's team: the caller fills it in from its endpoint profile
+
+
+_TAKE = f"""
+UPDATE {MESSAGES} AS m
+SET call_lease_until = statement_timestamp() + make_interval(secs => c.lease_s),
+    delivery_count = m.delivery_count + (c.attempt = 0)::int
+FROM unnest(%s::uuid[], %s::int[], %s::bigint[], %s::bigint[], %s::float8[]) AS c(id, attempt, due_ms, throttled_ms, lease_s)
+WHERE m.id = c.id AND m.status IN ('pending', 'published') AND m.attempts = c.attempt
+  AND (c.attempt > 0 OR c.due_ms IS NULL OR floor(extract(epoch FROM m.due_at) * 1000)::bigint = c.due_ms)
+  AND m.due_at <= statement_timestamp()
+  AND (m.call_lease_until IS NULL OR m.call_lease_until < statement_timestamp())
+RETURNING m.id, c.attempt, m.call_lease_until, statement_timestamp(), m.endpoint_id, m.topology_id, m.payload,
+          m.due_at, m.created_at, m.trigger, c.throttled_ms
+"""
+
+
+def webhook_call_take(*, items: list[tuple], deadlines: dict[str, float]) -> tuple[dict[str, Taken], dict[str, Outcome]]:
+    """Lease the rows of ``items`` (message id, attempt, due time in ms the copy carries or None,
+    ms flow control held it or None) for their calls; ``deadlines``: how long each is held (s), before
+    the margin.
+    Returns the rows taken, and for the others what they are (duplicate, cancelled, superseded,
+    early, unknown, or BUSY: another call of it holds the lease), sorted out only when there are any.
+    Outside a transaction: the statement commits on its own."""
+    valid = [item for item in items if wire.is_row_id(item[0])]
+    taken: dict[str, Taken] = {}
+    if valid:
+        rows = execute_prepared(_TAKE, [
+            uuid_array(i[0] for i in valid), int_array(i[1] for i in valid), int_array(i[2] for i in valid),
+            int_array(i[3] for i in valid), [deadlines[i[0]] + LEASE_MARGIN_SECONDS for i in valid]])
+        for row in rows:
+            t = Taken(str(row[0]), *row[1:])
+            t.payload = orjson.loads(t.payload) if isinstance(t.payload, str) else t.payload  # raw jsonb text
+            taken[t.message_id] = t
+    # the first copy of each row taken went to its call; a second copy of it (in this very batch)
+    # waits for that call
+    seen: set[str] = set()
+    others: dict[str, Outcome] = {}
+    left = []
+    for item in items:
+        if item[0] in taken and item[0] not in seen:
+            seen.add(item[0])
+        elif item[0] in taken:
+            others[item[0]] = Outcome(Result.BUSY, attempt=item[1])
+        else:
+            left.append(item)
+    if left:
+        others.update(_sort_out(left))
+    return taken, others
+
+
+def _sort_out(items: list[tuple]) -> dict[str, Outcome]:
+    """What each copy not taken is; attempt-0 duplicates counted in delivery_count (one statement)."""
+    ids = [i[0] for i in items if wire.is_row_id(i[0])]
+    rows = {str(r[0]): r[1:] for r in ScheduledMessage.objects.filter(id__in=ids).values_list(
+        "id", "status", "attempts", "due_at", "call_lease_until", "endpoint_id", "topology_id")}
+    now = timezone.now()
+    outcomes, duplicates, counted = {}, [], []
+    for message_id, attempt, due_ms, *_ in items:
+        row = rows.get(message_id)
+        if row is None:
+            log.warning("delivery of unknown message %s dropped", message_id)
+            outcomes[message_id] = Outcome(Result.UNKNOWN)
+            continue
+        status, attempts, due_at, lease, endpoint_id, topology_id = row
+        state = lifecycle.State(status=status, due_at=due_at, attempts=attempts)
+        labels = _Row(endpoint_id, topology_id)
+        if lifecycle.superseded(state, attempt=attempt, due_ms=due_ms):
+            outcomes[message_id] = Outcome(Result.SUPERSEDED)
+            counted.append(metrics.Counted(metrics.SUPERSEDED, labels))
+        elif status == Status.CANCELLED:
+            outcomes[message_id] = Outcome(Result.CANCELLED)
+            counted.append(metrics.Counted(metrics.CANCELLED_ARRIVALS, labels))
+            duplicates += [message_id] if attempt == 0 else []
+        elif status in lifecycle.IN_FLIGHT and attempts == attempt and due_at > now:
+            outcomes[message_id] = Outcome(Result.EARLY, attempt=attempt, eta=due_at)
+        elif status in lifecycle.IN_FLIGHT and attempts == attempt:
+            outcomes[message_id] = Outcome(Result.BUSY, attempt=attempt)  # leased: its call is out
+        else:
+            outcomes[message_id] = Outcome(Result.DUPLICATE)
+            counted.append(metrics.Counted(metrics.DUPLICATES, labels))
+            duplicates += [message_id] if attempt == 0 else []
+    if duplicates:
+        ScheduledMessage.objects.filter(id__in=duplicates).update(delivery_count=F("delivery_count") + 1)
+    metrics.record(counted)
+    return outcomes
+
+
+@dataclass(frozen=True)
+class _Row:
+    """What the metrics' labels and the delivery log read of a message."""
+
+    endpoint_id: int
+    topology_id: int
+    id: str = ""
+    lateness_ms: int | None = None
+    attempts: int = 0
+    delivered_at: datetime | None = None
+    endpoint_team_id: int | None = None
+
+
+@dataclass
+class Recorded:
+    """What the loop does next: per message id its outcome; per endpoint id until when its calls
+    pause (Retry-After, an open circuit); the endpoints disabled now."""
+
+    outcomes: dict[str, Outcome]
+    paused: dict[int, datetime]
+    disabled: list[int]
+
+
+_DELIVERED = f"""
+UPDATE {MESSAGES} AS m
+SET status = 'delivered', finished_at = statement_timestamp(), call_lease_until = NULL,
+    delivered_at = CASE WHEN c.attempt = 0 THEN c.taken_at ELSE m.delivered_at END,
+    lateness_ms = CASE WHEN c.attempt = 0 THEN c.lateness_ms ELSE m.lateness_ms END,
+    throttled_ms = CASE WHEN c.attempt = 0 AND c.throttled_ms > 0 THEN c.throttled_ms ELSE m.throttled_ms END,
+    delivered_by = CASE WHEN c.attempt = 0 THEN %s ELSE m.delivered_by END
+FROM unnest(%s::uuid[], %s::int[], %s::timestamptz[], %s::timestamptz[], %s::bigint[], %s::bigint[])
+     AS c(id, attempt, lease, taken_at, lateness_ms, throttled_ms)
+WHERE m.id = c.id AND m.call_lease_until = c.lease AND m.status IN ('pending', 'published') AND m.attempts = c.attempt
+RETURNING m.id, m.endpoint_id, m.topology_id, m.delivered_at, m.lateness_ms, m.attempts, m.throttled_ms
+"""
+
+_FAILED = f"""
+UPDATE {MESSAGES} AS m
+SET status = c.status, attempts = c.attempts, last_error = c.error, finished_at = c.finished_at,
+    call_lease_until = NULL,
+    delivered_at = CASE WHEN c.attempt = 0 THEN c.taken_at ELSE m.delivered_at END,
+    lateness_ms = CASE WHEN c.attempt = 0 THEN c.lateness_ms ELSE m.lateness_ms END,
+    delivered_by = CASE WHEN c.attempt = 0 THEN %s ELSE m.delivered_by END
+FROM unnest(%s::uuid[], %s::int[], %s::timestamptz[], %s::timestamptz[], %s::bigint[], %s::text[], %s::int[],
+            %s::text[], %s::timestamptz[])
+     AS c(id, attempt, lease, taken_at, lateness_ms, status, attempts, error, finished_at)
+WHERE m.id = c.id AND m.call_lease_until = c.lease AND m.status IN ('pending', 'published') AND m.attempts = c.attempt
+RETURNING m.id
+"""
+
+_RELEASED = f"""
+UPDATE {MESSAGES} AS m
+SET call_lease_until = NULL, delivery_count = greatest(0, m.delivery_count - (c.attempt = 0)::int)
+FROM unnest(%s::uuid[], %s::int[], %s::timestamptz[]) AS c(id, attempt, lease)
+WHERE m.id = c.id AND m.call_lease_until = c.lease
+"""
+
+_ATTEMPTS = f"""
+INSERT INTO {ATTEMPTS} (message_id, number, trigger, started_at, duration_ms, outcome, status_code, excerpt, worker)
+SELECT a.id, a.number, a.trigger, a.started_at, a.duration_ms, a.outcome, a.status_code, a.excerpt, %s
+FROM unnest(%s::uuid[], %s::int[], %s::text[], %s::timestamptz[], %s::int[], %s::text[], %s::int[], %s::text[])
+     AS a(id, number, trigger, started_at, duration_ms, outcome, status_code, excerpt)
+WHERE EXISTS (SELECT 1 FROM {MESSAGES} m WHERE m.id = a.id)
+RETURNING 1
+"""
+
+
+def _error(result: CallResult) -> str:
+    if result.outcome == AttemptOutcome.HTTP_STATUS:
+        return f"webhook answered {result.status_code}"
+    return f"webhook {AttemptOutcome(result.outcome).label}: {result.excerpt[:300]}"
+
+
+def webhook_call_record(*, results: list[tuple[CallResult, Taken]], by: str = "") -> Recorded:
+    """Record a batch of ended calls in one transaction: delivered, or the handler's retry or
+    give-up (lifecycle.handler_failed, the wait at least what a Retry-After asked), each attempt
+    kept, each endpoint's health, and endpoints failing past DELAY_WEBHOOK_DISABLE_AFTER disabled.
+    A call handed back unattempted only gives its lease up."""
+    settings = conf()
+    now = timezone.now()
+    outcomes: dict[str, Outcome] = {}
+    called = [(r, t) for r, t in results if r.called]
+    unattempted = [(r, t) for r, t in results if not r.called]
+    with transaction.atomic():
+        if unattempted:
+            with connection.cursor() as cursor:
+                cursor.execute(_RELEASED, [[t.message_id for _, t in unattempted], [t.attempt for _, t in unattempted],
+                                           [t.lease_until for _, t in unattempted]])
+            for _, t in unattempted:
+                outcomes[t.message_id] = Outcome(Result.BUSY, attempt=t.attempt)
+        delivered = _record_delivered([(r, t) for r, t in called if r.ok], by)
+        failed_outcomes = _record_failed([(r, t) for r, t in called if not r.ok], by, settings, now)
+        for _, t in called:
+            if t.message_id in delivered:
+                outcomes[t.message_id] = Outcome(Result.DELIVERED)
+            elif t.message_id in failed_outcomes:
+                outcomes[t.message_id] = failed_outcomes[t.message_id]
+            else:  # its lease passed and another call took it: that call's result stands
+                outcomes[t.message_id] = Outcome(Result.DUPLICATE)
+        _record_attempts(called, by)
+        paused, disabled = _record_health(called, settings, now)
+        rows = list(delivered.values())
+        delivery_minute_record(messages=rows)
+        metrics.record_on_commit([metrics.Counted(metrics.DELIVERIES, row, row.lateness_ms, row.throttled_ms)
+                                  for row in rows if row.attempts == 0])
+        webhook_metrics.calls_on_commit([(r.call.endpoint, t.topology_id, r) for r, t in called])
+    delivery_log_on_commit(messages=rows, by=by)
+    return Recorded(outcomes, paused, disabled)
+
+
+@dataclass(frozen=True)
+class _Delivered(_Row):
+    throttled_ms: int | None = None
+
+
+def _record_delivered(pairs, by: str) -> dict[str, _Delivered]:
+    if not pairs:
+        return {}
+    lateness = [lifecycle.lateness_ms(t.due_at, t.taken_at, accepted_at=t.created_at) for _, t in pairs]
+    rows = execute_prepared(_DELIVERED, [by, uuid_array(t.message_id for _, t in pairs),
+                                         int_array(t.attempt for _, t in pairs), [t.lease_until for _, t in pairs],
+                                         [t.taken_at for _, t in pairs], int_array(lateness),
+                                         int_array(t.throttled_ms for _, t in pairs)])
+    teams = {t.endpoint_id: t.team_id for _, t in pairs}
+    return {str(r[0]): _Delivered(endpoint_id=r[1], topology_id=r[2], id=str(r[0]), delivered_at=r[3], lateness_ms=r[4],
+                                  attempts=r[5], throttled_ms=r[6], endpoint_team_id=teams.get(r[1]))
+            for r in rows}
+
+
+def _record_failed(pairs, by: str, settings, now: datetime) -> dict[str, Outcome]:
+    if not pairs:
+        return {}
+    columns = defaultdict(list)
+    decided: dict[str, Outcome] = {}
+    for result, t in pairs:
+        error = _error(result)
+        state = lifecycle.State(status=Status.DELIVERED, due_at=t.due_at, attempts=t.attempt)
+        event, change = lifecycle.handler_failed(state, error=error, max_retries=settings.handler_max_retries, now=now)
+        if event is lifecycle.Event.GIVE_UP:
+            decided[t.message_id] = Outcome(Result.FAILED)
+        else:
+            wait_s = backoff.exponential(change["attempts"], first=settings.handler_backoff_seconds)
+            asked = pushback.retry_after_seconds(result.retry_after, now=now,
+                                                 longest=settings.webhook_retry_after_max_seconds)
+            decided[t.message_id] = Outcome(Result.RETRY, attempt=change["attempts"], retry_in=max(wait_s, asked or 0))
+        for name, value in (("id", t.message_id), ("attempt", t.attempt), ("lease", t.lease_until),
+                            ("taken_at", t.taken_at),
+                            ("lateness", lifecycle.lateness_ms(t.due_at, t.taken_at, accepted_at=t.created_at)),
+                            ("status", str(change["status"])), ("attempts", change["attempts"]),
+                            ("error", change["last_error"]), ("finished_at", change["finished_at"])):
+            columns[name].append(value)
+    columns["id"] = uuid_array(columns["id"])
+    recorded = {str(r[0]) for r in execute_prepared(_FAILED, [by, *(columns[n] for n in (
+        "id", "attempt", "lease", "taken_at", "lateness", "status", "attempts", "error", "finished_at"))])}
+    counted = []
+    for result, t in pairs:
+        if t.message_id in recorded:
+            row = _Row(t.endpoint_id, t.topology_id)
+            counted += metrics.handler_failed(row, retried=decided[t.message_id].result is Result.RETRY)
+            if t.attempt == 0:  # the first hand-over is the delivery, whatever its handler's outcome
+                counted.append(metrics.Counted(metrics.DELIVERIES, row,
+                                               lifecycle.lateness_ms(t.due_at, t.taken_at, accepted_at=t.created_at),
+                                               t.throttled_ms))
+            if decided[t.message_id].result is Result.FAILED:
+                log.error("message %s failed after %d attempts: %s", t.message_id, t.attempt + 1, _error(result))
+    metrics.record_on_commit(counted)
+    return {message_id: outcome for message_id, outcome in decided.items() if message_id in recorded}
+
+
+def _record_attempts(called, by: str) -> None:
+    if not called:
+        return
+    excerpt_bytes = conf().webhook_excerpt_bytes
+    execute_prepared(_ATTEMPTS, [
+            by[:255], uuid_array(t.message_id for _, t in called), int_array(t.attempt + 1 for _, t in called),
+            [str(Trigger.RETRY if t.attempt else (t.trigger or Trigger.SCHEDULED)) for _, t in called],
+            [from_epoch_ms(int(r.started_at * 1000)) for r, _ in called], [r.duration_ms for r, _ in called],
+            [str(r.outcome) for r, _ in called], [r.status_code for r, _ in called],
+            [r.excerpt.encode()[:excerpt_bytes].decode("utf-8", "ignore").replace("\x00", "") for r, _ in called]])
+
+
+def _record_health(called, settings, now: datetime) -> tuple[dict[int, datetime], list[int]]:
+    """Fold each endpoint's results, in the order they ended, into its EndpointHealth; written only
+    where something changes (a healthy endpoint's successes write nothing)."""
+    by_endpoint: dict[int, list[CallResult]] = defaultdict(list)
+    for result, t in sorted(called, key=lambda pair: pair[0].started_at + pair[0].duration_ms / 1000):
+        by_endpoint[t.endpoint_id].append(result)
+    existing = set(Endpoint.objects.filter(id__in=by_endpoint).values_list("id", flat=True))  # one deleted meanwhile: none
+    kept = {h.endpoint_id: h for h in EndpointHealth.objects.select_for_update().filter(endpoint_id__in=existing)}
+    paused, disabled = {}, []
+    for endpoint_id, ended in by_endpoint.items():
+        if endpoint_id not in existing:
+            continue
+        row = kept.get(endpoint_id)
+        health = pushback.Health(row.consecutive_failures, row.failing_since, row.paused_until,
+                                 row.circuit_opened) if row else pushback.Health()
+        if row is None and all(r.ok for r in ended):
+            continue
+        change: dict = {}
+        for result in ended:
+            if result.ok:
+                change = pushback.after_success(now=now)
+            else:
+                asked = pushback.retry_after_seconds(result.retry_after, now=now,
+                                                     longest=settings.webhook_retry_after_max_seconds)
+                change = pushback.after_failure(health, now=now, error=_error(result), retry_after_s=asked,
+                                                circuit_failures=settings.webhook_circuit_failures,
+                                                circuit_seconds=settings.webhook_circuit_seconds)
+            health = pushback.Health(change["consecutive_failures"], change["failing_since"],
+                                     change["paused_until"], change["circuit_opened"])
+        if row is not None and all(getattr(row, k) == v for k, v in change.items() if k != "last_success_at"):
+            continue  # nothing that matters changed (a success on a healthy endpoint)
+        EndpointHealth.objects.update_or_create(endpoint_id=endpoint_id, defaults=change)
+        if health.paused_until is not None and health.paused_until > now:
+            paused[endpoint_id] = health.paused_until
+            if health.circuit_opened > (row.circuit_opened if row else 0):
+                webhook_metrics.circuit_opened(endpoint_id)
+                log.warning("endpoint %s: circuit open after %d failed calls in a row; calls paused until %s",
+                            endpoint_id, health.consecutive_failures, health.paused_until.isoformat())
+        if pushback.should_disable(health, now=now, disable_after=settings.webhook_disable_after):
+            if endpoint_disable_failing(endpoint_id=endpoint_id, health=health, now=now):
+                disabled.append(endpoint_id)
+    return paused, disabled
+
+
+def endpoint_disable_failing(*, endpoint_id: int, health: pushback.Health, now: datetime) -> bool:
+    """Disable an endpoint that has failed since ``health.failing_since``: no more calls, its
+    messages kept in its queue (the loops stop consuming it) until someone enables it."""
+    endpoint = Endpoint.objects.select_for_update().filter(id=endpoint_id, is_active=True).first()
+    if endpoint is None:
+        return False
+    since = health.failing_since
+    reason = (f"disabled by the platform: every call failed since {since:%Y-%m-%d %H:%M} UTC "
+              f"({health.consecutive_failures} in a row); its messages are kept; enable it to resume")
+    endpoint.is_active, endpoint.disabled_at, endpoint.disabled_reason = False, now, reason
+    endpoint.save(update_fields=["is_active", "disabled_at", "disabled_reason", "updated_at"])
+    with audited(AuditContext(source="platform")):
+        audit_record(action="endpoint.disable", obj=endpoint, team=endpoint.team, before={"is_active": True},
+                     after={"is_active": False, "disabled_reason": reason})
+    webhook_metrics.endpoint_disabled(endpoint_id)
+    log.error("endpoint %s/%s %s", endpoint.team.name, endpoint.name, reason)
+    return True

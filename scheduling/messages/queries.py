@@ -1,0 +1,307 @@
+"""The messages' bulk statements, one PostgreSQL statement each, in raw SQL where the ORM's own
+cost a bulk request most of its time (COPY, UPDATE ... FROM a JSON batch or unnest(arrays), FOR
+UPDATE over an array of ids). ScheduledMessage's manager is built from this QuerySet (models.py)."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+import orjson
+from django.conf import settings
+from django.db import connection, models
+from django.db.models.base import ModelState
+
+from scheduling.core.lifecycle import IN_FLIGHT, Status
+
+# A batch of rows locked for the prune, kept server-side for its transaction: the archive's COPY
+# and the DELETE join it instead of each shipping 100,000 ids (dumping and loading them cost the
+# prune ~40 % of its time).
+PRUNE_BATCH = "dp_prune_batch"
+
+
+def loaded_instance(model, db: str, values: dict):
+    """What ``Model.from_db`` builds (fields left out load on access), without ``Model.__init__``:
+    its pre_init/post_init signals and the relation descriptors' checks cost ~25 µs a row."""
+    instance = model.__new__(model)
+    instance._state = ModelState()
+    instance._state.adding, instance._state.db = False, db
+    instance.__dict__.update(values)
+    return instance
+
+
+def uuid_array(ids) -> str:
+    """Ids as one PostgreSQL array literal, for ``%s::uuid[]``: psycopg's array dumper, in Python,
+    cost ~10 µs per 100 ids; a UUID's text needs no quoting. The cast refuses anything else."""
+    return "{" + ",".join(map(str, ids)) + "}"
+
+
+def lock_into_batch(candidates, *, table: str, order_by: str, id_type: str, limit: int) -> tuple[int, tuple | None]:
+    """Lock up to ``limit`` of ``candidates`` in (``order_by``, id) order, skipping rows another
+    transaction holds, into the temporary ``table`` (emptied at commit); how many, and the
+    (``order_by``, id) of the last: where the prune's next batch starts."""
+    locked = candidates.order_by(order_by, "id").select_for_update(skip_locked=True).values_list("id", order_by)[:limit]
+    sql, params = locked.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE TEMP TABLE IF NOT EXISTS {table} "
+                       f"(id {id_type} PRIMARY KEY, {order_by} timestamptz NOT NULL) ON COMMIT DELETE ROWS")
+        cursor.execute(f"WITH locked AS ({sql}) INSERT INTO {table} (id, {order_by}) SELECT * FROM locked", params)
+        count = cursor.rowcount
+        cursor.execute(f"SELECT {order_by}, id FROM {table} ORDER BY {order_by} DESC, id DESC LIMIT 1")
+        return count, cursor.fetchone()
+
+
+def int_array(values) -> str:
+    """Integers (None: NULL) as one PostgreSQL array literal, for ``%s::bigint[]``: as uuid_array,
+    what psycopg's per-element array dumper cost in Python."""
+    return "{" + ",".join("NULL" if v is None else str(int(v)) for v in values) + "}"
+
+
+# A UUID as str(uuid) writes it (the wire's ids): safe inside an array literal as it is, and the
+# key the one-by-one path finds its row under. Other spellings uuid.UUID accepts (upper case,
+# "{...}", no hyphens, "urn:uuid:") are left to that path, which decides them as it always has.
+CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}").fullmatch
+
+
+def execute_prepared(sql: str, params: list) -> list[tuple]:
+    """Run ``sql`` as a server-side prepared statement of this connection and return its rows.
+    Django's cursors bind parameters client-side (the text changes with every value) and Django
+    turns psycopg's preparing off (prepare_threshold None, for connection poolers); this one
+    statement is worth preparing: its text is constant, and parsing and planning a CTE of an
+    UPDATE, a join and an upsert is a good part of its time. psycopg keeps the statement per
+    connection (and forgets it after a ROLLBACK). Not prepared when the settings say how to
+    prepare (OPTIONS prepare_threshold: psycopg follows it) or that a pooler runs in transaction
+    mode (DISABLE_SERVER_SIDE_CURSORS). The query goes through Django's wrapper: errors become
+    Django's, and the test client's query capture sees it."""
+    from django.db.backends.postgresql.base import ServerBindingCursor
+
+    connection.close_if_health_check_failed()  # as Django's own cursor() does
+    connection.ensure_connection()
+    connection.validate_thread_sharing()
+    raw = connection.connection
+    db = connection.settings_dict
+    prepare = "prepare_threshold" not in db.get("OPTIONS", {}) and not db.get("DISABLE_SERVER_SIDE_CURSORS")
+    threshold = raw.prepare_threshold
+    cursor = ServerBindingCursor(raw)
+    wrapped = connection.make_debug_cursor(cursor) if connection.queries_logged else connection.make_cursor(cursor)
+    try:
+        if prepare:
+            raw.prepare_threshold = 0  # prepared at its first run, then reused (this statement only)
+        with wrapped:
+            wrapped.execute(sql, params)
+            rows = wrapped.fetchall()
+        if connection.queries_logged and connection.queries_log and connection.queries_log[-1]["sql"] is None:
+            connection.queries_log[-1]["sql"] = sql  # psycopg keeps no query text for a prepared run
+        return rows
+    finally:
+        if prepare:
+            raw.prepare_threshold = threshold
+
+
+class ScheduledMessageQuerySet(models.QuerySet):
+    """Bulk writes in one PostgreSQL statement each. They write what they are given: which
+    statuses and fields a change means is the lifecycle's (scheduling/core/lifecycle.py) and the
+    services' business."""
+
+    def insert_many(self, rows: list[models.Model]) -> None:
+        """Insert new, fully built rows (every value set, as the scheduling service does) through
+        COPY: bulk_create adapts ~19 parameters per row in Python and cost ~0.17 ms a row, most of
+        a bulk API call. Errors become Django's (IntegrityError)."""
+        if not rows:
+            return
+        fields = self.model._meta.concrete_fields
+        columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+        # psycopg adapts UUIDs, ints, strings and aware datetimes itself; only JSON needs Django's
+        # preparation (Django's datetime path alone cost ~0.1 ms a row in timezone checks).
+        # A JSON field's text when the scheduling service encoded it already (``payload_json``).
+        prepare = [
+            (f.attname, (lambda row, f=f: getattr(row, f"{f.attname}_json", None)
+                         or f.get_db_prep_save(getattr(row, f.attname), connection))
+             if isinstance(f, models.JSONField) else None)
+            for f in fields
+        ]
+        with connection.cursor() as cursor, connection.wrap_database_errors:
+            with cursor.cursor.copy(f"COPY {self.model._meta.db_table} ({columns}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row([prep(row) if prep else getattr(row, name) for name, prep in prepare])
+
+    DELIVERY_FIELDS = ("status", "delivered_at", "lateness_ms", "delivery_count", "attempts", "last_error",
+                       "delivered_by", "finished_at", "throttled_ms")
+
+    DELIVERY_TYPES = ("text", "timestamptz", "bigint", "integer", "integer", "text", "text", "timestamptz", "bigint")
+
+    def save_delivery_state(self, rows: list[models.Model]) -> None:
+        """Write what the delivery path changed on a batch of locked rows, in one statement: the
+        batch goes as one JSON document (orjson) read by jsonb_array_elements. An array parameter
+        per field cost psycopg's Python array dumper ~25 % of the delivery loop in a burst."""
+        if not rows:
+            return
+        table, fields = self.model._meta.db_table, self.DELIVERY_FIELDS
+        batch = orjson.dumps([[str(r.id), *(getattr(r, f) for f in fields)] for r in rows])
+        record = ", ".join(f"(v->>{i + 1})" + ("" if kind == "text" else f"::{kind}")
+                           for i, kind in enumerate(self.DELIVERY_TYPES))
+        sets = ", ".join(f"{f} = v.{f}" for f in fields)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} AS m SET {sets} FROM (SELECT (v->>0)::uuid AS id, {record} "
+                f"FROM jsonb_array_elements(%s::jsonb) AS v) AS v(id, {', '.join(fields)}) WHERE m.id = v.id",
+                [batch.decode()],
+            )
+
+    # created_at: lateness counts from the later of due_at and it (lifecycle.lateness_ms)
+    # topology_id: the version a delivery is counted under (scheduling/observability/metrics.py)
+    LOCKED_FOR_DELIVERY = ("id", "endpoint_id", "topology_id", "due_at", "created_at", *DELIVERY_FIELDS)
+
+    def locked_for_delivery(self, ids) -> list[models.Model]:
+        """Lock a batch of rows (FOR UPDATE, one array parameter) and load only what delivering
+        them reads and writes, with their endpoint's team, handler and max_concurrent as
+        ``endpoint_team_id``, ``endpoint_handler`` and ``endpoint_max_concurrent``; other fields load on access. The ORM's IN list of 500 ids and its full rows cost the delivery
+        loop ~40 % of its time in a burst, and a second query for the endpoints a round trip of
+        every delivery's lateness (docs/performance.md)."""
+        if not ids:
+            return []
+        # from_db wants the values in the model's field order
+        fields = [f.attname for f in self.model._meta.concrete_fields if f.attname in self.LOCKED_FOR_DELIVERY]
+        columns = ", ".join(f"m.{f}" for f in fields)
+        endpoints = self.model._meta.get_field("endpoint").related_model._meta.db_table
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {columns}, e.team_id, e.handler, e.max_concurrent FROM {self.model._meta.db_table} m "
+                f"JOIN {endpoints} e ON e.id = m.endpoint_id "
+                f"WHERE m.id = ANY(%s::uuid[]) FOR UPDATE OF m",
+                [uuid_array(ids)],
+            )
+            rows = cursor.fetchall()
+        messages = []
+        for row in rows:
+            values = {**dict(zip(fields, row)), "endpoint_team_id": row[-3], "endpoint_handler": row[-2],
+                      "endpoint_max_concurrent": row[-1]}
+            messages.append(loaded_instance(self.model, self.db, values))
+        return messages
+
+    def deliver_in_flight(self, items: list[tuple[str, int, int | None, int | None]], *, now: datetime, by: str,
+                          handlers: tuple[str, ...], counted_by: str = "") -> list[tuple]:
+        """Record as delivered, in one statement and without a lock query first, every copy of
+        ``items`` (message id, attempt, the due time in ms the copy carries or None, throttled
+        ms or None; ids canonical UUIDs, each once) whose row is still in flight (pending or
+        published) for that attempt and that due time, due by ``now``, of an endpoint whose
+        handler is one of ``handlers``: a compare-and-set UPDATE ... FROM unnest(arrays) whose
+        WHERE is what lifecycle.superseded and lifecycle.arrive decide for a delivery. A row
+        another transaction holds is waited for, then its new version checked again (READ
+        COMMITTED): a copy delivered there meanwhile is not taken here. Rows are taken in id
+        order (the arrays are sorted), as the lock query of the one-by-one path takes them.
+
+        The fields are arrive's for a DELIVER (attempt 0: delivered_at, lateness_ms as
+        lifecycle.lateness_ms computes it, throttled_ms when not 0, delivered_by, delivery_count
+        + 1; a later attempt: status and finished_at only). ``counted_by``: a data-modifying
+        statement over ``taken`` (delivered_at, lateness_ms and team_id of each row taken) run
+        as part of the same statement, e.g. the per-minute figures' upsert. Returns (index in
+        ``items``, endpoint_id, topology_id, lateness_ms, attempt, throttled_ms) per copy taken,
+        in no particular order; the other rows are untouched."""
+        if not items:
+            return []
+        order = sorted(range(len(items)), key=lambda i: items[i][0])
+        table = self.model._meta.db_table
+        endpoints = self.model._meta.get_field("endpoint").related_model._meta.db_table
+        statuses = ", ".join(f"'{s.value}'" for s in sorted(IN_FLIGHT))
+        handler_list = ", ".join(f"'{h}'" for h in handlers)  # the model's choices, never a caller's text
+        counted = f", counted AS ({counted_by})" if counted_by else ""
+        # Times in whole milliseconds, floored: clock.to_epoch_ms and lifecycle.lateness_ms. The
+        # status and due time are tested "IS TRUE" (not NULL: the same rows) to keep them out of the
+        # index conditions: the rows are found by id, whatever the statistics say (a plan that
+        # scanned every due or in-flight row would cost a batch as much as the backlog).
+        rows = execute_prepared(
+            f"WITH v AS (SELECT * FROM unnest(%s::uuid[], %s::integer[], %s::bigint[], %s::bigint[]) "
+            f"WITH ORDINALITY AS v(id, attempt, due_ms, throttled_ms, n)), "
+            f"c AS (SELECT %s::timestamptz AS now, %s::text AS by), "
+            f"taken AS (UPDATE {table} AS m SET status = '{Status.DELIVERED.value}', finished_at = c.now, "
+            f"delivered_at = CASE WHEN v.attempt = 0 THEN c.now ELSE m.delivered_at END, "
+            f"lateness_ms = CASE WHEN v.attempt = 0 THEN floor((extract(epoch FROM c.now) "
+            f"- extract(epoch FROM greatest(m.due_at, m.created_at))) * 1000)::bigint ELSE m.lateness_ms END, "
+            f"throttled_ms = CASE WHEN v.attempt = 0 AND v.throttled_ms <> 0 THEN v.throttled_ms "
+            f"ELSE m.throttled_ms END, "
+            f"delivered_by = CASE WHEN v.attempt = 0 THEN c.by ELSE m.delivered_by END, "
+            f"delivery_count = m.delivery_count + CASE WHEN v.attempt = 0 THEN 1 ELSE 0 END "
+            f"FROM v, c, {endpoints} AS e "
+            f"WHERE m.id = v.id AND e.id = m.endpoint_id AND e.handler IN ({handler_list}) "
+            f"AND (m.status IN ({statuses}) AND m.due_at <= c.now) IS TRUE AND m.attempts = v.attempt "
+            f"AND (v.due_ms IS NULL OR v.attempt <> 0 OR v.due_ms = floor(extract(epoch FROM m.due_at) * 1000)) "
+            f"RETURNING v.n, m.endpoint_id, m.topology_id, m.lateness_ms, v.attempt, "
+            f"CASE WHEN v.attempt = 0 AND v.throttled_ms <> 0 THEN v.throttled_ms END AS throttled_ms, "
+            f"m.delivered_at, e.team_id){counted} "
+            f"SELECT n, endpoint_id, topology_id, lateness_ms, attempt, throttled_ms FROM taken",
+            [uuid_array(items[i][0] for i in order), int_array(items[i][1] for i in order),
+             int_array(items[i][2] for i in order), int_array(items[i][3] for i in order), now, by])
+        return [(order[n - 1], *rest) for n, *rest in rows]
+
+    def handler_data(self, ids) -> dict:
+        """Id -> (payload, its endpoint) for messages whose handler runs now, in one query: the
+        ORM's two (the payloads, then the endpoints) would be two round trips and ~0.5 ms of query
+        building per webhook call, whose transaction makes one call each."""
+        if not ids:
+            return {}
+        endpoint_model = self.model._meta.get_field("endpoint").related_model
+        endpoint_fields = [f.attname for f in endpoint_model._meta.concrete_fields]
+        payload = self.model._meta.get_field("payload")
+        columns = ", ".join(f"e.{f}" for f in endpoint_fields)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT m.id, m.payload::text, {columns} FROM {self.model._meta.db_table} m "
+                f"JOIN {endpoint_model._meta.db_table} e ON e.id = m.endpoint_id WHERE m.id = ANY(%s::uuid[])",
+                [uuid_array(ids)],
+            )
+            rows = cursor.fetchall()
+        endpoints = {}
+        data = {}
+        for message_id, payload_text, *values in rows:
+            endpoint = endpoints.get(values[0])
+            if endpoint is None:
+                endpoint = endpoints[values[0]] = endpoint_model.from_db(self.db, endpoint_fields, values)
+            data[message_id] = (payload.from_db_value(payload_text, None, connection), endpoint)
+        return data
+
+    def lock_ids(self, ids: list, *, status: str) -> set:
+        """Lock the rows of these ids that are in ``status`` (FOR UPDATE SKIP LOCKED, one array
+        parameter); returns the ids locked. Rows another transaction holds are skipped."""
+        if not ids:
+            return set()
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT id FROM {self.model._meta.db_table} WHERE id = ANY(%s::uuid[]) AND status = %s "
+                "FOR UPDATE SKIP LOCKED", [uuid_array(ids), status],
+            )
+            return {row[0] for row in cursor.fetchall()}
+
+    def lock_prune_batch(self, candidates, *, limit: int) -> tuple[int, tuple | None]:
+        """Lock up to ``limit`` rows of ``candidates`` in (created_at, id) order, skipping rows
+        another transaction holds, into this transaction's batch table; returns how many and the
+        (created_at, id) of the last. Inside a transaction only."""
+        return lock_into_batch(candidates, table=PRUNE_BATCH, order_by="created_at", id_type="uuid", limit=limit)
+
+    def delete_prune_batch(self) -> int:
+        """Delete the rows of this transaction's batch table; returns how many went."""
+        with connection.cursor() as cursor:
+            cursor.execute(f"DELETE FROM {self.model._meta.db_table} m USING {PRUNE_BATCH} b WHERE m.id = b.id")
+            return cursor.rowcount
+
+    def set_published(self, rows: list[models.Model], *, status: str, published_at, from_statuses,
+                      topology=None) -> int:
+        """Record a confirmed batch (routing key and first exchange per row) as ``status``, on
+        the rows still in one of ``from_statuses`` (compare-and-set: a row delivered meanwhile is
+        left alone). Django's bulk_update builds a CASE per row and field and cost ~1.7 ms per
+        row here; one UPDATE ... FROM unnest(arrays) does the batch with three parameters (a
+        VALUES list had three per row, each bound in Python)."""
+        if not rows:
+            return 0
+        table = self.model._meta.db_table
+        set_topology = ", topology_id = %s" if topology is not None else ""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} AS m SET status = %s, published_at = %s, last_error = ''{set_topology}, "
+                f"routing_key = v.routing_key, first_exchange = v.first_exchange "
+                f"FROM unnest(%s::uuid[], %s::text[], %s::text[]) AS v(id, routing_key, first_exchange) "
+                f"WHERE m.id = v.id AND m.status = ANY(%s)",
+                [status, published_at, *([topology.pk] if topology is not None else []), [row.id for row in rows],
+                 [row.routing_key for row in rows], [row.first_exchange for row in rows], sorted(from_statuses)],
+            )
+            return cursor.rowcount

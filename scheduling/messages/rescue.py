@@ -1,0 +1,86 @@
+"""The safety net under the cascade: a message overdue by ``DELAY_RESCUE_AFTER_MS`` whose row still
+says ``published`` is published again, straight to its version's delivery exchange (the last
+hop: bindings still decide, and a destination with none ends in the unroutable queue as before).
+
+Why: the broker can hold a copy back for longer than any delay's precision. On RabbitMQ 3.10.8 a
+quorum queue's at-least-once dead-letter worker can stop forwarding for 3 to 25 s after a cluster
+node dies, although the queue's new leader is up (docs/operations/cluster.md); a hop lost
+under at-most-once dead-lettering (v1) never comes at all. The row knows the message is late;
+the second copy makes it as late as this setting, not as the broker's recovery. Whichever copy
+arrives first is delivered and the other is a duplicate, suppressed by the row's lifecycle like
+any copy at-least-once dead-lettering makes: the handler runs once either way.
+
+The delivery loop calls this 4 times per DELAY_RESCUE_AFTER_MS (scheduling/worker/loop.py),
+unless it holds all its prefetch allows, and passes the overdue ids it holds or is handing over:
+those are late because of the loop, and a copy would only add work. Celery-queue endpoints are
+left out: their workers are the user's, not the loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from rabbit import Outcome, Outgoing
+
+from scheduling.messages import wire
+from scheduling.core.clock import to_epoch_ms
+from scheduling.config.conf import conf
+from scheduling.core.lifecycle import Status
+from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage
+from scheduling.observability import metrics
+
+log = logging.getLogger(__name__)
+
+# What the rescue serves, and so what relay_claim_new may write as published before the broker has
+# it: native rows of endpoints whose messages the delivery loop receives (a Celery queue's
+# workers are the user's). One declaration for both, read by the query below and by
+# message_rescue_covers.
+RESCUED_MODES = (DeliveryMode.NATIVE,)
+UNRESCUED_HANDLERS = (Endpoint.Handler.CELERY_QUEUE,)
+
+
+def message_rescue_covers(*, message: ScheduledMessage) -> bool:
+    return message.delivery_mode in RESCUED_MODES and message.endpoint.handler not in UNRESCUED_HANDLERS
+
+
+def message_rescue_overdue(*, queues: Collection[str], skip: Collection[str],
+                           publish: Callable[[list[Outgoing]], Outcome], limit: int) -> int:
+    """Publish a copy of up to ``limit`` overdue first deliveries of the endpoints whose queues are
+    ``queues``, except the ids in ``skip``, whose copy has been in the broker that long too (one
+    republished or swept late gets its chance first); return how many the broker confirmed.
+    The rows are locked (SKIP LOCKED) while their copies are published, so a row being delivered
+    right now, or rescued by another loop, is left alone. ``skip`` should hold only overdue ids
+    (it widens the read by its size)."""
+    after_ms = conf().rescue_after_ms
+    if not after_ms or not queues:
+        return 0
+    now = timezone.now()
+    cutoff = now - timedelta(milliseconds=after_ms)
+    with transaction.atomic():
+        rows = [row for row in (
+            ScheduledMessage.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("endpoint", "topology")
+            .only("id", "due_at", "topology", "endpoint__queue", "endpoint__handler")
+            .filter(status=Status.PUBLISHED, attempts=0, delivery_mode__in=RESCUED_MODES,
+                    due_at__lt=cutoff, published_at__lt=cutoff, endpoint__queue__in=list(queues))
+            .exclude(endpoint__handler__in=UNRESCUED_HANDLERS)
+            # late because of their endpoint's rate limit, not the broker: its slots reach past the cutoff
+            .exclude(endpoint__flow__next_slot_us__gt=to_epoch_ms(cutoff) * 1000)
+            .exclude(call_lease_until__gt=now)  # a webhook call of it is out (delivery/webhook_calls.py)
+            .order_by("due_at")[:limit + len(skip)]
+        ) if str(row.id) not in skip][:limit]
+        if not rows:
+            return 0
+        copies = [wire.outgoing(row, row.topology.cascade, now, margin_ms=0)[0] for row in rows]  # overdue: no delay
+        outcome = publish(copies)
+    rescued = [row for index, row in enumerate(rows) if index in outcome.confirmed]
+    metrics.rescued(rescued)
+    log.warning("rescued %d message(s) overdue by more than %d ms and not delivered (the oldest due %s): "
+                "a copy is on their delivery exchange%s", len(rescued), after_ms, rows[0].due_at.isoformat(),
+                f"; {len(rows) - len(rescued)} not confirmed ({outcome.error})" if len(rescued) < len(rows) else "")
+    return len(rescued)

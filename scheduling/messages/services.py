@@ -1,0 +1,481 @@
+"""Scheduling, cancelling, republishing and resending messages. The row is the outbox: it is
+saved in one transaction and published after the commit, either written ``published`` with its
+route fixed (relay_claim_new) or ``pending`` for the relay to lock, publish and mark."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal, InvalidOperation
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+import orjson
+from uuid_utils.compat import uuid7
+
+from topology import cascade
+
+from scheduling.core import lifecycle
+from scheduling.audit.services import audit_record
+from scheduling.celery.structured import task_problem
+from scheduling.core.clock import MS, ceil_ms
+from scheduling.config.conf import conf
+from scheduling.delivery.models import Trigger
+from scheduling.core.errors import BulkValidationError, Conflict, Forbidden, NotFound
+from scheduling.core.lifecycle import Status
+from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
+from scheduling.observability import metrics
+from scheduling.teams.caller import PLATFORM, Caller
+from scheduling.teams.quotas import team_check_in_flight, team_task_refusal
+from scheduling.teams.roles import Action
+from scheduling.messages.relay import relay_claim_new, relay_publish_rows, relay_send_claimed
+from scheduling.retention.services import message_describe_gone
+
+# Beyond any cascade's maximum delay (64 levels of 1 s): a delay is clamped to this before any
+# arithmetic, so "1e999999" seconds cannot overflow and is refused as over the maximum.
+_BEYOND_SECONDS = Decimal(2**70)
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    message: ScheduledMessage
+    created: bool  # False: an existing message returned for the same idempotency key
+
+
+def _delay_ms(delay) -> int:
+    """Milliseconds, rounded up: a requested delay is never shortened."""
+    if isinstance(delay, timedelta):
+        return math.ceil(delay / MS)
+    if isinstance(delay, bool):
+        raise ValidationError({"delay": "must be a number of seconds"})
+    try:
+        seconds = delay if isinstance(delay, Decimal) else Decimal(str(delay))
+    except (InvalidOperation, ValueError):
+        raise ValidationError({"delay": "must be a number of seconds"}) from None
+    if not seconds.is_finite():
+        raise ValidationError({"delay": "must be a finite number of seconds"})
+    return math.ceil(max(-_BEYOND_SECONDS, min(seconds, _BEYOND_SECONDS)) * 1000)
+
+
+def _has_nul(value) -> bool:
+    """PostgreSQL can store no NUL character in text or jsonb: refuse it as input."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
+def _has_non_finite(value) -> bool:
+    if type(value) is float:
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_has_non_finite(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_non_finite(v) for v in value)
+    return False
+
+
+def _payload_json(payload) -> str:
+    """The payload as compact JSON, written to the row as is (one encoding per message). orjson
+    where it encodes as json would (not NaN nor infinity, which JSON has not; not an integer past
+    64 bits, which it refuses): json's otherwise, and its error."""
+    if not _has_non_finite(payload):
+        try:
+            return orjson.dumps(payload, option=orjson.OPT_NON_STR_KEYS).decode()
+        except TypeError:
+            pass
+    try:
+        return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError({"payload": f"must be JSON: {exc}"}) from None
+
+
+def message_check_payload(*, payload) -> str:
+    """The payload's JSON text, or ValidationError on ``payload`` saying why it cannot be sent."""
+    if payload is None:
+        raise ValidationError({"payload": "required (any JSON value except null)"})
+    encoded = _payload_json(payload)
+    size = len(encoded.encode())
+    if _has_nul(payload):
+        raise ValidationError({"payload": "must not contain NUL characters (\\u0000)"})
+    if size > conf().max_payload_bytes:
+        raise ValidationError({"payload": f"is {size:,} bytes of JSON; the limit is {conf().max_payload_bytes:,}"})
+    return encoded
+
+
+def _due_at(delay, deliver_at, version: TopologyVersion | None, now: datetime, errors: dict) -> datetime | None:
+    """The due time of a delay or a deliver-at time (exactly one), within the version's longest
+    delay; None with the problem in ``errors`` (under "delay" or "deliver_at")."""
+    due_at = None
+    if (delay is None) == (deliver_at is None):
+        errors["delay"] = "give exactly one of a delay or a deliver-at time"
+    elif delay is not None:
+        try:
+            delay_ms = _delay_ms(delay)
+        except ValidationError as exc:
+            errors.update({k: v[0] for k, v in exc.message_dict.items()})
+        else:
+            limit_ms = version.max_delay_ms if version else cascade.V3.max_delay_ms
+            if delay_ms < 0:
+                errors["delay"] = "must not be negative"
+            elif delay_ms > limit_ms:  # checked before any date arithmetic (it would overflow)
+                name = version.name if version else "the default version"
+                errors["delay"] = f"is over the maximum delay of {limit_ms // 1000:,} s for topology {name}"
+            else:
+                due_at = _plus(now, delay_ms, errors, "delay")
+    else:
+        if not isinstance(deliver_at, datetime) or timezone.is_naive(deliver_at):
+            errors["deliver_at"] = "must be a date-time with a timezone, e.g. 2026-11-21T12:00:00.250Z"
+        elif abs((deliver_at - now) // MS) > _limit_ms(version):  # checked before rounding (it would overflow)
+            name = version.name if version else "the default version"
+            errors["deliver_at"] = (f"is {'over' if deliver_at > now else 'further in the past than'} the maximum "
+                                    f"delay of {_limit_ms(version) // 1000:,} s for topology {name}")
+        else:
+            due_at = ceil_ms(deliver_at)
+    if due_at is not None and version is not None:
+        limit_ms = version.max_delay_ms
+        if (due_at - now) // MS > limit_ms:
+            field = "delay" if delay is not None else "deliver_at"
+            errors[field] = (f"is over the maximum delay of {limit_ms // 1000:,} s for topology "
+                             f"{version.name}")
+    return due_at
+
+
+def _endpoint_of(item: dict, endpoints: dict[str, list[Endpoint]], errors: dict) -> Endpoint | None:
+    """The item's endpoint: given as a row (the platform's own callers), or by name among the
+    caller's teams (and the team it names, if it names one)."""
+    given = item.get("endpoint")
+    if isinstance(given, Endpoint):
+        return given
+    name, team = _endpoint_name(given), item.get("team")
+    found = [e for e in endpoints.get(name, ()) if not team or e.team.name == team]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        errors["endpoint"] = f"unknown endpoint {name!r}" + (f" in team {team!r}" if team else "")
+    else:
+        teams = ", ".join(sorted(e.team.name for e in found))
+        errors["endpoint"] = f"several of your teams have an endpoint {name!r} ({teams}): give team"
+    return None
+
+
+def _build(item: dict, endpoints: dict[str, list[Endpoint]], now: datetime) -> ScheduledMessage:
+    """Validate one request and return an unsaved row; every problem is a field error."""
+    errors: dict[str, str] = {}
+    endpoint = _endpoint_of(item, endpoints, errors)
+    if endpoint is not None and not endpoint.is_active:
+        errors["endpoint"] = f"endpoint {endpoint.name!r} is inactive"
+    delay, deliver_at = item.get("delay"), item.get("deliver_at")
+    due_at = _due_at(delay, deliver_at, endpoint.topology if endpoint else None, now, errors)
+    payload = item.get("payload")
+    try:
+        encoded = message_check_payload(payload=payload)
+    except ValidationError as exc:
+        errors["payload"] = exc.message_dict["payload"][0]
+    else:
+        if endpoint is not None and endpoint.handler == Endpoint.Handler.CELERY_QUEUE \
+                and not item.get("captured_task"):
+            why = task_problem(payload, queue=endpoint.queue, name=endpoint.name) \
+                or team_task_refusal(team=endpoint.team, task=payload["task"])
+            if why:
+                errors["payload"] = why
+    key = item.get("idempotency_key")
+    if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= 255 or _has_nul(key)):
+        errors["idempotency_key"] = "must be a string of 1 to 255 characters, without NUL"
+    if errors:
+        raise ValidationError(errors)
+    row = ScheduledMessage.new(
+        id=item.get("id") or uuid7(),  # a Celery task keeps its task id
+        status=lifecycle.transition(lifecycle.NEW, lifecycle.Event.SCHEDULE),
+        endpoint=endpoint,
+        delivery_mode=endpoint.delivery_mode,
+        payload=payload,
+        due_at=due_at,
+        requested_delay_ms=max(0, (due_at - now) // MS),
+        idempotency_key=key,
+        schedule=item.get("schedule"),  # a schedule's run (schedules/services.py)
+        created_at=now,
+    )
+    row.payload_json = encoded  # what insert_many writes
+    return row
+
+
+def _limit_ms(version: TopologyVersion | None) -> int:
+    return version.max_delay_ms if version else cascade.V3.max_delay_ms
+
+
+def _plus(now: datetime, delay_ms: int, errors: dict, field: str) -> datetime | None:
+    """now + delay_ms, or None with an error when that is past the year 9999 (a cascade of many levels)."""
+    try:
+        return now + delay_ms * MS
+    except OverflowError:
+        errors[field] = "is past the largest date (9999-12-31)"
+        return None
+
+
+def _endpoint_name(value) -> str | None:
+    return value.name if isinstance(value, Endpoint) else value if isinstance(value, str) else None
+
+
+def _endpoints_named(items: list[dict], caller: Caller) -> dict[str, list[Endpoint]]:
+    """Name -> the endpoints of that name in the teams where ``caller`` may schedule (one query)."""
+    names = {n for n in (_endpoint_name(item.get("endpoint")) for item in items if not isinstance(
+        item.get("endpoint"), Endpoint)) if n and not _has_nul(n)}
+    if not names:
+        return {}
+    rows = Endpoint.objects.select_related("topology", "team").filter(name__in=names)
+    teams = caller.team_ids(Action.SCHEDULE)
+    if teams is not None:
+        rows = rows.filter(team_id__in=teams)
+    found: dict[str, list[Endpoint]] = {}
+    for endpoint in rows:
+        found.setdefault(endpoint.name, []).append(endpoint)
+    return found
+
+
+def _check_tasks(rows: list[ScheduledMessage], caller: Caller) -> None:
+    """Celery tasks need the right to send them in their team (a key's ``tasks`` scope)."""
+    for row in rows:
+        if row.endpoint.handler == Endpoint.Handler.CELERY_QUEUE and not caller.may(Action.TASKS, row.endpoint.team_id):
+            raise Forbidden(f"sending Celery tasks to {row.endpoint.name!r} needs the {Action.TASKS.scope} scope "
+                            f"and the member role in team {row.endpoint.team.name}")
+
+
+def message_schedule_many(*, items: list[dict], caller: Caller = PLATFORM) -> list[Scheduled]:
+    """All-or-nothing: validate every item, then save the new rows in one transaction. An
+    idempotency key already used on the endpoint returns that message instead of a new one.
+    Endpoints named are looked up in the teams where ``caller`` may schedule; each team's
+    messages in flight stay within its quota."""
+    now = ceil_ms(timezone.now())
+    endpoints = _endpoints_named(items, caller)
+    rows, errors = [], {}
+    for index, item in enumerate(items):
+        try:
+            rows.append(_build(item, endpoints, now))
+        except ValidationError as exc:
+            errors[index] = exc.message_dict
+    if errors:
+        raise BulkValidationError(errors, total=len(items))
+    _check_tasks(rows, caller)
+    for attempt in range(2):
+        try:
+            return _save(rows, check_quota=caller is not PLATFORM)
+        except IntegrityError:  # the same idempotency key was used concurrently: look again
+            if attempt:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _audit_scheduled(results: list[Scheduled]) -> None:
+    """One audit row per team and request: a single message names itself, a bulk its count."""
+    by_team: dict[int, list[ScheduledMessage]] = {}
+    for result in results:
+        if result.created:
+            by_team.setdefault(result.message.endpoint.team_id, []).append(result.message)
+    for made in by_team.values():
+        first = made[0]
+        if len(made) == 1:
+            audit_record(action="message.schedule", obj=first, team=first.endpoint.team,
+                         after={"endpoint": first.endpoint.name, "due_at": first.due_at,
+                                "idempotency_key": first.idempotency_key})
+        else:
+            audit_record(action="message.schedule_bulk", team=first.endpoint.team, object_type="scheduledmessage",
+                         object_repr=f"{len(made):,} messages", extra={
+                             "count": len(made), "endpoints": sorted({m.endpoint.name for m in made}),
+                             "first_id": first.id, "last_id": made[-1].id})
+
+
+def _save(rows: list[ScheduledMessage], *, check_quota: bool) -> list[Scheduled]:
+    with transaction.atomic():
+        keyed = {(r.endpoint_id, r.idempotency_key) for r in rows if r.idempotency_key}
+        existing = {}
+        if keyed:
+            for m in ScheduledMessage.objects.select_related("endpoint__team", "topology").filter(
+                endpoint_id__in={e for e, _ in keyed}, idempotency_key__in={k for _, k in keyed}
+            ):
+                existing[(m.endpoint_id, m.idempotency_key)] = m
+        results, new, seen = [], [], {}
+        for row in rows:
+            key = (row.endpoint_id, row.idempotency_key)
+            if row.idempotency_key and key in existing:
+                results.append(Scheduled(existing[key], created=False))
+            elif row.idempotency_key and key in seen:  # repeated within this request
+                results.append(Scheduled(seen[key], created=False))
+            else:
+                new.append(row)
+                if row.idempotency_key:
+                    seen[key] = row
+                results.append(Scheduled(row, created=True))
+        if check_quota:
+            per_team: dict[int, list[ScheduledMessage]] = {}
+            for row in new:
+                per_team.setdefault(row.endpoint.team_id, []).append(row)
+            for team_rows in per_team.values():
+                team_check_in_flight(team=team_rows[0].endpoint.team, adding=len(team_rows))
+        for row in new:  # as built (a second attempt after an IntegrityError finds them claimed)
+            row.status, row.published_at = Status.PENDING, None
+        claimed = relay_claim_new(rows=new)  # written as published, sent after the commit
+        with transaction.atomic():
+            ScheduledMessage.objects.insert_many(new)
+        metrics.scheduled(new)
+        _audit_scheduled(results)
+        if claimed:
+            transaction.on_commit(lambda: relay_send_claimed(claimed=claimed))
+        outbox = [row for row in new if row.delivery_mode == DeliveryMode.NATIVE and row.status == Status.PENDING]
+        if outbox:
+            transaction.on_commit(lambda: relay_publish_rows(rows=outbox))
+    return results
+
+
+def message_schedule(
+    *,
+    endpoint: str | Endpoint,
+    payload,
+    delay: timedelta | float | int | Decimal | str | None = None,
+    deliver_at: datetime | None = None,
+    idempotency_key: str | None = None,
+    team: str | None = None,
+    caller: Caller = PLATFORM,
+) -> ScheduledMessage:
+    """Schedule one message for ``endpoint`` after ``delay`` (seconds or timedelta) or at
+    ``deliver_at``. Raises ValidationError naming the field for bad input; stores nothing then."""
+    try:
+        (result,) = message_schedule_many(
+            items=[
+                {
+                    "endpoint": endpoint,
+                    "team": team,
+                    "payload": payload,
+                    "delay": delay,
+                    "deliver_at": deliver_at,
+                    "idempotency_key": idempotency_key,
+                }
+            ],
+            caller=caller,
+        )
+    except BulkValidationError as exc:
+        raise ValidationError(exc.errors[0]) from None
+    return result.message
+
+
+def _locked(message_id, caller: Caller, action: Action) -> ScheduledMessage:
+    """The message, locked, if ``caller`` may do ``action`` to it: NotFound when it is not one of
+    its teams' (or gone), Forbidden when it may only read it."""
+    try:
+        message = ScheduledMessage.objects.select_for_update(of=("self",)).select_related("endpoint__team").get(
+            id=message_id)
+    except (ScheduledMessage.DoesNotExist, ValidationError, ValueError):
+        raise NotFound(message_describe_gone(message_id=message_id)) from None
+    team = message.endpoint.team_id
+    if not caller.may(action, team):
+        if caller.may(Action.READ, team) or caller.member_of & {team}:
+            raise Forbidden(f"you may not {action.name.lower()} messages of team {message.endpoint.team.name}")
+        raise NotFound(message_describe_gone(message_id=message_id))
+    return message
+
+
+def message_lock(*, message_id, caller: Caller, action: Action) -> ScheduledMessage:
+    """The message, locked until the transaction ends, if ``caller`` may do ``action`` to it
+    (NotFound, Forbidden as above): for the services of other slices (celery/services.py)."""
+    return _locked(message_id, caller, action)
+
+
+def message_cancel(*, message_id, caller: Caller = PLATFORM) -> ScheduledMessage:
+    """Cancel a pending or published message: the relay will not publish it, and if it is
+    already in the cascade the consumer drops it on arrival. Cancelling twice is fine."""
+    with transaction.atomic():
+        message = _locked(message_id, caller, Action.CANCEL)
+        was = message.status
+        try:
+            change = lifecycle.cancel(message, now=timezone.now())
+        except lifecycle.IllegalTransition:
+            raise Conflict(f"message {message.id} is already {message.status} and cannot be cancelled") from None
+        if change:
+            message.save(update_fields=lifecycle.apply(message, change))
+            metrics.cancelled(message)
+            audit_record(action="message.cancel", obj=message, team=message.endpoint.team,
+                         before={"status": was}, after={"status": message.status})
+    return message
+
+
+def message_republish(*, message_id, caller: Caller = PLATFORM) -> ScheduledMessage:
+    """Send a failed message again, due at its original time (so overdue means now)."""
+    with transaction.atomic():
+        message = _locked(message_id, caller, Action.CANCEL)
+        try:
+            change = lifecycle.republish(message)
+        except lifecycle.IllegalTransition:
+            raise Conflict(
+                f"message {message.id} is {message.status}; only failed messages can be republished"
+            ) from None
+        change["trigger"] = Trigger.MANUAL  # its next attempt is a person's doing (listed so)
+        message.save(update_fields=lifecycle.apply(message, change))
+        audit_record(action="message.republish", obj=message, team=message.endpoint.team,
+                     before={"status": Status.FAILED.value}, after={"status": message.status})
+        transaction.on_commit(lambda: relay_publish_rows(rows=[message]))
+    return message
+
+
+def message_resend(*, message_id, caller: Caller = PLATFORM) -> ScheduledMessage:
+    """Send a delivered (or failed) message again, as a new attempt a person asked for (trigger
+    ``manual``): pending at its original due time, so at once, published after the commit as a
+    republish is. Its earlier attempts stay listed. Conflict while it is in flight, cancelled, a
+    Celery task (its workers run it: send the task again), or while a webhook call of it is in
+    flight (the worker making it still has to record it)."""
+    with transaction.atomic():
+        message = _locked(message_id, caller, Action.CANCEL)
+        if message.endpoint.handler == Endpoint.Handler.CELERY_QUEUE:
+            raise Conflict(f"message {message.id} is a Celery task: send the task again instead")
+        if message.call_lease_until is not None and message.call_lease_until > timezone.now():
+            raise Conflict(f"message {message.id} has a webhook call in flight until "
+                           f"{message.call_lease_until.isoformat()}; resend it after that")
+        was = message.status
+        try:
+            change = lifecycle.resend(message)
+        except lifecycle.IllegalTransition:
+            raise Conflict(f"message {message.id} is {message.status}; only delivered or failed messages can be "
+                           f"resent") from None
+        change["trigger"] = Trigger.MANUAL
+        message.save(update_fields=lifecycle.apply(message, change))
+        audit_record(action="message.resend", obj=message, team=message.endpoint.team,
+                     before={"status": was}, after={"status": message.status})
+        transaction.on_commit(lambda: relay_publish_rows(rows=[message]))
+    return message
+
+
+def message_reschedule(*, message_id, delay=None, deliver_at: datetime | None = None,
+                       caller: Caller = PLATFORM) -> ScheduledMessage:
+    """Move a pending or published message to a new due time (a delay from now, or a time). It keeps
+    its id; its earlier due times stay in ``due_history``. Its copy for the old time, still in the
+    cascade, is dropped when it arrives (lifecycle.superseded), and a copy for the new time is
+    published after the commit. Conflict once delivered, cancelled or failed."""
+    now = ceil_ms(timezone.now())
+    with transaction.atomic():
+        message = _locked(message_id, caller, Action.SCHEDULE)
+        if message.endpoint.handler == Endpoint.Handler.CELERY_QUEUE:
+            raise Conflict(f"message {message.id} is a Celery task: revoke it with cancel_task and send it again")
+        errors: dict[str, str] = {}
+        due_at = _due_at(delay, deliver_at, message.topology, now, errors)
+        if errors:
+            raise ValidationError(errors)
+        try:
+            change = lifecycle.reschedule(message, due_at=due_at, now=now, history=message.due_history)
+        except lifecycle.IllegalTransition:
+            raise Conflict(f"message {message.id} is already {message.status} and cannot be rescheduled") from None
+        if due_at == message.due_at:
+            return message  # already due then: nothing to move
+        change["requested_delay_ms"] = max(0, (due_at - now) // MS)
+        was = message.due_at
+        message.save(update_fields=lifecycle.apply(message, change))
+        metrics.rescheduled(message)
+        audit_record(action="message.reschedule", obj=message, team=message.endpoint.team,
+                     before={"due_at": was}, after={"due_at": message.due_at})
+        if message.delivery_mode == DeliveryMode.NATIVE:
+            transaction.on_commit(lambda: relay_publish_rows(rows=[message]))
+    return message

@@ -1,0 +1,69 @@
+"""Messages the delivery exchange could not route (no queue bound for their destination) are
+kept by its alternate exchange in ``<prefix>delay-unroutable``. The drain marks their rows
+failed with the reason, then acks; the row holds all it takes to republish them.
+
+A copy published before its row's latest publish is stale and only acked: the rescue copies an
+overdue message every few hundred ms until the drain (every 5 s) marks it failed, so copies of
+one publish can reach the queue on both sides of a drain, and the late one must not fail the
+message an operator has since re-bound and republished."""
+
+from __future__ import annotations
+
+import logging
+
+from django.utils import timezone
+
+from topology import cascade
+
+from scheduling.core import lifecycle
+from scheduling.messages import wire
+from scheduling.core.clock import from_epoch_ms
+from scheduling.config.conf import broker
+from scheduling.core.lifecycle import Event
+from scheduling.models import ScheduledMessage
+from scheduling.versions.selectors import topology_version_list_provisioned
+
+log = logging.getLogger(__name__)
+
+
+def message_mark_unroutable(*, message_id: str, reason: str, copy_published_at_ms: int | None = None) -> int:
+    """The lifecycle's ``unroutable`` for a message the broker cannot carry to its destination
+    (here, or parked by a migration): ``failed`` with the reason, ready to republish. Given when
+    the copy was published (``x-dp-published-at-ms``), a row published again since is left alone."""
+    change = lifecycle.unroutable(reason=reason, now=timezone.now())
+    rows = ScheduledMessage.objects.filter(id=message_id, status__in=lifecycle.sources(Event.UNROUTABLE))
+    if copy_published_at_ms is not None:  # the row's published_at is floored to ms in the header
+        rows = rows.exclude(published_at__gte=from_epoch_ms(copy_published_at_ms + 1))
+    return rows.update(**change)
+
+
+def _mark_failed(message_id: str, destination: str, prefix: str, copy_published_at_ms: int | None) -> int:
+    return message_mark_unroutable(message_id=message_id, copy_published_at_ms=copy_published_at_ms, reason=(
+        f"unroutable: no queue is bound for {destination!r} on {cascade.delivery_exchange(prefix)} "
+        "(queue deleted or unbound); re-bind the endpoint and republish"
+    ))
+
+
+def unroutable_drain(*, limit: int = 1000) -> int:
+    """Read each provisioned version's unroutable queue; returns how many rows were marked."""
+    marked = 0
+    with broker().session() as session:
+        for version in topology_version_list_provisioned():
+            with session.reader(cascade.unroutable_name(version.prefix)) as reader:
+                for message in reader.get(limit):
+                    ids = wire.carried_ids(message.headers, message.body)
+                    if not ids:  # not one of ours: leave it (unacked) for an operator
+                        continue
+                    _, destination = cascade.read_route(version.cascade, message.routing_key,
+                                                        message.headers.get(cascade.CC_HEADER))
+                    published_ms = wire.int_header(message.headers, wire.H_PUBLISHED_AT_MS)
+                    updated = sum(_mark_failed(i, destination or message.routing_key, version.prefix, published_ms)
+                                  for i in ids)
+                    if not updated and not ScheduledMessage.objects.filter(id__in=ids).exists():
+                        continue  # no row (yet): keep the message
+                    marked += updated
+                    reader.ack(message)
+            # closing the reader's channel hands back everything left unacked
+    if marked:
+        log.warning("marked %d unroutable message(s) failed", marked)
+    return marked

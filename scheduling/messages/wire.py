@@ -1,0 +1,399 @@
+"""What a scheduled message looks like on the wire: building it, and reading it back. Pure.
+
+Each row travels as an ordinary Celery task message (protocol 2) for ``scheduling.deliver``
+whose ``eta`` is the exact due time. The cascade carries the whole units (seconds) of the
+remaining delay minus a safety margin, so the message reaches its endpoint queue a little
+*before* it is due and the worker's timer holds the rest (< 1 s + margin): never early, and
+precise to the millisecond without a 1 ms cascade (see docs/concepts/precision.md).
+
+The ``x-dp-*`` headers let tools (migrate_delays, transfer_delays) recompute the remaining
+delay of a message found in any level queue.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+
+from rabbit import Outgoing, Received
+from topology import cascade, explain
+
+from scheduling.celery import structured
+from scheduling.core import task_names
+from scheduling.core.clock import from_epoch_ms, to_epoch_ms
+from scheduling.models import Endpoint, ScheduledMessage
+
+DELIVER_TASK = task_names.DELIVER
+ENVELOPE_TASK = task_names.DELIVER_ENVELOPE  # one broker message, many messages (docs/concepts/envelopes.md)
+H_MESSAGE_ID = "x-dp-message-id"
+H_DUE_AT_MS = "x-dp-due-at-ms"
+H_DESTINATION = "x-dp-destination"  # read when present; the routing key also names it
+H_VERSION = "x-dp-version"
+H_DELAY_MS = "x-dp-delay-ms"  # time the message was set to spend in the cascade
+H_PUBLISHED_AT_MS = "x-dp-published-at-ms"
+H_POISON_REASON = "x-dp-poison-reason"
+H_ENVELOPE = "x-dp-envelope"  # how many messages the envelope carries
+
+
+Route = cascade.Route  # exchange, routing key and CC keys of a publish, with its whole units
+
+
+def cascade_units(due_at_ms: int, now_ms: int, version: cascade.Version, *, margin_ms: int,
+                  held: bool = True) -> int:
+    """Whole units to spend in the cascade. A message whose consumer holds it until its eta
+    (``held``) leaves ``margin_ms`` or more *before* it is due; any other message (a user's
+    Celery task, a foreign message) must not arrive early, so its delay is rounded up."""
+    remaining_ms = due_at_ms - now_ms
+    if held:
+        units = (remaining_ms - margin_ms) // version.unit_ms
+    else:
+        units = -(-remaining_ms // version.unit_ms)
+    return min(max(0, units), version.max_delay_units)
+
+
+def route(due_at_ms: int, now_ms: int, version: cascade.Version, destination: str, *, margin_ms: int,
+          held: bool = True, message_id=None) -> Route:
+    """Into the shard of the version that the message's id picks (no id: shard 0)."""
+    units = cascade_units(due_at_ms, now_ms, version, margin_ms=margin_ms, held=held)
+    return cascade.route(version, units, destination, cascade.shard_of(message_id, version.shards))
+
+
+def direct_route(destination: str) -> Route:
+    """Straight into the endpoint's queue through the default exchange: what the timeout
+    manager uses, so it works even where no cascade could be provisioned."""
+    return Route(delay_units=0, exchange="", routing_key=cascade.check_destination(destination))
+
+
+_EMBED = json.dumps({"callbacks": None, "errbacks": None, "chain": None, "chord": None}, separators=(",", ":"))
+
+
+def _task_message(task: str, task_id: str, eta: datetime, args: str, kwargs: str) -> tuple[bytes, dict, dict]:
+    """(body, headers, properties) of a Celery protocol-2 message with ``args`` and ``kwargs``
+    already JSON. Only the headers Celery's worker reads are sent (it defaults the rest): every
+    header is encoded per message, and Celery's full builder with its 19 headers made the relay's
+    per-message cost ~0.25 ms, the bulk of it. The e2e tests run these on a real worker."""
+    headers = {"lang": "py", "task": task, "id": task_id, "root_id": task_id, "eta": eta.isoformat(), "retries": 0}
+    body = f"[{args},{kwargs},{_EMBED}]".encode()  # one template, per message
+    properties = {"content_type": "application/json", "content_encoding": "utf-8",
+                  "correlation_id": task_id, "message_id": task_id}
+    return body, headers, properties
+
+
+def deliver_message(message_id: str, eta: datetime, attempt: int = 0) -> tuple[bytes, dict, dict]:
+    """(body, headers, properties) of the Celery message for ``scheduling.deliver``."""
+    kwargs = f'{{"attempt":{int(attempt)}}}' if attempt else "{}"
+    return _task_message(DELIVER_TASK, message_id, eta, f"[{json.dumps(message_id)}]", kwargs)
+
+
+def retry(message: Received, message_id: str, attempt: int, eta: datetime) -> Outgoing:
+    """The next handler attempt of a delivered message: the same message with ``attempt`` and a
+    new eta, back where it came from (the delivery exchange with its key, or the queue)."""
+    body, headers, properties = deliver_message(message_id, eta, attempt)
+    kept = {k: v for k, v in message.headers.items() if k.startswith("x-dp-") and k != H_ENVELOPE}
+    return Outgoing(message.exchange, message.routing_key, body, {**kept, H_MESSAGE_ID: message_id, **headers},
+                    properties)
+
+
+def _x_dp_headers(message: ScheduledMessage, version: cascade.Version, r: Route, now_ms: int) -> dict:
+    return {
+        H_MESSAGE_ID: str(message.id),
+        H_DUE_AT_MS: message.due_at_ms,
+        H_VERSION: version.name,
+        H_DELAY_MS: r.delay_units * version.unit_ms,
+        H_PUBLISHED_AT_MS: now_ms,
+    }
+
+
+def outgoing(message: ScheduledMessage, version: cascade.Version, now: datetime, *, margin_ms: int,
+             direct: bool = False) -> tuple[Outgoing, Route]:
+    """The publish of one row: through the cascade of ``version`` to its endpoint's queue (or,
+    ``direct``, straight to the queue)."""
+    if message.endpoint.handler == Endpoint.Handler.CELERY_QUEUE:
+        return outgoing_task(message, version, now, margin_ms=margin_ms, direct=direct)
+    now_ms, due_ms = to_epoch_ms(now), message.due_at_ms
+    r = (direct_route(message.endpoint.queue) if direct
+         else route(due_ms, now_ms, version, message.endpoint.queue, margin_ms=margin_ms, message_id=message.id))
+    body, headers, properties = deliver_message(str(message.id), message.due_at)
+    headers.update(_x_dp_headers(message, version, r, now_ms), **r.headers)
+    return Outgoing(r.exchange, r.routing_key, body, headers, properties), r
+
+
+# never taken from a captured task message: they would route or copy it elsewhere
+_ROUTING_HEADERS = frozenset({cascade.CC_HEADER, "BCC"})
+
+
+def outgoing_task(message: ScheduledMessage, version: cascade.Version, now: datetime, *, margin_ms: int,
+                  direct: bool = False) -> tuple[Outgoing, Route]:
+    """A Celery task into its queue, with no eta, so an unmodified worker runs it the moment it
+    arrives: built here from a structured task (``{"task", "args", "kwargs"}``, what the API
+    accepts), or as apply_async built it (``{"celery": ...}``, what DelayedTask stores)."""
+    now_ms = to_epoch_ms(now)
+    queue = message.endpoint.queue
+    if direct:
+        r = direct_route(queue)
+    else:
+        r = route(message.due_at_ms, now_ms, version, queue, margin_ms=margin_ms, held=False, message_id=message.id)
+    if structured.is_structured(message.payload):
+        task_id = message.payload.get("id") or str(message.id)
+        headers = {**structured.task_headers(message.payload, task_id), **_x_dp_headers(message, version, r, now_ms),
+                   **r.headers}
+        properties = {"content_type": "application/json", "content_encoding": "utf-8", "correlation_id": task_id,
+                      "message_id": str(message.id),
+                      **({"priority": message.payload["priority"]} if message.payload.get("priority") is not None
+                         else {})}
+        return Outgoing(r.exchange, r.routing_key, structured.task_body(message.payload), headers, properties), r
+    captured = message.payload["celery"]
+    own = {k: v for k, v in captured["headers"].items() if k not in _ROUTING_HEADERS}
+    headers = {**own, "eta": None, **_x_dp_headers(message, version, r, now_ms), **r.headers}
+    properties = {**captured["properties"], "content_type": captured["content_type"],
+                  "content_encoding": captured["content_encoding"], "message_id": str(message.id)}
+    return Outgoing(r.exchange, r.routing_key, captured["body"].encode(captured["content_encoding"]), headers,
+                    properties), r
+
+
+def envelope_key(message: ScheduledMessage, version: cascade.Version) -> tuple | None:
+    """What rows one envelope may carry share: version, shard, endpoint and due second. None: the
+    row travels alone (a topic version, a Celery queue's task message)."""
+    if not version.envelopes or message.endpoint.handler == Endpoint.Handler.CELERY_QUEUE:
+        return None
+    return (version.name, cascade.shard_of(message.id, version.shards), message.endpoint.queue,
+            message.due_at_ms // 1000)
+
+
+def outgoing_envelope(messages: list[ScheduledMessage], version: cascade.Version, now: datetime, *,
+                      margin_ms: int) -> tuple[Outgoing, Route]:
+    """One broker message for rows of one envelope_key: timed by the earliest (it leaves the cascade
+    ``margin_ms`` before that one is due, as a single message would) and carrying each row's id and
+    due time, which the delivery loop holds each to. Payloads stay in the database."""
+    first = min(messages, key=lambda m: m.due_at_ms)
+    now_ms = to_epoch_ms(now)
+    r = route(first.due_at_ms, now_ms, version, first.endpoint.queue, margin_ms=margin_ms, message_id=first.id)
+    envelope_id = str(uuid.uuid4())
+    items = json.dumps([[str(m.id), m.due_at_ms] for m in messages], separators=(",", ":"))
+    body, headers, properties = _task_message(ENVELOPE_TASK, envelope_id, first.due_at, f"[{items}]", "{}")
+    headers.update(_x_dp_headers(first, version, r, now_ms), **r.headers)
+    del headers[H_MESSAGE_ID]  # the ids are in the body
+    headers[H_ENVELOPE] = len(messages)
+    return Outgoing(r.exchange, r.routing_key, body, headers, properties), r
+
+
+# --- how a message travels, for people (the admin's message page) --------------------------------
+
+
+@dataclass(frozen=True)
+class Preview:
+    """What a message was (or would now be) published with, and its path through the cascade."""
+
+    published: bool  # False: a preview of a publish made now
+    exchange: str
+    routing_key: str
+    delay_units: int
+    headers: dict
+    path_rows: list[tuple[str, ...]]
+
+
+def preview(message: ScheduledMessage, now: datetime, *, margin_ms: int) -> Preview:
+    """Rebuild the publish from the row (``outgoing`` at ``published_at`` gives the same headers
+    and key the relay used). The ``origin`` header names the publishing process, which a rebuild
+    cannot know, so it is left out."""
+    version = message.topology.cascade
+    published = message.published_at is not None and bool(message.routing_key)
+    out, r = outgoing(message, version, message.published_at if published else now, margin_ms=margin_ms)
+    headers = {k: v for k, v in out.headers.items() if k != "origin"}
+    rows = explain.explain_rows(version, r.delay_units, message.endpoint.queue,
+                                cascade.shard_of(message.id, version.shards))
+    return Preview(published, r.exchange, r.routing_key, r.delay_units, headers, rows)
+
+
+# --- reading a message at the end of the cascade (the delivery loop) ----------------------------
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A ``scheduling.deliver`` message as the delivery loop needs it."""
+
+    message_id: str
+    attempt: int  # 0: the copy that came through the cascade; n: the n-th handler retry
+    due_ms: int  # hold it until then
+    stamped: bool = True  # due_ms is the due time the platform stamped on it (not a guess from eta or now)
+
+    @property
+    def stamped_due_ms(self) -> int | None:
+        """The due time this copy was published for, if it says: a rescheduled message's copy
+        for its old time is told apart by it (lifecycle.superseded)."""
+        return self.due_ms if self.stamped else None
+
+
+def is_row_id(value) -> bool:
+    """Whether an id read off the wire can name a row (a UUID); anything else has no row."""
+    try:
+        uuid.UUID(value)
+    except (TypeError, ValueError, AttributeError):
+        return False
+    return True
+
+
+def _iso_ms(value) -> int | None:
+    try:
+        return to_epoch_ms(datetime.fromisoformat(value)) if isinstance(value, str) else None
+    except (ValueError, TypeError):  # not ISO, or naive (cannot be compared with UTC)
+        return None
+
+
+def read_envelope(headers: dict, body: bytes) -> list[Delivery] | None:
+    """The messages an envelope carries, each with its own due time; None if it is not one."""
+    if headers.get("task") != ENVELOPE_TASK:
+        return None
+    try:
+        (items,), _, _ = json.loads(body)
+        deliveries = [Delivery(str(message_id), 0, int(due_ms)) for message_id, due_ms in items]
+    except (ValueError, TypeError, IndexError, KeyError, AttributeError):
+        return None
+    return deliveries or None
+
+
+def envelope_ids(headers: dict, body: bytes) -> list[str]:
+    """The ids an envelope carries ([] if it is not one): what a tool that meets it acts on."""
+    return [d.message_id for d in read_envelope(headers, body) or []]
+
+
+def carried_ids(headers: dict, body: bytes) -> list[str]:
+    """The rows a broker message stands for: an envelope's, or its own ``x-dp-message-id`` when that
+    can name a row ([] for a foreign message)."""
+    own = headers.get(H_MESSAGE_ID)
+    return envelope_ids(headers, body) or ([own] if is_row_id(own) else [])
+
+
+def read_deliveries(headers: dict, body: bytes, now_ms: int) -> list[Delivery] | None:
+    """What the delivery loop holds for one broker message: its one message, or an envelope's."""
+    if headers.get("task") == ENVELOPE_TASK:
+        return read_envelope(headers, body)
+    delivery = read_delivery(headers, body, now_ms)
+    return None if delivery is None else [delivery]
+
+
+def read_delivery(headers: dict, body: bytes, now_ms: int) -> Delivery | None:
+    """The message id, attempt and due time of a delivery message; None if it is not one.
+
+    The due time is ``x-dp-due-at-ms`` (the platform's own); failing that the Celery ``eta``
+    (a message built by another producer); failing both, now. A retry is never due before its
+    own eta (the backoff), even when ``x-dp-due-at-ms`` says the message was due long ago."""
+    if headers.get("task") != DELIVER_TASK:
+        return None
+    try:
+        args, kwargs, _ = json.loads(body)
+        message_id, attempt = str(args[0]), int(kwargs.get("attempt", 0))
+    except (ValueError, TypeError, IndexError, KeyError, AttributeError):
+        return None
+    due = headers.get(H_DUE_AT_MS)
+    stamped = isinstance(due, int) and not isinstance(due, bool)
+    if not stamped:
+        due = _iso_ms(headers.get("eta"))
+        due = now_ms if due is None else due
+    if attempt and (eta := _iso_ms(headers.get("eta"))) is not None:
+        due = max(due, eta)
+    return Delivery(message_id, attempt, due, stamped)
+
+
+# --- reading a message found in a level queue (migrate_delays, transfer_delays) ---------------
+
+# what the old cascade added (x-death) or routed by (CC: the old version's bit keys)
+STRIPPED_ON_MOVE = ("x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason",
+                    cascade.CC_HEADER, "BCC")
+
+
+@dataclass(frozen=True)
+class Found:
+    """What a queued message says about itself; ``due_at_ms`` None means it cannot be moved."""
+
+    due_at_ms: int | None
+    destination: str | None
+    message_id: str | None
+    published_at_ms: int | None
+
+
+def _epoch_ms(value) -> int | None:
+    if isinstance(value, datetime):
+        return to_epoch_ms(value if value.tzinfo else value.replace(tzinfo=timezone.utc))
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return int(value * 1000) if value < 10**11 else int(value)  # AMQP timestamps are seconds
+    return None
+
+
+def int_header(headers: dict, name: str) -> int | None:
+    value = headers.get(name)
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def read_found(headers: dict, properties: dict, routing_key: str, version: cascade.Version) -> Found:
+    """Due time from ``x-dp-due-at-ms``; failing that, arrival time (``x-dp-published-at-ms``
+    or the AMQP timestamp) plus the requested delay (``x-dp-delay-ms`` or the delay the routing
+    key encodes). Neither: ``due_at_ms`` is None and the message goes to the poison queue."""
+    headers = headers or {}
+    key_delay_units, key_destination = cascade.read_route(version, routing_key, headers.get(cascade.CC_HEADER))
+    destination = headers.get(H_DESTINATION) or key_destination
+    published = int_header(headers, H_PUBLISHED_AT_MS)
+    due = int_header(headers, H_DUE_AT_MS)
+    if due is None:
+        arrival = published if published is not None else _epoch_ms(properties.get("timestamp"))
+        delay_ms = int_header(headers, H_DELAY_MS)
+        if delay_ms is None and key_delay_units is not None:
+            delay_ms = key_delay_units * version.unit_ms
+        due = arrival + delay_ms if arrival is not None and delay_ms is not None else None
+    if not isinstance(destination, str) or not cascade.DOTTED_DESTINATION_RE.match(destination):
+        due, destination = None, None
+    message_id = headers.get(H_MESSAGE_ID)
+    return Found(due, destination, message_id if isinstance(message_id, str) else None, published)
+
+
+def moved(out_headers: dict, properties: dict, body: bytes, found: Found, version: cascade.Version,
+          now_ms: int, *, margin_ms: int) -> tuple[Outgoing, Route]:
+    """The same message republished into ``version`` with its remaining delay: ``x-death``
+    stripped, headers updated so the next tool (or the consumer) sees where it is now. Only a
+    message with an ``eta`` (held by its consumer) may leave the cascade before it is due. It
+    goes into the shard its id picks (the platform's id header, else the AMQP message id)."""
+    r = route(found.due_at_ms, now_ms, version, found.destination, margin_ms=margin_ms,
+              held=bool((out_headers or {}).get("eta")), message_id=found.message_id or properties.get("message_id"))
+    headers = {k: v for k, v in (out_headers or {}).items() if k not in STRIPPED_ON_MOVE}
+    headers.update({
+        H_DUE_AT_MS: found.due_at_ms,
+        H_DESTINATION: found.destination,
+        H_VERSION: version.name,
+        H_DELAY_MS: r.delay_units * version.unit_ms,
+        H_PUBLISHED_AT_MS: now_ms,
+        **r.headers,
+    })
+    keep = ("content_type", "content_encoding", "correlation_id", "message_id", "reply_to", "priority",
+            "timestamp", "type", "app_id")
+    props = {k: properties[k] for k in keep if properties.get(k) is not None}
+    return Outgoing(r.exchange, r.routing_key, body, headers, props), r
+
+
+def moved_envelope(message: Received, found: Found, parts: list[Delivery], version: cascade.Version,
+                   now_ms: int, *, margin_ms: int) -> list[tuple[Outgoing, Route, str | None]]:
+    """An envelope republished into ``version``: whole, into the shard of its first message, where
+    the version carries envelopes; else (v1, v2) split into one ``scheduling.deliver`` message per
+    message, each with its own due time, as that version's messages are. (out, route, id): the
+    id each publish carries, None for the whole envelope."""
+    if version.envelopes:
+        out, r = moved(message.headers, message.properties, message.body,
+                       replace(found, message_id=parts[0].message_id), version, now_ms, margin_ms=margin_ms)
+        return [(out, r, None)]
+    singles = []
+    for part in parts:
+        body, headers, properties = deliver_message(part.message_id, from_epoch_ms(part.due_ms))
+        headers[H_MESSAGE_ID] = part.message_id
+        out, r = moved(headers, properties, body, replace(found, due_at_ms=part.due_ms, message_id=part.message_id),
+                       version, now_ms, margin_ms=margin_ms)
+        singles.append((out, r, part.message_id))
+    return singles
+
+
+def poisoned(message: Received, reason: str, poison_queue: str) -> Outgoing:
+    """A message that cannot be moved, parked whole in the poison queue with the reason."""
+    keep = ("content_type", "content_encoding", "correlation_id", "message_id")
+    return Outgoing("", poison_queue, message.body, {**message.headers, H_POISON_REASON: reason},
+                    {k: v for k, v in message.properties.items() if k in keep})
+

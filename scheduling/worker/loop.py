@@ -1,0 +1,513 @@
+"""The far end of the cascade: a thread in each platform worker that consumes every active
+endpoint's queue, holds each message until it is due, and records due messages in batches.
+
+Why not one Celery task per message: Celery sends a basic.qos for every eta-held message and
+again when it runs, pickles each task to a pool process, and each task paid a transaction of its
+own; that managed ~350 deliveries/s on this machine. Here one thread does what a delivery
+needs: a timer of held messages (holding.py), one transaction per batch of due ones
+(delivery_receive_many), then the acks. The messages are still ``scheduling.deliver`` task
+messages, so the task remains a fallback for any worker without this loop.
+
+This module is only the I/O: the broker through ``rabbit.Consumer``, the database through the
+delivery service. What a message says (wire.read_delivery), when it is due and how long to back
+off (holding.py, backoff.py) and what a hand-over means (core/lifecycle.py) are pure and tested alone.
+
+Guarantees kept: a message is acked only after its row is committed (a crash redelivers it);
+never before due_at (the row is checked too); a database outage leaves messages unacked and
+retries them with backoff. Webhooks: the loop takes their rows (a lease each), hands the calls to
+the webhook engine (webhooks.py: one event loop, fair across teams and endpoints, each endpoint
+bounded by its bulkhead), and the recorder (recorder.py, a thread of its own) writes the results
+as they end while the loop starts the next calls; the loop settles what was written. No call
+holds a transaction, and a receiver that never answers holds only its own endpoint's slots.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import queue
+import threading
+import time
+from collections import defaultdict, deque
+
+from django.db import DatabaseError, close_old_connections
+
+import rabbit
+
+from scheduling.messages import wire
+from scheduling.core.clock import from_epoch_ms, now_ms, to_epoch_ms
+from scheduling.config.conf import broker, conf
+from scheduling.observability import metrics
+from scheduling.endpoints.selectors import endpoint_get_consumption, endpoint_get_flow_limits
+from scheduling.delivery.services import Outcome, Result, delivery_receive_many, delivery_retry_unsent
+from scheduling.delivery.flow_slots import endpoint_release_call_slots, endpoint_take_call_slots, endpoint_take_slots
+from scheduling.messages.rescue import message_rescue_overdue
+from scheduling.delivery.webhook_calls import webhook_call_take
+from scheduling.core.flow_gate import FlowGate, Limit
+from scheduling.delivery.handlers import WebhookProfile, payload_body, signed_headers, webhook_profiles
+from scheduling.worker.holding import Held, Holding
+from scheduling.delivery.recorder import Recorder
+from scheduling.delivery.webhooks import Call, CallResult, EngineSettings, WebhookEngine
+
+log = logging.getLogger(__name__)
+LONGEST_WAIT_SECONDS = 0.1  # how often the loop looks at webhooks, endpoint changes and stop
+CALLS_WAIT_SECONDS = 0.005  # with webhook calls out: how soon their results are recorded
+LEASED_RETRY_MS = 250  # a copy whose row another call holds looks again this soon
+
+
+def _paused(profile: WebhookProfile, until_ms: int) -> WebhookProfile:
+    return dataclasses.replace(profile, paused_until_ms=max(profile.paused_until_ms, until_ms))
+
+
+class DeliveryLoop(threading.Thread):
+    def __init__(self, worker_name: str = "", rescue: bool = True):
+        super().__init__(name="dp-delivery-loop", daemon=True)
+        self.worker_name = worker_name  # the Celery node name, recorded on every delivery
+        # one loop of a worker looks for stuck copies (every loop of it consumes the same queues);
+        # the look reads the in-flight index up to its cutoff, dead entries included: ~33 ms at
+        # 100,000 deliveries since the last vacuum, so not 4 times a second in every loop
+        self.rescues = rescue
+        self.settings = conf()
+        self.stopping = threading.Event()
+        self.sync_now = threading.Event()
+        self.finished: queue.SimpleQueue = queue.SimpleQueue()  # CallResult from the webhook engine
+        self.engine = WebhookEngine(EngineSettings(self.settings.webhook_concurrency,
+                                                   self.settings.webhook_response_max_bytes,
+                                                   self.settings.webhook_excerpt_bytes), self.finished.put)
+        self.profiles: dict[str, WebhookProfile] = {}  # queue -> how to call it (webhook endpoints)
+        self.parked: dict[int, deque[Held]] = defaultdict(deque)  # endpoint id -> due, its bulkhead full
+        self.recorder = Recorder(worker_name)  # writes the ended calls' results (recorder.py)
+        self.call_slots: dict[int, set[int]] = defaultdict(set)  # endpoint id -> max_concurrent slots held
+        self.holding = Holding()
+        self.flow = FlowGate()  # endpoints' rate and concurrency limits (flow.py)
+        self.consumer: rabbit.Consumer | None = None
+        self.unknown_reported: set[str] = set()
+        self.beat_at = time.monotonic()  # the last turn of the loop (the worker health check reads it)
+        self.session_no = 0  # which broker connection a held message came on (acks go to that one only)
+        self.in_webhooks: set[str] = set()  # ids taken for a call or parked for one, not yet settled
+        self.parts: dict[int, int] = {}  # delivery tag of an envelope -> its messages not yet settled
+        self.given_back: set[int] = set()  # envelopes rejected whole while a message of theirs was at a webhook
+
+    # --- lifecycle of the thread --------------------------------------------------------------
+
+    def health(self) -> dict:
+        """What ``manage.py worker_health`` asks (through the dp_health control command)."""
+        consumer = self.consumer
+        return {"loop": "running" if self.is_alive() else "stopped",
+                "connected": consumer is not None and consumer.conn is not None,
+                "idle_seconds": round(time.monotonic() - self.beat_at, 3),
+                "consuming": len(consumer.queues) if consumer is not None else 0}
+
+    def start(self) -> None:
+        self.engine.start()
+        self.recorder.start()
+        super().start()
+
+    def stop(self, timeout: float = 10) -> None:
+        self.stopping.set()
+        self.join(timeout)
+        self.engine.stop()
+        self.recorder.stop(timeout)
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            started = time.monotonic()
+            try:
+                self._session()
+            except rabbit.BrokerUnavailable as exc:
+                # a session that ran a while lost its node: reconnect at once (the next node of the
+                # URL takes it; a 1 s wait would add to every held message's lateness);
+                # one that could not even start waits 1 s, not to spin against a broker that is down
+                if not self.stopping.is_set():
+                    log.warning("delivery loop: %s; reconnecting", exc)
+                    time.sleep(0.05 if time.monotonic() - started > 5 else 1)
+            except Exception:  # never let the thread die silently
+                log.exception("delivery loop failed; restarting it")
+                time.sleep(1)
+            finally:
+                self.holding.clear()  # unacked: the broker hands them back on the next connection
+                self.parts.clear()
+                self.given_back.clear()
+                self.parked.clear()
+                self.in_webhooks.clear()  # calls still out are recorded under their lease, then not acked
+                metrics.held(0)
+
+    def _session(self) -> None:
+        self.session_no += 1
+        self.consumer = rabbit.Consumer(broker().url, prefetch=self.settings.delivery_prefetch,
+                                        on_message=self._on_message, on_cancel=self._on_cancel)
+        with self.consumer.connected():
+            next_sync = next_rescue = 0.0
+            while not self.stopping.is_set():
+                self.beat_at = time.monotonic()
+                if self.sync_now.is_set() or time.monotonic() >= next_sync:
+                    self.sync_now.clear()
+                    self._sync()
+                    next_sync = time.monotonic() + self.settings.consumer_sync_seconds
+                self._calls_ended()
+                self._settle_recorded()
+                self._deliver_due()
+                if self.rescues and self.settings.rescue_after_ms and time.monotonic() >= next_rescue:
+                    found = self._rescue()
+                    # 4 looks a rescue while it finds some, 2 while it finds none
+                    next_rescue = time.monotonic() + self.settings.rescue_after_ms / (4000 if found else 2000)
+                metrics.held(len(self.holding))
+                longest = CALLS_WAIT_SECONDS if self.in_webhooks else LONGEST_WAIT_SECONDS
+                ready = not (self.finished.empty() and self.recorder.done.empty())
+                wait_s = 0.0 if ready else self.holding.wait_seconds(now_ms(), longest)
+                self.consumer.wait(max(wait_s, 0.0005), then_take=self.settings.delivery_batch * 4)
+
+    # --- which queues -----------------------------------------------------------------------
+
+    def _sync(self) -> None:
+        try:
+            if not any(self.call_slots.values()):  # max_concurrent's slots are this connection's session locks:
+                close_old_connections()  # closed (CONN_MAX_AGE) while calls were out, they went to other workers
+            wanted = {name for name, active in endpoint_get_consumption().items() if active}
+            self.flow.set_limits(endpoint_get_flow_limits())
+            self.profiles = webhook_profiles()
+        except DatabaseError as exc:
+            log.warning("endpoint sync skipped: database unavailable (%s)", exc)
+            return
+        for name in sorted(wanted - self.consumer.queues):
+            if self._queue_exists(name):
+                self.consumer.consume(name)
+                log.info("consuming endpoint queue %s", name)
+        for name in sorted(self.consumer.queues - wanted):
+            self.consumer.cancel(name)
+            parked = [held for helds in self.parked.values() for held in helds if held.message.queue == name]
+            for endpoint_id in [e for e, helds in self.parked.items() if helds and helds[0].message.queue == name]:
+                del self.parked[endpoint_id]
+            self.in_webhooks.difference_update(held.delivery.message_id for held in parked)
+            released = {held.message.tag: held.message
+                        for held in [*self.holding.release(lambda h, name=name: h.message.queue == name), *parked]}
+            for tag, message in released.items():  # an envelope goes back once, whole
+                if self.parts.pop(tag, None) is not None:
+                    self.given_back.add(tag)
+                self.consumer.reject(message, requeue=True)  # a paused endpoint's messages go back
+            log.info("pausing endpoint queue %s (endpoint inactive or gone)", name)
+
+    def _queue_exists(self, name: str) -> bool:
+        if self.consumer.queue_exists(name):
+            return True
+        if name not in self.unknown_reported:
+            log.warning("endpoint queue %s does not exist on the broker; re-bind the endpoint", name)
+            self.unknown_reported.add(name)
+        return False
+
+    def _on_cancel(self, name: str) -> None:
+        log.warning("the broker cancelled consuming %s (queue deleted?)", name)
+
+    # --- messages -----------------------------------------------------------------------------
+
+    def _on_message(self, message: rabbit.Received) -> None:
+        deliveries = wire.read_deliveries(message.headers, message.body, now_ms())
+        if deliveries is None:  # not ours: keep it unacked (never dropped) and say so
+            log.error("endpoint queue %s holds a message that is not a scheduling.deliver task or envelope; "
+                      "left unacked", message.queue)
+            return
+        if len(deliveries) > 1:  # an envelope: acked once every message in it is settled
+            self.parts[message.tag] = len(deliveries)
+        for delivery in deliveries:
+            self.holding.hold(message, delivery)
+
+    def _deliver_due(self) -> None:
+        ready = self.holding.due(now_ms(), self.settings.delivery_batch)
+        if not ready:
+            return
+        ready = self._bulkheads(ready, now_ms())
+        due = ready
+        try:
+            now = now_ms()
+            due, waiting = self.flow.admit(ready, now, self._take_slots)
+            for held, until_ms in waiting:  # over an endpoint's limit: held for its slot
+                self.holding.hold_until(held, until_ms)
+            if not due:
+                return
+            calls = [h for h in due if h.message.queue in self.profiles]
+            due = [h for h in due if h.message.queue not in self.profiles]
+            if calls:
+                try:
+                    self._start_calls(calls, now)
+                except DatabaseError:
+                    due = calls + due  # none of them was taken: all wait for the database
+                    raise
+            if not due:
+                return
+            outcomes = delivery_receive_many(items=[(h.delivery.message_id, h.delivery.attempt,
+                                                     h.delivery.stamped_due_ms, self.flow.throttled_ms(h, now))
+                                                    for h in due], by=self.worker_name)
+        except DatabaseError as exc:
+            close_old_connections()
+            self.call_slots.clear()  # a closed connection held them
+            for held in due:
+                self.flow.done(held)
+            waits = [self.holding.database_failed(held, now_ms()) for held in due]
+            log.warning("delivery of %d message(s) postponed: database unavailable (%s); retry in %gs, unacked",
+                        len(due), exc, min(waits))
+            return
+        decided = []
+        for held, outcome in zip(due, outcomes):
+            self.flow.done(held)
+            if outcome.result is Result.DEFERRED:  # a webhook endpoint this loop has no profile of yet
+                self.sync_now.set()
+                self.holding.hold_until(held, now_ms() + LEASED_RETRY_MS)
+            else:
+                decided.append((held, outcome))
+        self._settle_all(decided)
+
+    def _bulkheads(self, ready: list[Held], now: int) -> list[Held]:
+        """Of the due messages, those whose call may be handed over now: a paused endpoint's wait
+        for its pause to end; those beyond what their endpoint may have handed over (its bulkhead
+        running and as many ready: WebhookProfile.handover) are parked until a call of it ends."""
+        go, room = [], {}
+        for held in ready:
+            profile = self.profiles.get(held.message.queue)
+            if profile is None:
+                go.append(held)
+            elif profile.paused_until_ms > now:
+                self.holding.hold_until(held, profile.paused_until_ms)
+            else:
+                left = room.setdefault(profile.endpoint_id, self.engine.room(profile.endpoint_id, profile.handover))
+                if left > 0:
+                    room[profile.endpoint_id] = left - 1
+                    go.append(held)
+                else:
+                    if profile.max_concurrent is not None and profile.max_concurrent <= profile.limit:
+                        self.flow.throttle(held, now)  # its wait is flow control's (max_concurrent)
+                    self.parked[profile.endpoint_id].append(held)
+                    self.in_webhooks.add(held.delivery.message_id)
+        return go
+
+    def _unpark(self, endpoint_id: int, now: int) -> None:
+        """Calls of the endpoint ended: as many parked messages as it has room for are due again."""
+        parked = self.parked.get(endpoint_id)
+        if not parked:
+            return
+        profile = self.profiles.get(parked[0].message.queue)
+        room = self.engine.room(endpoint_id, profile.handover) if profile is not None else len(parked)
+        for _ in range(min(room, len(parked))):
+            held = parked.popleft()
+            self.in_webhooks.discard(held.delivery.message_id)
+            self.holding.hold_until(held, now)
+        if not parked:
+            del self.parked[endpoint_id]
+
+    def _start_calls(self, due: list[Held], now: int) -> None:
+        """Take the rows of due webhook messages (a lease each) and hand their calls to the engine;
+        copies not taken are settled (duplicates, cancelled) or held (early, leased elsewhere)."""
+        due, slot_of = self._take_call_slots(due, now)
+        if not due:
+            return
+        items = [(h.delivery.message_id, h.delivery.attempt, h.delivery.stamped_due_ms, self.flow.throttled_ms(h, now))
+                 for h in due]
+        profile_of = {h.delivery.message_id: self.profiles[h.message.queue] for h in due}
+        taken, others = webhook_call_take(items=items, deadlines={i: p.lease_s for i, p in profile_of.items()})
+        calls, decided, timestamp = [], [], int(time.time())
+        for held in due:
+            message_id = held.delivery.message_id
+            row = taken.pop(message_id, None)
+            if row is None:
+                self.flow.done(held)
+                self._release_call_slot(profile_of[message_id].endpoint_id, slot_of.get(message_id))
+                outcome = others[message_id]
+                if outcome.result is Result.BUSY:
+                    self.holding.hold_until(held, now_ms() + LEASED_RETRY_MS)
+                else:
+                    decided.append((held, outcome))
+                continue
+            profile = profile_of[message_id]
+            row.team_id = profile.team_id
+            body = payload_body(row.payload)
+            calls.append(Call(message_id, profile.endpoint_id, profile.team_id, profile.url, body,
+                              signed_headers(list(profile.keys), message_id=message_id, due_at=row.due_at,
+                                             attempt=row.attempt + 1, body=body, timestamp=timestamp),
+                              profile.deadline_s, profile.networks, profile.limit,
+                              (held, row, self.session_no, slot_of.get(message_id))))
+            self.in_webhooks.add(message_id)
+        self.engine.submit(calls)
+        self._settle_all(decided)
+
+    def _take_call_slots(self, due: list[Held], now: int) -> tuple[list[Held], dict[str, int]]:
+        """An endpoint with max_concurrent: a slot of it for each call, across workers (delivery/flow_slots.py);
+        a message with none free waits as flow control's BUSY does."""
+        go, slot_of, wanting = [], {}, defaultdict(list)
+        for held in due:
+            profile = self.profiles[held.message.queue]
+            (wanting[profile] if profile.max_concurrent else go).append(held)
+        for profile, helds in wanting.items():
+            held_slots = self.call_slots[profile.endpoint_id]
+            slots = endpoint_take_call_slots(endpoint_id=profile.endpoint_id, concurrent=profile.max_concurrent,
+                                             held=sorted(held_slots), count=len(helds))
+            held_slots.update(slots)
+            for held, slot in zip(helds, slots):
+                slot_of[held.delivery.message_id] = slot
+                go.append(held)
+            for held in helds[len(slots):]:
+                self.flow.done(held)
+                self.holding.hold_until(held, self.flow.back(held, now))
+        return go, slot_of
+
+    def _release_call_slot(self, endpoint_id: int, slot: int | None) -> None:
+        self._release_slots({endpoint_id: [slot]} if slot is not None else {})
+
+    def _release_call_slots(self, results: list[CallResult]) -> None:
+        slots = defaultdict(list)
+        for result in results:
+            if result.call.token[3] is not None:
+                slots[result.call.endpoint].append(result.call.token[3])
+        self._release_slots(slots)
+
+    def _release_slots(self, slots: dict[int, list[int]]) -> None:
+        """One statement per endpoint; a slot this connection no longer holds is skipped."""
+        try:
+            for endpoint_id, numbers in slots.items():
+                held = self.call_slots.get(endpoint_id, set())
+                mine = [n for n in numbers if n in held]
+                held.difference_update(mine)
+                if mine:
+                    endpoint_release_call_slots(endpoint_id=endpoint_id, slots=mine)
+        except DatabaseError:  # the connection is gone, and with it every lock it held
+            close_old_connections()
+            self.call_slots.clear()
+
+    @staticmethod
+    def _take_slots(limit: Limit, count: int, spacing_us: int, since_ms: int) -> int:
+        """The first slot's delay from ``since_ms``: the database's delay counts from its
+        statement, which this clock reads after it (the slot is never placed early)."""
+        first_us = endpoint_take_slots(limit=limit, count=count, spacing_us=spacing_us)
+        return first_us + (now_ms() - since_ms) * 1000
+
+    def _calls_ended(self) -> None:
+        """Calls that ended go to the recorder; their endpoints' slots are free at once: a healthy
+        endpoint's parked messages start while the recorder writes (one whose call failed waits
+        for its record, which may pause it: a Retry-After is heard before its next call)."""
+        ended = []
+        while not self.finished.empty():
+            ended.append(self.finished.get())
+        if not ended:
+            return
+        self._release_call_slots(ended)  # the calls are over: max_concurrent counts calls, not records
+        self.recorder.submit(ended)
+        failing = {result.call.endpoint for result in ended if not result.ok}
+        now = now_ms()
+        for endpoint_id in {result.call.endpoint for result in ended} - failing:
+            self._unpark(endpoint_id, now)
+
+    def _settle_recorded(self) -> None:
+        """Settle what the recorder wrote: acked, a retry published, or held again (handed back
+        unattempted: its endpoint paused; not recorded: called again after its lease)."""
+        while not self.recorder.done.empty():
+            written = self.recorder.done.get()
+            now = now_ms()
+            for result in written.unrecorded:
+                held, row, _, _ = result.call.token
+                self.in_webhooks.discard(held.delivery.message_id)
+                self.flow.done(held)
+                self.holding.hold_until(held, to_epoch_ms(row.lease_until))
+            recorded = written.recorded
+            for endpoint_id, until in recorded.paused.items():
+                until_ms = int(until.timestamp() * 1000)
+                self.engine.pause(endpoint_id, max(0.0, (until_ms - now) / 1000))
+                self.profiles = {q: (p if p.endpoint_id != endpoint_id else _paused(p, until_ms))
+                                 for q, p in self.profiles.items()}
+            if recorded.disabled:
+                self.sync_now.set()
+            decided, ended = [], set()
+            for result in written.results:
+                held, _, session, _ = result.call.token
+                self.in_webhooks.discard(held.delivery.message_id)
+                self.flow.done(held)
+                ended.add(result.call.endpoint)
+                outcome = recorded.outcomes[held.delivery.message_id]
+                if session != self.session_no:  # its broker message came back on the new connection
+                    if outcome.result is Result.RETRY:
+                        self._publish_retry(held, outcome)
+                    continue
+                if outcome.result is Result.BUSY:  # handed back unattempted
+                    profile = self.profiles.get(held.message.queue)
+                    self.holding.hold_until(held, max(now + LEASED_RETRY_MS,
+                                                      profile.paused_until_ms if profile else 0))
+                else:
+                    decided.append((held, outcome))
+            for endpoint_id in ended:
+                self._unpark(endpoint_id, now)
+            self._settle_all(decided)
+
+    def _rescue(self) -> int:
+        """Messages overdue by DELAY_RESCUE_AFTER_MS that this loop neither holds nor is handing
+        over: their copy is stuck in the broker (messages/rescue.py). Not while the loop is behind:
+        its prefetch full (unacked broker messages, an envelope counting once), or messages ready
+        in its hold for half the setting (a copy of each overdue message would double the work of a
+        burst it has not caught up with, and the delivery rate would collapse).
+        The copies' confirms are waited for 1 s at most: a queue whose leader is being elected must
+        not stop the loop."""
+        settings = self.settings
+        if len(self.consumer.unsettled) >= settings.delivery_prefetch:
+            return 0
+        if self.holding.behind_ms(now_ms()) > settings.rescue_after_ms / 2 or self.parked:
+            return 0  # behind (a burst, or calls waiting for their endpoint's bulkhead): they wait in the loop
+        skip = self.holding.ids_due_before(now_ms() - settings.rescue_after_ms) | self.in_webhooks
+        try:
+            return message_rescue_overdue(queues=self.consumer.queues, skip=skip, limit=settings.delivery_batch,
+                                          publish=lambda copies: self.consumer.publish(copies, timeout=1.0))
+        except DatabaseError as exc:
+            close_old_connections()
+            log.warning("overdue check skipped: database unavailable (%s)", exc)
+            return 0
+
+    def _settle_all(self, decided: list[tuple[Held, Outcome]]) -> None:
+        """Settle a batch, then ack it in one write (as few frames as AMQP's multiple ack allows).
+        If a retry cannot be published the session ends: every retry of the batch not yet sent is
+        forgotten on its row first, since its held copy, unacked, comes back and must deliver."""
+        settled = []
+        for index, (held, outcome) in enumerate(decided):
+            try:
+                if self._settle(held, outcome) and self._last_part(held):
+                    settled.append(held.message)
+            except rabbit.BrokerUnavailable:
+                for later, later_outcome in decided[index + 1:]:
+                    if later_outcome.result is Result.RETRY:
+                        delivery_retry_unsent(message_id=later.delivery.message_id, attempt=later_outcome.attempt)
+                raise
+        self.consumer.ack_many(settled)
+
+    def _last_part(self, held: Held) -> bool:
+        """Whether ``held`` was the last unsettled message of its broker message (a lone message
+        always is): only then may the broker message be acked."""
+        if held.message.tag in self.given_back:  # rejected already: it comes back whole
+            return False
+        left = self.parts.get(held.message.tag)
+        if left is None:
+            return True
+        if left > 1:
+            self.parts[held.message.tag] = left - 1
+            return False
+        del self.parts[held.message.tag]
+        return True
+
+    def _settle(self, held: Held, outcome: Outcome) -> bool:
+        """Whether the message is done with (to be acked): not when it came early."""
+        if outcome.result is Result.EARLY:  # clocks disagree: wait for the row's due time
+            self.holding.hold_until(held, to_epoch_ms(outcome.eta))
+            return False
+        if outcome.result is Result.POSTPONED:  # the broker did not take its handler task: soon again
+            self.holding.broker_failed(held, now_ms())
+            return False
+        if outcome.result is Result.RETRY:
+            self._publish_retry(held, outcome)
+        return True
+
+    def _publish_retry(self, held: Held, outcome: Outcome) -> None:
+        """The next handler attempt: the same message again, due after the backoff, straight to
+        where this one came from (the delivery exchange, or the queue)."""
+        eta = from_epoch_ms(now_ms() + int(outcome.retry_in * 1000))
+        out = wire.retry(held.message, held.delivery.message_id, outcome.attempt, eta)
+        try:
+            result = self.consumer.publish([out])
+            problem = None if result.confirmed else f"not confirmed: {result.error or result.failed}"
+        except rabbit.BrokerUnavailable as exc:
+            problem = str(exc)
+        if problem is not None:  # the held copy stays unacked and comes back: it must deliver again
+            delivery_retry_unsent(message_id=held.delivery.message_id, attempt=outcome.attempt)
+            raise rabbit.BrokerUnavailable(f"retry of {held.delivery.message_id}: {problem}")

@@ -1,0 +1,238 @@
+"""The relay against the live broker: rows become confirmed publishes exactly once; a broker
+that refuses connections leaves them pending with the reason."""
+
+import json
+import uuid
+from datetime import timedelta
+
+import pytest
+from prometheus_client import REGISTRY
+from django.test import TestCase
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from scheduling.messages import wire
+from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.messages.services import message_schedule_many
+from scheduling.messages.relay import relay_claim_new, relay_publish, relay_send_claimed
+from tests.topology.helpers import get, wait_get
+from topology import cascade
+
+pytestmark = [pytest.mark.django_db, pytest.mark.broker]
+Status = ScheduledMessage.Status
+
+
+@pytest.fixture
+def endpoint(bound_endpoint):
+    return bound_endpoint("v2")
+
+
+def row(endpoint, seconds, **fields):
+    now = timezone.now()
+    return ScheduledMessage.objects.create(
+        endpoint=endpoint, topology=endpoint.topology, payload={"s": seconds},
+        due_at=now + timedelta(seconds=seconds), requested_delay_ms=int(seconds * 1000), **fields,
+    )
+
+
+def test_due_message_goes_straight_to_the_endpoint_queue(endpoint, amqp):
+    message = row(endpoint, 0)
+    assert relay_publish(ids=[str(message.id)]).published == 1
+    message.refresh_from_db()
+    assert message.status == Status.PUBLISHED and message.published_at is not None
+    assert message.first_exchange == "dp.v2.delay-delivery"
+    assert message.routing_key == "0." * 28 + endpoint.name
+    got, _ = wait_get(amqp, endpoint.name, timeout=3)
+    assert got.headers["task"] == "scheduling.deliver" and got.headers[wire.H_MESSAGE_ID] == str(message.id)
+    assert json.loads(got.body)[0] == [str(message.id)]
+    assert got.properties["delivery_mode"] == 2
+
+
+def test_delayed_message_starts_at_its_highest_level(endpoint, amqp):
+    message = row(endpoint, 3600)
+    relay_publish(ids=[str(message.id)])
+    message.refresh_from_db()
+    # 3600 s - margin -> 3599 s = 0b111000001111: highest bit is level 11
+    assert message.first_exchange == "dp.v2.delay-level-11"
+    level_queue = cascade.level_name("dp.v2.", 11)
+    assert amqp.queue_depth(level_queue) == 1
+    got = get(amqp, level_queue)
+    assert got.headers[wire.H_DUE_AT_MS] == message.due_at_ms
+
+
+def test_a_row_is_published_once_however_often_the_relay_runs(endpoint, amqp):
+    rows = [row(endpoint, 0) for _ in range(5)]
+    ids = [str(r.id) for r in rows]
+    assert relay_publish(ids=ids).published == 5
+    assert relay_publish(ids=ids).published == 0
+    assert relay_publish(older_than=timedelta(0)).published == 0
+    for _ in range(5):
+        assert wait_get(amqp, endpoint.name, timeout=3)[0] is not None
+    assert get(amqp, endpoint.name) is None
+
+
+def test_cancelled_rows_are_not_published(endpoint, amqp):
+    message = row(endpoint, 0, status=Status.CANCELLED)
+    assert relay_publish(ids=[str(message.id)]).published == 0
+    assert get(amqp, endpoint.name) is None
+
+
+def test_sweeper_publishes_only_rows_older_than_the_grace(endpoint):
+    old, new = row(endpoint, 60), row(endpoint, 60)
+    ScheduledMessage.objects.filter(id=old.id).update(created_at=timezone.now() - timedelta(seconds=10))
+    assert relay_publish(older_than=timedelta(seconds=5)).published == 1
+    old.refresh_from_db(), new.refresh_from_db()
+    assert (old.status, new.status) == (Status.PUBLISHED, Status.PENDING)
+
+
+def test_broker_refusing_connections_leaves_rows_pending(endpoint, settings):
+    message = row(endpoint, 0)
+    settings.BROKER_URL = "amqp://guest:guest@127.0.0.1:1//"
+    result = relay_publish(ids=[str(message.id)])
+    assert result.published == 0 and result.failed == 1
+    message.refresh_from_db()
+    assert message.status == Status.PENDING and "Connection refused" in message.last_error
+
+
+def test_missing_cascade_leaves_rows_pending_with_the_reason(versions, endpoint_name, amqp):
+    version = versions["v1"]
+    version.prefix = "nowhere."
+    version.save()
+    endpoint = Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=version)
+    message = row(endpoint, 5)
+    result = relay_publish(ids=[str(message.id)])
+    assert result.published == 0
+    message.refresh_from_db()
+    assert message.status == Status.PENDING and "no exchange 'nowhere.delay-level-02'" in message.last_error
+
+
+def test_a_publisher_connection_lost_under_a_batch_is_replaced_at_once(endpoint, amqp):
+    """What a cluster node's death looks like to a web process: its long-lived publisher
+    connection is gone. The rows are published at once on a new connection, not left to the
+    sweeper (which made them seconds late, issue 22)."""
+    import socket
+
+    from scheduling.config.conf import broker
+    from scheduling.messages.relay import _GATHERER, _Pause, relay_publish_rows
+
+    _Pause.until = 0.0  # no earlier refusal in this process holds publishing back
+    warm = row(endpoint, 0)
+    assert relay_publish_rows(rows=[warm]).published == 1
+    conn = broker().publisher_connections()[_GATHERER.thread_name]  # the process's publisher thread's
+    conn.connection.transport.sock.shutdown(socket.SHUT_RDWR)  # the socket dies under the connection
+    rows = [row(endpoint, 0) for _ in range(3)]
+    result = relay_publish_rows(rows=rows)
+    assert (result.published, result.failed) == (3, 0), result.errors
+    assert broker().publisher_connections()[_GATHERER.thread_name] is not conn
+    assert ScheduledMessage.objects.filter(id__in=[r.id for r in rows], status=Status.PUBLISHED).count() == 3
+    for _ in range(4):
+        assert wait_get(amqp, endpoint.name, 5)[0] is not None  # the warm one and the three
+
+
+@pytest.fixture
+def v3_endpoint(bound_endpoint):
+    return bound_endpoint("v3")
+
+
+def test_with_envelopes_a_batch_due_in_one_second_is_one_broker_message(v3_endpoint, amqp, settings):
+    settings.DELAY_ENVELOPES = True
+    due = (timezone.now() + timedelta(seconds=3)).replace(microsecond=100_000)
+    rows = [ScheduledMessage.objects.create(endpoint=v3_endpoint, topology=v3_endpoint.topology, payload={"n": n},
+                                            due_at=due + timedelta(milliseconds=100 * n), requested_delay_ms=3000)
+            for n in range(5)]
+    later = row(v3_endpoint, 10)
+    counted = [REGISTRY.get_sample_value(f"delay_relay_{name}_total", {"version": "v3"}) or 0
+               for name in ("published", "broker_messages")]
+    assert relay_publish(ids=[str(r.id) for r in [*rows, later]]).published == 6
+    assert [(REGISTRY.get_sample_value(f"delay_relay_{name}_total", {"version": "v3"}) or 0) - before
+            for name, before in zip(("published", "broker_messages"), counted)] == [6, 2]
+    published = {r.id: r for r in ScheduledMessage.objects.filter(status=Status.PUBLISHED)}
+    assert len(published) == 6 and len({published[r.id].first_exchange for r in rows}) == 1
+    levels = {published[r.id].first_exchange for r in [*rows, later]}
+    messages = [m for level in levels for m in iter(lambda level=level: get(amqp, level), None)]
+    assert len(messages) == 2  # 5 messages in one envelope, the later one alone
+    (envelope,) = [m for m in messages if m.headers["task"] == wire.ENVELOPE_TASK]
+    assert wire.envelope_ids(envelope.headers, envelope.body) == [str(r.id) for r in rows]
+    (alone,) = [m for m in messages if m.headers["task"] == wire.DELIVER_TASK]
+    assert alone.headers[wire.H_MESSAGE_ID] == str(later.id)
+
+
+def test_v2_never_uses_envelopes(endpoint, amqp, settings):
+    settings.DELAY_ENVELOPES = True
+    due = timezone.now() + timedelta(seconds=3)
+    rows = [ScheduledMessage.objects.create(endpoint=endpoint, topology=endpoint.topology, payload={}, due_at=due,
+                                            requested_delay_ms=3000) for _ in range(3)]
+    assert relay_publish(ids=[str(r.id) for r in rows]).published == 3
+    level = ScheduledMessage.objects.get(id=rows[0].id).first_exchange
+    messages = list(iter(lambda: get(amqp, level), None))
+    assert [m.headers["task"] for m in messages] == [wire.DELIVER_TASK] * 3
+
+
+# --- new rows written as published, sent after their commit (relay_claim_new) ------------------
+
+
+@pytest.fixture
+def committed(monkeypatch):
+    """Scheduling as the API does it, with on_commit callbacks run (these tests' transaction
+    never commits); the relay's pause after a refused broker reset for each test."""
+    from django.db import connection
+
+    monkeypatch.setattr("scheduling.messages.relay._Pause.until", 0.0)
+
+    def schedule(endpoint, delays):
+        with CaptureQueriesContext(connection) as captured, \
+                TestCase.captureOnCommitCallbacks(execute=True):
+            results = message_schedule_many(items=[{"endpoint": endpoint.name, "payload": {"n": i}, "delay": d}
+                                                   for i, d in enumerate(delays)])
+        written = [q["sql"] for q in captured.captured_queries if "scheduling_scheduledmessage" in q["sql"]]
+        return [r.message for r in results], written
+
+    return schedule
+
+
+def test_new_rows_are_written_published_and_sent_after_the_commit_with_no_second_write(v3_endpoint, amqp,
+                                                                                         committed):
+    start = 31.05 - timezone.now().microsecond / 1e6  # three due times inside one second
+    messages, written = committed(v3_endpoint, [round(start + d, 3) for d in (0, 0.2, 0.4)])
+    assert not [sql for sql in written if "FOR UPDATE" in sql or sql.lstrip().upper().startswith("UPDATE")], written
+    rows = list(ScheduledMessage.objects.filter(id__in=[m.id for m in messages]))
+    assert {r.status for r in rows} == {Status.PUBLISHED} and len({r.published_at for r in rows}) == 1
+    (level,) = {r.first_exchange for r in rows}
+    (envelope,) = list(iter(lambda: get(amqp, level), None))  # one envelope, as the rows say
+    assert sorted(wire.envelope_ids(envelope.headers, envelope.body)) == sorted(str(r.id) for r in rows)
+    assert envelope.headers[wire.H_PUBLISHED_AT_MS] == wire.to_epoch_ms(rows[0].published_at)
+
+
+def test_rows_the_broker_did_not_take_go_back_to_the_sweeper(v3_endpoint, committed, settings):
+    settings.BROKER_URL = "amqp://guest:guest@127.0.0.1:1//"
+    messages, _ = committed(v3_endpoint, [30, 31])
+    assert {m.status for m in messages} == {Status.PENDING}  # what the API answers
+    for row in ScheduledMessage.objects.filter(id__in=[m.id for m in messages]):
+        assert row.status == Status.PENDING and row.published_at is None and row.last_error
+    assert relay_publish(ids=[str(m.id) for m in messages]).published == 0  # still refused: the sweeper's turn
+
+
+def test_a_row_cancelled_before_the_failed_publish_stays_cancelled(v3_endpoint, settings, monkeypatch):
+    settings.BROKER_URL = "amqp://guest:guest@127.0.0.1:1//"
+    monkeypatch.setattr("scheduling.messages.relay._Pause.until", 0.0)
+    due = timezone.now() + timedelta(seconds=30)
+    rows = [ScheduledMessage.new(endpoint=v3_endpoint, id=uuid.uuid4(), payload={}, due_at=due, requested_delay_ms=0)
+            for _ in range(2)]
+    claimed = relay_claim_new(rows=rows)
+    ScheduledMessage.objects.insert_many(rows)
+    ScheduledMessage.objects.filter(id=rows[0].id).update(status=Status.CANCELLED)
+    relay_send_claimed(claimed=claimed)
+    assert dict(ScheduledMessage.objects.filter(id__in=[r.id for r in rows]).values_list("id", "status")) == {
+        rows[0].id: Status.CANCELLED, rows[1].id: Status.PENDING}
+
+
+def test_without_the_rescue_behind_it_new_rows_take_the_outbox_way(v3_endpoint, amqp, committed, settings):
+    Endpoint.objects.filter(id=v3_endpoint.id).update(handler=Endpoint.Handler.CELERY_QUEUE)
+    celery_queue = Endpoint.objects.get(id=v3_endpoint.id)  # the rescue does not serve it
+    assert relay_claim_new(rows=[ScheduledMessage.new(endpoint=celery_queue, id=uuid.uuid4(), payload={},
+                                                      due_at=timezone.now(), requested_delay_ms=0)]) is None
+    Endpoint.objects.filter(id=v3_endpoint.id).update(handler=v3_endpoint.handler)
+    settings.DELAY_RESCUE_AFTER_MS = 0
+    messages, written = committed(v3_endpoint, [30])
+    assert [sql for sql in written if "FOR UPDATE SKIP LOCKED" in sql]  # locked, published, then marked
+    assert ScheduledMessage.objects.get(id=messages[0].id).status == Status.PUBLISHED
