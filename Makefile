@@ -67,7 +67,7 @@ cluster-stop:
 	scripts/rabbitmq-cluster.sh stop
 
 ## soak: the platform as make run deploys it, under a steady load for SOAK_MINUTES (60) with pruning throughout,
-## the worker SIGKILLed every 10 min and RabbitMQ restarted once; a row every 5 min, then a verdict (docs/reliability.md)
+## the worker SIGKILLed every 10 min and RabbitMQ restarted once; a row every 5 min, then a verdict (docs/operations/reliability.md)
 soak: venv
 	scripts/services.sh rabbitmq postgres
 	$(BIN)/python -m tests.reliability.soak

@@ -6,7 +6,7 @@
 Stages: a confirmed publish into the first level; each dead-letter hop through the levels (one,
 then two set bits); and taking the messages from the endpoint queue with one ack per message
 or with AMQP's multiple acks. This is the evidence behind "what limits" the burst, throughput
-and broker-CPU figures in docs/performance.md.
+and broker-CPU figures in docs/operations/performance.md.
 """
 
 from __future__ import annotations

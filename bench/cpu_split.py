@@ -6,7 +6,7 @@ RabbitMQ and the client, measured from /proc over one run of case 3 or case 2.
 Prints CPU microseconds per message for each part and the wall time; with --py-spy, also
 records the web workers and the platform worker while it runs (py-spy's collapsed stacks, which
 ``py-spy``'s flame graph tools and speedscope read) and prints the busiest functions of each.
-This is the evidence behind "what limits each figure" in docs/performance.md.
+This is the evidence behind "what limits each figure" in docs/operations/performance.md.
 """
 
 from __future__ import annotations

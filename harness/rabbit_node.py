@@ -50,7 +50,7 @@ class PrivateRabbit:
         self.config = [f"listeners.tcp.local = 127.0.0.1:{port}", "loopback_users = none"]
         if consumer_timeout_ms is not None:
             self.config.append(f"consumer_timeout = {consumer_timeout_ms}")
-        # as docs/reliability.md recommends for v2/v3: unconfirmed dead-letters re-sent after 5 s,
+        # as docs/operations/reliability.md recommends for v2/v3: unconfirmed dead-letters re-sent after 5 s,
         # not 180 s (a restart mid-dead-letter otherwise parks a whole level for three minutes)
         self.advanced = ["{dead_letter_worker_publisher_confirm_timeout, 5000}"]
         # how often each channel checks its consumers' timeout (RabbitMQ's default: once a minute)

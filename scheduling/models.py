@@ -16,13 +16,13 @@ from scheduling.core.clock import to_epoch_ms
 from scheduling.config.conf import conf, configured_version, setting_name
 from scheduling.core.flow_gate import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
 from scheduling.delivery.models import EndpointHealth, MessageAttempt, Trigger  # noqa: F401  (registers them)
-from scheduling.core.lifecycle import IN_FLIGHT, Status
+from scheduling.core.lifecycle import IN_FLIGHT_VALUES, Status
 from scheduling.messages.queries import ScheduledMessageQuerySet, loaded_instance
 from scheduling.retention.listing import ParquetFileListing
 from scheduling.teams.models import ApiKey, Membership, Team, default_team_id  # noqa: F401  (registers them)
 from scheduling.audit.models import AuditArchiveFile, AuditEvent  # noqa: F401  (registers them)
 
-IN_FLIGHT_VALUES = sorted(status.value for status in IN_FLIGHT)  # the partial indexes' condition
+IN_FLIGHT_SORTED = sorted(IN_FLIGHT_VALUES)  # the partial indexes' condition, in a stable order
 
 
 class TopologyVersion(models.Model):
@@ -190,7 +190,7 @@ class ScheduledMessage(models.Model):
     Status = Status  # the lifecycle's statuses (scheduling/core/lifecycle.py)
 
     # UUIDv7: time-ordered, so new rows extend the primary key's index at its right edge instead of
-    # touching a random page of it (rows from before keep their v4 ids; docs/performance.md).
+    # touching a random page of it (rows from before keep their v4 ids; docs/operations/performance.md).
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     # No single-column indexes on the two keys: (endpoint, status) serves endpoint lookups, and
     # every index is written again at each status change (pending, published, delivered).
@@ -247,7 +247,7 @@ class ScheduledMessage(models.Model):
         ]
         # Lists read newest first through these (selectors.database.message_get_page merges one index range
         # per status, or per endpoint x status x version, instead of sorting the table): with
-        # 50 M rows, no page may sort or count the history (docs/performance.md, "History").
+        # 50 M rows, no page may sort or count the history (docs/operations/performance.md, "History").
         indexes = [
             models.Index(fields=["status", "created_at"], name="message_status_created"),
             # Two partial indexes, one over the messages in flight and one over the finished:
@@ -257,7 +257,7 @@ class ScheduledMessage(models.Model):
             # endpoint never used: with 200,000 messages in flight for another endpoint, the
             # in-flight part of a list takes 163 ms on a plain (endpoint, status) index).
             models.Index(fields=["endpoint", "status", "topology", "created_at", "id"], name="message_endpoint_in_flight",
-                         condition=models.Q(status__in=IN_FLIGHT_VALUES)),
+                         condition=models.Q(status__in=IN_FLIGHT_SORTED)),
             models.Index(fields=["endpoint", "status", "topology", "created_at", "id"], name="message_endpoint_history",
                          condition=models.Q(status__in=["cancelled", "delivered", "failed"])),
             models.Index(
@@ -266,7 +266,7 @@ class ScheduledMessage(models.Model):
             ),
             # overdue and due soon, among the messages in flight only (the dashboard)
             models.Index(fields=["due_at"], name="message_in_flight_due",
-                         condition=models.Q(status__in=IN_FLIGHT_VALUES)),
+                         condition=models.Q(status__in=IN_FLIGHT_SORTED)),
             # scheduled in the past: a few rows, none for a message asked for a time to come
             models.Index(fields=["created_at"], name="message_in_past_created",
                          condition=models.Q(due_at__lt=models.F("created_at"))),

@@ -67,7 +67,7 @@ EOF
   # A quorum queue dead-letters at-least-once: it keeps a message until the next queue confirms
   # it, and re-sends the unconfirmed ones after this timeout. When the next queue's leader dies,
   # its confirms never come, and with the default (180 s) a whole level waits three minutes
-  # (docs/reliability.md). 5 s: a node's death delays a level by seconds, not minutes.
+  # (docs/operations/reliability.md). 5 s: a node's death delays a level by seconds, not minutes.
   cat >"$base/advanced.config" <<EOF
 [{rabbit, [{dead_letter_worker_publisher_confirm_timeout, 5000}]}].
 EOF

@@ -24,7 +24,7 @@ def test_the_site_builds_strictly(tmp_path):
     assert (tmp_path / "index.html").is_file()
     # the nav's pages and the files they link to are all there
     for page in ["reference/configuration", "reference/commands", "reference/api", "architecture",
-                 "performance", "reliability"]:
+                 "operations/performance", "operations/reliability", "observability/metrics"]:
         assert (tmp_path / page / "index.html").is_file(), page
     assert (tmp_path / "alerts.yml").is_file() and (tmp_path / "grafana-dashboard.json").is_file()
 

@@ -12,8 +12,8 @@ imported or run); docs/architecture.md explains them:
 - ``scheduling/``'s top level holds ``apps.py`` and ``models.py`` only, the rest is in a domain's
   or an edge's folder, and docs/architecture.md names every package and module;
 - services and selectors: every public function keyword-only and named ``<entity>_<verb>``, and
-  imported from its module (``from scheduling.messages.services import message_schedule``); the
-  domains' ``__init__.py`` re-export nothing.
+  imported by name from its module (``from scheduling.messages.services import message_schedule``,
+  never the module whole); the domains' ``__init__.py`` re-export nothing.
 - each setting is declared once (scheduling/config/specs.py): no other module of the platform
   spells a ``DELAY_*`` name, in code or in a string (docstrings and comments may name them), and
   every environment variable the platform reads is declared there.
@@ -232,6 +232,31 @@ def test_services_and_selectors_are_keyword_only_and_named_entity_verb(path):
         assert entity, f"{rel(path)}: {function.name} is not named <entity>_<verb> (entities: {', '.join(ENTITIES)})"
 
 
+SERVICES_OR_SELECTORS = re.compile(r"scheduling\.\w+\.(services|selectors)")
+
+
+def services_imported_as_modules(source: str) -> list[str]:
+    """``from scheduling.messages import services`` and ``import scheduling.messages.services``:
+    a service or selector module imported whole, its functions then called through it."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found += [f"{node.module}.{a.name}" for a in node.names
+                      if SERVICES_OR_SELECTORS.fullmatch(f"{node.module}.{a.name}")]
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names if SERVICES_OR_SELECTORS.fullmatch(a.name)]
+    return found
+
+
+@pytest.mark.parametrize("path", sources("scheduling", "tests", "bench", "harness", "delayplatform"), ids=rel)
+def test_services_and_selectors_are_imported_by_name(path):
+    """One import style: ``from scheduling.messages.services import message_schedule``, so a
+    reader sees at the top of a file which writes and reads it uses. (The prune's fault test
+    replaces functions on the module itself, so it holds the module.)"""
+    allowed = ["scheduling.retention.services"] if rel(path) == "tests/reliability/prune_child.py" else []
+    assert services_imported_as_modules(path.read_text()) == allowed
+
+
 DOMAIN_PACKAGES = sorted(p for p in SCHEDULING.glob("*/__init__.py")
                          if p.parent.name not in ("admin", "celery", "migrations"))
 
@@ -253,6 +278,9 @@ def test_the_rules_see_imports():
         SCHEDULING / "messages" / "services.py")}
     assert len(service_modules()) > 20 and len(database_selectors()) == 10
     assert {"core/", "core/clock.py", "worker/loop.py"} <= architecture_names()
+    assert services_imported_as_modules("from scheduling.messages import services\nimport scheduling.teams.selectors\n"
+                                        "from scheduling.messages.services import message_cancel\n") == [
+        "scheduling.messages.services", "scheduling.teams.selectors"]
 
 
 # --- what runs beside the platform: harness, bench, tests ------------------------------------------

@@ -1,4 +1,4 @@
-"""docs/metrics.md, docs/alerts.yml and docs/grafana-dashboard.json against the metrics the code
+"""docs/observability/metrics.md, docs/alerts.yml and docs/grafana-dashboard.json against the metrics the code
 exports: every metric documented, the alert rules valid with the expected names, and every query
 of the rules and the dashboard naming metrics that exist (a renamed metric breaks this, not a
 dashboard in production)."""
@@ -51,11 +51,11 @@ def test_the_code_exports_what_the_issue_asks_for():
 
 
 def test_every_metric_is_documented_with_its_type():
-    text = (DOCS / "metrics.md").read_text()
+    text = (DOCS / "observability" / "metrics.md").read_text()
     rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `(delay_[a-z_]+)` \| (\w+)", text, re.M)}
     for name, kind in exported().items():
         shown = name + "_total" if kind == "counter" else name
-        assert shown in rows, f"{shown} is not in docs/metrics.md"
+        assert shown in rows, f"{shown} is not in docs/observability/metrics.md"
         assert rows[shown] == kind, f"{shown} is documented as a {rows[shown]}, it is a {kind}"
     documented_only = set(rows) - sample_names() - set(exported())
     assert not documented_only, f"documented but not exported: {documented_only}"

@@ -15,7 +15,7 @@ def run(b, platform_worker) -> dict:
     are in the cascade, against a stock Celery worker holding countdown tasks; and the
     broker's memory per message in flight, per version. A stock worker takes ETA tasks in at
     only ~10-16/s once a backlog exists (its global prefetch grows by one per held task, once
-    per loop turn: docs/performance.md), so it gets a fixed time and its cost is scaled to n."""
+    per loop turn: docs/operations/performance.md), so it gets a fixed time and its cost is scaled to n."""
     from scheduling.config.conf import broker
     from topology import cascade
 

@@ -28,7 +28,7 @@ from rabbit import Broker, Management, Outgoing
 from topology import cascade
 
 LEVEL_ARGS = {**dict(cascade.V3.kind_arguments), **dict(cascade.V3.dead_letter_arguments)}
-BODY = b"x" * 106  # the platform's typical body size (docs/performance.md)
+BODY = b"x" * 106  # the platform's typical body size (docs/operations/performance.md)
 
 
 def run(broker: Broker, management: Management, pids: list[int], messages: int, shards: int) -> dict:

@@ -3,7 +3,7 @@
 list fits on one page and PostgreSQL's estimate otherwise, and the order is the one an index
 gives: newest first, or by due time when a due filter is on. Django's ChangeList counts every
 matching row for its paginator, sorts by any column asked and lists the calendar's dates with a
-DISTINCT over the table: seconds each with 50 M rows (docs/performance.md, "History"). A cursor
+DISTINCT over the table: seconds each with 50 M rows (docs/operations/performance.md, "History"). A cursor
 that no page wrote is a 400, as on the API (never read as the first page, never a 500 however
 deep it nests)."""
 

@@ -113,7 +113,7 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
     show_full_result_count = False  # a second COUNT(*) over the whole table per page
     # With hundreds of millions of rows: pages by cursor, no exact count, no facet counts, and the
     # order is the index's (newest first, or by due time under a due filter): sorting by a
-    # column meant sorting the table (keyset.MessageChangeList, docs/performance.md "History").
+    # column meant sorting the table (keyset.MessageChangeList, docs/operations/performance.md "History").
     sortable_by = ()
     show_facets = admin.ShowFacets.NEVER
     actions = ("cancel", "republish", "resend")

@@ -15,7 +15,7 @@ from scheduling.core.errors import BulkValidationError, NotFound
 from scheduling.core.lifecycle import Status
 from scheduling.models import Endpoint
 from scheduling.schedules import rules
-from scheduling.endpoints.selectors import endpoint_count_messages, endpoint_get_named, endpoint_list
+from scheduling.endpoints.selectors import endpoint_count_messages, endpoint_get_one, endpoint_list
 from scheduling.messages.selectors import message_list, message_list_attempts, message_list_groups
 from scheduling.schedules.selectors import schedule_list
 from scheduling.teams.roles import Action
@@ -252,11 +252,8 @@ class MessageViewSet(TeamScoped, mixins.ListModelMixin, mixins.RetrieveModelMixi
         self.team_ids = team_ids
         endpoint_id = None
         if self.filters.get("endpoint"):
-            named = endpoint_get_named(name=self.filters["endpoint"], team_ids=team_ids)
-            if len(named) > 1:
-                raise DjangoValidationError({"team": f"several of your teams have an endpoint "
-                                                     f"{self.filters['endpoint']!r}: give team"})
-            endpoint_id = named[0].pk if named else -1
+            named = endpoint_get_one(name=self.filters["endpoint"], team_ids=team_ids)
+            endpoint_id = named.pk if named else -1
         return message_list(endpoint_id=endpoint_id, status=self.filters.get("status"),
                             schedule=self.filters.get("schedule"), team_ids=team_ids)
 

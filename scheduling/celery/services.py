@@ -20,7 +20,7 @@ from scheduling.core.errors import BulkValidationError, Conflict, NotFound
 from scheduling.core.lifecycle import IN_FLIGHT, Arrival, Status
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.observability import metrics
-from scheduling.endpoints.selectors import endpoint_get_named
+from scheduling.endpoints.selectors import endpoint_get_one
 from scheduling.delivery.log import delivery_log_on_commit
 from scheduling.delivery.minutes import delivery_minute_record
 from scheduling.endpoints.services import endpoint_create
@@ -106,14 +106,12 @@ def celery_task_cancel(*, task_id: str, caller: Caller = PLATFORM, endpoint: str
 
 def _task_endpoint(name: str, team_ids: frozenset[int] | None) -> Endpoint:
     """The ``celery_queue`` endpoint of this name in these teams (None: any), or ValidationError."""
-    found = endpoint_get_named(name=name, team_ids=team_ids) if "\x00" not in name else []
-    if not found:
+    endpoint = endpoint_get_one(name=name, team_ids=team_ids)
+    if endpoint is None:
         raise ValidationError({"endpoint": f"no endpoint {name!r} in your teams"})
-    if len(found) > 1:
-        raise ValidationError({"team": f"several of your teams have an endpoint {name!r}: give team"})
-    if found[0].handler != Endpoint.Handler.CELERY_QUEUE:
+    if endpoint.handler != Endpoint.Handler.CELERY_QUEUE:
         raise ValidationError({"endpoint": f"endpoint {name!r} is not a celery_queue endpoint"})
-    return found[0]
+    return endpoint
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,9 @@ IN_FLIGHT = frozenset({Status.PENDING, Status.PUBLISHED})
 # Done, for now: ``finished_at`` says since when, and the prune archives and removes the row once
 # its retention has passed (a failed one can still be republished until then).
 FINISHED = frozenset({Status.DELIVERED, Status.CANCELLED, Status.FAILED})
+# As stored: the partial indexes' conditions (models.py) and the reads that pick an index by them.
+IN_FLIGHT_VALUES = frozenset(status.value for status in IN_FLIGHT)
+FINISHED_VALUES = frozenset(status.value for status in FINISHED)
 
 
 class Event(enum.StrEnum):

@@ -333,7 +333,7 @@ class TaskSends:
 def send_celery_tasks(messages: list[ScheduledMessage]) -> TaskSends:
     """Send the handler tasks of a batch in one confirmed publish (a window of confirms in
     flight, as the relay does): one at a time, each waited a broker round trip, which on a
-    replicated (quorum) task queue held the delivery loop ~6 ms per message (docs/scaling.md)."""
+    replicated (quorum) task queue held the delivery loop ~6 ms per message (docs/operations/scaling.md)."""
     sends = TaskSends(refused={i: why for i, m in enumerate(messages)  # checked again here: the allowlists may have changed
                                if (why := _task_refusal(m.endpoint))})
     sendable = [i for i in range(len(messages)) if i not in sends.refused]

@@ -3,15 +3,14 @@ endpoints page's per-status counts (exact up to a cap, PostgreSQL's estimate abo
 
 from __future__ import annotations
 
-import json
 
+from django.core.exceptions import ValidationError
 from django.db import connection
 from django.db.models import Q
 
 from scheduling.core.flow_gate import Limit
-from scheduling.core.lifecycle import IN_FLIGHT, Status
-from scheduling.messages.counts import Tally
-from scheduling.messages.selectors import _FINISHED, _IN_FLIGHT, _endpoints_of
+from scheduling.core.lifecycle import FINISHED_VALUES, IN_FLIGHT, IN_FLIGHT_VALUES, Status
+from scheduling.messages.counts import Tally, message_table_get_statistics
 from scheduling.models import Endpoint, ScheduledMessage
 
 
@@ -34,10 +33,15 @@ def endpoint_get_flow_limits() -> dict[str, Limit]:
             in limited.values_list("queue", "id", "max_deliveries_per_second", "max_concurrent")}
 
 
+def endpoint_list_in_teams(*, team_ids):
+    """The endpoints of the teams ``team_ids`` (None: every team's), as a queryset to narrow."""
+    return Endpoint.objects.all() if team_ids is None else Endpoint.objects.filter(team_id__in=team_ids)
+
+
 def endpoint_get_named(*, name: str, team_ids=None, team: str | None = None) -> list[Endpoint]:
     """The endpoints called ``name`` in the teams ``team_ids`` (None: any), in the team named
     ``team`` if given: one, none, or (a name several teams use) more."""
-    rows = _endpoints_of(team_ids).select_related("team", "topology").filter(name=name)
+    rows = endpoint_list_in_teams(team_ids=team_ids).select_related("team", "topology").filter(name=name)
     if team:
         rows = rows.filter(team__name=team)
     return list(rows.order_by("team__name")[:20])
@@ -46,40 +50,14 @@ def endpoint_get_named(*, name: str, team_ids=None, team: str | None = None) -> 
 ENDPOINT_COUNT_CAP = 1_000  # per endpoint and status: an endpoints page reads at most this many index entries each
 
 
-def _message_statistics() -> tuple[float, dict, dict]:
-    """PostgreSQL's statistics of the messages table, as the planner reads them: its rows now
-    (rows per page at the last ANALYZE times its pages now: growth since is counted), the
-    frequency of each (endpoint, status) pair it keeps (multivariate MCV list, migration 0014),
-    and per column: value -> frequency, plus the frequency of a value it does not list."""
-    table = ScheduledMessage._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT c.reltuples, c.relpages, pg_relation_size(c.oid) / current_setting('block_size')::int, "
-            "  (SELECT json_agg(json_build_array(s.attname, s.most_common_vals::text::text[], s.most_common_freqs, "
-            "                                    s.n_distinct, s.null_frac)) "
-            "   FROM pg_stats s WHERE s.schemaname = current_schema() AND s.tablename = %s "
-            "   AND s.attname IN ('endpoint_id', 'status')), "
-            "  (SELECT json_build_array(x.attnames, x.most_common_vals, x.most_common_freqs) FROM pg_stats_ext x "
-            "   WHERE x.schemaname = current_schema() AND x.tablename = %s "
-            "   AND x.statistics_name = 'message_endpoint_status_stats') "
-            "FROM pg_class c WHERE c.oid = %s::regclass", [table, table, table])
-        reltuples, relpages, pages, columns, pairs = cursor.fetchone()
-    if reltuples is None or reltuples < 0:  # never analysed
-        return -1.0, {}, {}
-    rows = reltuples / relpages * pages if relpages > 0 else float(reltuples)
-    per_column = {}
-    for name, values, freqs, n_distinct, null_frac in (json.loads(columns) if isinstance(columns, str) else columns) or ():
-        values, freqs = values or [], freqs or []
-        distinct = n_distinct if n_distinct >= 0 else -n_distinct * reltuples
-        rest = max(0.0, 1.0 - null_frac - sum(freqs)) / max(1.0, distinct - len(values))
-        per_column[name] = ({str(v): f for v, f in zip(values, freqs)}, rest)
-    joint = {}
-    if pairs:
-        names, values, freqs = json.loads(pairs) if isinstance(pairs, str) else pairs
-        where = {name: i for i, name in enumerate(names)}
-        for combination, freq in zip(values or [], freqs or []):
-            joint[(combination[where["endpoint_id"]], combination[where["status"]])] = freq
-    return rows, per_column, joint
+def endpoint_get_one(*, name: str, team_ids=None) -> Endpoint | None:
+    """The endpoint called ``name`` in the teams ``team_ids`` (None: any): None when none has
+    one; ValidationError on ``team`` when several do (a name is unique within a team only)."""
+    found = endpoint_get_named(name=name, team_ids=team_ids) if "\x00" not in name else []
+    if len(found) > 1:
+        teams = ", ".join(endpoint.team.name for endpoint in found)
+        raise ValidationError({"team": f"several of your teams have an endpoint {name!r} ({teams}): give team"})
+    return found[0] if found else None
 
 
 def endpoint_count_messages(*, endpoint_ids) -> dict[int, dict[str, Tally]]:
@@ -91,7 +69,7 @@ def endpoint_count_messages(*, endpoint_ids) -> dict[int, dict[str, Tally]]:
     endpoint_ids = list(endpoint_ids)
     if not endpoint_ids:
         return {}
-    rows, per_column, joint = _message_statistics()
+    rows, per_column, joint = message_table_get_statistics()
 
     def estimate(endpoint_id: int, status: str) -> int | None:
         if rows < 0:
@@ -114,7 +92,7 @@ def endpoint_count_messages(*, endpoint_ids) -> dict[int, dict[str, Tally]]:
                 f"WHERE m.endpoint_id = p.e AND m.status = p.s AND m.status = ANY(%s) LIMIT %s) x) "
                 f"FROM unnest(%s::bigint[], %s::text[]) AS p(e, s)")
         parts, params = [], []
-        for statuses in (sorted(_IN_FLIGHT), sorted(_FINISHED)):
+        for statuses in (sorted(IN_FLIGHT_VALUES), sorted(FINISHED_VALUES)):
             pairs = [(e, s) for e, s in counted if s in statuses]
             if pairs:
                 parts.append(part)

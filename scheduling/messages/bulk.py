@@ -22,8 +22,9 @@ from scheduling.config.conf import conf
 from scheduling.delivery.models import Trigger
 from scheduling.core.errors import Unavailable
 from scheduling.core.lifecycle import Event, Status
-from scheduling.models import BulkAction, DeliveryMode, Endpoint, ScheduledMessage, Team
+from scheduling.models import BulkAction, DeliveryMode, ScheduledMessage, Team
 from scheduling.observability import metrics
+from scheduling.endpoints.selectors import endpoint_get_one
 from scheduling.messages.selectors import message_list_matching
 from scheduling.messages.relay import relay_publish_rows
 
@@ -44,11 +45,8 @@ def _checked(kind: str, filters: dict, team: Team | None) -> dict:
     if "status" in given and given["status"] not in _ACTS_ON[kind]:
         raise ValidationError({"status": f"a {kind} acts on {' or '.join(_ACTS_ON[kind])} messages only"})
     if "endpoint" in given:
-        named = Endpoint.objects.filter(name=given["endpoint"], **({"team": team} if team is not None else {}))
-        if not named.exists():
+        if endpoint_get_one(name=given["endpoint"], team_ids=None if team is None else [team.pk]) is None:
             raise ValidationError({"endpoint": f"unknown endpoint {given['endpoint']!r}"})
-        if team is None and named.count() > 1:
-            raise ValidationError({"endpoint": f"several teams have an endpoint {given['endpoint']!r}: give team"})
     for field in ("due_before", "due_after", "created_before", "created_after"):
         if field in given and (not isinstance(given[field], datetime) or timezone.is_naive(given[field])):
             raise ValidationError({field: "must be a date-time with a timezone"})

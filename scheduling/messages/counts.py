@@ -6,6 +6,8 @@ import json
 
 from django.db import connection
 
+from scheduling.models import ScheduledMessage
+
 # --- counts that stay bounded: exact up to a cap, PostgreSQL's estimate above it ----------------
 
 
@@ -72,3 +74,39 @@ def queryset_tally(*, querysets: dict, cap: int, estimates: dict | None = None, 
             result[key] = Tally(max(cap + 1, estimate if estimate is not None else queryset_estimate(queryset=qs)),
                                  exact=False)
     return result
+
+
+def message_table_get_statistics() -> tuple[float, dict, dict]:
+    """PostgreSQL's statistics of the messages table, as the planner reads them: its rows now
+    (rows per page at the last ANALYZE times its pages now: growth since is counted), the
+    frequency of each (endpoint, status) pair it keeps (multivariate MCV list, migration 0014),
+    and per column: value -> frequency, plus the frequency of a value it does not list."""
+    table = ScheduledMessage._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.reltuples, c.relpages, pg_relation_size(c.oid) / current_setting('block_size')::int, "
+            "  (SELECT json_agg(json_build_array(s.attname, s.most_common_vals::text::text[], s.most_common_freqs, "
+            "                                    s.n_distinct, s.null_frac)) "
+            "   FROM pg_stats s WHERE s.schemaname = current_schema() AND s.tablename = %s "
+            "   AND s.attname IN ('endpoint_id', 'status')), "
+            "  (SELECT json_build_array(x.attnames, x.most_common_vals, x.most_common_freqs) FROM pg_stats_ext x "
+            "   WHERE x.schemaname = current_schema() AND x.tablename = %s "
+            "   AND x.statistics_name = 'message_endpoint_status_stats') "
+            "FROM pg_class c WHERE c.oid = %s::regclass", [table, table, table])
+        reltuples, relpages, pages, columns, pairs = cursor.fetchone()
+    if reltuples is None or reltuples < 0:  # never analysed
+        return -1.0, {}, {}
+    rows = reltuples / relpages * pages if relpages > 0 else float(reltuples)
+    per_column = {}
+    for name, values, freqs, n_distinct, null_frac in (json.loads(columns) if isinstance(columns, str) else columns) or ():
+        values, freqs = values or [], freqs or []
+        distinct = n_distinct if n_distinct >= 0 else -n_distinct * reltuples
+        rest = max(0.0, 1.0 - null_frac - sum(freqs)) / max(1.0, distinct - len(values))
+        per_column[name] = ({str(v): f for v, f in zip(values, freqs)}, rest)
+    joint = {}
+    if pairs:
+        names, values, freqs = json.loads(pairs) if isinstance(pairs, str) else pairs
+        where = {name: i for i, name in enumerate(names)}
+        for combination, freq in zip(values or [], freqs or []):
+            joint[(combination[where["endpoint_id"]], combination[where["status"]])] = freq
+    return rows, per_column, joint

@@ -14,9 +14,10 @@ from django.utils import timezone
 from scheduling.core import lateness_buckets
 from scheduling.core.clock import minute_floor
 from scheduling.core.lifecycle import FINISHED, IN_FLIGHT, Status
-from scheduling.endpoints.selectors import _message_statistics
+from scheduling.endpoints.selectors import endpoint_list_in_teams
 from scheduling.messages.counts import Tally, queryset_tally
-from scheduling.messages.selectors import SCHEDULED_IN_PAST, _endpoints_of, message_list
+from scheduling.messages.counts import message_table_get_statistics
+from scheduling.messages.selectors import SCHEDULED_IN_PAST, message_list
 from scheduling.models import DeliveryMinute, ScheduledMessage
 
 # --- the dashboard ----------------------------------------------------------------------------
@@ -102,7 +103,7 @@ def message_count_in_past(*, now: datetime) -> list[tuple[str, Tally]]:
 
 def message_estimate_by_status() -> dict[str, int | None]:
     """Status -> PostgreSQL's estimate of its messages (None before the table was analysed)."""
-    rows, per_column, _ = _message_statistics()
+    rows, per_column, _ = message_table_get_statistics()
     values, rest = per_column.get("status", ({}, 0.0))
     return {status.value: round(rows * values.get(status.value, rest)) if rows >= 0 else None for status in Status}
 
@@ -116,7 +117,7 @@ def dashboard_get(*, now: datetime | None = None, team_ids=None) -> Dashboard:
     now = now or timezone.now()
     messages = ScheduledMessage.objects.all()
     if team_ids is not None:
-        messages = messages.filter(endpoint_id__in=Subquery(_endpoints_of(team_ids).values("id")))
+        messages = messages.filter(endpoint_id__in=Subquery(endpoint_list_in_teams(team_ids=team_ids).values("id")))
     in_flight = messages.filter(status__in=sorted(s.value for s in IN_FLIGHT))  # the index's list
     backdated = messages.filter(SCHEDULED_IN_PAST)
     estimates = message_estimate_by_status() if team_ids is None else {}

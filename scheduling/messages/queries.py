@@ -8,7 +8,6 @@ import re
 from datetime import datetime
 
 import orjson
-from django.conf import settings
 from django.db import connection, models
 from django.db.models.base import ModelState
 
@@ -157,7 +156,7 @@ class ScheduledMessageQuerySet(models.QuerySet):
         them reads and writes, with their endpoint's team, handler and max_concurrent as
         ``endpoint_team_id``, ``endpoint_handler`` and ``endpoint_max_concurrent``; other fields load on access. The ORM's IN list of 500 ids and its full rows cost the delivery
         loop ~40 % of its time in a burst, and a second query for the endpoints a round trip of
-        every delivery's lateness (docs/performance.md)."""
+        every delivery's lateness (docs/operations/performance.md)."""
         if not ids:
             return []
         # from_db wants the values in the model's field order

@@ -9,7 +9,7 @@ Who publishes: the process that scheduled the rows, right after their commit
 (:func:`relay_publish_rows`: the API, the admin, Python callers), with the rows it already
 holds; and the sweeper, every few seconds, whatever is still pending (the broker was down,
 the process died). A worker hop per request cost a task message, a second read of every row
-and a second process's CPU (docs/performance.md).
+and a second process's CPU (docs/operations/performance.md).
 
 After a commit, a request hands its rows to its process's publisher thread (rabbit/gather.py)
 and waits for their confirms: the rows of requests committed meanwhile go in the same confirmed
@@ -198,7 +198,7 @@ class Claimed:
 def relay_claim_new(*, rows: list[ScheduledMessage]) -> Claimed | None:
     """Write new rows as ``published`` and publish them after their commit, without locking and
     updating them again: that lock and update would be half of PostgreSQL's work per scheduled
-    message (docs/performance.md). The route is fixed now and sent as is after the commit (a
+    message (docs/operations/performance.md). The route is fixed now and sent as is after the commit (a
     few ms later, inside the arrival margin).
 
     Only where the rescue covers the one window this opens, a process killed between the commit

@@ -14,8 +14,9 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from scheduling.core.cursors import Position
-from scheduling.core.lifecycle import FINISHED, IN_FLIGHT, Status
+from scheduling.core.lifecycle import FINISHED_VALUES, IN_FLIGHT, IN_FLIGHT_VALUES, Status
 from scheduling.delivery.models import MessageAttempt
+from scheduling.endpoints.selectors import endpoint_list_in_teams
 from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
 
 
@@ -23,10 +24,6 @@ def message_list_attempts(*, message_id):
     """A message's attempts in the order they were made (started_at, then id: newest last), read
     by its index (message, started_at)."""
     return MessageAttempt.objects.filter(message_id=message_id).order_by("started_at", "id")
-
-
-def _endpoints_of(team_ids) -> object:
-    return Endpoint.objects.all() if team_ids is None else Endpoint.objects.filter(team_id__in=team_ids)
 
 
 def message_list_matching(*, endpoint: str | None = None, status: str | None = None, schedule: str | None = None,
@@ -37,9 +34,10 @@ def message_list_matching(*, endpoint: str | None = None, status: str | None = N
     (None: every team); ids only are read from it."""
     qs = ScheduledMessage.objects.all()
     if team_ids is not None:
-        qs = qs.filter(endpoint_id__in=Subquery(_endpoints_of(team_ids).values("id")))
+        qs = qs.filter(endpoint_id__in=Subquery(endpoint_list_in_teams(team_ids=team_ids).values("id")))
     if endpoint:
-        qs = qs.filter(endpoint_id__in=Subquery(_endpoints_of(team_ids).filter(name=endpoint).values("id")))
+        named = endpoint_list_in_teams(team_ids=team_ids).filter(name=endpoint)
+        qs = qs.filter(endpoint_id__in=Subquery(named.values("id")))
     for field, value in (("status", status), ("schedule", schedule), ("due_at__lt", due_before),
                          ("due_at__gt", due_after), ("created_at__lt", created_before),
                          ("created_at__gt", created_after)):
@@ -60,7 +58,7 @@ def message_list(*, endpoint_id: int | None = None, status: str | None = None, s
     joining on the name would leave the order to a sort of the endpoint's history."""
     qs = ScheduledMessage.objects.select_related("endpoint__team", "topology")
     if team_ids is not None:
-        qs = qs.filter(endpoint_id__in=Subquery(_endpoints_of(team_ids).values("id")))
+        qs = qs.filter(endpoint_id__in=Subquery(endpoint_list_in_teams(team_ids=team_ids).values("id")))
     if schedule:
         qs = qs.filter(schedule=schedule)
     if endpoint_id is not None:
@@ -74,7 +72,7 @@ def message_list(*, endpoint_id: int | None = None, status: str | None = None, s
 #
 # A page of messages is read newest first (or by due time) through an index, never by sorting or
 # counting the table: with 50 M finished rows a sort of one endpoint's history took seconds and an
-# exact count of it hundreds of milliseconds (docs/performance.md, "History"). When the filters
+# exact count of it hundreds of milliseconds (docs/operations/performance.md, "History"). When the filters
 # fix fewer columns than the index leads with, the page is the merge of one index range per value
 # of the others (5 statuses; or endpoint x status x version), each read only as far as one page.
 
@@ -101,7 +99,8 @@ def message_list_groups(*, fixed: frozenset[str] | set[str], team_ids=None) -> l
         return [] if "status" in fixed else [{"status": status} for status in values["status"]]
     team_endpoints = None
     if team_ids is not None and not fixed & {"endpoint", "topology"}:
-        team_endpoints = list(_endpoints_of(team_ids).order_by("id").values_list("id", flat=True)[:TEAM_GROUPS_MAX])
+        endpoints = endpoint_list_in_teams(team_ids=team_ids).order_by("id")
+        team_endpoints = list(endpoints.values_list("id", flat=True)[:TEAM_GROUPS_MAX])
         versions = TopologyVersion.objects.count()
         statuses = 1 if "status" in fixed else len(values["status"])
         if not team_endpoints or len(team_endpoints) * versions * statuses > TEAM_GROUPS_MAX:
@@ -117,8 +116,6 @@ def message_list_groups(*, fixed: frozenset[str] | set[str], team_ids=None) -> l
 
 
 _GROUP_TYPES = {"status": "text", "endpoint_id": "bigint", "topology_id": "bigint"}
-_FINISHED = frozenset(s.value for s in FINISHED)  # the statuses of message_endpoint_history
-_IN_FLIGHT = frozenset(s.value for s in IN_FLIGHT)  # of message_endpoint_in_flight
 
 
 def _past(field: str, position: Position, descending: bool) -> Q:
@@ -154,7 +151,7 @@ def _merged(base, groups: list[dict], order_by: str, down: bool, limit: int) -> 
     """The first ``limit`` rows of the groups' ranges merged. Groups of finished and of in-flight
     statuses are read apart, each with its statuses written out, so that PostgreSQL may use the
     partial indexes of each (a status that is only a LATERAL parameter proves neither predicate)."""
-    classes = [[g for g in groups if g.get("status") in statuses] for statuses in (_FINISHED, _IN_FLIGHT)]
+    classes = [[g for g in groups if g.get("status") in statuses] for statuses in (FINISHED_VALUES, IN_FLIGHT_VALUES)]
     if "status" not in groups[0]:
         classes = [groups]
     found = []

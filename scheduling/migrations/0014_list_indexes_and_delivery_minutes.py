@@ -1,4 +1,4 @@
-"""Reads that stay flat as history grows (docs/performance.md, "History").
+"""Reads that stay flat as history grows (docs/operations/performance.md, "History").
 
 - (endpoint, status) becomes two partial indexes on (endpoint, status, topology, created_at, id):
   one of the messages in flight (scheduling writes only this one), one of the finished ones (an

@@ -6,7 +6,7 @@ versions, tens of GB, before a vacuum even starts. 1 % (or 10,000 rows on a smal
 dead share near 1 % and the size flat; inserts trigger a vacuum as often, so the visibility map
 stays current for the index-only counts (pending, published, failed). Five times the default cost
 limit lets each vacuum of this table keep up with that churn (bench/studies/history_layout.py, part C);
-docs/performance.md ("History") has the arithmetic and the measurements."""
+docs/operations/performance.md ("History") has the arithmetic and the measurements."""
 
 from django.db import migrations
 

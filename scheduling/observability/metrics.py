@@ -1,5 +1,5 @@
 """The platform's Prometheus metrics: every definition here, and the few functions the services,
-the delivery loop and the Celery task claim call to count (docs/metrics.md lists them all).
+the delivery loop and the Celery task claim call to count (docs/observability/metrics.md lists them all).
 
 Counted where the event is decided, once its transaction has committed: a delivery batch that
 rolls back is tried again and must not count twice. Each process counts its own (the web server's

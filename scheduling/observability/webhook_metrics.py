@@ -1,4 +1,4 @@
-"""The webhook engine's metrics (docs/metrics.md): calls by outcome and their duration, circuits
+"""The webhook engine's metrics (docs/observability/metrics.md): calls by outcome and their duration, circuits
 opened and endpoints disabled. Labels are team and endpoint names (bounded by the endpoints)
 and the outcome (a fixed set: delivery/models.py Outcome)."""
 

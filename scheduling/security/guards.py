@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from urllib.parse import unquote, urlsplit
 
 from scheduling.config.specs import variable
-from scheduling.core.networks import Network, parse_networks
+from scheduling.core.networks import Network
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 

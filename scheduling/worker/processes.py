@@ -4,7 +4,7 @@ one dies, stopped with the worker.
 
 Why processes, not threads: a loop's webhook calls, records and acks share one interpreter lock;
 one process made ~2,900 webhook calls/s with its three threads busy, two made ~4,700 on the same
-2 cores (docs/performance.md). Each loop consumes every endpoint queue; the broker spreads the
+2 cores (docs/operations/performance.md). Each loop consumes every endpoint queue; the broker spreads the
 messages over them as over several workers, and what several workers already share (flow
 control's slots, ``max_concurrent``, the rescue, leases) holds between loops the same way.
 

@@ -67,7 +67,7 @@ def settle_and_count(p, cluster, name: str, total: int, scenario: str, report, t
     """``once``: no handler ran twice. The platform's own hand-over never repeats one (its
     duplicates are suppressed and counted); Celery's may: a handler task whose consumer's
     connection dies before its ack reaches the broker runs again (Celery is at-least-once), as
-    may one whose worker is SIGKILLed between handler and commit (docs/reliability.md)."""
+    may one whose worker is SIGKILLed between handler and commit (docs/operations/reliability.md)."""
     settled = settle(p, name, total, timeout=timeout)
     # A celery_task handler runs in the Celery pool after the delivery is recorded: at 200
     # messages/s two pool processes fall behind, and the tasks wait in the replicated `celery`

@@ -1,4 +1,4 @@
-"""The failure modes of other systems built on the same cascade (issue 22; docs/reliability.md,
+"""The failure modes of other systems built on the same cascade (issue 22; docs/operations/reliability.md,
 "Failure modes of the peers"), each shown absent on v2 and v3 through the real broker:
 
 - NServiceBus.RabbitMQ#1407: under at-least-once dead-lettering, one destination that cannot be

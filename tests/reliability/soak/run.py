@@ -10,7 +10,7 @@ exit code is 1 if a target is missed.
 
 Settings (environment): SOAK_MINUTES (60), SOAK_RATE (300 messages/s), SOAK_MAX_DELAY (5m; delays
 are uniform from 1 s), SOAK_CANCEL_SHARE (0.05), SOAK_RETENTION (2m, DELAY_RETENTION), SOAK_PRUNE_EVERY
-(1m, DELAY_PRUNE_EVERY). See docs/reliability.md, "Soak"."""
+(1m, DELAY_PRUNE_EVERY). See docs/operations/reliability.md, "Soak"."""
 
 from __future__ import annotations
 

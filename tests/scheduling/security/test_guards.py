@@ -4,11 +4,11 @@ names a celery_task endpoint may run. Names resolve for real (localhost is in /e
 
 import pytest
 
+from scheduling.core.networks import parse_networks
 from scheduling.security.guards import (
     TargetRefused,
     address_refusal,
     checked_addresses,
-    parse_networks,
     task_refusal,
     webhook_url_refusal,
 )
