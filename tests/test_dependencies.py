@@ -157,3 +157,11 @@ def test_what_each_part_imports_comes_with_its_sets(folders, files):
             assert pinned_in in files, f"{source} imports {distribution}, pinned in {pinned_in}"
         else:
             assert distribution in brought, f"{source} imports {distribution}: nothing in {files} installs it"
+
+
+def test_the_image_leaves_out_what_runs_beside_the_platform():
+    """COPY . . takes the build context: the tests, benchmarks, harness, client and docs stay out."""
+    ignored = {line.strip().rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines()
+               if line.strip() and not line.startswith("#")}
+    assert {"tests", "bench", "harness", "clients", "docs", ".venv", ".env"} <= ignored
+    assert not {"scheduling", "delayplatform", "rabbit", "topology", "requirements"} & ignored
