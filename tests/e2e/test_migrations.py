@@ -33,6 +33,10 @@ Status = ScheduledMessage.Status
 # a correctness bound, not a figure (make bench measures lateness): several times what an idle
 # machine shows (p50 ~20 ms, worst ~600 ms), so a busy 2-core machine stays under it (1,536 ms seen)
 MAX_LATE_MS = 5000
+# The delays below are as short as the moves allow: the shortest must outlast publishing and the
+# move (everything is still in the source cascade when the run starts), the longest reaches the
+# 8-s level (and the 16-s one for the 2,000), so every level a move reads holds messages. Each
+# test waits for its longest delay: ~20 s, not 30 (test_migrations.py ~320 -> ~240 s).
 
 
 def create_endpoint(api, name, **body):
@@ -81,7 +85,7 @@ def test_migrate_delays_delivers_each_message_once_and_on_time(api, platform, wo
                                                                 source, target):
     create_endpoint(api, endpoint_name, topology=source)
     rng = random.Random(5)
-    ids = schedule_many(api, endpoint_name, [round(rng.uniform(10, 30), 3) for _ in range(2000)])
+    ids = schedule_many(api, endpoint_name, [round(rng.uniform(10, 20), 3) for _ in range(2000)])
     hours = schedule_many(api, endpoint_name, [3600, 7200, 36_000])
     wait_until(lambda: count(ids + hours, Status.PUBLISHED) == len(ids) + len(hours), 30, 0.2, "all published")
     assert in_flight(amqp, source) >= 2000
@@ -129,7 +133,7 @@ def test_migrate_delays_drains_every_shard_of_a_sharded_source(api, sharded, wor
     assert (source.shards, target.shards) == (2, 2)
     create_endpoint(api, endpoint_name, topology="v2")
     rng = random.Random(13)
-    ids = schedule_many(api, endpoint_name, [round(rng.uniform(6, 20), 3) for _ in range(600)])
+    ids = schedule_many(api, endpoint_name, [round(rng.uniform(6, 14), 3) for _ in range(600)])
     hours = schedule_many(api, endpoint_name, [3600, 7200, 36_000, 3600, 7200, 36_000])
     wait_until(lambda: count(ids + hours, Status.PUBLISHED) == len(ids) + len(hours), 30, 0.2, "all published")
     shards = per_shard(amqp, source)
@@ -171,7 +175,7 @@ def test_killed_migration_run_again_loses_nothing_and_runs_each_handler_once(api
     into its messages, and a run killed between the split's publish and its ack moves it again."""
     create_endpoint(api, endpoint_name, topology=source)
     rng = random.Random(9)
-    ids = schedule_many(api, endpoint_name, [round(rng.uniform(8, 30), 3) for _ in range(1500)])
+    ids = schedule_many(api, endpoint_name, [round(rng.uniform(8, 20), 3) for _ in range(1500)])
     wait_until(lambda: count(ids, Status.PUBLISHED) == len(ids), 30, 0.2, "all published")
     if source == "v3":
         assert envelopes_in_flight(amqp, source, ids) > 0
@@ -202,7 +206,7 @@ def test_transfer_delays_to_another_broker(api, platform, worker, worker_env, en
     try:
         create_endpoint(api, endpoint_name, topology=version)
         rng = random.Random(11)
-        ids = schedule_many(api, endpoint_name, [round(rng.uniform(8, 20), 3) for _ in range(500)])
+        ids = schedule_many(api, endpoint_name, [round(rng.uniform(8, 14), 3) for _ in range(500)])
         wait_until(lambda: count(ids, Status.PUBLISHED) == len(ids), 30, 0.2, "all published")
         if version == "v3":
             assert envelopes_in_flight(amqp, version, ids) > 0
@@ -240,7 +244,7 @@ def test_timeout_manager_with_two_publishers_then_migrated_to_the_cascade(api, p
         rows = assert_each_delivered_once_on_time(ids, timeout=60, max_late_ms=5000)
         assert all(r.first_exchange == "" and r.delivery_count == 1 for r in rows)  # straight to the queue
 
-        waiting = schedule_many(api, endpoint_name, [round(rng.uniform(15, 25), 3) for _ in range(300)])
+        waiting = schedule_many(api, endpoint_name, [round(rng.uniform(12, 18), 3) for _ in range(300)])
         out = StringIO()
         call_command("migrate_timeouts", "--to", "v3", stdout=out)
         assert "moved 300 timeout(s)" in out.getvalue(), out.getvalue()

@@ -1,6 +1,7 @@
 """Fault injection against the real services. Each scenario runs on a platform of its own (its
-database, vhost or private RabbitMQ node, web server and worker), reports its counts, and the
-session prints them as one table (also artifacts/reliability.json).
+database, vhost or private RabbitMQ node, web server and worker), or of its module's scenarios,
+each then on an endpoint of its own (test_broker_faults.py, test_destination_gone.py), reports its
+counts, and the session prints them as one table (also artifacts/reliability.json).
 
 Sizes: reduced by default (part of `make test`); RELIABILITY_FULL=1 (`make test-reliability`)
 runs the sizes the issue names."""

@@ -26,8 +26,11 @@ def node():
         yield n
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def private_platform(node):
+    """One platform on the node for the module's faults, each on an endpoint of its own (its
+    messages counted apart): its web server and worker live through every restart and crash of the
+    module, as a deployment's do. A platform each took ~15 s of setup per test on a busy machine."""
     with platform(web_workers=2, broker_url=node.url, settings="delayplatform.settings_test") as p:
         p.start_worker(concurrency=2)
         yield p

@@ -70,11 +70,12 @@ def test_an_unroutable_destination_does_not_stall_a_level_for_the_others(version
 
 
 def test_a_task_retried_through_the_cascade_runs_each_time_and_nothing_grows(versioned):
-    """celery#10111 / #9867 / kombu#2556: a DelayedTask retried 10 times with a countdown of 3 s
-    passes the levels of 1 s and 2 s each time. Every run happens (counted), each retry row is
-    delivered once, and neither its routing key nor its task message grows with the retries."""
+    """celery#10111 / #9867 / kombu#2556: a DelayedTask retried 10 times (5 in make test: past the
+    two that stuck, each 3 s) with a countdown of 3 s passes the levels of 1 s and 2 s each time.
+    Every run happens (counted), each retry row is delivered once, and neither its routing key nor
+    its task message grows with the retries."""
     p, version = versioned, versioned.version
-    retries = 10
+    retries = size(10, 5)
     task_id = manage(p.env, "shell", "-c", "from harness.testapp.tasks import retry_until; "
                      f"print(retry_until.apply_async(args=[{retries}, 3], countdown=3).id)").strip().splitlines()[-1]
     runs_sql = "SELECT count(*) FROM testapp_receipt WHERE message_id LIKE %s"
@@ -90,7 +91,7 @@ def test_a_task_retried_through_the_cascade_runs_each_time_and_nothing_grows(ver
     keys = {len(r[3]) for r in rows}
     sizes = [len(json.dumps(json.loads(r[4])["celery"]["headers"], sort_keys=True)) for r in rows[1:]]
     assert len(keys) == 1, f"routing key lengths {keys}"  # the same countdown, the same key
-    # retry 10's headers differ from retry 1's only by the counter's digits (and the ids' "#retry10")
+    # the last retry's headers differ from retry 1's only by the counter's digits (and the ids' "#retry10")
     assert sizes[-1] - sizes[0] <= 8, f"task message headers grew from {sizes[0]} to {sizes[-1]} bytes"
 
 
@@ -101,7 +102,7 @@ def test_messages_moved_to_another_broker_and_back_arrive(versioned, report, rng
     p, version = versioned, versioned.version
     name = endpoint(p, f"moved-{version}", topology=version)
     n = size(300, 100)
-    schedule(p, name, [round(rng.uniform(15, 30), 3) for _ in range(n)])
+    schedule(p, name, [round(rng.uniform(15, 22), 3) for _ in range(n)])  # all still waiting after both moves
     wait_published(p, name, n, timeout=30)
     here = p.env["BROKER_URL"]
     root, vhost = here.rsplit("/", 1)
