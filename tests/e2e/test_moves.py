@@ -36,7 +36,7 @@ MAX_LATE_MS = 5000
 # The delays below are as short as the moves allow: the shortest must outlast publishing and the
 # move (everything is still in the source cascade when the run starts), the longest reaches the
 # 8-s level (and the 16-s one for the 2,000), so every level a move reads holds messages. Each
-# test waits for its longest delay: ~20 s, not 30 (test_migrations.py ~320 -> ~240 s).
+# test waits for its longest delay: ~20 s, not 30 (this module: ~320 -> ~240 s).
 
 
 def create_endpoint(api, name, **body):
