@@ -101,7 +101,7 @@ class DelaySettings:
     delivery_processes: int
     """delivery loops per worker: its own thread and this many less one processes beside it (one process's
     loop is bound by one interpreter lock; give it the cores the worker may use)
-    ([Scaling](../scaling.md))"""
+    ([Scaling](../operations/scaling.md))"""
     delivery_batch: int
     """due messages the delivery loop records per transaction"""
     delivery_prefetch: int
@@ -109,7 +109,7 @@ class DelaySettings:
     rescue_after_ms: int
     """a message this overdue whose copy the broker still holds is published again to its version's
     delivery exchange by the delivery loop (the copy that comes second is a suppressed duplicate); `0`:
-    never ([Reliability](../reliability.md))"""
+    never ([Reliability](../operations/reliability.md))"""
     consumer_sync_seconds: float
     """how often workers re-read which endpoint queues to consume"""
     handler_max_retries: int
@@ -172,7 +172,7 @@ class DelaySettings:
     [History](../operations/retention.md#the-audit-log))"""
     metrics_allowed_networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
     """CIDRs whose clients may read `/metrics` and the workers' metrics ports; others get 403
-    ([Metrics](../metrics.md))"""
+    ([Metrics](../observability/metrics.md))"""
     metrics_token: str
     """when set, `/metrics` and the workers' metrics ports ask for `Authorization: Bearer <token>`"""
     metrics_cache_seconds: float

@@ -91,7 +91,7 @@ SPECS: tuple[Spec, ...] = (
              "https://delay.example.com"),
         Spec("DELAY_WEB_NICE", Integer(min=0, max=19), "5", "how much lower the web processes' CPU priority is "
              "than the workers' (`nice`, set by gunicorn.conf.py): when intake and delivery compete for the same "
-             "cores, delivery comes first and the API answers slower ([Scaling](../scaling.md))", "10",
+             "cores, delivery comes first and the API answers slower ([Scaling](../operations/scaling.md))", "10",
              setting=False),
     ),
     *_group(
@@ -204,14 +204,14 @@ SPECS: tuple[Spec, ...] = (
              "ordinary tasks only)", "off", conf=True),
         Spec("DELAY_DELIVERY_PROCESSES", Integer(min=1, max=64), "2", "delivery loops per worker: its own thread "
              "and this many less one processes beside it (one process's loop is bound by one interpreter lock; "
-             "give it the cores the worker may use) ([Scaling](../scaling.md))", "4", conf=True),
+             "give it the cores the worker may use) ([Scaling](../operations/scaling.md))", "4", conf=True),
         Spec("DELAY_DELIVERY_BATCH", Integer(min=1), "500", "due messages the delivery loop records per "
              "transaction", "200", conf=True),
         Spec("DELAY_DELIVERY_PREFETCH", Integer(min=1), "20000", "unacked messages the delivery loop may hold",
              "5000", conf=True),
         Spec("DELAY_RESCUE_AFTER_MS", Integer(min=0), "1000", "a message this overdue whose copy the broker still "
              "holds is published again to its version's delivery exchange by the delivery loop (the copy that comes second "
-             "is a suppressed duplicate); `0`: never ([Reliability](../reliability.md))", "2000", conf=True),
+             "is a suppressed duplicate); `0`: never ([Reliability](../operations/reliability.md))", "2000", conf=True),
         Spec("DELAY_CONSUMER_SYNC_SECONDS", Number(above=0), "5", "how often workers re-read which endpoint "
              "queues to consume", "10", conf=True),
         Spec("DELAY_HANDLER_MAX_RETRIES", Integer(min=0), "5", "retries of a failed handler before the message "
@@ -277,7 +277,7 @@ SPECS: tuple[Spec, ...] = (
     *_group(
         "Metrics and health",
         Spec("DELAY_METRICS_ALLOWED_NETWORKS", Networks(), METRICS_NETWORKS, "CIDRs whose clients "
-             "may read `/metrics` and the workers' metrics ports; others get 403 ([Metrics](../metrics.md))",
+             "may read `/metrics` and the workers' metrics ports; others get 403 ([Metrics](../observability/metrics.md))",
              "10.0.0.0/8", conf=True, shown_default="loopback and private ranges "
              f"(`{METRICS_NETWORKS.replace(',', ', ')}`)"),
         Spec("DELAY_METRICS_TOKEN", Text(), "", "when set, `/metrics` and the workers' metrics ports ask for "
