@@ -11,6 +11,7 @@ from http import HTTPStatus
 
 from scheduling.core.networks import Network
 
+
 def refusal(remote_addr: str | None, authorization: str | None, *, networks: tuple[Network, ...],
             token: str) -> HTTPStatus | None:
     """None when the request may read the metrics; otherwise the status to answer (403: not from

@@ -22,11 +22,6 @@ NAT64 = ipaddress.ip_network("64:ff9b::/96")
 OWN_TASKS = ("scheduling.*", "celery.*")  # the platform's and Celery's own tasks are never handlers
 
 
-def _setting(key: str) -> str:
-    """The variable that allows what is refused, as settings' spec names it."""
-    return variable(key)
-
-
 class TargetRefused(ValueError):
     """A handler target the guards refuse; the message says why and which setting allows it."""
 
@@ -83,7 +78,7 @@ def checked_addresses(host: str, port: int, allowed: Iterable[Network]) -> list[
         why = address_refusal(address, allowed)
         if why:
             where = "is" if host == address else f"resolves to {address},"
-            allowing = _setting("webhook_allowed_networks")
+            allowing = variable("webhook_allowed_networks")
             raise TargetRefused(f"webhook target {host} {where} {why}; allow its network in {allowing} to reach it")
     return addresses
 
@@ -118,7 +113,7 @@ def task_refusal(name: str, patterns: Iterable[str]) -> str | None:
         return f"task {name!r} is one of the platform's or Celery's own ({', '.join(OWN_TASKS)}) and never a handler"
     if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns):
         return None
-    allowlist = _setting("celery_task_allowlist")
+    allowlist = variable("celery_task_allowlist")
     if not patterns:
         return (f"task {name!r} is not allowed: {allowlist} is empty, so no task may be a handler; "
                 f"set it to patterns such as billing.tasks.*")
