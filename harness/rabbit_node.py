@@ -99,8 +99,7 @@ class PrivateRabbit:
             for child in self.base.iterdir():
                 shutil.chown(child, "rabbitmq", "rabbitmq")
         self._start()
-        self._await_listening(60, f"private RabbitMQ node {self.node}")
-        subprocess.run(self.rabbitmqctl("await_startup"), check=True, capture_output=True)
+        self._await_ready(60, f"private RabbitMQ node {self.node}")
         return self
 
     def listening(self) -> bool:
@@ -111,11 +110,27 @@ class PrivateRabbit:
             return False
         return True
 
-    def _await_listening(self, timeout: float, what: str) -> None:
-        """Until the node listens: polled on its port, not with ``rabbitmqctl status`` (each call
-        boots an Erlang VM, ~0.4 s of CPU: twenty a start, taken from the booting node), then
-        ``await_startup`` says it has booted."""
+    def accepts_amqp(self) -> bool:
+        """An AMQP handshake completes: a listening 4.0.5 node has been seen to let its first
+        client's handshake time out while it finished booting."""
+        import amqp
+
+        connection = amqp.Connection(f"127.0.0.1:{self.port}", userid="guest", password="guest",
+                                     connect_timeout=2)
+        try:
+            connection.connect()
+        except (OSError, amqp.exceptions.AMQPError):
+            return False
+        connection.close()
+        return True
+
+    def _await_ready(self, timeout: float, what: str) -> None:
+        """Until the node listens (polled on its port, not with ``rabbitmqctl status``: each call
+        boots an Erlang VM, ~0.4 s of CPU, twenty a start, taken from the booting node), has booted
+        (``await_startup``) and takes an AMQP connection."""
         wait_until(self.listening, timeout, 0.2, what)
+        self.ctl("await_startup")
+        wait_until(self.accepts_amqp, 30, 0.2, f"{what} to take an AMQP connection")
 
     def __exit__(self, *exc) -> None:
         import shutil
@@ -158,5 +173,4 @@ class PrivateRabbit:
 
     def restart(self) -> None:
         self._start()
-        self._await_listening(90, f"private RabbitMQ node {self.node} to restart")
-        self.ctl("await_startup")
+        self._await_ready(90, f"private RabbitMQ node {self.node} to restart")

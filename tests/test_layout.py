@@ -386,3 +386,12 @@ def test_every_variable_the_platform_reads_is_declared():
     read = {name for path in paths for name in environment_reads(path)} | {metrics_dir.ENV}
     assert "SPARK_MASTER" in read and "DJANGO_SETTINGS_MODULE" in read  # the check sees what it looks for
     assert read - set(NOT_THE_PLATFORMS) <= declared
+
+
+def test_the_test_order_names_existing_modules():
+    """make test's longest-first order (tests/conftest.py SECONDS) keys on paths: a moved module
+    would silently lose its place."""
+    from tests.conftest import SECONDS
+
+    missing = sorted(path for path in SECONDS if not (ROOT / "tests" / path).is_file())
+    assert not missing, f"tests/conftest.py SECONDS names no module at: {missing}"

@@ -91,10 +91,10 @@ def test_a_burst_to_a_limited_webhook_never_exceeds_its_limits_and_arrives_all(a
     # ... and at the hand-overs the workers recorded; both workers took part
     assert within_the_rate([at.timestamp() for at, *_ in delivered])
     assert len({by for _, by, *_ in delivered}) == 2
-    # at most the rate: 10.7 s; longer here, where two workers' webhook threads call ~300 a second
-    # at most (docs/guides/flow-control.md)
+    # never faster than the rate; how much slower is the receiver's and the machine's (burst() waits
+    # 120 s at most): two workers' webhook threads call ~300 a second here (docs/guides/flow-control.md)
     span = max(times) - min(times)
-    assert MESSAGES / RATE <= span <= 60, span
+    assert MESSAGES / RATE <= span, span
     # the wait is recorded beside the lateness: all but the first few waited, and the wait is
     # most of their lateness
     waited = [(throttled, late) for *_, throttled, late in delivered if throttled]

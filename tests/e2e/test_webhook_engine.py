@@ -7,6 +7,7 @@ mid-batch loses nothing and calls again only what was in flight. Bounds are gene
 import os
 import time
 import uuid
+from collections import Counter
 from datetime import timedelta
 
 import pytest
@@ -130,23 +131,30 @@ def test_an_endpoint_failing_past_the_setting_is_disabled_and_its_messages_kept(
 
 def test_a_worker_killed_mid_batch_loses_nothing_and_calls_again_only_what_was_in_flight(api, platform, worker_env,
                                                                                        endpoint_name):
+    """Called again: only what the killed worker had called and not recorded (its calls in flight,
+    and ended calls its recorder had not written: how many depends on the machine's speed, so the
+    test names them rather than counting them)."""
     first = own_worker(worker_env, "killed")
     with RecordingServer(hold_seconds=0.02) as server:
         name = endpoint(api, endpoint_name, server.url)
         ids = schedule_many(api, name, [1.0] * 1000)
         wait_until(lambda: len(server.requests) >= 200, 60, 0.05, "a part of the batch called")
         first.kill()
-        called_before = len({r["headers"]["webhook-id"] for r in server.requests})
+        called_before = {r["headers"]["webhook-id"] for r in server.requests}
+        recorded_before = {str(i) for i in ScheduledMessage.objects.filter(id__in=ids, status=Status.DELIVERED)
+                           .values_list("id", flat=True)}
         second = own_worker(worker_env, "after-kill")
         try:
             rows = wait_until(delivered(ids), 120, 0.5, "every message delivered after the kill")
         finally:
             second.stop()
-        calls = [r["headers"]["webhook-id"] for r in server.requests]
+        calls = Counter(r["headers"]["webhook-id"] for r in server.requests)
     assert set(calls) == set(ids)  # none lost
-    twice = len(calls) - len(set(calls))
-    print(f"\nkilled mid-batch: {called_before} called before the kill, {twice} called twice")
-    assert twice <= 2 * 64  # at most what was in flight or ended unrecorded: the endpoint's bulkhead twice
+    twice = {message for message, n in calls.items() if n > 1}
+    print(f"\nkilled mid-batch: {len(called_before)} called before the kill ({len(recorded_before)} recorded), "
+          f"{len(twice)} called twice")
+    assert max(calls.values()) <= 2  # the second worker calls each message once
+    assert recorded_before <= called_before and twice <= called_before - recorded_before
     assert all(row.delivered_at >= row.due_at for row in rows)  # none early
     assert timezone.now() - min(row.delivered_at for row in rows) < timedelta(minutes=5)
     assert time.time() > 0
