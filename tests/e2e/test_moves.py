@@ -187,7 +187,8 @@ def test_killed_migration_run_again_loses_nothing_and_runs_each_handler_once(api
                or first.poll() is not None, 60, 0.02, "the first run to move some")
     first.send_signal(signal.SIGKILL)  # no-op once it has exited and been reaped
     _, stderr = first.communicate()
-    assert first.returncode == -signal.SIGKILL, f"the run ended ({first.returncode}) before it could be interrupted: {stderr.decode()[-2000:]}"
+    assert first.returncode == -signal.SIGKILL, (
+        f"the run ended ({first.returncode}) before it could be interrupted: {stderr.decode()[-2000:]}")
     assert in_flight(amqp, source) > 0, "nothing left to resume"
     second = subprocess.run(command, cwd=ROOT, env=worker_env, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stderr
