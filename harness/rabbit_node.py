@@ -111,17 +111,14 @@ class PrivateRabbit:
         return True
 
     def accepts_amqp(self) -> bool:
-        """An AMQP handshake completes: a listening 4.0.5 node has been seen to let its first
-        client's handshake time out while it finished booting."""
-        import amqp
+        """An AMQP connection opens (the platform's readiness probe): a listening 4.0.5 node has been
+        seen to let its first client's handshake time out while it finished booting."""
+        from rabbit import Broker, BrokerUnavailable
 
-        connection = amqp.Connection(f"127.0.0.1:{self.port}", userid="guest", password="guest",
-                                     connect_timeout=2)
         try:
-            connection.connect()
-        except (OSError, amqp.exceptions.AMQPError):
+            Broker(self.url).probe(timeout=2.0)
+        except BrokerUnavailable:
             return False
-        connection.close()
         return True
 
     def _await_ready(self, timeout: float, what: str) -> None:
