@@ -168,6 +168,17 @@ def envelopes_in_flight(amqp, name: str, ids) -> int:
     return sum(1 for group in sizes if group["n"] > 1)
 
 
+def run_killed(command: list[str], env: dict, interval: float, moved_some) -> None:
+    """Start a move in a process of its own and SIGKILL it once ``moved_some()``; a run that ends by
+    itself first fails the test with its exit code and stderr (there was nothing left to interrupt)."""
+    first = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wait_until(lambda: moved_some() or first.poll() is not None, 60, interval, "the first run to move some")
+    first.send_signal(signal.SIGKILL)  # no-op once it has exited and been reaped
+    _, stderr = first.communicate()
+    assert first.returncode == -signal.SIGKILL, (
+        f"the run ended ({first.returncode}) before it could be interrupted: {stderr.decode()[-2000:]}")
+
+
 @pytest.mark.parametrize(("source", "target"), [("v1", "v2"), ("v2", "v3"), ("v3", "v2")])
 def test_killed_migration_run_again_loses_nothing_and_runs_each_handler_once(api, platform, worker, worker_env,
                                                                             endpoint_name, amqp, source, target):
@@ -182,13 +193,8 @@ def test_killed_migration_run_again_loses_nothing_and_runs_each_handler_once(api
     if source == "v3":
         assert envelopes_in_flight(amqp, source, ids) > 0
     command = [sys.executable, "manage.py", "migrate_delays", "--from", source, "--to", target, "--batch", "5"]
-    first = subprocess.Popen(command, cwd=ROOT, env=worker_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    wait_until(lambda: ScheduledMessage.objects.filter(id__in=ids, topology__name=target).count() >= 150
-               or first.poll() is not None, 60, 0.02, "the first run to move some")
-    first.send_signal(signal.SIGKILL)  # no-op once it has exited and been reaped
-    _, stderr = first.communicate()
-    assert first.returncode == -signal.SIGKILL, (
-        f"the run ended ({first.returncode}) before it could be interrupted: {stderr.decode()[-2000:]}")
+    run_killed(command, worker_env, 0.02,
+               lambda: ScheduledMessage.objects.filter(id__in=ids, topology__name=target).count() >= 150)
     assert in_flight(amqp, source) > 0, "nothing left to resume"
     second = subprocess.run(command, cwd=ROOT, env=worker_env, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stderr
@@ -216,13 +222,8 @@ def test_transfer_delays_to_another_broker(api, platform, worker, worker_env, en
         if killed:
             command = [sys.executable, "manage.py", "transfer_delays", "--to-broker", green_url, "--version", version,
                        "--batch", "2"]
-            first = subprocess.Popen(command, cwd=ROOT, env=worker_env, stdout=subprocess.DEVNULL)
             with rabbit.Broker(green_url).session() as on_green:
-                wait_until(lambda: in_flight(on_green, version) > 0 or first.poll() is not None, 60, 0.01,
-                           "the first run to move some")
-            os.kill(first.pid, signal.SIGKILL)
-            first.wait()
-            assert first.returncode == -signal.SIGKILL, "the run finished before it could be interrupted"
+                run_killed(command, worker_env, 0.01, lambda: in_flight(on_green, version) > 0)
             assert in_flight(amqp, version) > 0, "nothing left to resume"
         out = StringIO()
         call_command("transfer_delays", "--to-broker", green_url, "--version", version, stdout=out)
