@@ -233,6 +233,11 @@ class ScheduledMessage(models.Model):
     call_lease_until = models.DateTimeField(null=True, blank=True, editable=False)
     trigger = models.CharField(max_length=16, choices=Trigger.choices, default=Trigger.SCHEDULED,
                                help_text="why its next attempt is made (a person's republish or resend: manual)")
+    # What the team's bytes quota sums (teams/quotas.py): set when scheduled; empty on rows from
+    # before it, which the count measures from the payload instead.
+    # A plain integer: a positive one's CHECK would make adding the column scan the whole table.
+    payload_bytes = models.IntegerField(null=True, blank=True, editable=False,
+                                        help_text="its payload's JSON, in bytes")
 
     objects = ScheduledMessageQuerySet.as_manager()
 
@@ -338,6 +343,11 @@ class Schedule(models.Model):
     revision = models.PositiveIntegerField(default=1, help_text="raised when the rule or the payload changes")
     next_run_at = models.DateTimeField(null=True, blank=True, help_text="the first run not created yet")
     last_run_at = models.DateTimeField(null=True, blank=True, help_text="the last run created")
+    runs_skipped = models.PositiveBigIntegerField(
+        default=0, db_default=0, editable=False,
+        help_text="runs not made because the team's messages in flight were at its quota")
+    last_run_skipped_at = models.DateTimeField(null=True, blank=True, editable=False,
+                                               help_text="the time of the last run skipped for the quota")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -403,6 +413,8 @@ class BulkAction(models.Model):
     filters = models.JSONField(help_text="what the messages matched (API names)")
     matched = models.PositiveBigIntegerField(help_text="messages matching when it started")
     done = models.PositiveBigIntegerField(default=0, help_text="messages cancelled or republished so far")
+    refused = models.PositiveBigIntegerField(
+        default=0, db_default=0, help_text="messages not republished: their team's in-flight quota was full")
     state = models.CharField(max_length=16, choices=State.choices, default=State.RUNNING)
     requested_by = models.CharField(max_length=150, blank=True)
     error = models.TextField(blank=True)
@@ -414,6 +426,24 @@ class BulkAction(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.done:,}/{self.matched:,}"
+
+
+class CascadeCopy(models.Model):
+    """A copy of a message still travelling the cascade after the message was cancelled or moved
+    (rescheduled): the broker keeps it until its old due time, when the consumer drops it. It
+    counts toward its team's in-flight quotas until then (teams/quotas.py); the prune removes it
+    after. Not linked to the message: the row may be pruned before the copy leaves."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, db_index=False, related_name="+")
+    message_id = models.UUIDField()
+    until = models.DateTimeField(help_text="the copy's due time: it leaves the broker then")
+    payload_bytes = models.PositiveIntegerField()
+
+    class Meta:
+        indexes = [models.Index(fields=["team", "until"], name="cascade_copy_team_until")]
+
+    def __str__(self) -> str:
+        return f"copy of {self.message_id} until {self.until:%Y-%m-%d %H:%M:%S}"
 
 
 class DeliveryMinute(models.Model):

@@ -131,11 +131,11 @@ class DeadLetterAdmin(ControlRoomAdmin):
 
 @admin.register(BulkAction)
 class BulkActionAdmin(ControlRoomAdmin):
-    list_display = ("created_at", "kind", "team", "filters", "progress", "state", "requested_by", "finished_at",
-                    "error")
+    list_display = ("created_at", "kind", "team", "filters", "progress", "refused", "state", "requested_by",
+                    "finished_at", "error")
     list_filter = ("kind", "state", TeamListFilter)
-    fields = ("kind", "team", "filters", "matched", "done", "state", "requested_by", "error", "created_at",
-              "finished_at")
+    fields = ("kind", "team", "filters", "matched", "done", "refused", "state", "requested_by", "error",
+              "created_at", "finished_at")
     readonly_fields = fields
 
     def has_add_permission(self, request):

@@ -18,7 +18,8 @@ from scheduling.admin.forms import ScheduleForm
 
 @admin.register(Schedule)
 class ScheduleAdmin(ControlRoomAdmin):
-    list_display = ("key", "team", "endpoint", "rule_summary", "missed_runs", "is_paused", "next_run", "runs")
+    list_display = ("key", "team", "endpoint", "rule_summary", "missed_runs", "is_paused", "next_run", "runs",
+                    "runs_skipped")
     list_filter = ("is_paused", TeamListFilter, EndpointListFilter)
     team_actions = {"view": Action.READ, "add": Action.SCHEDULES, "change": Action.SCHEDULES,
                     "pause": Action.SCHEDULES, "remove": Action.SCHEDULES}
@@ -27,7 +28,8 @@ class ScheduleAdmin(ControlRoomAdmin):
     actions = ("pause", "resume", "delete_schedules")
     object_actions = {"pause": "Pause", "resume": "Resume", "delete_schedules": "Delete"}
     fields = ("team", "key", "endpoint", "payload", "cron", "timezone", "interval_seconds", "start_at", "end_at",
-              "missed_runs", "is_paused", "revision", "next_run_at", "last_run_at", "created_at", "updated_at")
+              "missed_runs", "is_paused", "revision", "next_run_at", "last_run_at", "runs_skipped",
+              "last_run_skipped_at", "created_at", "updated_at")
     readonly_fields = fields
 
     def base_queryset(self, request):

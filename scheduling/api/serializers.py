@@ -385,7 +385,8 @@ class ScheduleSerializer(serializers.ModelSerializer):
     class Meta:
         model = Schedule
         fields = ["team", "key", "endpoint", "payload", "cron", "timezone", "interval_seconds", "start_at", "end_at",
-                  "missed_runs", "is_paused", "next_run_at", "revision", "created_at", "updated_at"]
+                  "missed_runs", "is_paused", "next_run_at", "revision", "runs_skipped", "last_run_skipped_at",
+                  "created_at", "updated_at"]
         read_only_fields = fields
 
     def get_next_run_at(self, schedule) -> datetime | None:

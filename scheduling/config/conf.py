@@ -155,6 +155,9 @@ class DelaySettings:
     team_max_in_flight: int
     """messages a team may have pending or published at once (a team's own quota in the admin wins;
     [quotas](../guides/teams.md#quotas))"""
+    team_max_in_flight_bytes: int
+    """bytes of payload (JSON) a team may have in flight at once, its copies still in the cascade included
+    (256 MiB; a team's own quota in the admin wins; [quotas](../guides/teams.md#quotas))"""
     team_max_schedules: int
     """recurring schedules a team may keep"""
     team_max_endpoints: int

@@ -261,6 +261,9 @@ SPECS: tuple[Spec, ...] = (
         Spec("DELAY_TEAM_MAX_IN_FLIGHT", Integer(min=1), "1000000", "messages a team may have pending or published "
              "at once (a team's own quota in the admin wins; [quotas](../guides/teams.md#quotas))", "100000",
              conf=True),
+        Spec("DELAY_TEAM_MAX_IN_FLIGHT_BYTES", Integer(min=1), "268435456", "bytes of payload (JSON) a team may "
+             "have in flight at once, its copies still in the cascade included (256 MiB; a team's own quota in "
+             "the admin wins; [quotas](../guides/teams.md#quotas))", "67108864", conf=True),
         Spec("DELAY_TEAM_MAX_SCHEDULES", Integer(min=0), "1000", "recurring schedules a team may keep", "200",
              conf=True),
         Spec("DELAY_TEAM_MAX_ENDPOINTS", Integer(min=0), "100", "endpoints a team may have", "20", conf=True),

@@ -5,7 +5,11 @@ The set is walked in batches of DELAY_PUBLISH_BATCH by id: each batch is locked,
 lifecycle's compare-and-set and committed on its own, so no lock is held for longer than one
 batch and the messages being delivered meanwhile wait milliseconds, not the whole action. A
 republished batch is published after its commit, as one message is. Each action is a BulkAction
-row whose ``done`` grows per batch: the admin shows it while it runs."""
+row whose ``done`` grows per batch: the admin shows it while it runs.
+
+A republish puts messages back in flight: each batch takes its teams' in-flight quotas
+(teams/quotas.py), republishes what fits, and leaves the rest failed, counted in ``refused``. A
+cancel records the copies its messages leave in the cascade, which count until their due time."""
 
 from __future__ import annotations
 
@@ -20,13 +24,14 @@ from scheduling.core import lifecycle
 from scheduling.audit.services import audit_record
 from scheduling.config.conf import conf
 from scheduling.delivery.models import Trigger
-from scheduling.core.errors import Unavailable
+from scheduling.core.errors import QuotaExceeded, Unavailable
 from scheduling.core.lifecycle import Event, Status
 from scheduling.models import BulkAction, DeliveryMode, ScheduledMessage, Team
 from scheduling.observability import metrics
 from scheduling.endpoints.selectors import endpoint_get_one
 from scheduling.messages.selectors import message_list_matching
 from scheduling.messages.relay import relay_publish_rows
+from scheduling.teams.quotas import payload_size, team_admit_in_flight, team_record_copies
 
 log = logging.getLogger(__name__)
 
@@ -89,15 +94,15 @@ def message_apply_matching(*, action: BulkAction) -> BulkAction:
             changed, last = _apply_batch(action, filters, after=last, size=batch)
             if last is None:
                 break
-            if changed:
-                BulkAction.objects.filter(pk=action.pk).update(done=action.done)
+            if changed or action.refused:
+                BulkAction.objects.filter(pk=action.pk).update(done=action.done, refused=action.refused)
     except Exception as exc:
         action.state, action.error = BulkAction.State.FAILED, f"{type(exc).__name__}: {exc}"[:2000]
         log.exception("bulk %s %s stopped after %d message(s)", action.kind, action.pk, action.done)
     else:
         action.state = BulkAction.State.DONE
     action.finished_at = timezone.now()
-    action.save(update_fields=["done", "state", "error", "finished_at"])
+    action.save(update_fields=["done", "refused", "state", "error", "finished_at"])
     return action
 
 
@@ -108,16 +113,22 @@ def _apply_batch(action: BulkAction, filters: dict, *, after, size: int) -> tupl
         qs = _matching(action.kind, filters, action.team_id).order_by("id")
         if after is not None:
             qs = qs.filter(id__gt=after)
-        rows = list(qs.select_for_update(of=("self",)).select_related("endpoint", "topology")[:size])
+        rows = list(qs.select_for_update(of=("self",)).select_related("endpoint__team", "topology")[:size])
         if not rows:
             return 0, None
-        changed = []
+        changes = []
         for row in rows:
             try:
-                change = (lifecycle.cancel(row, now=now) if action.kind == BulkAction.Kind.CANCEL
-                          else {**lifecycle.republish(row), "trigger": Trigger.BULK})
+                changes.append((row, lifecycle.cancel(row, now=now) if action.kind == BulkAction.Kind.CANCEL
+                                else {**lifecycle.republish(row), "trigger": Trigger.BULK}))
             except lifecycle.IllegalTransition:
                 continue
+        if action.kind == BulkAction.Kind.CANCEL:
+            team_record_copies(rows=[row for row, _ in changes], now=now)  # their copies in the cascade count
+        else:
+            changes = _within_quotas(action, changes)
+        changed = []
+        for row, change in changes:
             lifecycle.apply(row, change)
             changed.append(row)
         fields = (["status", "cancelled_at", "finished_at"] if action.kind == BulkAction.Kind.CANCEL
@@ -133,6 +144,24 @@ def _apply_batch(action: BulkAction, filters: dict, *, after, size: int) -> tupl
     return len(changed), rows[-1].id
 
 
+def _within_quotas(action: BulkAction, changes: list[tuple]) -> list[tuple]:
+    """The republishes that fit in their teams' in-flight quotas (each team's lock taken, in the
+    order of their ids, until the batch commits); the others are left failed and counted in the
+    action's ``refused``, with the first reason in its ``error``."""
+    per_team: dict[int, list[tuple]] = {}
+    for row, change in changes:
+        per_team.setdefault(row.endpoint.team_id, []).append((row, change))
+    kept = []
+    for _, team_changes in sorted(per_team.items()):
+        admitted = team_admit_in_flight(team=team_changes[0][0].endpoint.team,
+                                        sizes=[payload_size(row) for row, _ in team_changes], partial=True)
+        kept += team_changes[:admitted.count]
+        if admitted.refusal:
+            action.refused += len(team_changes) - admitted.count
+            action.error = action.error or f"{admitted.refusal} (the rest left failed)"
+    return kept
+
+
 def message_bulk_matching(*, kind: str, filters: dict, dry_run: bool = False, requested_by: str = "",
                           team: Team | None = None) -> int:
     """The API's call: how many of the team's messages match (dry run), or do it now and say how
@@ -144,4 +173,7 @@ def message_bulk_matching(*, kind: str, filters: dict, dry_run: bool = False, re
     if action.state == BulkAction.State.FAILED:
         raise Unavailable(f"bulk {kind} stopped after {action.done:,} message(s) (done; the rest untouched): "
                           f"{action.error}")
+    if action.refused:
+        raise QuotaExceeded(f"bulk {kind}: {action.done:,} message(s) done, {action.refused:,} refused: "
+                            f"{action.error}")
     return action.done

@@ -29,7 +29,9 @@ from scheduling.core.lifecycle import Status
 from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
 from scheduling.observability import metrics
 from scheduling.teams.caller import PLATFORM, Caller
-from scheduling.teams.quotas import team_check_in_flight, team_task_refusal
+from scheduling.teams.quotas import (
+    leaves_copy, payload_size, team_check_in_flight, team_record_copies, team_task_refusal,
+)
 from scheduling.teams.roles import Action
 from scheduling.messages.relay import relay_claim_new, relay_publish_rows, relay_send_claimed
 from scheduling.retention.services import message_describe_gone
@@ -203,6 +205,7 @@ def _build(item: dict, endpoints: dict[str, list[Endpoint]], now: datetime) -> S
         created_at=now,
     )
     row.payload_json = encoded  # what insert_many writes
+    row.payload_bytes = len(encoded.encode())  # what the team's bytes quota sums
     return row
 
 
@@ -312,12 +315,12 @@ def _save(rows: list[ScheduledMessage], *, check_quota: bool) -> list[Scheduled]
                 if row.idempotency_key:
                     seen[key] = row
                 results.append(Scheduled(row, created=True))
-        if check_quota:
+        if check_quota:  # each team's lock in the order of their ids: two bulks never wait on each other
             per_team: dict[int, list[ScheduledMessage]] = {}
             for row in new:
                 per_team.setdefault(row.endpoint.team_id, []).append(row)
-            for team_rows in per_team.values():
-                team_check_in_flight(team=team_rows[0].endpoint.team, adding=len(team_rows))
+            for _, team_rows in sorted(per_team.items()):
+                team_check_in_flight(team=team_rows[0].endpoint.team, sizes=[r.payload_bytes for r in team_rows])
         for row in new:  # as built (a second attempt after an IntegrityError finds them claimed)
             row.status, row.published_at = Status.PENDING, None
         claimed = relay_claim_new(rows=new)  # written as published, sent after the commit
@@ -397,6 +400,7 @@ def message_cancel(*, message_id, caller: Caller = PLATFORM) -> ScheduledMessage
         except lifecycle.IllegalTransition:
             raise Conflict(f"message {message.id} is already {message.status} and cannot be cancelled") from None
         if change:
+            team_record_copies(rows=[message], now=timezone.now())  # its copy in the cascade still counts
             message.save(update_fields=lifecycle.apply(message, change))
             metrics.cancelled(message)
             audit_record(action="message.cancel", obj=message, team=message.endpoint.team,
@@ -414,6 +418,7 @@ def message_republish(*, message_id, caller: Caller = PLATFORM) -> ScheduledMess
             raise Conflict(
                 f"message {message.id} is {message.status}; only failed messages can be republished"
             ) from None
+        team_check_in_flight(team=message.endpoint.team, sizes=[payload_size(message)])
         change["trigger"] = Trigger.MANUAL  # its next attempt is a person's doing (listed so)
         message.save(update_fields=lifecycle.apply(message, change))
         audit_record(action="message.republish", obj=message, team=message.endpoint.team,
@@ -441,6 +446,7 @@ def message_resend(*, message_id, caller: Caller = PLATFORM) -> ScheduledMessage
         except lifecycle.IllegalTransition:
             raise Conflict(f"message {message.id} is {message.status}; only delivered or failed messages can be "
                            f"resent") from None
+        team_check_in_flight(team=message.endpoint.team, sizes=[payload_size(message)])
         change["trigger"] = Trigger.MANUAL
         message.save(update_fields=lifecycle.apply(message, change))
         audit_record(action="message.resend", obj=message, team=message.endpoint.team,
@@ -471,6 +477,9 @@ def message_reschedule(*, message_id, delay=None, deliver_at: datetime | None = 
         if due_at == message.due_at:
             return message  # already due then: nothing to move
         change["requested_delay_ms"] = max(0, (due_at - now) // MS)
+        if leaves_copy(message, now):  # its copy for the old time stays in the cascade: one more in flight
+            team_check_in_flight(team=message.endpoint.team, sizes=[payload_size(message)])
+            team_record_copies(rows=[message], now=now)
         was = message.due_at
         message.save(update_fields=lifecycle.apply(message, change))
         metrics.rescheduled(message)

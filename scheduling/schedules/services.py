@@ -7,7 +7,12 @@ retried task or a restart find the run already there and make no second one. Eac
 materialised in a transaction of its own, under its row lock taken with SKIP LOCKED, so one
 slow schedule holds no other. Runs are created up to DELAY_SCHEDULES_AHEAD_SECONDS ahead, and
 always the next one: a daily run is in the cascade a day before it is due, and a run is never
-late because it was created late (unless beat was down longer than that window)."""
+late because it was created late (unless beat was down longer than that window).
+
+Runs are messages in flight of the schedule's team, held to its in-flight quotas
+(teams/quotas.py): a schedule whose runs in flight at once (the window over its interval) would
+pass them is refused when it is made or changed, and a run that finds them full when it is due to
+be made is skipped, counted on the schedule (``runs_skipped``, ``last_run_skipped_at``)."""
 
 from __future__ import annotations
 
@@ -22,12 +27,12 @@ from django.utils import timezone
 from scheduling.audit.services import audit_changed, audit_record, audit_values
 from scheduling.core.clock import ceil_ms, to_epoch_ms
 from scheduling.config.conf import conf
-from scheduling.core.errors import BulkValidationError, NotFound
+from scheduling.core.errors import BulkValidationError, NotFound, QuotaExceeded
 from scheduling.core.lifecycle import IN_FLIGHT
 from scheduling.models import Endpoint, Schedule, ScheduledMessage, Team
 from scheduling.schedules import rules
 from scheduling.teams.models import default_team_id
-from scheduling.teams.quotas import team_check_count, team_min_interval_ms
+from scheduling.teams.quotas import team_admit_in_flight, team_check_count, team_check_in_flight, team_min_interval_ms
 from scheduling.messages.services import message_cancel, message_check_payload, message_schedule_many
 
 log = logging.getLogger(__name__)
@@ -42,6 +47,7 @@ class RunsCreated:
     schedules: int  # schedules that got runs
     runs: int  # new messages
     skipped: int  # runs missed while the platform was down, not made (policy "skip", or older than the latest)
+    over_quota: int = 0  # runs not made: the team's messages in flight were at its quota
 
 
 def schedule_run_key(*, schedule: Schedule, run_at: datetime) -> str:
@@ -149,8 +155,33 @@ def schedule_upsert(*, key: str, endpoint: str | Endpoint, payload, cron: str = 
             if new:
                 audit_record(action="schedule.update", obj=schedule, team=team, before=old, after=new)
         if not schedule.is_paused:
+            if revised:
+                _check_runs_fit(schedule, now)
             _create_runs(schedule, now)
     return schedule, created
+
+
+def _runs_at_once(schedule: Schedule, now: datetime) -> int:
+    """How many of its runs are in flight at once: those within the window runs are made ahead
+    in, and always the next one."""
+    limit = now + _ahead()
+    runs = rules.preview(schedule.rule, after=now, count=MAX_RUNS_PER_PASS)
+    return max(1, sum(1 for run in runs if run <= limit))
+
+
+def _payload_bytes(schedule: Schedule) -> int:
+    return len(message_check_payload(payload=schedule.payload).encode())
+
+
+def _check_runs_fit(schedule: Schedule, now: datetime) -> None:
+    """QuotaExceeded when the team's messages in flight and this schedule's runs in flight at once
+    would pass its in-flight quotas (under the team's lock, to the commit)."""
+    at_once = _runs_at_once(schedule, now)
+    try:
+        team_check_in_flight(team=schedule.team, sizes=[_payload_bytes(schedule)] * at_once)
+    except QuotaExceeded as exc:
+        raise QuotaExceeded(f"schedule {schedule.key!r} would keep {at_once:,} run(s) in flight at once (made "
+                            f"{_ahead().total_seconds():g} s ahead): {exc}") from None
 
 
 def _revision(schedule: Schedule, values: dict) -> tuple[bool, bool]:
@@ -265,18 +296,19 @@ def schedule_create_runs(*, now: datetime | None = None) -> RunsCreated:
     now = now or timezone.now()
     due = list(Schedule.objects.filter(is_paused=False, next_run_at__lte=now + _ahead())
                .order_by("next_run_at").values_list("pk", flat=True)[:10_000])
-    schedules = runs = skipped = 0
+    schedules = runs = skipped = over_quota = 0
     for pk in due:
         with transaction.atomic():
-            schedule = (Schedule.objects.select_for_update(skip_locked=True, of=("self",)).select_related("endpoint__topology")
-                        .filter(pk=pk, is_paused=False).first())
+            schedule = (Schedule.objects.select_for_update(skip_locked=True, of=("self",))
+                        .select_related("endpoint__topology", "team").filter(pk=pk, is_paused=False).first())
             if schedule is None or schedule.next_run_at is None or schedule.next_run_at > now + _ahead():
                 continue  # another materialiser has it, or did it
-            made, missed = _create_runs(schedule, now)
+            made, missed, refused = _create_runs(schedule, now)
         schedules += bool(made)
         runs += made
         skipped += missed
-    return RunsCreated(schedules=schedules, runs=runs, skipped=skipped)
+        over_quota += refused
+    return RunsCreated(schedules=schedules, runs=runs, skipped=skipped, over_quota=over_quota)
 
 
 def _ahead() -> timedelta:
@@ -285,11 +317,12 @@ def _ahead() -> timedelta:
     return timedelta(seconds=max(settings.schedules_ahead_seconds, 2 * settings.schedules_every_seconds))
 
 
-def _create_runs(schedule: Schedule, now: datetime) -> tuple[int, int]:
+def _create_runs(schedule: Schedule, now: datetime) -> tuple[int, int, int]:
     """Make ``schedule``'s runs from its next_run_at to the window's end (and its next run
     whatever its distance), in the caller's transaction, with its row locked. Runs that fell
     before ``now`` were missed (the platform was down): skipped, or the latest made at once.
-    Returns (runs made, runs skipped)."""
+    Runs that do not fit in the team's in-flight quotas are skipped and counted on the schedule.
+    Returns (runs made, runs skipped, runs over the quota)."""
     rule, cursor = schedule.rule, schedule.next_run_at
     made: list[datetime] = []
     skipped = 0
@@ -312,6 +345,18 @@ def _create_runs(schedule: Schedule, now: datetime) -> tuple[int, int]:
         made.append(cursor)
         future = True
         cursor = next(runs, None)
+    refused = 0
+    if made:
+        admitted = team_admit_in_flight(team=schedule.team, sizes=[_payload_bytes(schedule)] * len(made),
+                                        partial=True)
+        refused = len(made) - admitted.count
+        if refused:
+            log.warning("schedule %s: %d run(s) skipped, up to %s: %s", schedule.key, refused,
+                        made[-1].isoformat(), admitted.refusal)
+            schedule.runs_skipped += refused
+            schedule.last_run_skipped_at = made[-1]
+            schedule.last_run_at = made[-1]
+            made = made[:admitted.count]
     if made:
         items = [{"endpoint": schedule.endpoint, "payload": schedule.payload, "deliver_at": run,
                   "idempotency_key": schedule_run_key(schedule=schedule, run_at=run), "schedule": schedule.key}
@@ -322,8 +367,8 @@ def _create_runs(schedule: Schedule, now: datetime) -> tuple[int, int]:
             first = next(iter(exc.errors.values()))
             log.warning("schedule %s: runs not created: %s", schedule.key,
                         "; ".join(f"{k}: {v[0]}" for k, v in first.items()))
-            return 0, skipped
-        schedule.last_run_at = made[-1]
+            return 0, skipped, 0
+        schedule.last_run_at = max(made[-1], schedule.last_run_at or made[-1])
     schedule.next_run_at = cursor
-    schedule.save(update_fields=["next_run_at", "last_run_at", "updated_at"])
-    return len(made), max(skipped, 0)
+    schedule.save(update_fields=["next_run_at", "last_run_at", "runs_skipped", "last_run_skipped_at", "updated_at"])
+    return len(made), max(skipped, 0), refused

@@ -31,6 +31,10 @@ class Team(models.Model):
     # quotas (docs/guides/teams.md#quotas): empty = the platform's default
     max_in_flight = models.PositiveBigIntegerField(
         null=True, blank=True, help_text="messages pending or published at once (empty: the platform's default)")
+    max_in_flight_bytes = models.PositiveBigIntegerField(
+        null=True, blank=True,
+        help_text="bytes of payload (JSON) in flight at once, copies still in the cascade included (empty: the "
+                  "platform's default)")
     max_schedules = models.PositiveIntegerField(null=True, blank=True, help_text="recurring schedules")
     max_endpoints = models.PositiveIntegerField(null=True, blank=True, help_text="endpoints")
     min_schedule_interval_seconds = models.PositiveIntegerField(

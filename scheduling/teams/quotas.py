@@ -10,13 +10,16 @@ import fnmatch
 import logging
 import threading
 import time
+from dataclasses import dataclass
+
+import orjson
 
 from django.core.exceptions import ValidationError
 from django.db import connection
 
 from scheduling.config.conf import conf, setting_name
 from scheduling.core.errors import QuotaExceeded
-from scheduling.core.lifecycle import IN_FLIGHT
+from scheduling.core.lifecycle import IN_FLIGHT, Status
 from scheduling.core.networks import parse_networks
 from scheduling.security import guards
 from scheduling.teams.models import Team
@@ -24,13 +27,13 @@ from scheduling.teams.models import Team
 log = logging.getLogger(__name__)
 
 WARN_AT = 0.8
-IN_FLIGHT_RECOUNT_SECONDS = 1.0  # a process recounts a team's messages in flight at most this often
 
 # quota -> (the team's field, the platform's setting)
 COUNTS = {
     "endpoints": ("max_endpoints", "team_max_endpoints"),
     "schedules": ("max_schedules", "team_max_schedules"),
     "messages_in_flight": ("max_in_flight", "team_max_in_flight"),
+    "bytes_in_flight": ("max_in_flight_bytes", "team_max_in_flight_bytes"),
 }
 
 
@@ -78,47 +81,141 @@ def team_check_count(*, team: Team, quota: str, used: int, adding: int = 1) -> N
             f" ({quota}; the platform's default is {_variable(quota)}, an operator may raise the team's own)")
 
 
-class _InFlight:
-    """Per process: team id -> (count read, monotonic time read, added here since)."""
-
-    lock = threading.Lock()
-    of: dict[int, list] = {}
+# The advisory lock of a team's in-flight count: PostgreSQL's one-bigint key space (the flow
+# slots' two-int keys are another), "dpq" in the high bytes and the team's id in the low 40 bits.
+IN_FLIGHT_LOCK_BASE = int.from_bytes(b"dpq", "big") << 40
 
 
-def _count_in_flight(team_id: int, cap: int) -> int:
-    """Messages pending or published of the team's endpoints, counted up to ``cap`` (an
-    index-only scan of the in-flight index, never more than the quota's worth of it)."""
-    from scheduling.models import Endpoint, ScheduledMessage
+@dataclass(frozen=True)
+class InFlight:
+    """What a team has in flight: messages pending or published, and their copies still in the
+    cascade after a cancel or a reschedule (each counted until its old due time), with the bytes
+    of their payloads."""
+
+    messages: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """How many of the messages asked for fit (the first ``count``), and why the rest do not."""
+
+    count: int
+    refusal: str = ""
+
+
+def _count_in_flight(team_id: int, cap: int) -> InFlight:
+    """The team's messages in flight, counted up to ``cap`` (a range of the in-flight index per
+    endpoint, never more than the quota's worth of it, and each row's payload_bytes from the
+    heap; a row from before that column is measured), plus its copies still in the cascade
+    (cascade_copy_team_until: only the copies not yet due are read). One statement."""
+    from scheduling.models import CascadeCopy, Endpoint, ScheduledMessage
 
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT count(*) FROM (SELECT 1 FROM {ScheduledMessage._meta.db_table} WHERE endpoint_id IN "
-            f"(SELECT id FROM {Endpoint._meta.db_table} WHERE team_id = %s) AND status = ANY(%s) LIMIT %s) AS m",
-            [team_id, sorted(s.value for s in IN_FLIGHT), cap])
-        return cursor.fetchone()[0]
+            f"SELECT m.n + c.n, m.b + c.b FROM "
+            f"(SELECT count(*) AS n, coalesce(sum(b), 0) AS b FROM (SELECT coalesce(payload_bytes, "
+            f"octet_length(payload::text)) AS b FROM {ScheduledMessage._meta.db_table} WHERE endpoint_id IN "
+            f"(SELECT id FROM {Endpoint._meta.db_table} WHERE team_id = %s) AND status = ANY(%s) LIMIT %s) AS r) AS m, "
+            f"(SELECT count(*) AS n, coalesce(sum(payload_bytes), 0) AS b FROM {CascadeCopy._meta.db_table} "
+            f"WHERE team_id = %s AND until > statement_timestamp()) AS c",
+            [team_id, sorted(s.value for s in IN_FLIGHT), cap, team_id])
+        messages, size = cursor.fetchone()
+        return InFlight(messages=messages, bytes=int(size))
 
 
-def team_check_in_flight(*, team: Team, adding: int) -> None:
-    """The messages-in-flight quota before ``adding`` new ones: recounted at most once a second per
-    process, with what this process added since (other processes' additions show at the recount:
-    a burst may pass the quota by what they scheduled within that second)."""
+def team_lock_in_flight(*, team_id: int) -> None:
+    """Hold the team's in-flight count until the transaction ends: a second writer of the team
+    waits here, then counts what the first committed (READ COMMITTED: each statement sees the
+    commits before it). Two requests at the quota less one cannot both pass."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("the in-flight quota is checked inside the transaction that adds the messages")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [IN_FLIGHT_LOCK_BASE | team_id])
+
+
+def team_in_flight(*, team: Team) -> InFlight:
+    """What the team has in flight now (counted up to its quota and one), under its lock."""
+    team_lock_in_flight(team_id=team.pk)
+    return _count_in_flight(team.pk, team_limit(team=team, quota="messages_in_flight") + 1)
+
+
+def team_admit_in_flight(*, team: Team, sizes: list[int], partial: bool = False) -> Admitted:
+    """THE in-flight check, before messages go into flight by any path (scheduled, a schedule's
+    run, republished, resent, rescheduled with a copy left behind, bulk or admin): ``sizes`` are
+    their payloads' bytes, in order. Takes the team's lock (held to the commit) and counts.
+    Whole (``partial`` False): QuotaExceeded naming the quota unless all fit. Partial: the first
+    ones that fit, and why the others do not (counted in the refusals' metric)."""
+    used = team_in_flight(team=team)
     limit = team_limit(team=team, quota="messages_in_flight")
-    now = time.monotonic()
-    with _InFlight.lock:
-        entry = _InFlight.of.get(team.pk)
-    if entry is None or now - entry[1] > IN_FLIGHT_RECOUNT_SECONDS:
-        entry = [_count_in_flight(team.pk, limit + 1), now, 0]
-        with _InFlight.lock:
-            _InFlight.of[team.pk] = entry
-    team_check_count(team=team, quota="messages_in_flight", used=entry[0] + entry[2], adding=adding)
-    with _InFlight.lock:
-        entry[2] += adding
+    byte_limit = team_limit(team=team, quota="bytes_in_flight")
+    _watch(team, "messages_in_flight", used.messages + len(sizes), limit)
+    _watch(team, "bytes_in_flight", used.bytes + sum(sizes), byte_limit)
+    fit, total = 0, used.bytes
+    for size in sizes:
+        if used.messages + fit + 1 > limit or total + size > byte_limit:
+            break
+        fit, total = fit + 1, total + size
+    if fit == len(sizes):
+        return Admitted(count=fit)
+    quota = "messages_in_flight" if used.messages + fit + 1 > limit else "bytes_in_flight"
+    if not partial:  # the error names the whole request
+        team_check_count(team=team, quota=quota, used=used.messages if quota == "messages_in_flight" else used.bytes,
+                         adding=len(sizes) if quota == "messages_in_flight" else sum(sizes))
+    from scheduling.observability import metrics
+
+    metrics.quota_refused(team.name, quota)
+    return Admitted(count=fit, refusal=_refusal(team, quota, used))
+
+
+def _refusal(team: Team, quota: str, used: InFlight) -> str:
+    value = used.messages if quota == "messages_in_flight" else used.bytes
+    limit = team_limit(team=team, quota=quota)
+    return (f"team {team.name} has {value:,} {quota.replace('_', ' ')} of its quota of {limit:,}"
+            f" ({quota}; the platform's default is {_variable(quota)}, an operator may raise the team's own)")
+
+
+def team_check_in_flight(*, team: Team, sizes: list[int]) -> None:
+    """QuotaExceeded unless all of ``sizes`` fit (team_admit_in_flight, whole)."""
+    team_admit_in_flight(team=team, sizes=sizes)
 
 
 def team_forget_counts() -> None:
-    """For tests: recount at the next check."""
-    with _InFlight.lock:
-        _InFlight.of.clear()
+    """For tests (the count is no longer cached: kept for their fixtures)."""
+
+
+def team_record_copies(*, rows, now) -> int:
+    """Before ``rows`` are cancelled or moved: each one published (in the broker) for a due time
+    still to come leaves a copy in the cascade until then, counted toward its team's quotas.
+    Returns how many were recorded."""
+    from scheduling.models import CascadeCopy
+
+    copies = [CascadeCopy(team_id=row.endpoint.team_id, message_id=row.id, until=row.due_at,
+                          payload_bytes=payload_size(row))
+              for row in rows if leaves_copy(row, now)]
+    CascadeCopy.objects.bulk_create(copies)
+    return len(copies)
+
+
+def leaves_copy(row, now) -> bool:
+    """Cancelled or moved now, the row leaves a copy in the cascade: it is in the broker
+    (published) for a due time still to come. (A handler retry's copy carries its backoff's time,
+    seconds to minutes, and is not counted.)"""
+    return row.status == Status.PUBLISHED and row.due_at > now
+
+
+def team_forget_copies(*, before) -> int:
+    """The copies whose due time has passed (they left the broker): the prune removes them."""
+    from scheduling.models import CascadeCopy
+
+    return CascadeCopy.objects.filter(until__lt=before).delete()[0]
+
+
+def payload_size(row) -> int:
+    """A row's payload bytes: as stored, or measured for a row from before the column."""
+    if row.payload_bytes is not None:
+        return row.payload_bytes
+    return len(orjson.dumps(row.payload, option=orjson.OPT_NON_STR_KEYS))
 
 
 def team_min_interval_ms(*, team: Team) -> int:

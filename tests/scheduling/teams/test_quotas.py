@@ -1,0 +1,158 @@
+"""The in-flight quotas of teams/quotas.py on the real database: one check under the team's lock
+(two transactions at the quota less one: one passes, the other is refused), the bytes of
+payloads in flight, and the copies a cancel or a reschedule leaves in the cascade, counted until
+their old due time."""
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connection, transaction
+from django.utils import timezone
+
+from scheduling.core.errors import QuotaExceeded
+from scheduling.models import CascadeCopy, Endpoint, ScheduledMessage
+from scheduling.messages.services import message_cancel, message_reschedule, message_schedule_many
+from scheduling.teams.caller import Caller
+from scheduling.teams.quotas import IN_FLIGHT_LOCK_BASE, team_in_flight
+from scheduling.teams.services import team_create, team_update
+
+Status = ScheduledMessage.Status
+
+
+@pytest.fixture
+def team():
+    return team_create(name="billing")
+
+
+@pytest.fixture
+def endpoint(team, versions):
+    return Endpoint.objects.create(team=team, name="e", queue="billing--e", topology=versions["v3"])
+
+
+@pytest.fixture
+def caller(team):
+    return Caller(name="k", roles={team.pk: "admin"}, person=False)
+
+
+def schedule(caller, n=1, payload=0, delay=600):
+    return message_schedule_many(items=[{"endpoint": "e", "payload": payload, "delay": delay} for _ in range(n)],
+                                 caller=caller)
+
+
+def in_flight(team):
+    with transaction.atomic():
+        return team_in_flight(team=team)
+
+
+def published(endpoint, n, due_in=timedelta(hours=1)):
+    now = timezone.now()
+    return ScheduledMessage.objects.bulk_create([
+        ScheduledMessage(endpoint=endpoint, topology=endpoint.topology, payload={"n": i}, due_at=now + due_in,
+                         requested_delay_ms=3_600_000, status=Status.PUBLISHED, published_at=now, payload_bytes=7)
+        for i in range(n)])
+
+
+@pytest.mark.django_db
+def test_the_bytes_of_payloads_in_flight_have_a_quota(team, endpoint, caller):
+    team_update(team=team, max_in_flight_bytes=100)
+    schedule(caller, payload="x" * 58)  # 60 bytes of JSON
+    with pytest.raises(QuotaExceeded, match="team billing has 60 bytes in flight of its quota of 100 "
+                                            r"\(bytes_in_flight; the platform's default is DELAY_TEAM_MAX_IN_FLIGHT_BYTES"):
+        schedule(caller, payload="x" * 58)
+    assert ScheduledMessage.objects.filter(endpoint=endpoint).count() == 1
+    schedule(caller, payload="x" * 38)  # 40 bytes: exactly the quota
+    assert in_flight(team).bytes == 100
+
+
+@pytest.mark.django_db
+def test_a_cancelled_message_s_copy_counts_until_its_old_due_time(team, endpoint, caller):
+    team_update(team=team, max_in_flight=2)
+    first, _ = published(endpoint, 2)
+    message_cancel(message_id=first.pk)
+    assert in_flight(team).messages == 2  # one in flight, and the cancelled one's copy in the cascade
+    with pytest.raises(QuotaExceeded, match="team billing has 2 messages in flight of its quota of 2"):
+        schedule(caller)
+    (copy,) = CascadeCopy.objects.filter(team=team)
+    assert copy.message_id == first.pk and copy.until == first.due_at and copy.payload_bytes == 7
+    CascadeCopy.objects.filter(pk=copy.pk).update(until=timezone.now() - timedelta(seconds=1))  # it has left
+    schedule(caller)
+    assert in_flight(team).messages == 2
+
+
+@pytest.mark.django_db
+def test_a_pending_message_or_one_due_already_leaves_no_copy(team, endpoint):
+    pending = ScheduledMessage.objects.create(endpoint=endpoint, topology=endpoint.topology, payload=1,
+                                              due_at=timezone.now() + timedelta(hours=1), requested_delay_ms=1)
+    (overdue,) = published(endpoint, 1, due_in=timedelta(seconds=-5))
+    message_cancel(message_id=pending.pk)
+    message_cancel(message_id=overdue.pk)
+    assert not CascadeCopy.objects.exists() and in_flight(team).messages == 0
+
+
+@pytest.mark.django_db
+def test_a_rescheduled_message_s_old_copy_counts_and_a_reschedule_over_the_quota_is_refused(team, endpoint, caller):
+    team_update(team=team, max_in_flight=3)
+    first, second = published(endpoint, 2)
+    message_reschedule(message_id=first.pk, delay=60)  # its copy for the old time stays: 3 in flight
+    assert in_flight(team).messages == 3
+    with pytest.raises(QuotaExceeded, match="team billing has 3 messages in flight of its quota of 3"):
+        message_reschedule(message_id=second.pk, delay=60)
+    second.refresh_from_db()
+    assert second.status == Status.PUBLISHED and not second.due_history  # unchanged
+    with pytest.raises(QuotaExceeded):
+        schedule(caller)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_transactions_at_the_quota_less_one_cannot_both_pass(team, endpoint, caller):
+    """Two writers of one team, each in its own transaction on its own connection: the first has
+    scheduled its message (not committed yet) when the second checks. The second waits for the
+    first's commit on the team's lock, counts it, and is refused; without the lock both pass."""
+    team_update(team=team, max_in_flight=3)
+    schedule(caller, n=2)
+    first_scheduled, second_done = threading.Event(), threading.Event()
+    outcome = {}
+
+    def first():
+        try:
+            with transaction.atomic():
+                schedule(caller)
+                first_scheduled.set()
+                deadline = time.monotonic() + 60  # until the second has checked, or waits on the lock
+                while not second_done.is_set() and not _waiting_on_the_lock(team) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            outcome["first"] = "scheduled"
+        finally:
+            connection.close()
+
+    def second():
+        try:
+            first_scheduled.wait(60)
+            with transaction.atomic():
+                schedule(caller)
+            outcome["second"] = "scheduled"
+        except QuotaExceeded as exc:
+            outcome["second"] = str(exc)
+        finally:
+            second_done.set()
+            connection.close()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert outcome["first"] == "scheduled"
+    assert outcome["second"].startswith("team billing has 3 messages in flight of its quota of 3")
+    assert ScheduledMessage.objects.filter(endpoint=endpoint, status__in=["pending", "published"]).count() == 3
+
+
+def _waiting_on_the_lock(team) -> bool:
+    """Another session waits for the team's advisory lock (pg_locks: not granted)."""
+    key = IN_FLIGHT_LOCK_BASE | team.pk
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                       "AND classid = %s AND objid = %s AND objsubid = 1", [key >> 32, key & 0xFFFFFFFF])
+        return cursor.fetchone()[0] > 0
