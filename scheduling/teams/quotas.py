@@ -165,10 +165,11 @@ def team_admit_in_flight(*, team: Team, sizes: list[int], partial: bool = False)
     from scheduling.observability import metrics
 
     metrics.quota_refused(team.name, quota)
-    return Admitted(count=fit, refusal=_refusal(team, quota, used))
+    return Admitted(count=fit, refusal=_refusal(team, quota, InFlight(messages=used.messages + fit, bytes=total)))
 
 
 def _refusal(team: Team, quota: str, used: InFlight) -> str:
+    """What team_check_count says, for the messages left out (``used``: with the ones admitted)."""
     value = used.messages if quota == "messages_in_flight" else used.bytes
     limit = team_limit(team=team, quota=quota)
     return (f"team {team.name} has {value:,} {quota.replace('_', ' ')} of its quota of {limit:,}"

@@ -34,7 +34,8 @@ def team_create(*, name: str, **quotas) -> Team:
 
 
 TEAM_SETTINGS = ("max_in_flight", "max_in_flight_bytes", "max_schedules", "max_endpoints",
-                 "min_schedule_interval_seconds", "api_rate", "key_api_rate", "celery_task_allowlist", "webhook_allowed_networks")
+                 "min_schedule_interval_seconds", "api_rate", "key_api_rate", "celery_task_allowlist",
+                 "webhook_allowed_networks")
 
 
 def team_update(*, team: Team, **changes) -> Team:
