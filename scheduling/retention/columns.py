@@ -55,6 +55,7 @@ COLUMNS: dict[str, tuple[str, pa.DataType]] = {
     "due_history": (f'{M}."due_history"::text', pa.string()),
     "trigger": (f'{M}."trigger"', pa.string()),
     "call_lease_until": (f'{M}."call_lease_until"', TIMESTAMP),
+    "payload_bytes": (f'{M}."payload_bytes"', pa.int64()),
     "payload": (f'{M}."payload"::text', pa.string()),
     "attempt_log": (ATTEMPTS_SQL, pa.string()),
 }

@@ -105,18 +105,18 @@ class Admitted:
 
 
 def _count_in_flight(team_id: int, cap: int) -> InFlight:
-    """The team's messages in flight, counted up to ``cap`` (a range of the in-flight index per
-    endpoint, never more than the quota's worth of it, and each row's payload_bytes from the
-    heap; a row from before that column is measured), plus its copies still in the cascade
+    """The team's messages in flight, counted up to ``cap`` (never more than the quota's worth),
+    with their payload bytes: an index-only range of message_in_flight_bytes per endpoint (a row
+    from before payload_bytes counts 0 bytes); plus its copies still in the cascade
     (cascade_copy_team_until: only the copies not yet due are read). One statement."""
     from scheduling.models import CascadeCopy, Endpoint, ScheduledMessage
 
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT m.n + c.n, m.b + c.b FROM "
-            f"(SELECT count(*) AS n, coalesce(sum(b), 0) AS b FROM (SELECT coalesce(payload_bytes, "
-            f"octet_length(payload::text)) AS b FROM {ScheduledMessage._meta.db_table} WHERE endpoint_id IN "
-            f"(SELECT id FROM {Endpoint._meta.db_table} WHERE team_id = %s) AND status = ANY(%s) LIMIT %s) AS r) AS m, "
+            f"(SELECT count(*) AS n, coalesce(sum(payload_bytes), 0) AS b FROM (SELECT payload_bytes FROM "
+            f"{ScheduledMessage._meta.db_table} WHERE endpoint_id IN (SELECT id FROM {Endpoint._meta.db_table} "
+            f"WHERE team_id = %s) AND status = ANY(%s) LIMIT %s) AS r) AS m, "
             f"(SELECT count(*) AS n, coalesce(sum(payload_bytes), 0) AS b FROM {CascadeCopy._meta.db_table} "
             f"WHERE team_id = %s AND until > statement_timestamp()) AS c",
             [team_id, sorted(s.value for s in IN_FLIGHT), cap, team_id])
