@@ -1,8 +1,13 @@
-"""What bounds a team: counts (endpoints, schedules, messages in flight: over one is a 403 naming
-it), the shortest interval of its schedules, its API rates (api/throttles.py), and the grants an
-operator gives it (Celery tasks, webhook networks). A team's own value wins over the platform's
-default (DELAY_TEAM_*). Crossing 80 % of a count logs a warning (once a minute per team and
-quota) and shows in ``delay_team_quota_usage_ratio``."""
+"""What bounds a team: counts (endpoints, schedules, messages in flight and their payload bytes:
+over one is a 403 naming it), the shortest interval of its schedules, its API rates
+(api/throttles.py), and the grants an operator gives it (Celery tasks, webhook networks). A
+team's own value wins over the platform's default (DELAY_TEAM_*). Crossing 80 % of a count logs a
+warning (once a minute per team and quota) and shows in ``delay_team_quota_usage_ratio``.
+
+The in-flight quotas have one check, team_admit_in_flight, on every path that puts messages in
+flight; it takes the team's lock to the commit and counts the messages pending or published and
+the copies that cancelled or moved messages left in the cascade (CascadeCopy, until their old due
+time): exact, whichever process writes (docs/guides/teams.md#quotas has what it costs)."""
 
 from __future__ import annotations
 
