@@ -91,6 +91,7 @@ def test_each_due_date_gets_a_partition_with_the_facts(message, tmp_path):
         "schedule": None,
         "due_history": None,
         "throttled_ms": None,
+        "payload_bytes": None,  # rows made directly (the scheduling service sets it)
         "payload": None,  # the report does not read payloads (the archive keeps them)
         "trigger": "scheduled",
         "call_lease_until": None,

@@ -114,7 +114,8 @@ def test_an_archived_row_has_every_column_as_the_table_had_it(archive, history, 
         "delivered_at": first.delivered_at, "cancelled_at": None, "finished_at": first.finished_at,
         "status": "delivered", "lateness_ms": 4, "delivery_count": 1, "attempts": 0, "delivered_by": "w1@host",
         "routing_key": "rk", "first_exchange": "dp.v2.delay-level-04", "idempotency_key": None, "last_error": "",
-        "schedule": None, "due_history": None, "throttled_ms": None, "payload": json.dumps(first.payload),
+        "schedule": None, "due_history": None, "throttled_ms": None, "payload_bytes": None,
+        "payload": json.dumps(first.payload),
         "trigger": "scheduled", "call_lease_until": None, "attempt_log": None, "shard": 0,  # none were kept
         "due_date": max(first.due_at, first.created_at).date().isoformat(),  # from the directory's name
     }
