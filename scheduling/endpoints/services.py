@@ -28,7 +28,7 @@ from scheduling.versions.selectors import (
 )
 from scheduling.teams import queues
 from scheduling.teams.models import default_team_id
-from scheduling.teams.quotas import team_check_count, team_task_refusal, team_webhook_networks
+from scheduling.teams.quotas import team_check_count, team_lock_counts, team_task_refusal, team_webhook_networks
 
 log = logging.getLogger(__name__)
 
@@ -189,6 +189,9 @@ def endpoint_create(
     endpoint_bind(endpoint=endpoint)
     try:
         with transaction.atomic():
+            if check_quota:  # again, under the team's lock: two at the quota less one cannot both pass
+                team_lock_counts(team_id=team.pk)
+                team_check_count(team=team, quota="endpoints", used=team.endpoints.count())
             endpoint.save()
             audit_record(action="endpoint.create", obj=endpoint, team=team, after=audit_values(obj=endpoint))
     except IntegrityError:  # created concurrently since the checks

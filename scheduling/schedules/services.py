@@ -32,7 +32,9 @@ from scheduling.core.lifecycle import IN_FLIGHT
 from scheduling.models import Endpoint, Schedule, ScheduledMessage, Team
 from scheduling.schedules import rules
 from scheduling.teams.models import default_team_id
-from scheduling.teams.quotas import team_admit_in_flight, team_check_count, team_check_in_flight, team_min_interval_ms
+from scheduling.teams.quotas import (
+    team_admit_in_flight, team_check_count, team_check_in_flight, team_lock_counts, team_min_interval_ms,
+)
 from scheduling.messages.services import message_cancel, message_check_payload, message_schedule_many
 
 log = logging.getLogger(__name__)
@@ -132,6 +134,7 @@ def schedule_upsert(*, key: str, endpoint: str | Endpoint, payload, cron: str = 
     now = timezone.now()
     with transaction.atomic():
         if not Schedule.objects.filter(team=team, key=key).exists():
+            team_lock_counts(team_id=team.pk)  # two new schedules at the quota less one: one passes
             team_check_count(team=team, quota="schedules", used=team.schedules.count())
         schedule, created = Schedule.objects.select_for_update().get_or_create(team=team, key=key, defaults=values)
         before = None if created else audit_values(obj=schedule)

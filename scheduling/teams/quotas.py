@@ -86,9 +86,9 @@ def team_check_count(*, team: Team, quota: str, used: int, adding: int = 1) -> N
             f" ({quota}; the platform's default is {_variable(quota)}, an operator may raise the team's own)")
 
 
-# The advisory lock of a team's in-flight count: PostgreSQL's one-bigint key space (the flow
+# The advisory lock of a team's counts (in flight, schedules, endpoints): PostgreSQL's one-bigint key space (the flow
 # slots' two-int keys are another), "dpq" in the high bytes and the team's id in the low 40 bits.
-IN_FLIGHT_LOCK_BASE = int.from_bytes(b"dpq", "big") << 40
+TEAM_LOCK_BASE = int.from_bytes(b"dpq", "big") << 40
 
 
 @dataclass(frozen=True)
@@ -129,19 +129,19 @@ def _count_in_flight(team_id: int, cap: int) -> InFlight:
         return InFlight(messages=messages, bytes=int(size))
 
 
-def team_lock_in_flight(*, team_id: int) -> None:
-    """Hold the team's in-flight count until the transaction ends: a second writer of the team
-    waits here, then counts what the first committed (READ COMMITTED: each statement sees the
-    commits before it). Two requests at the quota less one cannot both pass."""
+def team_lock_counts(*, team_id: int) -> None:
+    """Hold the team's counts until the transaction ends: a second writer of the team waits here,
+    then counts what the first committed (READ COMMITTED: each statement sees the commits before
+    it). Two requests at a quota less one cannot both pass."""
     if not connection.in_atomic_block:
-        raise RuntimeError("the in-flight quota is checked inside the transaction that adds the messages")
+        raise RuntimeError("a team's quota is checked inside the transaction that adds to it")
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [IN_FLIGHT_LOCK_BASE | team_id])
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [TEAM_LOCK_BASE | team_id])
 
 
 def team_in_flight(*, team: Team) -> InFlight:
     """What the team has in flight now (counted up to its quota and one), under its lock."""
-    team_lock_in_flight(team_id=team.pk)
+    team_lock_counts(team_id=team.pk)
     return _count_in_flight(team.pk, team_limit(team=team, quota="messages_in_flight") + 1)
 
 

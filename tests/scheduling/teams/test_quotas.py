@@ -15,7 +15,7 @@ from scheduling.core.errors import QuotaExceeded
 from scheduling.models import CascadeCopy, Endpoint, ScheduledMessage
 from scheduling.messages.services import message_cancel, message_reschedule, message_schedule_many
 from scheduling.teams.caller import Caller
-from scheduling.teams.quotas import IN_FLIGHT_LOCK_BASE, team_forget_counts, team_in_flight
+from scheduling.teams.quotas import TEAM_LOCK_BASE, team_forget_counts, team_in_flight
 from scheduling.teams.services import team_create, team_update
 
 Status = ScheduledMessage.Status
@@ -58,8 +58,8 @@ def published(endpoint, n, due_in=timedelta(hours=1)):
 def test_the_bytes_of_payloads_in_flight_have_a_quota(team, endpoint, caller):
     team_update(team=team, max_in_flight_bytes=100)
     schedule(caller, payload="x" * 58)  # 60 bytes of JSON
-    with pytest.raises(QuotaExceeded, match="team billing has 60 bytes in flight of its quota of 100 "
-                                            r"\(bytes_in_flight; the platform's default is DELAY_TEAM_MAX_IN_FLIGHT_BYTES"):
+    refusal = r"team billing has 60 bytes in flight of its quota of 100 \(bytes_in_flight; the platform's default"
+    with pytest.raises(QuotaExceeded, match=refusal + " is DELAY_TEAM_MAX_IN_FLIGHT_BYTES"):
         schedule(caller, payload="x" * 58)
     assert ScheduledMessage.objects.filter(endpoint=endpoint).count() == 1
     schedule(caller, payload="x" * 38)  # 40 bytes: exactly the quota
@@ -152,7 +152,7 @@ def test_two_transactions_at_the_quota_less_one_cannot_both_pass(team, endpoint,
 
 def _waiting_on_the_lock(team) -> bool:
     """Another session waits for the team's advisory lock (pg_locks: not granted)."""
-    key = IN_FLIGHT_LOCK_BASE | team.pk
+    key = TEAM_LOCK_BASE | team.pk
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
                        "AND classid = %s AND objid = %s AND objsubid = 1", [key >> 32, key & 0xFFFFFFFF])
