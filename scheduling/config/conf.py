@@ -152,6 +152,8 @@ class DelaySettings:
     """how long a new API key lasts when its maker names no expiry ([Teams](../guides/teams.md#api-keys))"""
     api_key_max_expires: timedelta
     """the longest expiry a key may be given"""
+    invitation_expires: timedelta
+    """how long a team's invitation may be accepted ([Teams](../guides/teams.md#invitations))"""
     team_max_in_flight: int
     """messages a team may have pending or published at once (a team's own quota in the admin wins;
     [quotas](../guides/teams.md#quotas))"""

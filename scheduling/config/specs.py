@@ -258,6 +258,8 @@ SPECS: tuple[Spec, ...] = (
              "expiry ([Teams](../guides/teams.md#api-keys))", "30d", conf=True),
         Spec("DELAY_API_KEY_MAX_EXPIRES", Duration(), "365d", "the longest expiry a key may be given", "90d",
              conf=True),
+        Spec("DELAY_INVITATION_EXPIRES", Duration(), "7d", "how long a team's invitation may be accepted "
+             "([Teams](../guides/teams.md#invitations))", "2d", conf=True),
         Spec("DELAY_TEAM_MAX_IN_FLIGHT", Integer(min=1), "1000000", "messages a team may have pending or published "
              "at once (a team's own quota in the admin wins; [quotas](../guides/teams.md#quotas))", "100000",
              conf=True),

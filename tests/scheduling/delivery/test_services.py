@@ -200,7 +200,8 @@ def test_a_name_that_now_resolves_inside_is_refused_at_send(make, settings, monk
         settings.DELAY_WEBHOOK_ALLOWED_NETWORKS = ["10.0.0.0/8"]
         assert delivery_receive(message_id=str(message.id)).result is Result.RETRY
     message.refresh_from_db()
-    assert "webhook target localhost resolves to 127.0.0.1, a loopback address" in message.last_error
+    assert "webhook target localhost resolves to a loopback address" in message.last_error
+    assert "127.0.0.1" not in message.last_error  # what the name resolved to is never said
     assert server.requests == []
 
 
