@@ -98,7 +98,7 @@ SPECS: tuple[Spec, ...] = (
         "Production and security",
         Spec("DELAY_PRODUCTION", Boolean(), "off", "HTTPS only: SSL redirect (not for `/healthz`, `/readyz`, "
              "`/metrics`), HSTS, secure session and CSRF cookies; needs a strong `SECRET_KEY`, "
-             "`DELAY_SECRETS_KEYS` and `DEBUG` off ([Security](../security.md#production-settings-delay_production))",
+             "`DELAY_SECRETS_KEYS`, `DELAY_METRICS_TOKEN` and `DEBUG` off ([Security](../security.md#production-settings-delay_production))",
              "on"),
         Spec("DELAY_TLS_PROXY_HEADER", Header(), "", "behind a TLS-terminating proxy: the header it sets to "
              "`https` (on every request; stripped from clients'); failed logins then count against the address "
@@ -283,7 +283,8 @@ SPECS: tuple[Spec, ...] = (
              "10.0.0.0/8", conf=True, shown_default="loopback and private ranges "
              f"(`{METRICS_NETWORKS.replace(',', ', ')}`)"),
         Spec("DELAY_METRICS_TOKEN", Text(), "", "when set, `/metrics` and the workers' metrics ports ask for "
-             "`Authorization: Bearer <token>`", "…", conf=True, shown_default="— (none)"),
+             "`Authorization: Bearer <token>`; without it a forwarded request (`Forwarded`, `X-Forwarded-For`, "
+             "`X-Real-IP`, ...) is refused; required with `DELAY_PRODUCTION=1`", "…", conf=True, shown_default="— (none)"),
         Spec("DELAY_METRICS_CACHE_SECONDS", Number(above=0), "15", "how often `/metrics` reads its database and "
              "management API figures (in the background: a scrape never waits)", "30", conf=True),
         Spec("DELAY_WORKER_METRICS_PORT", Integer(min=0, max=65535, off=0), "9808", "the port each Celery worker "
