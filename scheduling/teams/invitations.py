@@ -39,7 +39,8 @@ def invitation_create(*, team: Team, username: str, role: str, invited_by: str =
                                                                      state=State.PENDING):
             _answer(earlier, State.REVOKED, actions.INVITATION_REVOKE, now=now)
         invitation = Invitation.objects.create(team=team, username=username, user=user, role=role,
-                                               invited_by=invited_by[:200], expires_at=now + conf().invitation_expires)
+                                               invited_by=invited_by[:200], created_at=now,
+                                               expires_at=now + conf().invitation_expires)
         audit_record(action=actions.INVITATION_CREATE, obj=invitation, team=team,
                      after={"username": username, "role": role, "expires_at": invitation.expires_at})
     return invitation
