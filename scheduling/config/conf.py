@@ -176,7 +176,9 @@ class DelaySettings:
     """CIDRs whose clients may read `/metrics` and the workers' metrics ports; others get 403
     ([Metrics](../observability/metrics.md))"""
     metrics_token: str
-    """when set, `/metrics` and the workers' metrics ports ask for `Authorization: Bearer <token>`"""
+    """when set, `/metrics` and the workers' metrics ports ask for `Authorization: Bearer <token>`; without
+    it a forwarded request (`Forwarded`, `X-Forwarded-For`, `X-Real-IP`, ...) is refused; required with
+    `DELAY_PRODUCTION=1`"""
     metrics_cache_seconds: float
     """how often `/metrics` reads its database and management API figures (in the background: a scrape
     never waits)"""
