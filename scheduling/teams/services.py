@@ -194,7 +194,8 @@ def api_key_authenticate(*, key: str, legacy: bool = False) -> tuple[ApiKey | No
         return None, "this key's user is inactive"
     if found.parent_id is not None:  # made with a person's key: it lives no longer than that key
         parent = found.parent  # selected with it (api_key_find): no query
-        if parent is None or parent.revoked_at is not None or parent.expires_at <= now or not parent.user.is_active:
+        if (parent is None or parent.revoked_at is not None or parent.expires_at <= now or parent.user_id is None
+                or not parent.user.is_active):
             return None, "the key this key was made with is no longer valid"
     if found.last_used_at is None or found.last_used_at < now - LAST_USED_EVERY:
         ApiKey.objects.filter(pk=found.pk).update(last_used_at=now)
