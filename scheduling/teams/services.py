@@ -95,7 +95,7 @@ def membership_put(*, team: Team, user, role: str) -> Membership:
 def membership_remove(*, team: Team, username: str) -> None:
     """Take a user out of the team; the team keys made with their keys are revoked with it."""
     with transaction.atomic():
-        membership = (Membership.objects.select_for_update().select_related("user")
+        membership = (Membership.objects.select_for_update(of=("self",)).select_related("user")
                       .filter(team=team, user__username=username).first())
         if membership is None:
             raise NotFound(f"{username!r} is not a member of {team.name}")
