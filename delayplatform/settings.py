@@ -131,6 +131,9 @@ if _env["production"]:
     if not _env["secrets_keys"]:  # a key of their own for webhook secrets, not one derived from SECRET_KEY
         raise ImproperlyConfigured(f"{_name('secrets_keys')} must be set with {_name('production')}=1: the keys that "
                                    "encrypt webhook secrets at rest (scripts/make-env.sh writes one)")
+    if not _env["metrics_token"]:  # behind a proxy on this host every request is from 127.0.0.1
+        raise ImproperlyConfigured(f"{_name('metrics_token')} must be set with {_name('production')}=1: forwarded "
+                                   "requests read the metrics only with it (scripts/make-env.sh writes one)")
     SECURE_SSL_REDIRECT = True
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True

@@ -19,7 +19,7 @@ from scheduling.delivery.models import EndpointHealth, MessageAttempt, Trigger  
 from scheduling.core.lifecycle import IN_FLIGHT_VALUES, Status
 from scheduling.messages.queries import ScheduledMessageQuerySet, loaded_instance
 from scheduling.retention.listing import ParquetFileListing
-from scheduling.teams.models import ApiKey, Membership, Team, default_team_id  # noqa: F401  (registers them)
+from scheduling.teams.models import ApiKey, Invitation, Membership, Team, default_team_id  # noqa: F401  (registers them)
 from scheduling.audit.models import AuditArchiveFile, AuditEvent  # noqa: F401  (registers them)
 
 IN_FLIGHT_SORTED = sorted(IN_FLIGHT_VALUES)  # the partial indexes' condition, in a stable order

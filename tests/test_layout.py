@@ -38,7 +38,7 @@ TOP_LEVEL = ["__init__.py", "apps.py", "models.py"]
 ENTITIES = ("message", "message_table", "endpoint", "webhook_call", "topology", "topology_version", "delays", "delivery",
             "delivery_minute", "delivery_log", "relay", "timeout", "unroutable", "retention", "archive",
             "archive_file", "accuracy_report", "celery_task", "celery_queue", "dashboard", "lateness", "outbox",
-            "queryset", "cursor", "schedule", "team", "membership", "api_key", "caller", "audit")
+            "queryset", "cursor", "schedule", "team", "membership", "invitation", "api_key", "caller", "audit")
 
 
 def imports(path: Path, *, on_import: bool = False) -> set[str]:

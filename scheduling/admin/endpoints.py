@@ -21,6 +21,7 @@ from scheduling.endpoints.services import (
     endpoint_set_active,
     endpoint_update,
 )
+from scheduling.security.redaction import url_redacted
 from scheduling.teams.roles import Action
 from scheduling.teams.selectors import team_pick
 from scheduling.admin import html
@@ -66,10 +67,35 @@ class EndpointAdmin(ControlRoomAdmin):
     n_failed = _count_column(Status.FAILED)
 
     @admin.display(description="handler", ordering="handler")
-    def handler_summary(self, endpoint):
+    def handler_summary(self, endpoint, *, redact: bool = False):
         if not endpoint.handler_target:
             return endpoint.handler
-        return format_html("{} <small>{}</small>", endpoint.handler, endpoint.handler_target)
+        target = url_redacted(endpoint.handler_target) if redact else endpoint.handler_target
+        return format_html("{} <small>{}</small>", endpoint.handler, target)
+
+    @admin.display(description="handler target")
+    def handler_target_redacted(self, endpoint):
+        return url_redacted(endpoint.handler_target)
+
+    # Below a team's admin (who may change the endpoint), a webhook URL's query values and userinfo
+    # are masked: they often carry the receiver's token (security/redaction.py).
+    def get_list_display(self, request):
+        caller = self.caller(request)
+
+        def handler(endpoint):
+            return self.handler_summary(endpoint, redact=not caller.may(Action.ENDPOINTS, endpoint.team_id))
+
+        handler.short_description, handler.admin_order_field = "handler", "handler"
+        return tuple(handler if name == "handler_summary" else name for name in super().get_list_display(request))
+
+    def get_fields(self, request, obj=None):
+        fields = super().get_fields(request, obj)
+        if obj is not None and not self.caller(request).may(Action.ENDPOINTS, obj.team_id):
+            return tuple("handler_target_redacted" if name == "handler_target" else name for name in fields)
+        return fields
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.get_fields(request, obj)
 
     @admin.display(description="flow control")
     def flow_summary(self, endpoint):

@@ -1,6 +1,7 @@
-"""Teams, their members and their API keys. Operators make teams and set their quotas and grants;
-a team's admins manage its members and keys (a key is shown once, when made; only its digest is
-kept); everyone else reads."""
+"""Teams, their members, invitations and API keys. Operators make teams and set their quotas and
+grants, and add members directly; a team's admins invite people (they join by accepting: the
+API's /api/invitations/), change members' roles and manage keys (a key is shown once, when made;
+only its digest is kept); everyone else reads."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from django.utils import timezone
 
 from scheduling.config.conf import setting_name
 from scheduling.core.durations import parse_duration
-from scheduling.teams.models import ApiKey, Membership, Team
+from scheduling.teams.invitations import invitation_create, invitation_revoke
+from scheduling.teams.models import ApiKey, Invitation, Membership, Team
 from scheduling.teams.roles import ROLES, SCOPES, Action
 from scheduling.teams.selectors import queryset_for_caller
 from scheduling.teams.services import (
@@ -71,13 +73,18 @@ class TeamAdmin(ControlRoomAdmin):
 
 class MemberForm(forms.Form):
     team = forms.ModelChoiceField(queryset=Team.objects.none(), empty_label=None)
-    username = forms.CharField(max_length=150, help_text="an existing user (operators make users)")
+    username = forms.CharField(max_length=150, help_text="a member (operators may also add any existing user; "
+                                                         "team admins invite people: Invitations)")
     role = forms.ChoiceField(choices=[(r, r) for r in ROLES])
 
     def __init__(self, *args, caller, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["team"].queryset = queryset_for_caller(queryset=Team.objects.order_by("name"), caller=caller,
                                                            action=Action.MEMBERS)
+
+
+class InvitationForm(MemberForm):
+    username = forms.CharField(max_length=150, help_text="who to invite: they join when they accept")
 
 
 @admin.register(Membership)
@@ -108,8 +115,9 @@ class MembershipAdmin(ControlRoomAdmin):
         def form(data, initial):
             return MemberForm(data, initial=initial, caller=caller)
 
-        return self.service_form_view(request, form, lambda data: membership_set(**data),
-                                      title="Add a member, or change a member's role", done="Saved")
+        title = "Add a member, or change a member's role" if caller.operator else "Change a member's role"
+        return self.service_form_view(request, form, lambda data: membership_set(add=caller.operator, **data),
+                                      title=title, done="Saved")
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         obj = self.get_object(request, unquote(object_id))
@@ -121,8 +129,51 @@ class MembershipAdmin(ControlRoomAdmin):
             return MemberForm(data, initial=initial, caller=caller)
 
         return self.service_form_view(
-            request, form, lambda data: membership_set(**data), title="Change a member's role", obj=obj,
+            request, form, lambda data: membership_set(add=caller.operator, **data), title="Change a member's role",
+            obj=obj,
             initial={"team": obj.team_id, "username": obj.user.get_username(), "role": obj.role}, done="Saved")
+
+
+@admin.register(Invitation)
+class InvitationAdmin(ControlRoomAdmin):
+    """A team's invitations, for its admins: invite a username (the same answer whether it is a user
+    or not) and revoke a pending one; the invited person accepts through the API."""
+
+    list_display = ("username", "team", "role", "invitation_state", "invited_by", "created_at", "expires_at")
+    list_filter = (TeamListFilter, "state")
+    search_fields = ("=username",)
+    list_select_related = ("team",)
+    team_actions = {"view": Action.MEMBERS, "add": Action.MEMBERS, "change": None, "revoke": Action.MEMBERS}
+    actions = ("revoke",)
+    fields = ("team", "username", "role", "invitation_state", "invited_by", "created_at", "expires_at", "answered_at")
+    readonly_fields = fields
+
+    def get_queryset(self, request):
+        return queryset_for_caller(queryset=super().base_queryset(request), caller=self.caller(request),
+                                   action=Action.MEMBERS)
+
+    @admin.display(description="state")
+    def invitation_state(self, invitation):
+        return invitation.shown_state()
+
+    def has_revoke_permission(self, request):
+        return self.may(request, "revoke")
+
+    @admin.action(description="Revoke selected invitations", permissions=["revoke"])
+    def revoke(self, request, queryset):
+        self.run_each(request, self.acting_on(request, queryset.select_related("team"), Action.MEMBERS),
+                      lambda invitation: invitation_revoke(invitation=invitation), "Revoked")
+
+    def add_view(self, request, form_url="", extra_context=None):
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        caller = self.caller(request)
+
+        def form(data, initial):
+            return InvitationForm(data, initial=initial, caller=caller)
+
+        return self.service_form_view(request, form, lambda data: invitation_create(invited_by=caller.name, **data),
+                                      title="Invite someone to a team", done="Invited")
 
 
 class ApiKeyForm(forms.Form):

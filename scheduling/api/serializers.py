@@ -15,6 +15,9 @@ from scheduling.core.flow_gate import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
 from scheduling.delivery.models import EndpointHealth, MessageAttempt
 from scheduling.core.lifecycle import Status, scheduled_in_past
 from scheduling.models import DeliveryMode, Endpoint, Schedule, ScheduledMessage, TopologyVersion
+from scheduling.security.redaction import url_redacted
+from scheduling.teams.roles import Action
+from scheduling.api.callers import request_caller
 from scheduling.api.validation import RefuseControlCharacters, has_refused_characters
 
 
@@ -80,6 +83,16 @@ class EndpointSerializer(RefuseControlCharacters, serializers.ModelSerializer):
                   "is_active", "disabled_at", "disabled_reason", "health", "created_at", "message_counts",
                   "message_counts_estimated"]
         read_only_fields = ["is_active", "created_at"]
+
+    def to_representation(self, endpoint):
+        """Below who may change the endpoint (a team's viewers and members, a key without the
+        endpoints scope), a webhook URL's query values and userinfo are masked."""
+        data = super().to_representation(endpoint)
+        request = self.context.get("request")
+        if data.get("handler_target") and request is not None and not request_caller(request).may(
+                Action.ENDPOINTS, endpoint.team_id):
+            data["handler_target"] = url_redacted(data["handler_target"])
+        return data
 
     @extend_schema_field(EndpointHealthSerializer)
     def get_health(self, endpoint) -> dict:

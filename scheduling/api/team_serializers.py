@@ -4,7 +4,7 @@ from rest_framework import serializers
 
 from scheduling.config.conf import setting_name
 from scheduling.core.durations import parse_duration
-from scheduling.teams.models import ApiKey, Membership, Team
+from scheduling.teams.models import ApiKey, Invitation, Membership, Team
 from scheduling.teams.quotas import COUNTS, team_limit, team_min_interval_ms
 from scheduling.teams.roles import ROLES, SCOPES
 from scheduling.api.validation import RefuseControlCharacters
@@ -42,15 +42,40 @@ class MemberWriteSerializer(RefuseControlCharacters, serializers.Serializer):
     role = serializers.ChoiceField(choices=list(ROLES), help_text="viewer, member or admin")
 
 
+class InvitationSerializer(serializers.ModelSerializer):
+    team = serializers.CharField(source="team.name", read_only=True)
+    state = serializers.SerializerMethodField(help_text="pending, accepted, declined, revoked or expired")
+
+    class Meta:
+        model = Invitation
+        fields = ["id", "team", "username", "role", "state", "invited_by", "created_at", "expires_at", "answered_at"]
+        read_only_fields = fields
+
+    def get_state(self, invitation) -> str:
+        return invitation.shown_state()
+
+
+class InvitationSentSerializer(serializers.Serializer):
+    """The answer to an invitation: the same whether the username is a user or not."""
+
+    team = serializers.CharField()
+    username = serializers.CharField()
+    role = serializers.CharField()
+    detail = serializers.CharField()
+
+
 class ApiKeySerializer(serializers.ModelSerializer):
     team = serializers.CharField(source="team.name", read_only=True, allow_null=True)
     user = serializers.CharField(source="user.username", read_only=True, allow_null=True)
     state = serializers.SerializerMethodField()
 
+    made_with = serializers.CharField(source="parent.prefix", read_only=True, allow_null=True, default=None,
+                                      help_text="the prefix of the person's key it was made with (revoked with it)")
+
     class Meta:
         model = ApiKey
         fields = ["prefix", "name", "team", "user", "scopes", "state", "created_at", "created_by", "expires_at",
-                  "last_used_at", "revoked_at"]
+                  "last_used_at", "revoked_at", "made_with"]
         read_only_fields = fields
 
     def get_state(self, key) -> str:

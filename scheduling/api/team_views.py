@@ -6,12 +6,22 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.pagination import CursorPagination
+from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.response import Response
 
 from scheduling.audit.selectors import audit_list
+from scheduling.teams.authentication import TeamKeyUser
+from scheduling.teams.invitations import invitation_accept, invitation_create, invitation_decline, invitation_revoke
 from scheduling.teams.models import ApiKey, Team
 from scheduling.teams.roles import Action
-from scheduling.teams.selectors import membership_list, queryset_for_caller, team_pick
+from scheduling.teams.selectors import (
+    api_key_list_of_user,
+    invitation_list,
+    invitation_list_for_user,
+    membership_list,
+    queryset_for_caller,
+    team_pick,
+)
 from scheduling.teams.services import api_key_create, api_key_revoke, membership_remove, membership_set
 from scheduling.api.team_serializers import (
     ApiKeyCreatedSerializer,
@@ -19,11 +29,13 @@ from scheduling.api.team_serializers import (
     ApiKeySerializer,
     AuditEventSerializer,
     AuditFilterSerializer,
+    InvitationSentSerializer,
+    InvitationSerializer,
     MembershipSerializer,
     MemberWriteSerializer,
     TeamSerializer,
 )
-from scheduling.api.views import TeamScoped
+from scheduling.api.views import TeamScoped, no_store
 
 
 class TeamViewSet(TeamScoped, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -35,7 +47,8 @@ class TeamViewSet(TeamScoped, mixins.ListModelMixin, mixins.RetrieveModelMixin, 
     lookup_value_regex = r"[a-z0-9]+(?:-[a-z0-9]+)*"
     team_name_field = "name"
     team_actions = {"list": Action.READ, "retrieve": Action.READ, "members": Action.READ,
-                    "set_member": Action.MEMBERS, "remove_member": Action.MEMBERS}
+                    "set_member": Action.MEMBERS, "remove_member": Action.MEMBERS, "invitations": Action.MEMBERS,
+                    "revoke_invitation": Action.MEMBERS}
 
     @staticmethod
     def team_id_of(obj) -> int:
@@ -56,12 +69,40 @@ class TeamViewSet(TeamScoped, mixins.ListModelMixin, mixins.RetrieveModelMixin, 
     @extend_schema(request=MemberWriteSerializer, responses={200: MembershipSerializer})
     @action(detail=True, methods=["post"], url_path="members/set")
     def set_member(self, request, name=None):
-        """Add a user to the team with a role, or change their role (team admins)."""
+        """Change a member's role (team admins). People join by accepting an invitation; only
+        operators add a user here directly."""
         team = self.get_object()
         data = MemberWriteSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        membership = membership_set(team=team, **data.validated_data)
+        membership = membership_set(team=team, add=self.caller.operator, **data.validated_data)
         return Response(MembershipSerializer(membership).data)
+
+    @extend_schema(methods=["get"], request=None, responses={200: InvitationSerializer(many=True)})
+    @extend_schema(methods=["post"], request=MemberWriteSerializer, responses={202: InvitationSentSerializer})
+    @action(detail=True, methods=["get", "post"])
+    def invitations(self, request, name=None):
+        """The team's invitations (team admins), newest first; POST invites a username with a
+        role: they join when they accept it (POST /api/invitations/<id>/accept/). The answer is
+        the same whether the name is a user or not."""
+        team = self.get_object()
+        if request.method == "GET":
+            return Response(InvitationSerializer(invitation_list(team_ids=[team.pk])[:200], many=True).data)
+        data = MemberWriteSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        invitation_create(team=team, invited_by=self.caller.name, **data.validated_data)
+        return Response({"team": team.name, **data.validated_data,
+                         "detail": "invited: they join the team when they accept (if the user exists)"},
+                        status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=None, responses={200: InvitationSerializer})
+    @action(detail=True, methods=["post"], url_path=r"invitations/(?P<invitation_id>[0-9]{1,18})/revoke")
+    def revoke_invitation(self, request, name=None, invitation_id=None):
+        """Take a pending invitation back (team admins)."""
+        team = self.get_object()
+        invitation = invitation_list(team_ids=[team.pk]).filter(pk=int(invitation_id)).first()
+        if invitation is None:
+            raise Http404
+        return Response(InvitationSerializer(invitation_revoke(invitation=invitation)).data)
 
     @extend_schema(request=MemberWriteSerializer(partial=True), responses={204: None})
     @action(detail=True, methods=["post"], url_path="members/remove")
@@ -85,7 +126,7 @@ class ApiKeyViewSet(TeamScoped, mixins.ListModelMixin, viewsets.GenericViewSet):
     team_actions = {"list": Action.KEYS, "create": Action.KEYS, "revoke": Action.KEYS}
 
     def get_queryset(self):
-        keys = ApiKey.objects.select_related("team", "user").filter(team__isnull=False)
+        keys = ApiKey.objects.select_related("team", "user", "parent").filter(team__isnull=False)
         return self.scoped(queryset_for_caller(queryset=keys, caller=self.caller, action=Action.KEYS))
 
     @extend_schema(request=ApiKeyCreateSerializer, responses={201: ApiKeyCreatedSerializer})
@@ -94,9 +135,12 @@ class ApiKeyViewSet(TeamScoped, mixins.ListModelMixin, viewsets.GenericViewSet):
         data.is_valid(raise_exception=True)
         values = data.validated_data
         team = team_pick(caller=self.caller, action=Action.KEYS, name=values.get("team"))
+        # made with a person's key: it is revoked with that key (docs/guides/teams.md)
+        parent = request.auth if isinstance(request.auth, ApiKey) and request.auth.user_id else None
         made = api_key_create(team=team, scopes=values["scopes"], name=values.get("name", ""),
-                              expires_in=values.get("expires_in"), created_by=self.caller.name)
-        return Response({**ApiKeySerializer(made.row).data, "key": made.key}, status=status.HTTP_201_CREATED)
+                              expires_in=values.get("expires_in"), created_by=self.caller.name, parent=parent)
+        return no_store(Response({**ApiKeySerializer(made.row).data, "key": made.key},
+                                 status=status.HTTP_201_CREATED))
 
     @extend_schema(request=None, responses={200: ApiKeySerializer})
     @action(detail=True, methods=["post"])
@@ -106,6 +150,59 @@ class ApiKeyViewSet(TeamScoped, mixins.ListModelMixin, viewsets.GenericViewSet):
         if len(keys) != 1:
             raise Http404
         return Response(ApiKeySerializer(api_key_revoke(key=keys[0])).data)
+
+
+class IsPerson(BasePermission):
+    """A person (a session, or a key acting as them); never a team's key."""
+
+    message = "a team's key has no invitations or keys of its own: use a person's session or key"
+
+    def has_permission(self, request, view):
+        return not isinstance(request.user, TeamKeyUser)
+
+
+class OwnApiKeyViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """Your own keys: those that act as you (made with create_api_key --user, or by an operator).
+    Revoking one also revokes the team keys made with it."""
+
+    serializer_class = ApiKeySerializer
+    permission_classes = [IsAuthenticated, IsPerson]
+    lookup_field = "prefix"
+    lookup_value_regex = r"dpk_[A-Za-z0-9_-]{8}|[0-9a-f]{8}"
+
+    def get_queryset(self):
+        return api_key_list_of_user(user=self.request.user).select_related("parent")
+
+    @extend_schema(request=None, responses={200: ApiKeySerializer})
+    @action(detail=True, methods=["post"])
+    def revoke(self, request, prefix=None):
+        """Revoke one of your keys now (and the team keys made with it)."""
+        keys = list(self.get_queryset().filter(prefix=prefix)[:2])
+        if len(keys) != 1:
+            raise Http404
+        return Response(ApiKeySerializer(api_key_revoke(key=keys[0])).data)
+
+
+class InvitationViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """Your invitations to teams that you may still answer: accept one to join the team with its
+    role, or decline it. Someone else's invitation is a 404."""
+
+    serializer_class = InvitationSerializer
+    permission_classes = [IsAuthenticated, IsPerson]
+    lookup_value_regex = r"[0-9]{1,18}"
+
+    def get_queryset(self):
+        return invitation_list_for_user(user=self.request.user)
+
+    @extend_schema(request=None, responses={200: InvitationSerializer})
+    @action(detail=True, methods=["post"])
+    def accept(self, request, pk=None):
+        return Response(InvitationSerializer(invitation_accept(invitation_id=int(pk), user=request.user)).data)
+
+    @extend_schema(request=None, responses={200: InvitationSerializer})
+    @action(detail=True, methods=["post"])
+    def decline(self, request, pk=None):
+        return Response(InvitationSerializer(invitation_decline(invitation_id=int(pk), user=request.user)).data)
 
 
 class AuditPagination(CursorPagination):

@@ -2,7 +2,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import DefaultRouter
 
-from scheduling.api.team_views import ApiKeyViewSet, AuditViewSet, TeamViewSet
+from scheduling.api.team_views import ApiKeyViewSet, AuditViewSet, InvitationViewSet, OwnApiKeyViewSet, TeamViewSet
 from scheduling.api.views import EndpointViewSet, MessageViewSet, ScheduleViewSet
 
 router = DefaultRouter()
@@ -10,7 +10,9 @@ router.register("endpoints", EndpointViewSet, basename="endpoint")
 router.register("messages", MessageViewSet, basename="message")
 router.register("schedules", ScheduleViewSet, basename="schedule")
 router.register("teams", TeamViewSet, basename="team")
+router.register("keys/mine", OwnApiKeyViewSet, basename="ownkey")  # before keys/<prefix>
 router.register("keys", ApiKeyViewSet, basename="apikey")
+router.register("invitations", InvitationViewSet, basename="invitation")
 router.register("audit", AuditViewSet, basename="audit")
 
 urlpatterns = [

@@ -4,6 +4,7 @@
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from django.utils import timezone
+from django.utils.cache import add_never_cache_headers
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -70,6 +71,13 @@ from scheduling.api.serializers import (
 
 TEAM_PARAMETER = OpenApiParameter("team", str, description="one of your teams: needed where a name is used by "
                                                            "several of them")
+
+
+def no_store(response):
+    """An answer that carries a key or a secret: ``Cache-Control: no-store`` (and Django's other
+    never-cache headers), so no cache -- a browser's, a proxy's -- keeps a copy."""
+    add_never_cache_headers(response)
+    return response
 
 
 class TeamScoped:
@@ -162,7 +170,7 @@ class EndpointViewSet(
         data = self.get_serializer(endpoint).data
         if endpoint.handler == Endpoint.Handler.WEBHOOK:
             data = {**data, "webhook_secret": endpoint.new_webhook_secret}  # the plaintext, this once
-        return Response(data, status=status.HTTP_201_CREATED)
+        return no_store(Response(data, status=status.HTTP_201_CREATED))
 
     @extend_schema(request=EndpointUpdateSerializer, responses={200: EndpointSerializer})
     def partial_update(self, request, name=None):
@@ -203,8 +211,8 @@ class EndpointViewSet(
         changes = RotateSecretSerializer(data=request.data)
         changes.is_valid(raise_exception=True)
         endpoint = endpoint_rotate_secret(endpoint=self.get_object(), **changes.validated_data)
-        return Response({"name": endpoint.name, "webhook_secret": endpoint.new_webhook_secret,
-                         "previous_valid_until": endpoint.webhook_secret_previous_expires_at})
+        return no_store(Response({"name": endpoint.name, "webhook_secret": endpoint.new_webhook_secret,
+                                  "previous_valid_until": endpoint.webhook_secret_previous_expires_at}))
 
 
 class MessageViewSet(TeamScoped, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):

@@ -11,6 +11,7 @@ import uuid
 
 from django.db import models
 
+from scheduling.security.redaction import url_redacted
 from scheduling.teams.caller import Caller
 from scheduling.audit.context import audit_context
 from scheduling.audit.models import AuditEvent
@@ -18,6 +19,17 @@ from scheduling.audit.models import AuditEvent
 REDACTED = "<redacted>"
 # fields never written in clear: secrets, key digests, passwords
 SECRET_FIELDS = frozenset({"webhook_secret", "webhook_secret_previous", "digest", "password", "secret", "key"})
+# fields that may hold a URL whose query string or userinfo carries a secret: kept redacted
+URL_FIELDS = frozenset({"handler_target", "url", "webhook_url"})
+
+
+def _redacted(values: dict | None) -> dict | None:
+    """``values`` with URLs' query values, userinfo and fragment masked (security/redaction.py),
+    whoever built the dict: audit_values, or a service's own before/after."""
+    if not isinstance(values, dict):
+        return values
+    return {name: url_redacted(value) if name in URL_FIELDS and isinstance(value, str) else value
+            for name, value in values.items()}
 
 
 def _plain(value):
@@ -47,7 +59,7 @@ def audit_values(*, obj: models.Model, fields=None) -> dict:
         if field.name in SECRET_FIELDS:
             value = REDACTED if value else ""
         values[field.name] = _plain(value)
-    return values
+    return _redacted(values)
 
 
 UNCHANGING = frozenset({"updated_at"})  # a save's own stamp, not a change anyone made
@@ -87,7 +99,8 @@ def audit_record(*, action: str, obj: models.Model | None = None, team=None, bef
         source=context.source, actor=actor[:200], user_id=user_id, key_prefix=key_prefix,
         team_id=getattr(team, "pk", None), team_name=getattr(team, "name", "") or "",
         action=action, object_type=object_type, object_id=object_id[:100], object_repr=object_repr[:200],
-        before=_plain(before) if before is not None else None, after=_plain(after) if after is not None else None,
+        before=_plain(_redacted(before)) if before is not None else None,
+        after=_plain(_redacted(after)) if after is not None else None,
         extra=_plain(extra) if extra is not None else None,
         ip=context.ip, user_agent=context.user_agent, request_id=context.request_id,
     )

@@ -152,6 +152,8 @@ class DelaySettings:
     """how long a new API key lasts when its maker names no expiry ([Teams](../guides/teams.md#api-keys))"""
     api_key_max_expires: timedelta
     """the longest expiry a key may be given"""
+    invitation_expires: timedelta
+    """how long a team's invitation may be accepted ([Teams](../guides/teams.md#invitations))"""
     team_max_in_flight: int
     """messages a team may have pending or published at once (a team's own quota in the admin wins;
     [quotas](../guides/teams.md#quotas))"""
@@ -177,7 +179,9 @@ class DelaySettings:
     """CIDRs whose clients may read `/metrics` and the workers' metrics ports; others get 403
     ([Metrics](../observability/metrics.md))"""
     metrics_token: str
-    """when set, `/metrics` and the workers' metrics ports ask for `Authorization: Bearer <token>`"""
+    """when set, `/metrics` and the workers' metrics ports ask for `Authorization: Bearer <token>`; without
+    it a forwarded request (`Forwarded`, `X-Forwarded-For`, `X-Real-IP`, ...) is refused; required with
+    `DELAY_PRODUCTION=1`"""
     metrics_cache_seconds: float
     """how often `/metrics` reads its database and management API figures (in the background: a scrape
     never waits)"""

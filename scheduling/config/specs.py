@@ -98,7 +98,7 @@ SPECS: tuple[Spec, ...] = (
         "Production and security",
         Spec("DELAY_PRODUCTION", Boolean(), "off", "HTTPS only: SSL redirect (not for `/healthz`, `/readyz`, "
              "`/metrics`), HSTS, secure session and CSRF cookies; needs a strong `SECRET_KEY`, "
-             "`DELAY_SECRETS_KEYS` and `DEBUG` off ([Security](../security.md#production-settings-delay_production))",
+             "`DELAY_SECRETS_KEYS`, `DELAY_METRICS_TOKEN` and `DEBUG` off ([Security](../security.md#production-settings-delay_production))",
              "on"),
         Spec("DELAY_TLS_PROXY_HEADER", Header(), "", "behind a TLS-terminating proxy: the header it sets to "
              "`https` (on every request; stripped from clients'); failed logins then count against the address "
@@ -258,6 +258,8 @@ SPECS: tuple[Spec, ...] = (
              "expiry ([Teams](../guides/teams.md#api-keys))", "30d", conf=True),
         Spec("DELAY_API_KEY_MAX_EXPIRES", Duration(), "365d", "the longest expiry a key may be given", "90d",
              conf=True),
+        Spec("DELAY_INVITATION_EXPIRES", Duration(), "7d", "how long a team's invitation may be accepted "
+             "([Teams](../guides/teams.md#invitations))", "2d", conf=True),
         Spec("DELAY_TEAM_MAX_IN_FLIGHT", Integer(min=1), "1000000", "messages a team may have pending or published "
              "at once (a team's own quota in the admin wins; [quotas](../guides/teams.md#quotas))", "100000",
              conf=True),
@@ -284,7 +286,8 @@ SPECS: tuple[Spec, ...] = (
              "10.0.0.0/8", conf=True, shown_default="loopback and private ranges "
              f"(`{METRICS_NETWORKS.replace(',', ', ')}`)"),
         Spec("DELAY_METRICS_TOKEN", Text(), "", "when set, `/metrics` and the workers' metrics ports ask for "
-             "`Authorization: Bearer <token>`", "…", conf=True, shown_default="— (none)"),
+             "`Authorization: Bearer <token>`; without it a forwarded request (`Forwarded`, `X-Forwarded-For`, "
+             "`X-Real-IP`, ...) is refused; required with `DELAY_PRODUCTION=1`", "…", conf=True, shown_default="— (none)"),
         Spec("DELAY_METRICS_CACHE_SECONDS", Number(above=0), "15", "how often `/metrics` reads its database and "
              "management API figures (in the background: a scrape never waits)", "30", conf=True),
         Spec("DELAY_WORKER_METRICS_PORT", Integer(min=0, max=65535, off=0), "9808", "the port each Celery worker "

@@ -79,6 +79,12 @@ class _CheckedConnection:
     a name that resolved to a public address for the check cannot resolve inside for the connect
     (DNS rebinding). The Host header and TLS (SNI, certificate) still use the URL's host name."""
 
+    def request(self, *args, **kwargs):
+        cut = getattr(_allowed, "cut", None)
+        if cut is not None:  # the call's deadline may end it on this connection
+            cut.connection = self
+        return super().request(*args, **kwargs)
+
     def _new_conn(self) -> socket.socket:
         host = self._dns_host
         try:
@@ -204,8 +210,7 @@ def webhook_profiles() -> dict[str, WebhookProfile]:
     endpoints = (Endpoint.objects.filter(handler=Endpoint.Handler.WEBHOOK, is_active=True)
                  .select_related("health"))
     for endpoint in endpoints:
-        deadline = min(endpoint.webhook_timeout_seconds or settings.webhook_timeout_seconds,
-                       settings.webhook_timeout_max_seconds)
+        deadline = webhook_deadline_s(endpoint)
         limit = settings.webhook_endpoint_concurrency
         if endpoint.max_concurrent:
             limit = min(limit, endpoint.max_concurrent)
@@ -262,20 +267,66 @@ class _Sessions(threading.local):
 _sessions = _Sessions()
 
 
+class _Cut:
+    """A call's deadline: a timer shuts the call's socket down when it passes, whatever the server
+    does (requests' timeout is per read: an answer dripped a byte at a time never ends by it)."""
+
+    def __init__(self, deadline_s: float):
+        self.deadline_s, self.fired, self.connection = deadline_s, False, None
+        self.timer = threading.Timer(deadline_s, self.fire)
+        self.timer.daemon = True
+
+    def fire(self) -> None:
+        self.fired = True
+        sock = getattr(self.connection, "sock", None)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # the blocked read returns now
+            except OSError:
+                pass
+
+    def __enter__(self):
+        _allowed.cut = self
+        self.timer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.timer.cancel()
+        _allowed.cut = None
+
+
+def webhook_deadline_s(endpoint: Endpoint) -> float:
+    """One deadline over a whole call of the endpoint's webhook (the engine's and the fallback's)."""
+    settings = conf()
+    return min(endpoint.webhook_timeout_seconds or settings.webhook_timeout_seconds,
+               settings.webhook_timeout_max_seconds)
+
+
 def post_webhook(message: ScheduledMessage) -> None:
     """POST the payload on a kept connection to the endpoint's origin (_Sessions); redirects are
     not followed, and a target the guard refuses now (DNS or DELAY_WEBHOOK_ALLOWED_NETWORKS changed
     since the endpoint was saved) raises TargetRefused before any new connection, a handler
-    failure like any other."""
+    failure like any other. The path of the ``scheduling.deliver`` task (a worker without the
+    delivery loop), bounded as the engine's calls are: one deadline over the whole call, the
+    answer read up to DELAY_WEBHOOK_RESPONSE_MAX_BYTES."""
     body, url = webhook_body(message), message.endpoint.handler_target
+    deadline_s, cap = webhook_deadline_s(message.endpoint), conf().webhook_response_max_bytes
     try:
-        response = _sessions.get(url, webhook_networks(message.endpoint)).post(
-            url,
-            data=body,
-            headers=webhook_headers(message, body, timestamp=int(time.time())),
-            timeout=conf().webhook_timeout_seconds,
-            allow_redirects=False,
-        )
+        with _Cut(deadline_s) as cut:
+            try:
+                response = _sessions.get(url, webhook_networks(message.endpoint)).post(
+                    url, data=body, headers=webhook_headers(message, body, timestamp=int(time.time())),
+                    timeout=(deadline_s, deadline_s), allow_redirects=False, stream=True)
+                with response:
+                    answer = response.raw.read(cap + 1, decode_content=True)
+            except Exception as exc:
+                if cut.fired:
+                    raise requests.Timeout(f"deadline passed ({deadline_s:g} s)") from exc
+                raise
+            if cut.fired:
+                raise requests.Timeout(f"deadline passed ({deadline_s:g} s)")
+        if len(answer) > cap:
+            raise RuntimeError(f"webhook answer over {cap} bytes")
     except Exception:
         _sessions.drop(url)
         raise

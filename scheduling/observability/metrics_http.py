@@ -51,10 +51,12 @@ def registry(*, figures: bool) -> CollectorRegistry:
     return found
 
 
-def _refusal(remote_addr, authorization):
+def _refusal(environ):
+    """The refusal of a request, from its WSGI environ or Django's request.META (the same keys)."""
     settings = conf()
-    return metrics_access.refusal(remote_addr, authorization, networks=settings.metrics_allowed_networks,
-                                  token=settings.metrics_token)
+    return metrics_access.refusal(environ.get("REMOTE_ADDR"), environ.get("HTTP_AUTHORIZATION"),
+                                  networks=settings.metrics_allowed_networks, token=settings.metrics_token,
+                                  forwarded=metrics_access.is_forwarded(environ))
 
 
 def _refused_headers(status) -> list[tuple[str, str]]:
@@ -62,8 +64,9 @@ def _refused_headers(status) -> list[tuple[str, str]]:
 
 
 def metrics_view(request):
-    """``GET /metrics``: for Prometheus, on an allowed network (and with the token, if one is set)."""
-    status = _refusal(request.META.get("REMOTE_ADDR"), request.META.get("HTTP_AUTHORIZATION"))
+    """``GET /metrics``: for Prometheus, on an allowed network (and with the token, if one is set;
+    a forwarded request only with it)."""
+    status = _refusal(request.META)
     if status is not None:
         return HttpResponse(f"{status.phrase}\n", status=status, headers=dict(_refused_headers(status)))
     return HttpResponse(generate_latest(registry(figures=True)), content_type=CONTENT_TYPE_LATEST)
@@ -83,7 +86,7 @@ class _Quiet(WSGIRequestHandler):
 
 def _guarded(app):
     def guarded(environ, start_response):
-        status = _refusal(environ.get("REMOTE_ADDR"), environ.get("HTTP_AUTHORIZATION"))
+        status = _refusal(environ)
         if status is not None:
             start_response(f"{status.value} {status.phrase}", _refused_headers(status))
             return [f"{status.phrase}\n".encode()]

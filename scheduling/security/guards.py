@@ -23,7 +23,9 @@ OWN_TASKS = ("scheduling.*", "celery.*")  # the platform's and Celery's own task
 
 
 class TargetRefused(ValueError):
-    """A handler target the guards refuse; the message says why and which setting allows it."""
+    """A handler target the guards refuse; the message says why and which setting allows it, and
+    names no address but one written in the URL itself (it reaches API answers, attempts'
+    last_error and logs a team reads)."""
 
 
 def _embedded_ipv4(address: Address) -> ipaddress.IPv4Address | None:
@@ -55,9 +57,9 @@ def address_refusal(address: str | Address, allowed: Iterable[Network] = ()) -> 
     if any(candidate in network for candidate in (ip, inner) if candidate is not None
            for network in allowed if candidate.version == network.version):
         return None
-    if inner is not None:
+    if inner is not None:  # the IPv4 address it carries is not named: the caller may not have written it
         kind = _kind(inner)
-        return f"an IPv6 address carrying {inner}, a {kind} address" if kind else None
+        return f"an IPv6 address carrying a {kind} IPv4 address" if kind else None
     kind = _kind(ip)
     return f"a {kind} address" if kind else None
 
@@ -76,8 +78,8 @@ def checked_addresses(host: str, port: int, allowed: Iterable[Network]) -> list[
     addresses = resolve(host, port)
     for address in addresses:
         why = address_refusal(address, allowed)
-        if why:
-            where = "is" if host == address else f"resolves to {address},"
+        if why:  # never the address a name resolved to: it is the inside of someone's network
+            where = "is" if host == address else "resolves to"
             allowing = variable("webhook_allowed_networks")
             raise TargetRefused(f"webhook target {host} {where} {why}; allow its network in {allowing} to reach it")
     return addresses

@@ -107,6 +107,13 @@ class ApiKey(models.Model):
     expires_at = models.DateTimeField()
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # The person's key this team key was made with: it is refused once that key is revoked, expired
+    # or its person inactive (docs/guides/teams.md#keys-made-with-a-persons-key). No database
+    # constraint: the previous release deletes users without knowing of it, and a key whose
+    # parent row is gone is refused too.
+    parent = models.ForeignKey("self", on_delete=models.DO_NOTHING, db_constraint=False, null=True, blank=True,
+                               related_name="children", editable=False,
+                               help_text="the person's key it was made with, if any")
 
     class Meta:
         ordering = ["-created_at"]
@@ -128,3 +135,43 @@ class ApiKey(models.Model):
         if self.revoked_at is not None:
             return "revoked"
         return "expired" if self.expires_at <= now else "active"
+
+
+class Invitation(models.Model):
+    """A team admin's invitation of a user to the team with a role: the user becomes a member only
+    by accepting it (services.invitation_accept). Made for any username, known or not, so that
+    inviting answers the same for both; one of an unknown name (``user`` empty) is never accepted
+    and expires (DELAY_INVITATION_EXPIRES)."""
+
+    class State(models.TextChoices):
+        PENDING = "pending", "pending"
+        ACCEPTED = "accepted", "accepted"
+        DECLINED = "declined", "declined"
+        REVOKED = "revoked", "revoked"  # by a team admin, or replaced by a newer invitation
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="invitations")
+    username = models.CharField(max_length=150, help_text="the name the team admin gave")
+    # no database constraint: the previous release deletes users without knowing of invitations
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True, blank=True,
+                             db_constraint=False, related_name="team_invitations",
+                             help_text="that user, if one existed")
+    role = models.CharField(max_length=16, choices=Membership.Role.choices, default=Membership.Role.MEMBER)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    invited_by = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    expires_at = models.DateTimeField()
+    answered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["user", "state"], name="invitation_user_state"),
+                   models.Index(fields=["team", "username"], name="invitation_team_username")]
+
+    def __str__(self) -> str:
+        return f"{self.username} to {self.team} ({self.role})"
+
+    def shown_state(self, now=None) -> str:
+        """Its state, with a pending invitation past its expiry shown as expired."""
+        if self.state == self.State.PENDING and self.expires_at <= (now or timezone.now()):
+            return "expired"
+        return self.state

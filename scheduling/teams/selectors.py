@@ -7,16 +7,17 @@ from collections.abc import Iterable
 
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet, Subquery
+from django.utils import timezone
 
 from scheduling.core.errors import Forbidden
 from scheduling.teams.caller import Caller
-from scheduling.teams.models import DEFAULT_TEAM, ApiKey, Membership, Team, default_team_id
+from scheduling.teams.models import DEFAULT_TEAM, ApiKey, Invitation, Membership, Team, default_team_id
 from scheduling.teams.roles import ALL_SCOPES, Action
 
 # How each model reaches its team. A message belongs to its endpoint's team.
 _TEAM_COLUMN = {
     "Team": "id", "Membership": "team_id", "ApiKey": "team_id", "Endpoint": "team_id", "Schedule": "team_id",
-    "BulkAction": "team_id", "AuditEvent": "team_id", "DeliveryMinute": "team_id",
+    "BulkAction": "team_id", "AuditEvent": "team_id", "DeliveryMinute": "team_id", "Invitation": "team_id",
 }
 
 
@@ -91,4 +92,21 @@ def membership_list(*, team_ids: Iterable[int] | None = None) -> QuerySet:
 
 def api_key_find(*, prefix: str) -> list[ApiKey]:
     """The keys that start with ``prefix`` (usually one), with their team and user."""
-    return list(ApiKey.objects.select_related("team", "user").filter(prefix=prefix)[:10])
+    return list(ApiKey.objects.select_related("team", "user", "parent__user").filter(prefix=prefix)[:10])
+
+
+def api_key_list_of_user(*, user) -> QuerySet:
+    """A person's own keys (those acting as them), newest first."""
+    return ApiKey.objects.select_related("user").filter(user_id=user.pk).order_by("-created_at", "-id")
+
+
+def invitation_list(*, team_ids: Iterable[int]) -> QuerySet:
+    """The invitations of these teams, newest first."""
+    return Invitation.objects.select_related("team").filter(team_id__in=team_ids).order_by("-created_at", "-id")
+
+
+def invitation_list_for_user(*, user) -> QuerySet:
+    """The invitations a person may still answer: theirs, pending, not expired."""
+    return (Invitation.objects.select_related("team")
+            .filter(user_id=user.pk, state=Invitation.State.PENDING, expires_at__gt=timezone.now())
+            .order_by("-created_at", "-id"))

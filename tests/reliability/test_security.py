@@ -95,6 +95,7 @@ def test_webhook_secret_never_leaves_the_database(admin_client, api, versions, c
 
 STRONG_KEY = "k3Q9-vX2m" * 8  # 72 characters, varied: what check --deploy asks of a key
 SECRETS_KEYS = "kvLb6zKSU6yG-09VLHaerRcuMZOY3pMFPvMYpGkMcxQ="  # a Fernet key: required in production too
+METRICS_TOKEN = "m3tr1cs-t0ken-of-this-test"  # required in production too
 
 
 def _check_deploy(env: dict) -> subprocess.CompletedProcess:
@@ -108,7 +109,8 @@ def _check_deploy(env: dict) -> subprocess.CompletedProcess:
 
 
 def test_check_deploy_is_clean_with_the_production_switch():
-    result = _check_deploy({"SECRET_KEY": STRONG_KEY, "DELAY_PRODUCTION": "1", "DELAY_SECRETS_KEYS": SECRETS_KEYS})
+    result = _check_deploy({"SECRET_KEY": STRONG_KEY, "DELAY_PRODUCTION": "1", "DELAY_SECRETS_KEYS": SECRETS_KEYS,
+                            "DELAY_METRICS_TOKEN": METRICS_TOKEN})
     assert result.returncode == 0, result.stderr
     assert "System check identified no issues" in result.stdout and "WARNING" not in result.stderr + result.stdout
 
@@ -122,7 +124,7 @@ def test_check_deploy_warns_without_it():
 
 def test_check_deploy_is_clean_behind_a_tls_proxy_too():
     result = _check_deploy({"SECRET_KEY": STRONG_KEY, "DELAY_PRODUCTION": "1", "DELAY_SECRETS_KEYS": SECRETS_KEYS,
-                            "DELAY_TLS_PROXY_HEADER": "X-Forwarded-Proto"})
+                            "DELAY_METRICS_TOKEN": METRICS_TOKEN, "DELAY_TLS_PROXY_HEADER": "X-Forwarded-Proto"})
     assert result.returncode == 0, result.stderr
 
 
@@ -131,6 +133,8 @@ def test_check_deploy_is_clean_behind_a_tls_proxy_too():
     ({"SECRET_KEY": STRONG_KEY, "DELAY_PRODUCTION": "1", "DEBUG": "1"}, "DELAY_PRODUCTION=1 and DEBUG=1"),
     ({"SECRET_KEY": STRONG_KEY, "DELAY_PRODUCTION": "1", "DELAY_SECRETS_KEYS": ""},
      "DELAY_SECRETS_KEYS must be set with DELAY_PRODUCTION=1"),
+    ({"SECRET_KEY": STRONG_KEY, "DELAY_PRODUCTION": "1", "DELAY_SECRETS_KEYS": SECRETS_KEYS},
+     "DELAY_METRICS_TOKEN must be set with DELAY_PRODUCTION=1"),
     ({"SECRET_KEY": STRONG_KEY, "DELAY_SECRETS_KEYS": "hunter2"}, "DELAY_SECRETS_KEYS: key 1 of 1 is not a Fernet key"),
     ({"SECRET_KEY": STRONG_KEY, "DELAY_TLS_PROXY_HEADER": "X-Forwarded-Proto: https"}, "must be a header name"),
     ({"SECRET_KEY": STRONG_KEY, "DELAY_API_RATE": "lots"}, "DELAY_API_RATE must be like 6000/minute"),

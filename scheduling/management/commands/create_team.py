@@ -42,7 +42,7 @@ class Command(PlatformCommand):
                 team = team_create(name=name, celery_task_allowlist="\n".join(allow_task),
                                    webhook_allowed_networks="\n".join(allow_network))
                 for username, role in members:
-                    membership_set(team=team, username=username, role=role)
+                    membership_set(team=team, username=username, role=role, add=True)  # an operator adds
         except ValidationError as exc:
             raise CommandError(_errors(exc)) from None
         listed = ", ".join(f"{user} ({role})" for user, role in members) or "none yet"

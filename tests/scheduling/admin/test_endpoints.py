@@ -248,3 +248,17 @@ def test_the_webhook_deadline_is_edited_on_the_form_within_the_maximum(admin_cli
     assert admin_client.post(url, {**hook, "webhook_timeout_seconds": ""}).status_code == 302
     endpoint_row.refresh_from_db()
     assert endpoint_row.webhook_timeout_seconds is None
+
+
+SECRET_URL = "https://hooks.example.com/in?token=s3cret-token"
+
+
+@pytest.mark.parametrize("role, shown", [("viewer", False), ("member", False), ("admin", True)])
+def test_a_webhook_url_s_query_is_masked_below_the_team_s_admins(endpoint_row, staff_client, role, shown):
+    Endpoint.objects.filter(pk=endpoint_row.pk).update(handler="webhook", handler_target=SECRET_URL)
+    reader = staff_client(role, team=endpoint_row.team.name)
+    pages = [reader.get(LIST).content.decode(),
+             reader.get(reverse("admin:scheduling_endpoint_change", args=[endpoint_row.pk])).content.decode()]
+    for page in pages:
+        assert ("s3cret-token" in page) is shown
+        assert shown or "https://hooks.example.com/in?token=***" in page

@@ -128,8 +128,15 @@ def test_members_are_managed_by_team_admins(teams, api_as, django_user_model):
     admin, viewer = api_as("admin", team=team.name), api_as("viewer", team=team.name)
     newcomer = django_user_model.objects.create_user("newcomer", password="pw")
     url = f"/api/teams/{team.name}/members/"
-    assert viewer.post(url + "set/", {"username": "newcomer", "role": "member"}, format="json").status_code == 403
-    assert admin.post(url + "set/", {"username": "newcomer", "role": "member"}, format="json").status_code == 200
+    invite = {"username": "newcomer", "role": "member"}
+    assert viewer.post(f"/api/teams/{team.name}/invitations/", invite, format="json").status_code == 403
+    assert admin.post(url + "set/", invite, format="json").status_code == 400  # joining is the newcomer's choice
+    assert admin.post(f"/api/teams/{team.name}/invitations/", invite, format="json").status_code == 202
+    from rest_framework.test import APIClient
+
+    newcomers = APIClient()
+    newcomers.force_authenticate(newcomer)
+    assert newcomers.post(f"/api/invitations/{team.invitations.get().pk}/accept/").status_code == 200
     assert {m["username"]: m["role"] for m in viewer.get(url).json()}["newcomer"] == "member"
     assert teams["b"].get(url).status_code == 404
     assert admin.post(url + "remove/", {"username": "newcomer"}, format="json").status_code == 204

@@ -7,6 +7,7 @@ import json
 import socket
 import ssl
 import subprocess
+import threading
 import time
 from datetime import timedelta
 
@@ -200,7 +201,8 @@ def test_a_name_that_now_resolves_inside_is_refused_at_send(make, settings, monk
         settings.DELAY_WEBHOOK_ALLOWED_NETWORKS = ["10.0.0.0/8"]
         assert delivery_receive(message_id=str(message.id)).result is Result.RETRY
     message.refresh_from_db()
-    assert "webhook target localhost resolves to 127.0.0.1, a loopback address" in message.last_error
+    assert "webhook target localhost resolves to a loopback address" in message.last_error
+    assert "127.0.0.1" not in message.last_error  # what the name resolved to is never said
     assert server.requests == []
 
 
@@ -449,3 +451,38 @@ def test_a_rescheduled_messages_copy_for_its_old_time_is_dropped_and_the_new_one
     later = make(due_in=timedelta(hours=2))
     (held,) = delivery_receive_many(items=[(str(later.id), 0, later.due_at_ms - 3_600_000)])
     assert held.result is Result.SUPERSEDED  # dropped at once, not held as early for an hour
+
+
+# --- the fallback path (the deliver task, requests) has the engine's deadline and read cap -------
+
+
+def test_the_fallback_path_cuts_a_dripping_answer_at_the_endpoint_s_deadline(make):
+    """A receiver that answers one byte every 0.2 s of a megabyte: requests' per-read timeout
+    never fires; the call's deadline (the endpoint's 1 s) ends it, as in the engine. The tarpit
+    stops after 60 s whatever happens, so a path without a deadline fails here instead of hanging."""
+    from harness.tarpit_server import TarpitServer
+
+    with TarpitServer(every=0.2) as server:
+        message = make(handler="webhook", target=server.url)
+        Endpoint.objects.filter(pk=message.endpoint_id).update(webhook_timeout_seconds=1)
+        stop = threading.Timer(60, server.__exit__, args=(None, None, None))
+        stop.start()
+        started = time.monotonic()
+        try:
+            outcome = delivery_receive(message_id=str(message.id))
+        finally:
+            stop.cancel()
+        took = time.monotonic() - started
+    assert outcome.result is Result.RETRY and server.requests == 1
+    message.refresh_from_db()
+    assert "deadline passed (1 s)" in message.last_error and took < 60
+
+
+def test_the_fallback_path_reads_an_answer_only_up_to_the_cap(make, settings):
+    settings.DELAY_WEBHOOK_RESPONSE_MAX_BYTES = 1000
+    with RecordingServer(body=b"x" * 5_000_000) as server:
+        message = make(handler="webhook", target=server.url)
+        outcome = delivery_receive(message_id=str(message.id))
+    assert outcome.result is Result.RETRY and len(server.requests) == 1
+    message.refresh_from_db()
+    assert "webhook answer over 1000 bytes" in message.last_error

@@ -6,7 +6,7 @@ import pytest
 
 from scheduling.config.specs import METRICS_NETWORKS as DEFAULT_NETWORKS
 from scheduling.core.networks import parse_networks
-from scheduling.observability.metrics_access import refusal
+from scheduling.observability.metrics_access import is_forwarded, refusal
 
 PRIVATE = parse_networks(DEFAULT_NETWORKS)
 
@@ -40,3 +40,21 @@ def test_networks_parse_from_a_list_or_a_string_and_a_bad_one_is_named():
     assert [str(n) for n in parse_networks(["192.168.1.7"])] == ["192.168.1.7/32"]
     with pytest.raises(ValueError, match="'10.0.0.0/33' is not a network"):
         parse_networks("127.0.0.1/32,10.0.0.0/33")
+
+
+@pytest.mark.parametrize("token, authorization, expected", [
+    ("", None, HTTPStatus.FORBIDDEN),  # forwarded, no token set: the peer's address vouches for nobody
+    ("s3cret", None, HTTPStatus.UNAUTHORIZED), ("s3cret", "Bearer wrong", HTTPStatus.UNAUTHORIZED),
+    ("s3cret", "Bearer s3cret", None),
+])
+def test_a_forwarded_request_is_read_only_with_the_token(token, authorization, expected):
+    assert refusal("127.0.0.1", authorization, networks=PRIVATE, token=token, forwarded=True) == expected
+
+
+@pytest.mark.parametrize("environ, forwarded", [
+    ({}, False), ({"REMOTE_ADDR": "127.0.0.1", "HTTP_AUTHORIZATION": "Bearer x"}, False),
+    ({"HTTP_X_FORWARDED_FOR": "203.0.113.9"}, True), ({"HTTP_FORWARDED": "for=203.0.113.9"}, True),
+    ({"HTTP_X_REAL_IP": "203.0.113.9"}, True), ({"HTTP_X_FORWARDED_FOR": ""}, True),  # present, even empty
+])
+def test_any_forwarding_header_makes_a_request_forwarded(environ, forwarded):
+    assert is_forwarded(environ) is forwarded

@@ -56,8 +56,25 @@ def test_metrics_asks_for_the_bearer_token_when_one_is_set(client, settings):
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-secret").status_code == 200
 
 
-def get(url, token=None):
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+@pytest.mark.parametrize("header", ["HTTP_X_FORWARDED_FOR", "HTTP_FORWARDED", "HTTP_X_REAL_IP"])
+def test_a_forwarded_request_reads_the_metrics_only_with_the_token(client, settings, header):
+    """Behind a TLS proxy on the same host every request comes from 127.0.0.1: one the proxy
+    forwards for a public client is refused unless a token is set, and then needs it."""
+    metrics.DELIVERIES.labels("shop", "ep-forwarded", "v3").inc()
+    settings.DELAY_METRICS_TOKEN = ""
+    forwarded = {header: "for=203.0.113.9" if header == "HTTP_FORWARDED" else "203.0.113.9"}
+    refused = client.get("/metrics", REMOTE_ADDR="127.0.0.1", **forwarded)
+    assert refused.status_code == 403 and b"ep-forwarded" not in refused.content
+    assert client.get("/metrics", REMOTE_ADDR="127.0.0.1").status_code == 200  # a local scraper, as before
+    settings.DELAY_METRICS_TOKEN = "scrape-secret"
+    assert client.get("/metrics", REMOTE_ADDR="127.0.0.1", **forwarded).status_code == 401
+    allowed = client.get("/metrics", REMOTE_ADDR="127.0.0.1", HTTP_AUTHORIZATION="Bearer scrape-secret", **forwarded)
+    assert allowed.status_code == 200 and b"ep-forwarded" in allowed.content
+
+
+def get(url, token=None, headers=None):
+    request = urllib.request.Request(url, headers={**({"Authorization": f"Bearer {token}"} if token else {}),
+                                                   **(headers or {})})
     try:
         with urllib.request.urlopen(request, timeout=5) as response:
             return response.status, response.read().decode()
@@ -75,7 +92,9 @@ def test_a_worker_serves_its_counters_without_the_figures_and_with_the_same_guar
         found = parsed(text)
         assert found[("delay_relay_published_total", (("version", "v-worker-http"),))] >= 2
         assert not any(name == "delay_outbox_pending_messages" for name, _ in found)  # the web's only
+        assert get(f"http://127.0.0.1:{port}/metrics", headers={"X-Forwarded-For": "203.0.113.9"})[0] == 403
         settings.DELAY_METRICS_TOKEN = "scrape-secret"
+        assert get(f"http://127.0.0.1:{port}/metrics", "scrape-secret", {"X-Real-IP": "203.0.113.9"})[0] == 200
         assert get(f"http://127.0.0.1:{port}/metrics")[0] == 401
         assert get(f"http://127.0.0.1:{port}/metrics", "scrape-secret")[0] == 200
     finally:

@@ -24,10 +24,10 @@ LOCAL = parse_networks("127.0.0.1/32")
     ("224.0.0.1", "multicast"), ("239.255.255.250", "multicast"), ("ff02::1", "multicast"),
     ("100.64.0.1", "shared (100.64.0.0/10)"), ("240.0.0.1", "reserved"), ("255.255.255.255", "reserved"),
     ("192.0.2.10", "private"),  # documentation range: Python counts it private
-    ("::ffff:127.0.0.1", "IPv6 address carrying 127.0.0.1, a loopback"),
-    ("::ffff:169.254.169.254", "IPv6 address carrying 169.254.169.254, a link-local"),
-    ("2002:a00:1::", "IPv6 address carrying 10.0.0.1, a private"),  # 6to4
-    ("64:ff9b::a9fe:a9fe", "IPv6 address carrying 169.254.169.254, a link-local"),  # NAT64
+    ("::ffff:127.0.0.1", "IPv6 address carrying a loopback IPv4 address"),
+    ("::ffff:169.254.169.254", "IPv6 address carrying a link-local IPv4 address"),
+    ("2002:a00:1::", "IPv6 address carrying a private IPv4 address"),  # 6to4
+    ("64:ff9b::a9fe:a9fe", "IPv6 address carrying a link-local IPv4 address"),  # NAT64
 ])
 def test_addresses_inside_are_refused_and_say_why(address, kind):
     assert kind in address_refusal(address, ())
@@ -54,10 +54,10 @@ def test_allowed_networks_open_exactly_what_they_name(address, allowed, refused)
     ("http://10.0.0.1/", "webhook target 10.0.0.1 is a private address"),
     ("http://169.254.169.254/latest/meta-data/", "webhook target 169.254.169.254 is a link-local address"),
     ("http://[::1]/", "webhook target ::1 is a loopback address"),
-    ("http://localhost:9/hook", "webhook target localhost resolves to 127.0.0.1, a loopback address"),
-    ("http://2130706433/", "resolves to 127.0.0.1, a loopback"),  # 127.0.0.1 as one number
-    ("http://0x7f.1/", "resolves to 127.0.0.1, a loopback"),
-    ("http://[::ffff:10.0.0.1]/", "carrying 10.0.0.1, a private"),
+    ("http://localhost:9/hook", "webhook target localhost resolves to a loopback address"),
+    ("http://2130706433/", "resolves to a loopback"),  # 127.0.0.1 as one number
+    ("http://0x7f.1/", "resolves to a loopback"),
+    ("http://[::ffff:10.0.0.1]/", "carrying a private IPv4 address"),
     ("http://[fe80::1%25lo]/", "a link-local address"),
     ("ftp://example.com/", "must be an http(s) URL"),
     ("gopher://127.0.0.1/", "must be an http(s) URL"),
@@ -69,6 +69,17 @@ def test_urls_that_reach_inside_or_leak_are_refused(url, says):
     assert why is not None and says in why
     if "webhook target" in why:
         assert "DELAY_WEBHOOK_ALLOWED_NETWORKS" in why
+
+
+@pytest.mark.parametrize("url", ["http://localhost:9/hook", "http://2130706433/", "http://0x7f.1/",
+                                 "http://[::ffff:a00:1]/", "http://[2002:a00:1::]/", "http://[64:ff9b::a9fe:a9fe]/"])
+def test_a_refusal_never_names_an_address_the_url_does_not_spell(url):
+    """What a name (or an encoded address) resolved to is the inside of a network: the refusal
+    reaches API answers and a message's last_error, so it says what kind of address, never which."""
+    why = webhook_url_refusal(url, ())
+    assert why is not None and "address" in why
+    for inside in ("127.0.0.1", "10.0.0.1", "169.254.169.254"):
+        assert inside not in why
 
 
 def test_allowed_network_lets_the_local_receiver_in():
@@ -83,7 +94,7 @@ def test_a_public_or_unresolvable_host_is_accepted_and_checked_again_at_send():
 
 def test_checked_addresses_resolves_every_address_and_refuses_on_any():
     assert checked_addresses("localhost", 80, LOCAL) == ["127.0.0.1"]
-    with pytest.raises(TargetRefused, match="localhost resolves to 127.0.0.1, a loopback address"):
+    with pytest.raises(TargetRefused, match="localhost resolves to a loopback address"):
         checked_addresses("localhost", 80, ())
 
 

@@ -149,3 +149,20 @@ def audit_as_command():
 def test_the_platform_s_own_work_is_not_audited(team):
     team_update(team=team, max_schedules=9)
     assert not AuditEvent.objects.exists()
+
+
+def test_a_key_made_with_a_person_s_key_is_checked_in_the_same_query(team, django_user_model,
+                                                                      django_assert_num_queries):
+    """The parent (and its person) come with the key's own lookup: no query more per request."""
+    person = django_user_model.objects.create_user("minter", password="pw")
+    parent = api_key_create(user=person)
+    child = api_key_create(team=team, scopes=["read"], parent=parent.row)
+    plain = api_key_create(team=team, scopes=["read"])
+    for made in (child, plain):
+        api_key_authenticate(key=made.key)  # its last use written: the next lookups only read
+        with django_assert_num_queries(1):
+            assert api_key_authenticate(key=made.key)[0].pk == made.row.pk
+    api_key_revoke(key=parent.row)
+    assert api_key_authenticate(key=child.key) == (None, "this key was revoked")  # revoked with its parent
+    ApiKey.objects.filter(pk=child.row.pk).update(revoked_at=None)  # as if only the parent's row changed
+    assert api_key_authenticate(key=child.key) == (None, "the key this key was made with is no longer valid")
