@@ -37,11 +37,13 @@ from django.utils import timezone
 from drf_spectacular.generators import SchemaGenerator
 from rest_framework.test import APIClient
 
+from scheduling.audit.context import AuditContext, audited
 from scheduling.core.lifecycle import FINISHED_VALUES, IN_FLIGHT_VALUES, Status
 from scheduling.delivery.models import MessageAttempt
 from scheduling.endpoints.services import endpoint_create
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.schedules.services import schedule_upsert
+from scheduling.teams.caller import caller_for_command
 from scheduling.teams.models import Membership
 from scheduling.teams.roles import ADMIN, MEMBER, RANK, SCOPES, VIEWER
 from scheduling.teams.services import api_key_create, team_create
@@ -165,6 +167,12 @@ def _message(endpoint: Endpoint, *, status: str, due_in: timedelta, key: str | N
 
 
 def build_world(label: str) -> World:
+    """Made as a command makes things, so that the audit log has the team's rows too."""
+    with audited(AuditContext(source="command", caller=caller_for_command("walker"))):
+        return _build_world(label)
+
+
+def _build_world(label: str) -> World:
     tag = f"{label}-{uuid.uuid4().hex[:6]}"
     world = World(label)
     team = team_create(name=f"walk-{tag}")
@@ -302,12 +310,16 @@ def body_of(name: str | None, schema: dict, world: World) -> dict:
     return body
 
 
-def query_of(op: "Operation", world: World) -> dict:
-    """The query parameters of a request, chosen as a body's properties are."""
+BARE = "no optional query"  # a variant of a request: its required query parameters alone
+
+
+def query_of(op: "Operation", world: World, variant: tuple = ()) -> dict:
+    """The query parameters of a request, chosen as a body's properties are (the BARE variant: only
+    the required ones, as a list is mostly read)."""
     query = {}
     for name, spec, required in op.query:
         value = BODY_VALUES.get(name)
-        if value is not None:
+        if value is not None and BARE not in variant:
             query[name] = value(world)
         elif required:
             query[name] = example(spec, world)
@@ -454,7 +466,7 @@ class Walk:
 
     def request(self, op: Operation, world: World, variant: tuple) -> tuple[str, dict | None, dict]:
         return (self.path(op, world, variant), body_of(*_resolve(op.body), world) if op.body is not None else None,
-                query_of(op, world))
+                query_of(op, world, variant))
 
     def call(self, op: Operation, world: World, variant: tuple, caller: str, client: APIClient) -> Call:
         path, body, query = self.request(op, world, variant)
@@ -516,6 +528,8 @@ class Walk:
     def walk(self, op: Operation) -> None:
         kinds = [kind for _, kind in op.parameters()]
         variants = list(itertools.product(*(sorted(self.a.objects[kind]) for kind in kinds)))
+        if query_of(op, self.a) != query_of(op, self.a, (BARE,)):
+            variants += [(*variant, BARE) for variant in variants]
         sample = self.path(op, self.a, variants[0])
         action, has_action = declared(op, sample)
         if op.write and not has_action:
