@@ -13,7 +13,9 @@ same two teams):
 - (b) A's keys each missing one scope, on A's own objects: no 2xx without the scope the view
   declares for the action (teams.roles.Action), nor without the scope the change it made needs
   (judged from the rows it changed: CHANGE_SCOPES below), nor a change only a person may make;
-- (c) the key of a viewer of A: no 2xx on a write, nor on a read the viewer's role may not do.
+- (c) the key of a viewer of A: no 2xx on a write, nor on a read the viewer's role may not do;
+- leaks: an answer that carries a whole key or webhook secret says Cache-Control: no-store; a
+  webhook URL's query string is never shown to a viewer nor in the audit log.
 The body of each write is built from the schema (required properties, and BODY_VALUES by name) and
 proved valid first: the same call with full rights on A's own object must succeed for at least one
 of the object's variants (a pending message, a delivered one, a task...), so that a refusal comes
@@ -46,25 +48,29 @@ from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.schedules.services import schedule_upsert
 from scheduling.teams.caller import caller_for_command
 from scheduling.teams.models import Membership
-from scheduling.teams.roles import ADMIN, MEMBER, RANK, SCOPES, VIEWER
+from scheduling.teams.roles import ADMIN, MEMBER, RANK, SCOPES, VIEWER, Action
 from scheduling.teams.services import api_key_create, team_create
 
 # Holes the walk finds in today's code that another item of issue 46 closes: (operationId, case,
 # caller) -> the item. Each must still show (a stale entry fails the test too): empty this as the
 # items are merged.
+EARLY_CLAIM = "issue 46 item 5: a claim before the message is due is refused"
+INVITATIONS = "issue 46 item 5: a person joins by invitation; one answer for known and unknown usernames"
+NO_STORE = "issue 46 item 6: answers that carry a key or secret say Cache-Control: no-store"
+REDACTED = "issue 46 item 6: webhook URLs' query strings redacted for viewers and in the audit log"
 KNOWN_HOLES: dict[tuple[str, str, str], str] = {
     # a key with tasks but not cancel claims a task due tomorrow: delivered now, tomorrow's hand-over skipped
-    ("messages_claim", "b", "key without cancel"): "issue 46 item 5: a claim before the message is due is refused",
+    ("messages_claim", "b", "key without cancel"): EARLY_CLAIM,
     # A's admin adds team B's user to A (200) where an unknown username is a 400: consent, and an oracle
-    ("teams_members_set_create", "a", "admin's key"): "issue 46 item 5: invitations, one answer for every username",
+    ("teams_members_set_create", "a", "admin's key"): INVITATIONS,
     # answers that carry a new key or webhook secret have no Cache-Control: no-store
-    ("keys_create", "leak", "any"): "issue 46 item 6: answers that carry a key or secret say no-store",
-    ("endpoints_create", "leak", "any"): "issue 46 item 6: answers that carry a key or secret say no-store",
-    ("endpoints_rotate_secret_create", "leak", "any"): "issue 46 item 6: answers that carry a key or secret say no-store",
+    ("keys_create", "leak", "any"): NO_STORE,
+    ("endpoints_create", "leak", "any"): NO_STORE,
+    ("endpoints_rotate_secret_create", "leak", "any"): NO_STORE,
     # a webhook URL's query string (?token=...) in clear, to viewers and in the audit log
-    ("endpoints_list", "leak", "viewer's key"): "issue 46 item 6: webhook URLs redacted for viewers",
-    ("endpoints_retrieve", "leak", "viewer's key"): "issue 46 item 6: webhook URLs redacted for viewers",
-    ("audit_list", "leak", "any"): "issue 46 item 6: webhook URLs redacted in the audit log",
+    ("endpoints_list", "leak", "viewer's key"): REDACTED,
+    ("endpoints_retrieve", "leak", "viewer's key"): REDACTED,
+    ("audit_list", "leak", "any"): REDACTED,
 }
 
 SAFE = {"GET", "HEAD", "OPTIONS"}
@@ -150,12 +156,12 @@ class World:
     objects: dict[str, dict[str, str]] = field(default_factory=dict)  # kind -> variant -> path value
     refs: dict[str, str] = field(default_factory=dict)  # body property -> value
     clients: dict[str, APIClient] = field(default_factory=dict)
-    endpoint_ids: set = field(default_factory=set)
-    message_ids: set = field(default_factory=set)
+    message_ids: set = field(default_factory=set)  # its messages', its schedule's runs included
 
     def identifiers(self) -> set[str]:
         """What only this team's answers may show."""
-        return {value for variants in self.objects.values() for value in variants.values()} | set(self.refs.values())
+        named = {value for variants in self.objects.values() for value in variants.values()}
+        return named | set(self.refs.values()) | self.message_ids
 
 
 def _client(**key) -> APIClient:
@@ -194,15 +200,16 @@ def _build_world(label: str) -> World:
     hook = endpoint_create(name=f"hook-{tag}", team=team, handler=Endpoint.Handler.WEBHOOK,
                            handler_target=f"http://127.0.0.1:9/hook?token={url_token}")
     tasks = endpoint_create(name=f"tasks-{tag}", team=team, handler=Endpoint.Handler.CELERY_QUEUE)
-    world.endpoint_ids = {hook.pk, tasks.pk}
     task_id = f"task-{tag}"
     now = timezone.now()
     messages = {
         "waiting": _message(hook, status=Status.PUBLISHED, due_in=timedelta(hours=1)),
         "delivered": _message(hook, status=Status.DELIVERED, due_in=-timedelta(minutes=1), delivered_at=now,
                               finished_at=now, delivery_count=1, lateness_ms=0),
-        "failed": _message(hook, status=Status.FAILED, due_in=-timedelta(minutes=1), finished_at=now, attempts=1),
-        "task-due": _message(tasks, status=Status.PUBLISHED, due_in=-timedelta(seconds=1), key=f"{task_id}#retry1"),
+        "failed": _message(hook, status=Status.FAILED, due_in=-timedelta(minutes=1), finished_at=now,
+                           attempts=1),
+        "task-due": _message(tasks, status=Status.PUBLISHED, due_in=-timedelta(seconds=1),
+                             key=f"{task_id}#retry1"),
         "task-early": _message(tasks, status=Status.PUBLISHED, due_in=timedelta(days=1), key=task_id),
     }
     MessageAttempt.objects.create(message_id=messages["delivered"], number=1, started_at=now, duration_ms=5,
@@ -227,7 +234,8 @@ def _build_world(label: str) -> World:
         "all-scope key": _client(team=team, scopes=["all"]),
         "admin's key": _client(user=users[ADMIN]),
         "viewer's key": _client(user=users[VIEWER]),
-        **{f"key without {scope}": _client(team=team, scopes=sorted(set(SCOPES) - {scope})) for scope in SCOPES},
+        **{f"key without {scope}": _client(team=team, scopes=sorted(set(SCOPES) - {scope}))
+           for scope in SCOPES},
     }
     return world
 
@@ -244,8 +252,9 @@ def ghost_world() -> World:
         "key": {"spare": "dpk_Gh0st" + tag[:3]},
         "team": {"own": f"ghost-{tag}"},
     }
-    world.refs = {"url_token": f"ghost-secret-{tag}", "team": f"ghost-{tag}", "endpoint": f"ghost-{tag}", "celery_endpoint": f"ghost-{tag}",
-                  "username": f"ghost-{tag}", "task_id": f"ghost-{tag}", "schedule": f"ghost-{tag}.hourly"}
+    world.refs = {"team": f"ghost-{tag}", "endpoint": f"ghost-{tag}", "celery_endpoint": f"ghost-{tag}",
+                  "username": f"ghost-{tag}", "task_id": f"ghost-{tag}", "schedule": f"ghost-{tag}.hourly",
+                  "url_token": f"ghost-secret-{tag}"}
     return world
 
 
@@ -343,10 +352,10 @@ def query_of(op: "Operation", world: World, variant: tuple = ()) -> dict:
 
 TABLES = {model._meta.db_table: model for model in apps.get_models()
           if model._meta.managed and not model._meta.proxy and not model._meta.swapped}
-IGNORED_COLUMNS = ("last_used_at",)  # a key's use is written as it authenticates
+IGNORED_COLUMNS = "{last_used_at}"  # a key's use is written as it authenticates (a text[] literal)
 SNAPSHOT_SQL = " UNION ALL ".join(
     f"SELECT '{table}', t.{connection.ops.quote_name(model._meta.pk.column)}::text, "
-    f"(to_jsonb(t) - '{IGNORED_COLUMNS[0]}')::text FROM {connection.ops.quote_name(table)} t"
+    f"(to_jsonb(t) - '{IGNORED_COLUMNS}'::text[])::text FROM {connection.ops.quote_name(table)} t"
     for table, model in TABLES.items())
 
 
@@ -373,9 +382,11 @@ class Change:
 
 
 def changes(before: dict, after: dict) -> list[Change]:
-    return [Change(table, pk, json.loads(before[(table, pk)]) if (table, pk) in before else None,
-                   json.loads(after[(table, pk)]) if (table, pk) in after else None)
-            for table, pk in sorted(set(before) | set(after)) if before.get((table, pk)) != after.get((table, pk))]
+    def row(rows, key):
+        return json.loads(rows[key]) if key in rows else None
+
+    return [Change(*key, row(before, key), row(after, key))
+            for key in sorted(set(before) | set(after)) if before.get(key) != after.get(key)]
 
 
 def _model(change: Change) -> str:
@@ -422,7 +433,8 @@ def scopes_needed(found: list[Change], celery_endpoints: set[int]) -> set[str]:
     for change in found:
         model = _model(change)
         if model == "ScheduledMessage":
-            needs |= message_scopes(change, schedules_changed=schedules_changed, celery_endpoints=celery_endpoints)
+            needs |= message_scopes(change, schedules_changed=schedules_changed,
+                                    celery_endpoints=celery_endpoints)
         elif model not in CHANGE_SCOPES:
             needs.add(f"unclassified: {model} (add it to CHANGE_SCOPES)")
         else:
@@ -471,7 +483,7 @@ class Walk:
         self.endpoint_team = dict(Endpoint.objects.values_list("pk", "team_id"))
         self.message_team = {str(pk): self.endpoint_team[e] for pk, e in
                              ScheduledMessage.objects.values_list("pk", "endpoint_id")}
-        self.b_identifiers = b.identifiers() | b.message_ids
+        self.b_identifiers = b.identifiers()
         self.violations: dict[tuple[str, str, str], list[str]] = {}
         self.action = None  # the Action the operation being walked declares
         self.calls = 0
@@ -484,8 +496,8 @@ class Walk:
         return path
 
     def request(self, op: Operation, world: World, variant: tuple) -> tuple[str, dict | None, dict]:
-        return (self.path(op, world, variant), body_of(*_resolve(op.body), world) if op.body is not None else None,
-                query_of(op, world, variant))
+        body = body_of(*_resolve(op.body), world) if op.body is not None else None
+        return self.path(op, world, variant), body, query_of(op, world, variant)
 
     def call(self, op: Operation, world: World, variant: tuple, caller: str, client: APIClient) -> Call:
         path, body, query = self.request(op, world, variant)
@@ -501,8 +513,9 @@ class Walk:
         finally:
             transaction.savepoint_rollback(saved)
         self.calls += 1
-        return Call(op, world, variant, caller, response.status_code, response.content.decode(errors="replace"),
-                    request, found, response.get("Cache-Control", ""))
+        text = response.content.decode(errors="replace")
+        return Call(op, world, variant, caller, response.status_code, text, request, found,
+                    response.get("Cache-Control", ""))
 
     def flag(self, call: Call, case: str, why: str, caller: str | None = None) -> None:
         variant = ", ".join(call.variant)
@@ -528,11 +541,12 @@ class Walk:
     def check_leaks(self, call: Call) -> None:
         """Secrets: an answer that carries one is not cacheable; the audit log and a viewer never
         see a webhook URL's query string (the world's targets carry a token there)."""
-        if 200 <= call.status < 300 and CARRIES_SECRET.search(call.text) and "no-store" not in call.cache_control:
+        secret = 200 <= call.status < 300 and CARRIES_SECRET.search(call.text)
+        if secret and "no-store" not in call.cache_control:
             self.flag(call, "leak", f"an answer that carries a key or secret is cacheable "
                                     f"(Cache-Control: {call.cache_control!r})", caller="any")
-        tokens = [world.refs["url_token"] for world in (self.a, self.b) if world.refs["url_token"] in call.text]
-        if tokens and self.action is not None and self.action.name == "AUDIT":
+        tokens = [w.refs["url_token"] for w in (self.a, self.b) if w.refs["url_token"] in call.text]
+        if tokens and self.action is Action.AUDIT:
             self.flag(call, "leak", "the audit log shows a webhook URL's query string", caller="any")
         if tokens and call.caller == "viewer's key":
             self.flag(call, "leak", "a viewer sees a webhook URL's query string")
@@ -567,7 +581,8 @@ class Walk:
         self.action = action
         if op.write and not has_action:
             self.violations.setdefault((op.operation_id, "walk", "-"), []).append(
-                f"{op.label}: a write whose view declares no teams.roles.Action (TeamPermissions lets anyone)")
+                f"{op.label}: a write whose view declares no teams.roles.Action "
+                f"(TeamPermissions lets anyone)")
         ghosts = {caller: self.call(op, self.ghost, variants[0], caller, self.a.clients[caller])
                   for caller in ("all-scope key", "admin's key")}
         succeeded = []
@@ -606,7 +621,8 @@ class Walk:
                 if 200 <= call.status < 300:
                     self.flag(call, "a", "a 2xx on team B's object")
                 elif call.status != ghost.status:
-                    self.flag(call, "a", f"answers team B's object unlike one that does not exist ({ghost.status})")
+                    self.flag(call, "a", f"answers team B's object unlike one that does not exist "
+                                         f"({ghost.status})")
             if mixed:
                 call = self.call(op, theirs, variant, caller, client)
                 self.check_always(call, "a")
@@ -628,7 +644,8 @@ class Walk:
                 self.flag(call, "b", f"a 2xx without the {scope} scope its view declares ({action.name})")
             needs = scopes_needed(call.found, self.celery_endpoints)
             if scope in needs:
-                self.flag(call, "b", f"a change that needs the {scope} scope: {', '.join(map(str, call.found))}")
+                self.flag(call, "b", f"a change that needs the {scope} scope: "
+                                     f"{', '.join(map(str, call.found))}")
             if PERSON in needs:
                 self.flag(call, "b", f"a team's key changed what only a person may: "
                                      f"{', '.join(map(str, call.found))}")
@@ -649,8 +666,8 @@ def test_the_walker_fills_every_path_parameter_of_the_schema():
     """A route whose parameter names an object the walker does not know would be skipped: fail."""
     missing = unfillable()
     assert not missing, ("the cross-team walker cannot fill these path parameters, so it cannot walk their "
-                         "routes; add each (collection, parameter) to PATH_KINDS and an object of the kind to "
-                         "build_world and ghost_world:\n" + "\n".join(missing))
+                         "routes; add each (collection, parameter) to PATH_KINDS and an object of the kind "
+                         "to build_world and ghost_world:\n" + "\n".join(missing))
     assert len(OPERATIONS) >= 30, [op.label for op in OPERATIONS]
 
 
