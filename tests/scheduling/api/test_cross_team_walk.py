@@ -13,7 +13,8 @@ same two teams):
 - (b) A's keys each missing one scope, on A's own objects: no 2xx without the scope the view
   declares for the action (teams.roles.Action), nor without the scope the change it made needs
   (judged from the rows it changed: CHANGE_SCOPES below), nor a change only a person may make;
-- (c) the key of a viewer of A: no 2xx on a write, nor on a read the viewer's role may not do;
+- (c) the keys of a viewer and of a member of A: nothing their role may not do (by what the view
+  declares, and by what the change needs: a viewer no write, a member no endpoint, key or member);
 - leaks: an answer that carries a whole key or webhook secret says Cache-Control: no-store; a
   webhook URL's query string is never shown to a viewer nor in the audit log.
 The body of each write is built from the schema (required properties, and BODY_VALUES by name) and
@@ -234,6 +235,7 @@ def _build_world(label: str) -> World:
         "all-scope key": _client(team=team, scopes=["all"]),
         "admin's key": _client(user=users[ADMIN]),
         "viewer's key": _client(user=users[VIEWER]),
+        "member's key": _client(user=users[MEMBER]),
         **{f"key without {scope}": _client(team=team, scopes=sorted(set(SCOPES) - {scope}))
            for scope in SCOPES},
     }
@@ -402,6 +404,7 @@ CHANGE_SCOPES = {
     "BulkAction": {"cancel"},
     "AuditEvent": None, "MessageAttempt": None, "DeliveryMinute": None,
 }
+ROLE_OF_NEED = {action.scope: action.role for action in Action if action.scope} | {PERSON: ADMIN}
 EARLY = timedelta(minutes=1)  # a message taken out of flight more than this before its due time: a cancel
 
 
@@ -651,12 +654,23 @@ class Walk:
                                      f"{', '.join(map(str, call.found))}")
 
     def case_c(self, op: Operation, variant: tuple, action) -> None:
-        call = self.call(op, self.a, variant, "viewer's key", self.a.clients["viewer's key"])
-        self.check_always(call, "c")
-        if 200 <= call.status < 300 and op.write:
-            self.flag(call, "c", "a viewer's write succeeded")
-        elif 200 <= call.status < 300 and action is not None and RANK[action.role] > RANK[VIEWER]:
-            self.flag(call, "c", f"a viewer did what needs the {action.role} role ({action.name})")
+        """A viewer's key, and a member's: nothing beyond the person's role, by what the view
+        declares or by what the change needs."""
+        for role in (VIEWER, MEMBER):
+            caller = f"{role}'s key"
+            call = self.call(op, self.a, variant, caller, self.a.clients[caller])
+            self.check_always(call, "c")
+            if not 200 <= call.status < 300:
+                continue
+            if role == VIEWER and op.write:
+                self.flag(call, "c", "a viewer's write succeeded")
+            elif action is not None and RANK[action.role] > RANK[role]:
+                self.flag(call, "c", f"a {role} did what needs the {action.role} role ({action.name})")
+            needs = scopes_needed(call.found, self.celery_endpoints)
+            above = sorted(need for need in needs if RANK[ROLE_OF_NEED.get(need, ADMIN)] > RANK[role])
+            if above:
+                self.flag(call, "c", f"a {role} made a change that needs {above}: "
+                                     f"{', '.join(map(str, call.found))}")
 
 
 # --- the tests ------------------------------------------------------------------------------------
