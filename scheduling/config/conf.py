@@ -90,6 +90,13 @@ class DelaySettings:
     """the timeout manager (every second) publishes rows due within this window"""
     celery_threshold_seconds: float
     """`DelayedTask` delays up to this keep Celery's own path"""
+    claim_margin_ms: int
+    """a Celery task's claim (`POST /api/messages/<id>/claim/`) more than this before the message is due is
+    refused (409): the cascade hands a task over at its due time, the timeout manager up to
+    DELAY_TIMEOUTS_LOOKAHEAD_MS early; keep it above that"""
+    task_max_reruns: int
+    """reruns of a delivered Celery task redelivered after its worker died (acks_late) or claimed again as
+    redelivered; past them the task fails instead of running"""
     schedules_every_seconds: float
     """how often beat creates the coming runs of recurring schedules ([Recurring
     schedules](../guides/schedules.md))"""

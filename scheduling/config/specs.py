@@ -192,6 +192,14 @@ SPECS: tuple[Spec, ...] = (
              "rows due within this window", "2000", conf=True),
         Spec("DELAY_CELERY_THRESHOLD_SECONDS", Number(min=0), "0", "`DelayedTask` delays up to this keep Celery's "
              "own path", "60", conf=True),
+        Spec("DELAY_CLAIM_MARGIN_MS", Integer(min=0, max=60000, why="a wider one lets a claim skip more of a wait"),
+             "3000",
+             "a Celery task's claim (`POST /api/messages/<id>/claim/`) more than this before the message is due is "
+             "refused (409): the cascade hands a task over at its due time, the timeout manager up to "
+             "DELAY_TIMEOUTS_LOOKAHEAD_MS early; keep it above that", "5000", conf=True),
+        Spec("DELAY_TASK_MAX_RERUNS", Integer(min=0), "3", "reruns of a delivered Celery task redelivered after its "
+             "worker died (acks_late) or claimed again as redelivered; past them the task fails instead of running",
+             "5", conf=True),
         Spec("DELAY_SCHEDULES_EVERY_SECONDS", Number(above=0), "5", "how often beat creates the coming runs of "
              "recurring schedules ([Recurring schedules](../guides/schedules.md))", "10", conf=True),
         Spec("DELAY_SCHEDULES_AHEAD_SECONDS", Number(min=0), "60", "how far ahead a schedule's runs are created "
