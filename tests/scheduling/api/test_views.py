@@ -325,6 +325,18 @@ def test_bad_message_is_400_naming_the_field_and_stores_nothing(api, endpoint, c
     assert not ScheduledMessage.objects.exists()
 
 
+@pytest.mark.parametrize("key", ["schedule:nightly:1:1767225600000", "schedule:"])
+def test_the_schedule_key_namespace_is_the_platform_s_single_and_bulk(api, endpoint, key):
+    """A run of a schedule is found by its key: a caller's message under it would be taken for the run."""
+    body = {"endpoint": endpoint, "payload": {"a": 1}, "delay_seconds": 1, "idempotency_key": key}
+    single = api.post("/api/messages/", body, format="json")
+    assert single.status_code == 400 and "platform's" in single.json()["idempotency_key"][0], single.json()
+    bulk = api.post("/api/messages/bulk/", {"messages": [{**body, "idempotency_key": "fine"}, body]}, format="json")
+    assert bulk.status_code == 400 and "idempotency_key" in str(bulk.json()), bulk.json()
+    assert not ScheduledMessage.objects.exists()
+    assert api.post("/api/messages/", {**body, "idempotency_key": "my-schedule:1"}, format="json").status_code == 201
+
+
 def test_missing_payload_and_unparseable_body(api, endpoint):
     response = api.post("/api/messages/", {"endpoint": endpoint, "delay_seconds": 1}, format="json")
     assert response.status_code == 400 and "payload" in response.json()
