@@ -3,7 +3,7 @@ from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import DefaultRouter
 
 from scheduling.api.team_views import ApiKeyViewSet, AuditViewSet, TeamViewSet
-from scheduling.api.views import EndpointViewSet, MessageViewSet, ScheduleViewSet
+from scheduling.api.views import BulkActionViewSet, EndpointViewSet, MessageViewSet, ScheduleViewSet
 
 router = DefaultRouter()
 router.register("endpoints", EndpointViewSet, basename="endpoint")
@@ -12,6 +12,7 @@ router.register("schedules", ScheduleViewSet, basename="schedule")
 router.register("teams", TeamViewSet, basename="team")
 router.register("keys", ApiKeyViewSet, basename="apikey")
 router.register("audit", AuditViewSet, basename="audit")
+router.register("bulk-actions", BulkActionViewSet, basename="bulkaction")
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -155,6 +155,10 @@ class DelaySettings:
     lowest)"""
     max_json_depth: int
     """how deep a JSON request body may nest (arrays and objects)"""
+    max_body_bytes: int
+    """largest request body (API and admin): one over it answers 413 before it is read, by its
+    Content-Length, or once a chunked body passes it; Django's DATA_UPLOAD_MAX_MEMORY_SIZE is this value
+    (the default fits a bulk request of 1,000 messages with modest payloads)"""
     api_key_expires: timedelta
     """how long a new API key lasts when its maker names no expiry ([Teams](../guides/teams.md#api-keys))"""
     api_key_max_expires: timedelta

@@ -259,6 +259,11 @@ SPECS: tuple[Spec, ...] = (
              shown_default="—"),
         Spec("DELAY_MAX_JSON_DEPTH", Integer(min=4, why="a bulk request's payloads are at level 4"), "64",
              "how deep a JSON request body may nest (arrays and objects)", "16", conf=True),
+        Spec("DELAY_MAX_BODY_BYTES", Integer(min=65536, why="a bulk request of small messages must fit"),
+             "16777216", "largest request body (API and admin): one over it answers 413 before it is read, by its "
+             "Content-Length, or once a chunked body passes it; Django's DATA_UPLOAD_MAX_MEMORY_SIZE is this "
+             "value (the default fits a bulk request of 1,000 messages with modest payloads)", "4194304",
+             conf=True),
     ),
     *_group(
         "Teams, keys and the audit log",
