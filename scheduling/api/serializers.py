@@ -270,9 +270,9 @@ class CountSerializer(serializers.Serializer):
 class DryRunCountSerializer(serializers.Serializer):
     """A bulk cancel's or republish's dry run: counted no further than a cap."""
 
-    count = serializers.IntegerField(help_text="messages that would change now: exact up to 10,000; above, 10,000 "
-                                               "with exact false")
-    exact = serializers.BooleanField(help_text="false: more than count")
+    count = serializers.IntegerField(read_only=True, help_text="messages that would change now: exact up to "
+                                                               "10,000; above, 10,000 with exact false")
+    exact = serializers.BooleanField(read_only=True, help_text="false: more than count")
 
 
 class BulkJobSerializer(serializers.ModelSerializer):
