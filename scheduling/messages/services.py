@@ -34,12 +34,12 @@ from scheduling.teams.roles import Action
 from scheduling.messages.relay import relay_claim_new, relay_publish_rows, relay_send_claimed
 from scheduling.retention.services import message_describe_gone
 
-# Beyond any cascade's maximum delay (64 levels of 1 s): a delay is clamped to this before any
-# arithmetic, so "1e999999" seconds cannot overflow and is refused as over the maximum.
 # Idempotency keys of this prefix are the platform's: a recurring schedule's runs are keyed
 # ``schedule:<key>:<revision>:<ms>`` (schedules/services.py), and a caller's message under such a
 # key would be taken for the run. Only an item the schedules service marks with its schedule uses it.
 PLATFORM_KEY_PREFIX = "schedule:"
+# Beyond any cascade's maximum delay (64 levels of 1 s): a delay is clamped to this before any
+# arithmetic, so "1e999999" seconds cannot overflow and is refused as over the maximum.
 _BEYOND_SECONDS = Decimal(2**70)
 
 

@@ -530,3 +530,8 @@ def test_bulk_cancel_and_republish_by_filter_run_as_a_job(api, api_as, endpoint,
     assert api.post("/api/messages/cancel/", {"due_before": "soon"}, format="json").status_code == 400
     viewer = api_as("viewer")
     assert viewer.post("/api/messages/cancel/", soon, format="json").status_code == 403
+
+
+@pytest.mark.parametrize("job_id", ["999999", "not-a-number", "9" * 40, "00000000-0000-0000-0000-000000000000"])
+def test_an_unknown_bulk_job_is_a_404(api, job_id):
+    assert api.get(f"/api/bulk-actions/{job_id}/").status_code == 404
