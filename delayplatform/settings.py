@@ -49,6 +49,8 @@ MIDDLEWARE = [
     # first: /healthz and /readyz answer before the Host check and the HTTPS redirect (probes
     # send the pod's IP as Host, over plain HTTP); see scheduling/observability/health_views.py
     "scheduling.observability.health_views.HealthCheckMiddleware",
+    # before anything reads a body: one over DELAY_MAX_BODY_BYTES is a 413, unread
+    "scheduling.security.bodies.BodyLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -243,11 +245,8 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "scheduling.api.exceptions.exception_handler",
-    "DEFAULT_PARSER_CLASSES": [
-        "scheduling.api.parsers.DepthLimitedJSONParser",
-        "rest_framework.parsers.FormParser",
-        "rest_framework.parsers.MultiPartParser",
-    ],
+    # JSON only: a form or multipart body is a 415 (multipart streamed uploads past any memory limit)
+    "DEFAULT_PARSER_CLASSES": ["scheduling.api.parsers.DepthLimitedJSONParser"],
     "DEFAULT_THROTTLE_CLASSES": ["scheduling.api.throttles.ItemRateThrottle", "scheduling.api.throttles.TeamRateThrottle",
                                  "scheduling.api.throttles.KeyRateThrottle"],
 }
@@ -258,9 +257,10 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     "COMPONENT_SPLIT_REQUEST": True,
 }
-# A bulk request of 1,000 messages with modest payloads fits; single payloads are capped at
-# 256 KiB by the scheduling service.
-DATA_UPLOAD_MAX_MEMORY_SIZE = 16 * 1024 * 1024
+# One limit on request bodies, declared in specs (DELAY_MAX_BODY_BYTES): the body-limit middleware
+# answers 413 above it before anything reads the body (scheduling/security/bodies.py); Django's own
+# check of form bodies uses the same value. Single payloads are capped by the scheduling service.
+DATA_UPLOAD_MAX_MEMORY_SIZE = _env["max_body_bytes"]
 # Fail fast when the broker is away: a request that schedules a message must not hang; the
 # row is the outbox and the sweeper publishes it once the broker is back.
 # confirm_publish: a task Celery sends (a celery_task endpoint's handler above all) counts as

@@ -41,7 +41,66 @@ def request_caller(request) -> Caller:
     return caller
 
 
-class ControlRoomAdmin(admin.ModelAdmin):
+# The lookups Django's own list filters put in a changelist's query string after their field's path
+# (ChoicesFieldListFilter: __exact, __isnull; DateFieldListFilter: __gte, __lt; EmptyFieldListFilter:
+# __isempty; AllValuesFieldListFilter: the bare path); a related field's filter adds its target's
+# name: ``endpoint__id__exact``.
+FILTER_LOOKUPS = frozenset({"exact", "isnull", "gte", "lt", "isempty"})
+
+
+class DeclaredLookupsOnly:
+    """A changelist filters by what its admin declares, nothing else: its list_filter (a field's
+    path with the lookups Django's filter for it uses, a custom filter's parameter), its
+    date_hierarchy (``<field>__year``, ``__month``, ``__day``) and the lookups of raw-id popups
+    (ForeignKey.limit_choices_to); search (``q``), ordering and paging are Django's own parameters.
+    Django alone accepts any lookup on the model's own fields (``?payload__iregex=``: a regex scan
+    of a team's history; ``?webhook_secret__startswith=``: a prefix oracle on a sealed secret);
+    anything undeclared is refused here as Django refuses a lookup it disallows (400). Every admin
+    of the site has it: ControlRoomAdmin by inheritance, the others (auth, axes) re-registered with
+    it by declared_lookups_only() (scheduling/admin/__init__.py)."""
+
+    def lookup_allowed(self, lookup, value, request=None):
+        from django.contrib.admin.filters import ListFilter
+
+        if self.date_hierarchy and lookup in {f"{self.date_hierarchy}__{part}" for part in ("year", "month", "day")}:
+            return True
+        declared = set()
+        for item in (self.get_list_filter(request) if request is not None else self.list_filter):
+            if isinstance(item, type) and issubclass(item, ListFilter):
+                if getattr(item, "parameter_name", None) == lookup:
+                    return True
+                continue
+            declared.add(item[0] if isinstance(item, (list, tuple)) else item)
+        for path in declared:
+            if lookup == path:  # AllValuesFieldListFilter's own parameter
+                return True
+            rest = lookup[len(path) + 2:] if lookup.startswith(f"{path}__") else None
+            if rest is not None and (rest in FILTER_LOOKUPS or rest.count("__") == 1 and rest.endswith("__exact")):
+                return True
+        return self._popup_lookup(lookup, value)
+
+    def _popup_lookup(self, lookup, value) -> bool:
+        """A raw-id popup's lookup from a ForeignKey's limit_choices_to (Django's own first check)."""
+        from django.contrib.admin import widgets
+
+        for fk_lookup in self.model._meta.related_fkey_lookups:
+            fk_lookup = fk_lookup() if callable(fk_lookup) else fk_lookup
+            if (lookup, value) in widgets.url_params_from_lookup_dict(fk_lookup).items():
+                return True
+        return False
+
+
+def declared_lookups_only(*, site: admin.AdminSite) -> None:
+    """Re-register every admin of ``site`` that lacks DeclaredLookupsOnly (django.contrib.auth's,
+    axes') as a subclass that has it: called once the apps before this one registered theirs."""
+    for model, model_admin in list(site._registry.items()):
+        if not isinstance(model_admin, DeclaredLookupsOnly):
+            cls = type(model_admin)
+            site.unregister(model)
+            site.register(model, type(cls.__name__, (DeclaredLookupsOnly, cls), {"__module__": cls.__module__}))
+
+
+class ControlRoomAdmin(DeclaredLookupsOnly, admin.ModelAdmin):
     object_actions: dict[str, str] = {}  # action name -> button label on the detail page
     change_form_template = "admin/scheduling/change_form.html"
     # permission -> the action it is in the team (None: operators only); "view" also lets the

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from celery import current_app
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.http import HttpResponseRedirect
@@ -16,11 +15,10 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from scheduling.core import task_names
 from scheduling.core.lifecycle import Status
 from scheduling.models import BulkAction, Endpoint, FailedMessage
 from scheduling.messages.selectors import message_search
-from scheduling.messages.bulk import message_start_matching
+from scheduling.messages.bulk import message_enqueue_matching, message_start_matching
 from scheduling.messages.services import message_republish
 from scheduling.teams.roles import Action
 from scheduling.teams.selectors import queryset_for_caller, team_pick
@@ -123,7 +121,7 @@ class DeadLetterAdmin(ControlRoomAdmin):
         except OPERATOR_ERRORS as exc:
             self.message_user(request, str(exc), messages.ERROR)
             return None
-        current_app.send_task(task_names.BULK_ACTION, args=[action.pk])
+        message_enqueue_matching(action=action)
         self.message_user(request, f"Republishing {action.matched:,} failed message(s) in a worker: see Bulk actions",
                           messages.SUCCESS)
         return HttpResponseRedirect(reverse("admin:scheduling_bulkaction_changelist"))

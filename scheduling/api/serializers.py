@@ -5,6 +5,7 @@ import math
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 
+from django.urls import reverse
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -14,7 +15,7 @@ from scheduling.config.conf import conf, setting_name
 from scheduling.core.flow_gate import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
 from scheduling.delivery.models import EndpointHealth, MessageAttempt
 from scheduling.core.lifecycle import Status, scheduled_in_past
-from scheduling.models import DeliveryMode, Endpoint, Schedule, ScheduledMessage, TopologyVersion
+from scheduling.models import BulkAction, DeliveryMode, Endpoint, Schedule, ScheduledMessage, TopologyVersion
 from scheduling.security.redaction import url_redacted
 from scheduling.teams.roles import Action
 from scheduling.api.callers import request_caller
@@ -277,6 +278,35 @@ class MessageMatchSerializer(RefuseControlCharacters, serializers.Serializer):
 
 class CountSerializer(serializers.Serializer):
     count = serializers.IntegerField(help_text="messages changed (or, in a dry run, that would be)")
+
+
+class DryRunCountSerializer(serializers.Serializer):
+    """A bulk cancel's or republish's dry run: counted no further than a cap."""
+
+    count = serializers.IntegerField(read_only=True, help_text="messages that would change now: exact up to "
+                                                               "10,000; above, 10,000 with exact false")
+    exact = serializers.BooleanField(read_only=True, help_text="false: more than count")
+
+
+class BulkJobSerializer(serializers.ModelSerializer):
+    """A bulk cancel or republish, run by a worker batch by batch (202 when started; its status_url
+    answers this until it is done or failed)."""
+
+    team = serializers.CharField(source="team.name", default=None, read_only=True)
+    count = serializers.IntegerField(source="matched", read_only=True,
+                                     help_text="messages matching when it started (what it will change)")
+    status_url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = BulkAction
+        fields = ["id", "kind", "team", "filters", "state", "count", "matched", "done", "error", "requested_by",
+                  "created_at", "finished_at", "status_url"]
+        read_only_fields = fields
+
+    def get_status_url(self, action) -> str:
+        url = reverse("bulkaction-detail", args=[action.pk])
+        request = self.context.get("request")
+        return request.build_absolute_uri(url) if request is not None else url
 
 
 class TaskClaimSerializer(RefuseControlCharacters, serializers.Serializer):

@@ -167,40 +167,75 @@ class ItemRateThrottle(SimpleRateThrottle):
 
 
 class TeamRateThrottle(ItemRateThrottle):
-    """A whole team's budget (its Team.api_rate, else DELAY_TEAM_API_RATE), for the requests that
-    act in one team: a team's key, or a person who names a team (``?team=``) or is in one only."""
+    """A whole team's budget (its Team.api_rate, else DELAY_TEAM_API_RATE), charged to the team a
+    request acts in, whoever makes it (a team's key, a person's key or session): the team it names
+    (``?team=`` or a ``team`` field), else the team of the object it addresses (a detail route) or
+    of the endpoints it names (scheduling), else the person's teams (one, or each of several: a
+    request that reads across them is charged to each). A person in two teams is never charged to
+    none. An operator is charged only to a team they name: they act across teams."""
 
     scope = "team"
 
-    def _team(self, request) -> Team | None:
-        if not hasattr(request, "_dp_rate_team"):
-            request._dp_rate_team = self._find_team(request)
-        return request._dp_rate_team
+    def allow_request(self, request, view):
+        for team in self._teams(request, view):
+            self._current = team
+            if not super().allow_request(request, view):
+                return False
+        return True
+
+    def _teams(self, request, view) -> list[Team]:
+        if not hasattr(request, "_dp_rate_teams"):
+            request._dp_rate_teams = self._find_teams(request, view)
+        return request._dp_rate_teams
 
     @staticmethod
-    def _find_team(request) -> Team | None:
+    def _find_teams(request, view) -> list[Team]:
         from scheduling.api.callers import request_caller, request_team_name
 
         key = request.auth if isinstance(request.auth, ApiKey) else None
         if key is not None and key.team_id:
-            return key.team
-        caller, name = request_caller(request), request_team_name(request)
-        if name and "\x00" in name:
-            return None
-        teams = Team.objects.filter(name=name) if name else Team.objects.filter(id__in=caller.member_of)
-        if not caller.operator:
-            teams = teams.filter(id__in=caller.member_of)
-        found = list(teams[:2])
-        return found[0] if len(found) == 1 else None
+            return [key.team]
+        caller = request_caller(request)
+        several = not caller.operator and len(caller.member_of) > 1
+        if several and request.method in ("POST", "PATCH", "PUT"):
+            request.data  # noqa: B018  (parsed now: a team named in the body counts, request_team_name)
+        name = request_team_name(request)
+        if name:
+            if "\x00" in name:
+                return []
+            teams = Team.objects.filter(name=name)
+            return list(teams if caller.operator else teams.filter(id__in=caller.member_of))
+        if caller.operator or not caller.member_of:
+            return []
+        ids = set(caller.member_of)
+        if several:
+            ids = (_acting_team_ids(request, view) & ids) or ids
+        return list(Team.objects.filter(id__in=ids).order_by("id"))
 
     def ident(self, request) -> str:
-        return str(self._team(request).pk)
+        return str(self._current.pk)
 
     def rate_for(self, request) -> str | None:
-        team = self._team(request)
-        if team is None:
-            return None
-        return _team_rate(team.api_rate, conf().team_api_rate)
+        return _team_rate(self._current.api_rate, conf().team_api_rate)
+
+
+def _acting_team_ids(request, view) -> set[int]:
+    """The teams a request of a person in several acts in, read before its handler runs: the
+    team of the object a detail route addresses (the view's ``acting_team_ids``), or of the
+    endpoints a body names (a message, a bulk's messages, a schedule). Empty: not known."""
+    if getattr(view, "detail", False) and hasattr(view, "acting_team_ids"):
+        return view.acting_team_ids()
+    if request.method != "POST":
+        return set()
+    data = request.data
+    items = data.get("messages") if isinstance(data, dict) and isinstance(data.get("messages"), list) else [data]
+    names = {item["endpoint"] for item in items[:conf().bulk_max]
+             if isinstance(item, dict) and isinstance(item.get("endpoint"), str) and "\x00" not in item["endpoint"]}
+    if not names:
+        return set()
+    from scheduling.models import Endpoint
+
+    return set(Endpoint.objects.filter(name__in=names).values_list("team_id", flat=True).distinct())
 
 
 class KeyRateThrottle(ItemRateThrottle):

@@ -3,7 +3,7 @@ from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import DefaultRouter
 
 from scheduling.api.team_views import ApiKeyViewSet, AuditViewSet, InvitationViewSet, OwnApiKeyViewSet, TeamViewSet
-from scheduling.api.views import EndpointViewSet, MessageViewSet, ScheduleViewSet
+from scheduling.api.views import BulkActionViewSet, EndpointViewSet, MessageViewSet, ScheduleViewSet
 
 router = DefaultRouter()
 router.register("endpoints", EndpointViewSet, basename="endpoint")
@@ -14,6 +14,7 @@ router.register("keys/mine", OwnApiKeyViewSet, basename="ownkey")  # before keys
 router.register("keys", ApiKeyViewSet, basename="apikey")
 router.register("invitations", InvitationViewSet, basename="invitation")
 router.register("audit", AuditViewSet, basename="audit")
+router.register("bulk-actions", BulkActionViewSet, basename="bulkaction")
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),

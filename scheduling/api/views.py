@@ -14,7 +14,7 @@ from rest_framework.response import Response
 from scheduling.celery.services import celery_task_cancel, celery_task_claim_message
 from scheduling.core.errors import BulkValidationError, NotFound
 from scheduling.core.lifecycle import Status
-from scheduling.models import Endpoint
+from scheduling.models import BulkAction, Endpoint
 from scheduling.schedules import rules
 from scheduling.endpoints.selectors import endpoint_count_messages, endpoint_get_one, endpoint_list
 from scheduling.messages.selectors import message_list, message_list_attempts, message_list_groups
@@ -28,7 +28,12 @@ from scheduling.endpoints.services import (
     endpoint_set_active,
     endpoint_update,
 )
-from scheduling.messages.bulk import message_bulk_matching
+from scheduling.messages.bulk import (
+    DRY_RUN_COUNT_CAP,
+    message_count_matching,
+    message_enqueue_matching,
+    message_start_matching,
+)
 from scheduling.messages.services import (
     message_cancel,
     message_republish,
@@ -44,6 +49,8 @@ from scheduling.api.permissions import TeamPermissions
 from scheduling.api.renderers import FastJSONRenderer
 from scheduling.api.serializers import (
     BulkCreateSerializer,
+    BulkJobSerializer,
+    DryRunCountSerializer,
     EndpointCreatedSerializer,
     EndpointSerializer,
     EndpointUpdateSerializer,
@@ -106,6 +113,18 @@ class TeamScoped:
     @staticmethod
     def team_id_of(obj) -> int:
         return obj.team_id
+
+    def acting_team_ids(self) -> set[int]:
+        """The team(s) of the object this detail route names, among the caller's: what the team
+        rate charges before the handler runs (throttles.py; a person in several teams). Empty
+        when none is found (the handler answers 404 or 400 then)."""
+        value = self.kwargs.get(self.lookup_url_kwarg or self.lookup_field)
+        if value is None or "\x00" in str(value):
+            return set()
+        try:
+            return {self.team_id_of(row) for row in self.get_queryset().filter(**{self.lookup_field: value})[:2]}
+        except (DjangoValidationError, ValueError):
+            return set()
 
     def get_object(self):
         """The caller's object of this name: 404 when none of its teams has one, 400 when several
@@ -232,6 +251,13 @@ class MessageViewSet(TeamScoped, mixins.ListModelMixin, mixins.RetrieveModelMixi
     def team_id_of(obj) -> int:
         return obj.endpoint.team_id
 
+    def acting_team_ids(self) -> set[int]:
+        try:
+            rows = queryset_for_caller(queryset=message_list(), caller=self.caller).filter(pk=self.kwargs.get("pk"))
+            return set(rows.values_list("endpoint__team_id", flat=True)[:1])
+        except (DjangoValidationError, ValueError):
+            return set()
+
     def get_object(self):
         """A 404 that says where a finished message goes after its retention (or, for another
         team's message, exactly what it says for one that does not exist)."""
@@ -320,6 +346,8 @@ class MessageViewSet(TeamScoped, mixins.ListModelMixin, mixins.RetrieveModelMixi
         )
 
     def _bulk(self, request, kind: str) -> Response:
+        """A dry run's count (capped), or the action recorded and handed to a worker: 202 with the
+        job and its status URL (Location), as the admin's "all matching" actions do."""
         query = MessageMatchSerializer(data=request.data)
         query.is_valid(raise_exception=True)
         filters = {k: v for k, v in query.validated_data.items() if k not in ("dry_run", "team")}
@@ -327,23 +355,29 @@ class MessageViewSet(TeamScoped, mixins.ListModelMixin, mixins.RetrieveModelMixi
         # one team, or (an operator naming none) every team
         team = None if self.caller.operator and not name else team_pick(caller=self.caller, action=Action.CANCEL,
                                                                          name=name)
-        count = message_bulk_matching(kind=kind, filters=filters, dry_run=query.validated_data["dry_run"],
-                                      requested_by=self.caller.name, team=team)
-        return Response({"count": count})
+        if query.validated_data["dry_run"]:
+            count = message_count_matching(kind=kind, filters=filters, team=team, cap=DRY_RUN_COUNT_CAP)
+            return Response({"count": min(int(count), DRY_RUN_COUNT_CAP), "exact": count.exact})
+        job = message_start_matching(kind=kind, filters=filters, requested_by=self.caller.name, team=team)
+        message_enqueue_matching(action=job)
+        data = BulkJobSerializer(job, context={"request": request}).data
+        return Response(data, status=status.HTTP_202_ACCEPTED, headers={"Location": data["status_url"]})
 
-    @extend_schema(request=MessageMatchSerializer, responses={200: CountSerializer},
+    @extend_schema(request=MessageMatchSerializer, responses={202: BulkJobSerializer, 200: DryRunCountSerializer},
                    operation_id="messages_cancel_matching")
     @action(detail=False, methods=["post"], url_path="cancel")
     def cancel_matching(self, request):
-        """Cancel every pending or published message matching the filters, in batches; or count
-        them (dry_run). Progress shows in the admin (Bulk actions)."""
+        """Cancel every pending or published message matching the filters: a job a worker runs in
+        batches (202; follow status_url, GET /api/bulk-actions/<id>/, until its state is done or
+        failed); or count them (dry_run: 200, exact up to 10,000)."""
         return self._bulk(request, "cancel")
 
-    @extend_schema(request=MessageMatchSerializer, responses={200: CountSerializer},
+    @extend_schema(request=MessageMatchSerializer, responses={202: BulkJobSerializer, 200: DryRunCountSerializer},
                    operation_id="messages_republish_matching")
     @action(detail=False, methods=["post"], url_path="republish")
     def republish_matching(self, request):
-        """Republish every failed message matching the filters, in batches; or count them (dry_run)."""
+        """Republish every failed message matching the filters: a job, as cancel's (202 and its
+        status_url); or count them (dry_run)."""
         return self._bulk(request, "republish")
 
     @extend_schema(request=TaskClaimSerializer, responses={200: TaskClaimedSerializer}, operation_id="messages_claim")
@@ -468,3 +502,36 @@ class ScheduleViewSet(TeamScoped, mixins.ListModelMixin, mixins.RetrieveModelMix
                              interval_seconds=data.get("interval_seconds"), start_at=data.get("start_at") or after)
         runs = rules.preview(rule, after=after, count=data["count"])
         return Response({"runs": [run.isoformat().replace("+00:00", "Z") for run in runs]})
+
+
+class BulkActionViewSet(TeamScoped, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Bulk cancels and republishes by filter (the API's and the admin's), newest first: a job's
+    status_url is its page here; ``done`` grows as its batches commit, ``state`` ends done or
+    failed. Only the teams the caller reads (an operator's every-team job: operators only)."""
+
+    serializer_class = BulkJobSerializer
+    team_actions = {"list": Action.READ, "retrieve": Action.READ}
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # the schema's generation: the model is enough
+            return BulkAction.objects.none()
+        return self.scoped(BulkAction.objects.select_related("team").order_by("-created_at", "-id"))
+
+    def acting_team_ids(self) -> set[int]:
+        return super().acting_team_ids() if _bigint(self.kwargs.get("pk")) else set()
+
+    @extend_schema(parameters=[TEAM_PARAMETER])
+    def list(self, request, *args, **kwargs):
+        return super().list(request, *args, **kwargs)
+
+    def get_object(self):
+        found = self.get_queryset().filter(pk=self.kwargs["pk"]).first() if _bigint(self.kwargs["pk"]) else None
+        if found is None:
+            raise Http404
+        self.check_object_permissions(self.request, found)
+        return found
+
+
+def _bigint(value) -> bool:
+    """An id PostgreSQL's bigint holds (anything else: no such row, not a database error)."""
+    return isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 18

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
@@ -15,6 +15,7 @@ from django.db.models import Q
 from django.utils import timezone
 from uuid_utils.compat import uuid7
 
+from scheduling.config.conf import conf, setting_name
 from scheduling.core import lifecycle
 from scheduling.core.errors import BulkValidationError, Conflict, NotFound
 from scheduling.core.lifecycle import IN_FLIGHT, Arrival, Status
@@ -134,7 +135,13 @@ def celery_task_claim_message(*, message_id: str, redelivered: bool, by: str = "
     """celery_task_claim, answering the row as well (its status after the claim). ``caller`` needs
     the tasks right in the message's team: another team's message, or an unknown id, is NotFound
     (the platform's own hook runs a task with no row), and a message that is not a Celery task
-    (its endpoint not ``celery_queue``) a Conflict."""
+    (its endpoint not ``celery_queue``) a Conflict. So is a claim of a message still waiting more
+    than DELAY_CLAIM_MARGIN_MS before its due time: the cascade hands a task over when it is due,
+    so such a claim is no hand-over, and taking it would deliver the row and skip the real run (a
+    cancel without the cancel right). The platform's own hook is not refused: only the platform
+    publishes into its workers' queues. A redelivered task reruns at most DELAY_TASK_MAX_RERUNS
+    times (lifecycle.arrive), then fails instead of running."""
+    settings = conf()
     with transaction.atomic():
         try:
             message = message_lock(message_id=message_id, caller=caller, action=Action.TASKS)
@@ -146,9 +153,14 @@ def celery_task_claim_message(*, message_id: str, redelivered: bool, by: str = "
         if message.endpoint.handler != Endpoint.Handler.CELERY_QUEUE:
             raise Conflict(f"message {message.id} is not a Celery task (its endpoint {message.endpoint.name!r} is "
                            f"a {message.endpoint.handler} endpoint)")
-        was = message.status
-        arrival, change = lifecycle.arrive(message, attempt=0, now=timezone.now(), redelivered=redelivered,
-                                           rerun_redelivered=True, by=by)
+        was, now = message.status, timezone.now()
+        if caller is not PLATFORM and was in IN_FLIGHT \
+                and now < message.due_at - timedelta(milliseconds=settings.claim_margin_ms):
+            raise Conflict(f"message {message.id} is due at {message.due_at.isoformat()}: a claim more than "
+                           f"{settings.claim_margin_ms} ms before that is refused "
+                           f"({setting_name('claim_margin_ms')}); claim it when the task comes out of the cascade")
+        arrival, change = lifecycle.arrive(message, attempt=0, now=now, redelivered=redelivered,
+                                           rerun_redelivered=True, max_reruns=settings.task_max_reruns, by=by)
         message.save(update_fields=lifecycle.apply(message, change))
         if arrival is Arrival.DELIVER and was != Status.DELIVERED:  # a rerun after a crash is not a new delivery
             delivery_minute_record(messages=[message])

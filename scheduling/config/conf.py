@@ -90,6 +90,13 @@ class DelaySettings:
     """the timeout manager (every second) publishes rows due within this window"""
     celery_threshold_seconds: float
     """`DelayedTask` delays up to this keep Celery's own path"""
+    claim_margin_ms: int
+    """a Celery task's claim (`POST /api/messages/<id>/claim/`) more than this before the message is due is
+    refused (409): the cascade hands a task over at its due time, the timeout manager up to
+    DELAY_TIMEOUTS_LOOKAHEAD_MS early; keep it above that"""
+    task_max_reruns: int
+    """reruns of a delivered Celery task redelivered after its worker died (acks_late) or claimed again as
+    redelivered; past them the task fails instead of running"""
     schedules_every_seconds: float
     """how often beat creates the coming runs of recurring schedules ([Recurring
     schedules](../guides/schedules.md))"""
@@ -148,6 +155,10 @@ class DelaySettings:
     lowest)"""
     max_json_depth: int
     """how deep a JSON request body may nest (arrays and objects)"""
+    max_body_bytes: int
+    """largest request body (API and admin): one over it answers 413 before it is read, by its
+    Content-Length, or once a chunked body passes it; Django's DATA_UPLOAD_MAX_MEMORY_SIZE is this value
+    (the default fits a bulk request of 1,000 messages with modest payloads)"""
     api_key_expires: timedelta
     """how long a new API key lasts when its maker names no expiry ([Teams](../guides/teams.md#api-keys))"""
     api_key_max_expires: timedelta

@@ -192,6 +192,14 @@ SPECS: tuple[Spec, ...] = (
              "rows due within this window", "2000", conf=True),
         Spec("DELAY_CELERY_THRESHOLD_SECONDS", Number(min=0), "0", "`DelayedTask` delays up to this keep Celery's "
              "own path", "60", conf=True),
+        Spec("DELAY_CLAIM_MARGIN_MS", Integer(min=0, max=60000, why="a wider one lets a claim skip more of a wait"),
+             "3000",
+             "a Celery task's claim (`POST /api/messages/<id>/claim/`) more than this before the message is due is "
+             "refused (409): the cascade hands a task over at its due time, the timeout manager up to "
+             "DELAY_TIMEOUTS_LOOKAHEAD_MS early; keep it above that", "5000", conf=True),
+        Spec("DELAY_TASK_MAX_RERUNS", Integer(min=0), "3", "reruns of a delivered Celery task redelivered after its "
+             "worker died (acks_late) or claimed again as redelivered; past them the task fails instead of running",
+             "5", conf=True),
         Spec("DELAY_SCHEDULES_EVERY_SECONDS", Number(above=0), "5", "how often beat creates the coming runs of "
              "recurring schedules ([Recurring schedules](../guides/schedules.md))", "10", conf=True),
         Spec("DELAY_SCHEDULES_AHEAD_SECONDS", Number(min=0), "60", "how far ahead a schedule's runs are created "
@@ -251,6 +259,11 @@ SPECS: tuple[Spec, ...] = (
              shown_default="—"),
         Spec("DELAY_MAX_JSON_DEPTH", Integer(min=4, why="a bulk request's payloads are at level 4"), "64",
              "how deep a JSON request body may nest (arrays and objects)", "16", conf=True),
+        Spec("DELAY_MAX_BODY_BYTES", Integer(min=65536, why="a bulk request of small messages must fit"),
+             "16777216", "largest request body (API and admin): one over it answers 413 before it is read, by its "
+             "Content-Length, or once a chunked body passes it; Django's DATA_UPLOAD_MAX_MEMORY_SIZE is this "
+             "value (the default fits a bulk request of 1,000 messages with modest payloads)", "4194304",
+             conf=True),
     ),
     *_group(
         "Teams, keys and the audit log",

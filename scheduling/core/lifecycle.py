@@ -132,14 +132,18 @@ class State:
 
 
 def arrive(state: State, *, attempt: int, now: datetime, redelivered: bool = False,
-           rerun_redelivered: bool = False, by: str | None = None,
+           rerun_redelivered: bool = False, max_reruns: int | None = None, by: str | None = None,
            throttled_ms: int | None = None) -> tuple[Arrival, dict]:
     """What to do with a hand-over of ``attempt`` (0: the copy that came through the cascade;
     n: the n-th handler retry) and the fields to record. Every copy of attempt 0 counts in
     ``delivery_count``, so duplicates the broker made stay visible. ``rerun_redelivered``: a
     Celery task with acks_late runs again when its worker died mid-run (the broker marks the
     copy redelivered), as Celery would without the platform. ``by``: the worker that received
-    it, recorded with the delivery (which worker of several delivered a message). ``throttled_ms``:
+    it, recorded with the delivery (which worker of several delivered a message). ``max_reruns``:
+    how many reruns a delivered task gets (None: no bound); every hand-over after the first counts
+    (``delivery_count``), so a task whose worker keeps dying, or a caller claiming "redelivered" over
+    and over, runs at most 1 + max_reruns times: the copy past that gives up (failed, with the
+    reason) and does not run. ``throttled_ms``:
     how long its endpoint's flow control held it back, recorded so that the wait is told apart
     from lateness (the report and the metrics subtract it). A copy for a
     due time the message no longer has is told apart before this, by ``superseded``."""
@@ -157,7 +161,11 @@ def arrive(state: State, *, attempt: int, now: datetime, redelivered: bool = Fal
                 change["delivered_by"] = by
         return Arrival.DELIVER, change
     if rerun_redelivered and redelivered and state.status == Status.DELIVERED:
-        return Arrival.DELIVER, counted
+        if max_reruns is None or state.delivery_count <= max_reruns:
+            return Arrival.DELIVER, counted
+        return Arrival.DUPLICATE, {**counted, "status": transition(state.status, Event.GIVE_UP), "finished_at": now,
+                                   "last_error": f"handed over {state.delivery_count + 1} times: past the {max_reruns} "
+                                                 f"rerun(s) a task gets after its worker died"}
     return Arrival.DUPLICATE, counted
 
 

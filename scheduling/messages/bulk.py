@@ -16,11 +16,12 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
+from celery import current_app
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from scheduling.core import lifecycle
+from scheduling.core import lifecycle, task_names
 from scheduling.audit.services import audit_record
 from scheduling.config.conf import conf
 from scheduling.delivery.models import Trigger
@@ -29,12 +30,15 @@ from scheduling.core.lifecycle import Event, Status
 from scheduling.models import BulkAction, DeliveryMode, ScheduledMessage, Team
 from scheduling.observability import metrics
 from scheduling.endpoints.selectors import endpoint_get_one
+from scheduling.messages.counts import queryset_tally
 from scheduling.messages.selectors import message_list_matching
 from scheduling.messages.relay import relay_publish_rows
 from scheduling.teams.quotas import payload_size, team_admit_in_flight, team_record_copies
 
 log = logging.getLogger(__name__)
 
+# A dry run through the API counts no further: above it, "more than 10,000".
+DRY_RUN_COUNT_CAP = 10_000
 FILTERS = ("endpoint", "status", "schedule", "due_before", "due_after", "created_before", "created_after")
 # which messages each action can change: the statuses its event starts from (a cancelled one stays so)
 _ACTS_ON = {BulkAction.Kind.CANCEL: sorted(lifecycle.sources(Event.CANCEL) - {Status.CANCELLED}),
@@ -63,9 +67,14 @@ def _matching(kind: str, filters: dict, team_id: int | None):
         status__in=_ACTS_ON[kind])
 
 
-def message_count_matching(*, kind: str, filters: dict, team: Team | None = None) -> int:
-    """How many messages the action would change now (its dry run)."""
-    return _matching(kind, _checked(kind, filters, team), getattr(team, "pk", None)).count()
+def message_count_matching(*, kind: str, filters: dict, team: Team | None = None, cap: int | None = None) -> int:
+    """How many messages the action would change now (its dry run). ``cap``: counted no further
+    than cap + 1 rows, a Tally (counts.py) exact up to the cap and a floor above it, so that a
+    dry run over a team's whole history reads at most that much (the API's: DRY_RUN_COUNT_CAP)."""
+    queryset = _matching(kind, _checked(kind, filters, team), getattr(team, "pk", None))
+    if cap is None:
+        return queryset.count()
+    return queryset_tally(querysets={"matching": queryset}, cap=cap, floors={"matching"})["matching"]
 
 
 def message_start_matching(*, kind: str, filters: dict, requested_by: str = "", team: Team | None = None) -> BulkAction:
@@ -177,3 +186,10 @@ def message_bulk_matching(*, kind: str, filters: dict, dry_run: bool = False, re
         raise QuotaExceeded(f"bulk {kind}: {action.done:,} message(s) done, {action.refused:,} refused: "
                             f"{action.error}")
     return action.done
+
+
+def message_enqueue_matching(*, action: BulkAction) -> None:
+    """Run a recorded action in a worker (celery/tasks.py apply_bulk_action) once the transaction
+    that recorded it commits: what the admin's "all matching" actions and the API's bulk cancel and
+    republish do, instead of holding a web request for as long as it takes."""
+    transaction.on_commit(lambda: current_app.send_task(task_names.BULK_ACTION, args=[action.pk]))

@@ -36,6 +36,10 @@ from scheduling.teams.roles import Action
 from scheduling.messages.relay import relay_claim_new, relay_publish_rows, relay_send_claimed
 from scheduling.retention.services import message_describe_gone
 
+# Idempotency keys of this prefix are the platform's: a recurring schedule's runs are keyed
+# ``schedule:<key>:<revision>:<ms>`` (schedules/services.py), and a caller's message under such a
+# key would be taken for the run. Only an item the schedules service marks with its schedule uses it.
+PLATFORM_KEY_PREFIX = "schedule:"
 # Beyond any cascade's maximum delay (64 levels of 1 s): a delay is clamped to this before any
 # arithmetic, so "1e999999" seconds cannot overflow and is refused as over the maximum.
 _BEYOND_SECONDS = Decimal(2**70)
@@ -190,6 +194,9 @@ def _build(item: dict, endpoints: dict[str, list[Endpoint]], now: datetime) -> S
     key = item.get("idempotency_key")
     if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= 255 or _has_nul(key)):
         errors["idempotency_key"] = "must be a string of 1 to 255 characters, without NUL"
+    elif isinstance(key, str) and key.startswith(PLATFORM_KEY_PREFIX) and not item.get("schedule"):
+        errors["idempotency_key"] = (f"keys starting {PLATFORM_KEY_PREFIX!r} are the platform's (its recurring "
+                                     "schedules' runs): choose another")
     if errors:
         raise ValidationError(errors)
     row = ScheduledMessage.new(

@@ -35,7 +35,8 @@ from scheduling.teams.models import default_team_id
 from scheduling.teams.quotas import (
     team_admit_in_flight, team_check_count, team_check_in_flight, team_lock_counts, team_min_interval_ms,
 )
-from scheduling.messages.services import message_cancel, message_check_payload, message_schedule_many
+from scheduling.messages.services import (PLATFORM_KEY_PREFIX, message_cancel, message_check_payload,
+                                          message_schedule_many)
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ class RunsCreated:
 
 def schedule_run_key(*, schedule: Schedule, run_at: datetime) -> str:
     """The idempotency key of one run of one revision."""
-    return f"schedule:{schedule.key}:{schedule.revision}:{to_epoch_ms(run_at)}"
+    return f"{PLATFORM_KEY_PREFIX}{schedule.key}:{schedule.revision}:{to_epoch_ms(run_at)}"
 
 
 def _rule_values(*, cron, tz, interval_seconds, start_at, end_at) -> dict:

@@ -1,6 +1,7 @@
 """Messages through the client against the real platform: scheduled, found, listed page after
 page, rescheduled, cancelled, in bulk and by filter; the API's errors as the client's exceptions."""
 
+import time
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
@@ -60,12 +61,24 @@ def test_bulk_then_every_page_listed_once(client, endpoint):
     assert len(client.messages.list(endpoint=endpoint.name).first(7)) == 7
 
 
-def test_cancel_matching_counts_then_cancels(client, endpoint):
+def test_cancel_matching_counts_then_cancels_as_a_job(client, endpoint):
     client.messages.schedule_many([{"endpoint": endpoint.name, "payload": i, "delay": 7200} for i in range(5)])
     assert client.messages.cancel_matching(endpoint=endpoint.name, dry_run=True) == 5
-    assert client.messages.cancel_matching(endpoint=endpoint.name) == 5
+    job = client.messages.cancel_matching(endpoint=endpoint.name)
+    assert (job.kind, job.count, job.status_url.endswith(f"/api/bulk-actions/{job.id}/")) == ("cancel", 5, True)
+    deadline = time.monotonic() + 30
+    while not (job := client.bulk_actions.get(job.id)).finished and time.monotonic() < deadline:
+        time.sleep(0.2)  # the platform's worker runs it
+    assert (job.state, job.done) == ("done", 5)
+    assert job.id in [j.id for j in client.bulk_actions.list()]
     assert {m.status for m in client.messages.list(endpoint=endpoint.name)} == {"cancelled"}
     assert client.messages.republish_matching(endpoint=endpoint.name, dry_run=True) == 0
+
+
+def test_a_key_in_the_platform_s_schedule_namespace_is_refused(client, endpoint):
+    with pytest.raises(BadRequest) as refused:
+        client.messages.schedule(endpoint.name, {"x": 1}, delay=60, idempotency_key="schedule:nightly:1:0")
+    assert "idempotency_key" in refused.value.fields
 
 
 def test_errors_are_typed(client, endpoint, platform):

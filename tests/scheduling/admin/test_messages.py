@@ -205,6 +205,7 @@ def test_schedule_form_schedules_through_the_service(admin_client, platform, end
     ({"payload": "{}", "delay_seconds": "300000000"}, "delay_seconds", "maximum delay of 268,435,455 s"),
     ({"payload": "null", "delay_seconds": "1"}, "payload", "required"),
     ({"payload": "{oops", "delay_seconds": "1"}, "payload", "Enter a valid JSON"),
+    ({"payload": "{}", "delay_seconds": "1", "idempotency_key": "schedule:k:1:1"}, "idempotency_key", "platform's"),
 ])
 def test_schedule_form_shows_the_services_errors_on_the_field(admin_client, endpoint_row, data, field, text):
     response = admin_client.post(ADD, {"endpoint": endpoint_row.pk, **data})

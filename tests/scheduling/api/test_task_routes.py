@@ -78,6 +78,38 @@ def test_a_redelivery_after_a_worker_died_runs_again(team_key, task):
     assert response.status_code == 200 and response.json() == {"id": str(row.id), "status": "delivered", "run": True}
 
 
+@pytest.mark.parametrize("status", [Status.PENDING, Status.PUBLISHED])
+@pytest.mark.parametrize("redelivered", [False, True])
+def test_a_claim_before_the_task_is_due_is_refused_and_changes_nothing(team_key, task, status, redelivered, settings):
+    """A claim is no cancel: a key with the tasks scope alone cannot take tomorrow's run today."""
+    settings.DELAY_CLAIM_MARGIN_MS = 3000
+    row = task(status=status)
+    ScheduledMessage.objects.filter(id=row.id).update(due_at=timezone.now() + timedelta(days=1))
+    response = claim(team_key("default", "tasks"), row.id, redelivered=redelivered)
+    assert response.status_code == 409, response.content
+    assert "DELAY_CLAIM_MARGIN_MS" in response.json()["detail"]
+    stored = ScheduledMessage.objects.get(id=row.id)
+    assert (stored.status, stored.delivery_count, stored.delivered_at) == (status, 0, None)
+
+
+def test_a_claim_within_the_margin_of_the_due_time_runs(team_key, task, settings):
+    settings.DELAY_CLAIM_MARGIN_MS = 3000
+    row = task()
+    ScheduledMessage.objects.filter(id=row.id).update(due_at=timezone.now() + timedelta(seconds=1))
+    response = claim(team_key("default", "tasks"), row.id)
+    assert response.status_code == 200 and response.json()["run"] is True
+
+
+def test_reruns_of_a_claimed_task_are_bounded_then_it_fails(team_key, task, settings):
+    settings.DELAY_TASK_MAX_RERUNS = 2
+    row = task()
+    worker = team_key("default", "tasks")
+    runs = [claim(worker, row.id, redelivered=True).json()["run"] for _ in range(5)]
+    assert runs == [True, True, True, False, False]  # the first run and 2 reruns
+    stored = ScheduledMessage.objects.get(id=row.id)
+    assert stored.status == Status.FAILED and "rerun" in stored.last_error and stored.finished_at is not None
+
+
 @pytest.mark.parametrize("redelivered", [False, True])
 def test_a_cancelled_task_does_not_run(team_key, task, redelivered):
     row = task(status=Status.CANCELLED)

@@ -55,13 +55,22 @@ def test_b_changes_nothing_of_a(teams):
     assert Endpoint.objects.get(team=a.key.row.team).webhook_secret == before
 
 
-def test_b_s_bulk_cancel_over_all_time_counts_and_cancels_only_b_s(teams):
+def test_b_s_bulk_cancel_over_all_time_counts_and_cancels_only_b_s(teams, django_capture_on_commit_callbacks):
+    from scheduling.celery.tasks import apply_bulk_action
+
     a, b = teams["a"], teams["b"]
     mine = [schedule(a).json()["id"] for _ in range(3)]
     theirs = [schedule(b).json()["id"] for _ in range(2)]
     everything = {"created_after": "1970-01-01T00:00:00Z"}
-    assert b.post("/api/messages/cancel/", {**everything, "dry_run": True}, format="json").json() == {"count": 2}
-    assert b.post("/api/messages/cancel/", everything, format="json").json() == {"count": 2}
+    assert b.post("/api/messages/cancel/", {**everything, "dry_run": True}, format="json").json() == \
+        {"count": 2, "exact": True}
+    with django_capture_on_commit_callbacks(execute=False):
+        job = b.post("/api/messages/cancel/", everything, format="json").json()
+    assert (job["count"], job["team"]) == (2, b.key.row.team.name)
+    apply_bulk_action(job["id"])  # as the worker would
+    assert b.get(job["status_url"]).json()["done"] == 2
+    assert a.get(job["status_url"]).status_code == 404  # another team's job: as if none
+    assert job["id"] not in [j["id"] for j in a.get("/api/bulk-actions/").json()["results"]]
     assert set(ScheduledMessage.objects.filter(id__in=theirs).values_list("status", flat=True)) == {Status.CANCELLED}
     assert set(ScheduledMessage.objects.filter(id__in=mine).values_list("status", flat=True)) == {Status.PUBLISHED}
     named = b.post("/api/messages/cancel/", {**everything, "team": a.key.row.team.name}, format="json")

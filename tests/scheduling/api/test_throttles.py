@@ -161,3 +161,30 @@ def test_each_key_has_its_own_budget(team_key, endpoint, settings, clock):
     Team.objects.filter(name="default").update(key_api_rate="off")  # the team's own: no limit per key
     assert bulk(first, endpoint, 10).status_code == 201
     assert ScheduledMessage.objects.count() == 16
+
+
+@pytest.mark.parametrize("session", [False, True])
+def test_a_person_in_two_teams_is_charged_to_the_team_each_request_acts_in(api_as, team_key, endpoint, settings,
+                                                                          clock, session):
+    """By a person's key or session: the endpoint's team for scheduling, the message's for a detail
+    route, the named team for a list; never no team (the person in two would have no limit)."""
+    from scheduling.teams.models import Membership, Team
+
+    settings.DELAY_TEAM_API_RATE = "5/minute"
+    person = api_as("member")
+    Membership.objects.create(team=Team.objects.get_or_create(name="growth")[0], user=person.user, role="member")
+    if session:
+        from rest_framework.test import APIClient
+
+        user, person = person.user, APIClient()
+        person.force_login(user)  # a session, as the browsable API or a script logged in
+    made = bulk(person, endpoint, 3)  # default's endpoint: default's budget
+    assert made.status_code == 201, made.content
+    message = made.json()["messages"][0]["id"]
+    assert person.get(f"/api/messages/{message}/").status_code == 200  # default's message: 4
+    assert person.get("/api/endpoints/?team=default").status_code == 200  # 5
+    refused = team_key("default").get("/api/endpoints/")
+    assert refused.status_code == 429 and refused["Retry-After"]  # the team's whole budget is spent
+    assert person.get(f"/api/messages/{message}/").status_code == 429
+    assert team_key("growth").get("/api/endpoints/").status_code == 200  # growth was charged nothing
+    assert person.get("/api/endpoints/?team=growth").status_code == 200

@@ -325,6 +325,18 @@ def test_bad_message_is_400_naming_the_field_and_stores_nothing(api, endpoint, c
     assert not ScheduledMessage.objects.exists()
 
 
+@pytest.mark.parametrize("key", ["schedule:nightly:1:1767225600000", "schedule:"])
+def test_the_schedule_key_namespace_is_the_platform_s_single_and_bulk(api, endpoint, key):
+    """A run of a schedule is found by its key: a caller's message under it would be taken for the run."""
+    body = {"endpoint": endpoint, "payload": {"a": 1}, "delay_seconds": 1, "idempotency_key": key}
+    single = api.post("/api/messages/", body, format="json")
+    assert single.status_code == 400 and "platform's" in single.json()["idempotency_key"][0], single.json()
+    bulk = api.post("/api/messages/bulk/", {"messages": [{**body, "idempotency_key": "fine"}, body]}, format="json")
+    assert bulk.status_code == 400 and "idempotency_key" in str(bulk.json()), bulk.json()
+    assert not ScheduledMessage.objects.exists()
+    assert api.post("/api/messages/", {**body, "idempotency_key": "my-schedule:1"}, format="json").status_code == 201
+
+
 def test_missing_payload_and_unparseable_body(api, endpoint):
     response = api.post("/api/messages/", {"endpoint": endpoint, "delay_seconds": 1}, format="json")
     assert response.status_code == 400 and "payload" in response.json()
@@ -466,21 +478,60 @@ def test_patch_reschedules_a_message_and_says_why_not(api, api_as, endpoint):
     assert reader.patch(f"/api/messages/{message_id}/", {"delay_seconds": 5}, format="json").status_code == 403
 
 
-def test_bulk_cancel_and_republish_by_filter(api, api_as, endpoint):
+def run_bulk_job(api, body: dict, capture) -> dict:
+    """POST a bulk cancel or republish: it answers 202 with the job, having changed nothing yet and
+    handed the job to a worker once its transaction commits; the job run here as the worker's task
+    would run it (no worker in these tests); then its status URL, which says it is done."""
+    from scheduling.celery.tasks import apply_bulk_action
+
+    path = body.pop("path")
+    with capture(execute=False) as callbacks:
+        started = api.post(path, body, format="json")
+    assert started.status_code == 202, started.content
+    job = started.json()
+    assert job["state"] == "running" and job["done"] == 0 and job["count"] == job["matched"]
+    assert started["Location"] == job["status_url"] and job["status_url"].endswith(f"/api/bulk-actions/{job['id']}/")
+    assert len(callbacks) == 1
+    apply_bulk_action(job["id"])
+    status = api.get(job["status_url"])
+    assert status.status_code == 200 and status.json()["state"] == "done"
+    return status.json()
+
+
+def test_a_bulk_dry_run_counts_no_further_than_its_cap(api, endpoint, monkeypatch):
+    monkeypatch.setattr("scheduling.api.views.DRY_RUN_COUNT_CAP", 2)
+    for delay in (30, 60, 90):
+        api.post("/api/messages/", {"endpoint": endpoint, "payload": {}, "delay_seconds": delay}, format="json")
+    dry = api.post("/api/messages/cancel/", {"endpoint": endpoint, "dry_run": True}, format="json")
+    assert dry.status_code == 200 and dry.json() == {"count": 2, "exact": False}  # more than 2
+    monkeypatch.setattr("scheduling.api.views.DRY_RUN_COUNT_CAP", 3)
+    assert api.post("/api/messages/cancel/", {"endpoint": endpoint, "dry_run": True}, format="json").json() == \
+        {"count": 3, "exact": True}
+
+
+def test_bulk_cancel_and_republish_by_filter_run_as_a_job(api, api_as, endpoint, django_capture_on_commit_callbacks):
     ids = [api.post("/api/messages/", {"endpoint": endpoint, "payload": {}, "delay_seconds": d}, format="json")
            .json()["id"] for d in (30, 60, 7200)]
     soon = {"endpoint": endpoint, "due_before": (datetime.now(dt_timezone.utc) + timedelta(minutes=5)).isoformat()}
     dry = api.post("/api/messages/cancel/", {**soon, "dry_run": True}, format="json")
-    assert dry.status_code == 200 and dry.json() == {"count": 2}
+    assert dry.status_code == 200 and dry.json() == {"count": 2, "exact": True}
     assert set(ScheduledMessage.objects.values_list("status", flat=True)) == {Status.PUBLISHED}
-    assert api.post("/api/messages/cancel/", soon, format="json").json() == {"count": 2}
+    done = run_bulk_job(api, {"path": "/api/messages/cancel/", **soon}, django_capture_on_commit_callbacks)
+    assert (done["kind"], done["count"], done["done"]) == ("cancel", 2, 2)
     assert dict(ScheduledMessage.objects.values_list("id", "status")) == {
         uuid.UUID(ids[0]): Status.CANCELLED, uuid.UUID(ids[1]): Status.CANCELLED, uuid.UUID(ids[2]): Status.PUBLISHED}
     ScheduledMessage.objects.filter(id=ids[2]).update(status=Status.FAILED)
-    assert api.post("/api/messages/republish/", {"endpoint": endpoint}, format="json").json() == {"count": 1}
+    done = run_bulk_job(api, {"path": "/api/messages/republish/", "endpoint": endpoint},
+                        django_capture_on_commit_callbacks)
+    assert (done["kind"], done["done"]) == ("republish", 1)
     assert ScheduledMessage.objects.get(id=ids[2]).status == Status.PENDING
     bad = api.post("/api/messages/cancel/", {"dry_run": True}, format="json")
     assert bad.status_code == 400 and "at least one filter" in bad.json()["non_field_errors"][0]
     assert api.post("/api/messages/cancel/", {"due_before": "soon"}, format="json").status_code == 400
     viewer = api_as("viewer")
     assert viewer.post("/api/messages/cancel/", soon, format="json").status_code == 403
+
+
+@pytest.mark.parametrize("job_id", ["999999", "not-a-number", "9" * 40, "00000000-0000-0000-0000-000000000000"])
+def test_an_unknown_bulk_job_is_a_404(api, job_id):
+    assert api.get(f"/api/bulk-actions/{job_id}/").status_code == 404

@@ -122,6 +122,17 @@ def test_arrivals(given, expected):
                             rerun_redelivered=rerun) == expected
 
 
+@pytest.mark.parametrize(("count", "runs"), [(1, True), (3, True), (4, False), (9, False)])
+def test_reruns_are_bounded_by_every_hand_over_so_far(count, runs):
+    state = State(status=D, due_at=DUE, delivery_count=count)
+    arrival, change = lifecycle.arrive(state, attempt=0, now=NOW, redelivered=True, rerun_redelivered=True,
+                                       max_reruns=3)
+    assert (arrival is Arrival.DELIVER) is runs
+    assert change["delivery_count"] == count + 1
+    if not runs:
+        assert change["status"] == F and change["finished_at"] == NOW and "3 rerun" in change["last_error"]
+
+
 def test_two_copies_in_one_batch_deliver_once():
     """The second copy sees what the first one recorded: the handler runs once."""
     row = State(status=U, due_at=DUE)

@@ -19,7 +19,7 @@ import os
 
 from ._pages import AsyncPages, Pages
 from ._transport import AsyncTransport, Call, SyncTransport
-from .resources import RESOURCES, Audit, Endpoints, Keys, Messages, Platform, Schedules, Teams
+from .resources import RESOURCES, Audit, BulkActions, Endpoints, Keys, Messages, Platform, Schedules, Teams
 
 URL_ENV, KEY_ENV = "DELAY_PLATFORM_URL", "DELAY_PLATFORM_KEY"
 
@@ -35,6 +35,7 @@ class _Resources:
     teams: Teams
     keys: Keys
     audit: Audit
+    bulk_actions: BulkActions
     platform: Platform
 
     def _attach(self) -> None:

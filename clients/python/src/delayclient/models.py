@@ -102,6 +102,31 @@ class Claim(Model):
 
 
 @dataclass(frozen=True)
+class BulkJob(Model):
+    """A bulk cancel or republish by filter, run by the platform's worker in batches: ``count``
+    messages matched when it started, ``done`` grows as batches commit, ``state`` is running,
+    done or failed (``error`` says why). ``client.bulk_actions.get(job.id)`` reads it again."""
+
+    id: int = 0
+    kind: str = ""
+    team: str | None = None
+    filters: dict | None = None
+    state: str = ""
+    count: int = 0
+    matched: int = 0
+    done: int = 0
+    error: str | None = None
+    requested_by: str | None = None
+    created_at: datetime | None = None
+    finished_at: datetime | None = None
+    status_url: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.state != "running"
+
+
+@dataclass(frozen=True)
 class Endpoint(Model):
     team: str | None = None
     name: str = ""

@@ -174,21 +174,26 @@ class Messages(Resource):
     @route("POST", "/api/messages/cancel/")
     def cancel_matching(self, *, dry_run: bool = False, team: str | None = None, endpoint: str | None = None,
                         status: str | None = None, schedule: str | None = None, due_before=None, due_after=None,
-                        created_before=None, created_after=None) -> int:
-        """Cancel every pending or published message matching the filters (at least one); with
-        ``dry_run`` only count them. Returns the count."""
+                        created_before=None, created_after=None):
+        """Cancel every pending or published message matching the filters (at least one): the
+        platform's worker does it in batches, and this returns the job at once (a BulkJob: its
+        ``count`` matched; ``client.bulk_actions.get(job.id)`` until ``finished``). With
+        ``dry_run`` only count them: an int, exact up to 10,000 (10,000: that many or more)."""
         body = _matching(dry_run, team, endpoint, status, schedule, due_before, due_after, created_before,
                          created_after)
-        return self._send(Call("POST", "/api/messages/cancel/", json=body, idempotent=True, parse=_count))
+        return self._send(Call("POST", "/api/messages/cancel/", json=body, idempotent=True,
+                               parse=_count if dry_run else _one(models.BulkJob)))
 
     @route("POST", "/api/messages/republish/")
     def republish_matching(self, *, dry_run: bool = False, team: str | None = None, endpoint: str | None = None,
                            status: str | None = None, schedule: str | None = None, due_before=None,
-                           due_after=None, created_before=None, created_after=None) -> int:
-        """Republish every failed message matching the filters; with ``dry_run`` only count them."""
+                           due_after=None, created_before=None, created_after=None):
+        """Republish every failed message matching the filters: a job, as ``cancel_matching``'s;
+        with ``dry_run`` only count them."""
         body = _matching(dry_run, team, endpoint, status, schedule, due_before, due_after, created_before,
                          created_after)
-        return self._send(Call("POST", "/api/messages/republish/", json=body, idempotent=dry_run, parse=_count))
+        return self._send(Call("POST", "/api/messages/republish/", json=body, idempotent=dry_run,
+                               parse=_count if dry_run else _one(models.BulkJob)))
 
     @route("POST", "/api/messages/{id}/claim/")
     def claim(self, message_id: str, *, redelivered: bool = False, worker: str | None = None):
@@ -377,6 +382,19 @@ class Audit(Resource):
         return self._list(Call("GET", "/api/audit/", params=params, idempotent=True), models.AuditEvent)
 
 
+class BulkActions(Resource):
+    """Bulk cancels and republishes by filter (``messages.cancel_matching``), newest first."""
+
+    @route("GET", "/api/bulk-actions/{id}/")
+    def get(self, job_id: int):
+        return self._send(Call("GET", f"/api/bulk-actions/{_seg(job_id)}/", idempotent=True,
+                               parse=_one(models.BulkJob)))
+
+    @route("GET", "/api/bulk-actions/")
+    def list(self, *, team: str | None = None):
+        return self._list(Call("GET", "/api/bulk-actions/", params={"team": team}, idempotent=True), models.BulkJob)
+
+
 class Platform(Resource):
     @route("GET", "/api/schema/")
     def openapi(self) -> dict:
@@ -385,7 +403,7 @@ class Platform(Resource):
 
 
 RESOURCES = {"platform": Platform, "messages": Messages, "schedules": Schedules, "endpoints": Endpoints, "teams": Teams, "keys": Keys,
-             "audit": Audit}
+             "audit": Audit, "bulk_actions": BulkActions}
 
 
 def routes() -> dict[tuple[str, str], str]:
