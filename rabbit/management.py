@@ -114,6 +114,12 @@ class Management:
         password when a connection opens). ``tags`` "": no management or administrator rights."""
         self._request("PUT", f"/users/{quote(name, safe='')}", json={"password": password, "tags": tags})
 
+    def delete_user(self, name: str) -> None:
+        """Remove the user (its connections are closed); one that is not there is left so."""
+        response = self._send("DELETE", f"/users/{quote(name, safe='')}")
+        if response.status_code >= 400 and response.status_code != 404:
+            raise ManagementUnavailable(f"DELETE /users/{name} answered {response.status_code}: {response.text[:200]}")
+
     def put_permissions(self, vhost: str, user: str, *, configure: str, write: str, read: str) -> None:
         self._request("PUT", f"/permissions/{self._v(vhost)}/{quote(user, safe='')}",
                       json={"configure": configure, "write": write, "read": read})
