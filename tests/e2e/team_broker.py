@@ -7,6 +7,8 @@ must be refused, each on a connection of its own (a refusal closes the channel).
 from __future__ import annotations
 
 import io
+import json
+import uuid
 import os
 import signal
 import subprocess
@@ -21,7 +23,10 @@ from django.core.management import call_command
 from harness.paths import ROOT
 from harness.waiting import wait_until
 from scheduling.config.conf import broker
+from scheduling.models import ScheduledMessage, TopologyVersion
 from scheduling.teams.broker_access import user_name
+from scheduling.teams.services import api_key_create
+from topology import cascade
 
 CLIENT = ROOT / "clients" / "python"
 # this run's settings, which another codebase's processes must not inherit (Celery reads BROKER_URL
@@ -148,3 +153,50 @@ def refusals(url: str, *, other_queue: str, level_queue: str, cascade_exchanges:
         found[f"publish to {exchange}"] = outcome(url, publish(exchange, other_queue))
     found["delete its own endpoint's queue (the platform's to declare)"] = outcome(url, delete(own_queue))
     return found
+
+
+def cascade_targets() -> tuple[str, list[str]]:
+    """A level queue of v3 and the cascade exchanges a forged message would enter by."""
+    version = TopologyVersion.objects.get(name="v3").cascade
+    return cascade.level_name(version.prefix, 3), [cascade.delivery_exchange(version.prefix),
+                                                   cascade.ingest_exchange(version.prefix),
+                                                   cascade.next_exchange(version, 3)]
+
+
+def _runs(path: Path, token: str) -> list[dict]:
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line] if path.exists() else []
+    return [r for r in lines if r["token"] == token]
+
+
+def outside_worker_runs_and_is_refused(*, team, own_queue: str, other_queue: str, platform_url: str,
+                                       folder: Path) -> dict:
+    """With the URL ``team_broker_user`` prints for ``team``: the outside app's worker (default
+    node name) starts, runs a task delayed through the platform (``PlatformTask``) once, claimed,
+    and answers ``app.control.ping`` through its own pidbox and reply queues, never refused
+    itself. Returns what the broker answered each operation of :func:`refusals` with that URL."""
+    key = api_key_create(team=team, scopes=["all"]).key
+    runs = folder / "runs.jsonl"
+    with team_broker_url(team.name) as url:
+        assert url.startswith(f"amqp://{user_name(team.name)}:") and url.endswith(
+            "/" + (broker().vhost if broker().vhost != "/" else ""))
+        outside = ExtappWorker(extapp_env(url=url, team=team.name, queue=own_queue, runs=runs, platform_url=platform_url,
+                                          key=key), folder / "extapp-worker.log")
+        try:
+            token = uuid.uuid4().hex[:8]
+            task_id = outside.run("from extapp import tasks; "
+                                  f"print(tasks.record.apply_async(args=[{token!r}], countdown=2).id)").strip()
+            (run,) = wait_until(lambda: _runs(runs, token), 60, 0.2, "the outside app's delayed task to run")
+            assert run["id"] == task_id and run["message_id"]
+            wait_until(lambda: ScheduledMessage.objects.get(id=run["message_id"]).status == "delivered", 15, 0.2,
+                       "its claim recorded")
+            pong = outside.run("from extapp.app import app; print(app.control.ping(timeout=5))")
+            assert "'ok': 'pong'" in pong and "'celery@" in pong, pong  # Celery's default node name
+            level, exchanges = cascade_targets()
+            answers = refusals(url, other_queue=other_queue, level_queue=level, cascade_exchanges=exchanges,
+                               own_queue=own_queue)
+            assert outside.process.poll() is None
+            assert "RESOURCE_LOCKED" not in outside.text() and "ACCESS_REFUSED" not in outside.text()
+        finally:
+            outside.stop()
+        assert len(_runs(runs, token)) == 1  # once
+    return answers

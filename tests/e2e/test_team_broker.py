@@ -8,7 +8,6 @@ endpoint's row is dropped by the delivery loop, not delivered, and counted. On R
 tests/e2e/test_rabbitmq4.py runs the same checks (tests/e2e/team_broker.py)."""
 
 import io
-import json
 import time
 import uuid
 
@@ -21,12 +20,10 @@ from harness.paths import ARTIFACTS
 from harness.waiting import wait_until
 from scheduling.config.conf import broker
 from scheduling.endpoints.services import endpoint_create
-from scheduling.messages.services import message_schedule
-from scheduling.models import ScheduledMessage, TopologyVersion
+from scheduling.models import ScheduledMessage
 from scheduling.teams.broker_access import user_name
-from scheduling.teams.services import api_key_create, team_create
-from topology import cascade
-from tests.e2e.team_broker import ExtappWorker, extapp_env, refusals, team_broker_url
+from scheduling.teams.services import team_create
+from tests.e2e.team_broker import cascade_targets, outcome, outside_worker_runs_and_is_refused, purge, team_broker_url
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 Status = ScheduledMessage.Status
@@ -55,51 +52,17 @@ def teams(platform, settings, amqp):
         amqp.delete_queue(endpoint.queue)
 
 
-def cascade_targets() -> tuple[str, list[str]]:
-    """A level queue of v3 and the cascade exchanges a forged message would enter by."""
-    version = TopologyVersion.objects.get(name="v3").cascade
-    return cascade.level_name(version.prefix, 3), [cascade.delivery_exchange(version.prefix),
-                                                   cascade.ingest_exchange(version.prefix),
-                                                   cascade.next_exchange(version, 3)]
-
-
-def runs(path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line] if path.exists() else []
-
-
 def test_a_team_s_worker_runs_its_delayed_tasks_and_reaches_nothing_else(teams, default_named_worker, live_server,
                                                                        tmp_path):
     own, other, endpoints = teams
-    key = api_key_create(team=own, scopes=["all"]).key
-    with team_broker_url(own.name) as url:
-        assert url.startswith(f"amqp://{user_name(own.name)}:") and broker().vhost in url
-        env = extapp_env(url=url, team=own.name, queue=endpoints["own"].queue, runs=tmp_path / "runs.jsonl",
-                         platform_url=live_server.url, key=key)
-        outside = ExtappWorker(env, tmp_path / "extapp-worker.log")
-        try:
-            # its delayed task goes through the platform (PlatformTask), comes out into the team's queue
-            # and runs there once, claimed
-            token = uuid.uuid4().hex[:8]
-            task_id = outside.run("from extapp import tasks; "
-                                  f"print(tasks.record.apply_async(args=[{token!r}], countdown=2).id)").strip()
-            (run,) = wait_until(lambda: [r for r in runs(tmp_path / "runs.jsonl") if r["token"] == token], 60, 0.2,
-                                "the outside app's delayed task to run")
-            assert run["id"] == task_id and run["message_id"]
-            wait_until(lambda: ScheduledMessage.objects.get(id=run["message_id"]).status == Status.DELIVERED, 15, 0.2,
-                       "its claim recorded")
-            # its remote control answers, through its own pidbox and reply queues (no -n: celery@<host>)
-            pong = outside.run("from extapp.app import app; print(app.control.ping(timeout=5))")
-            assert "'ok': 'pong'" in pong and "celery@" in pong, pong
-            level, exchanges = cascade_targets()
-            answers = refusals(url, other_queue=endpoints["other"].queue, level_queue=level,
-                               cascade_exchanges=exchanges, own_queue=endpoints["own"].queue)
-            assert answers == {what: "403 AccessRefused" for what in answers}, answers
-            assert outside.process.poll() is None and default_named_worker.process.poll() is None
-            assert "RESOURCE_LOCKED" not in outside.text() + default_named_worker.log_text()
-            assert "ACCESS_REFUSED" not in outside.text()  # the worker itself never needed more
-        finally:
-            outside.stop()
-        assert len([r for r in runs(tmp_path / "runs.jsonl") if r["token"] == token]) == 1
+    answers = outside_worker_runs_and_is_refused(team=own, own_queue=endpoints["own"].queue,
+                                                 other_queue=endpoints["other"].queue, platform_url=live_server.url,
+                                                 folder=tmp_path)
+    assert answers == {what: "403 AccessRefused" for what in answers}, answers
+    assert len(answers) == 12
+    # beside it on this host, the platform's worker with the default node name: neither crashed
+    assert default_named_worker.process.poll() is None
+    assert "RESOURCE_LOCKED" not in default_named_worker.log_text()
 
 
 def test_without_rotate_an_existing_user_is_refused_and_rotate_gives_a_new_password(teams):
@@ -112,8 +75,6 @@ def test_without_rotate_an_existing_user_is_refused_and_rotate_gives_a_new_passw
         second = out.getvalue().splitlines()[-1]
         assert second != first and "rotated" in out.getvalue()
         level, _ = cascade_targets()
-        from tests.e2e.team_broker import outcome, purge
-
         assert outcome(second, purge(teams[2]["own"].queue)) == "ok"  # the new password works
         with pytest.raises(Exception, match="ACCESS_REFUSED|AccessRefused|403"):
             outcome(first, purge(teams[2]["own"].queue))  # the old one no longer logs in
