@@ -11,25 +11,27 @@ write on the queue and read on the exchange, declaring and deleting configure. S
   ``<team>--<name>``, teams/queues.py), and the names Celery derives from its control exchange
   (``<node>.<team>--celery.pidbox``, ``reply.<team>--celery.pidbox``, ``<oid>.reply.<team>--celery.pidbox``);
 - configure: only what a worker declares for itself (its pidbox, reply and event exchanges and
-  queues), never an endpoint's queue (the platform declares those);
+  queues), never an endpoint's queue (the platform declares those; an endpoint may not be named
+  like one of them: teams/queues.py name_problem);
 - nothing else: not the default exchange (``amq.default``: write there would publish into any
   queue by its name, the cascades' included), not the cascades (``dp.…``), the relay, Celery's
   queues of the platform or another team's.
 
 A name that merely *ends* like a team's control resource but starts like some team's queue
 (``<other>--x.<team>--celery.pidbox``, an endpoint name may hold dots and ``--``) is refused by
-the lookahead: that is the other team's queue.
+the lookahead: that is the other team's queue; an operator's exact queue may not end so
+(teams/queues.py exact_queue_problem).
 """
 
 from __future__ import annotations
 
 import re
 
-from scheduling.teams.queues import SEPARATOR
+from scheduling.teams.queues import SEPARATOR, WORKER_CONTROL, WORKER_EVENTS
 
 USER_PREFIX = "dp-team."  # a team's RabbitMQ user is dp-team.<team>: what verify looks for
-CONTROL = "celery"  # Celery's control_exchange, after the team's prefix: <team>--celery
-EVENTS = "celeryev"  # Celery's event_exchange and event_queue_prefix, after the team's prefix
+CONTROL = WORKER_CONTROL  # Celery's control_exchange, after the team's prefix: <team>--celery
+EVENTS = WORKER_EVENTS  # Celery's event_exchange and event_queue_prefix, after the team's prefix
 # what any team's queue starts with (team names: teams/models.py team_name_validator)
 ANY_TEAM = r"[a-z0-9]+(?:-[a-z0-9]+)*" + re.escape(SEPARATOR)
 
