@@ -74,6 +74,13 @@ def test_without_rotate_an_existing_user_is_refused_and_rotate_gives_a_new_passw
         call_command("team_broker_user", own.name, "--rotate", stdout=out)
         second = out.getvalue().splitlines()[-1]
         assert second != first and "rotated" in out.getvalue()
+        from scheduling.audit.models import AuditEvent
+
+        events = list(AuditEvent.objects.filter(object_id=str(own.pk), action__startswith="team.broker_user_")
+                      .order_by("id").values_list("action", "after"))
+        assert [action for action, _ in events] == ["team.broker_user_create", "team.broker_user_rotate"]
+        password = second.split(":")[2].split("@")[0]
+        assert all(password not in str(after) and "@" not in str(after) for _, after in events)  # never the URL
         level, _ = cascade_targets()
         assert outcome(second, purge(teams[2]["own"].queue)) == "ok"  # the new password works
         with pytest.raises(Exception, match="ACCESS_REFUSED|AccessRefused|403"):
