@@ -104,6 +104,37 @@ class Management:
             if " 404:" not in str(exc):
                 raise
 
+    # --- users and their permissions (a team's own user: scheduling/teams/services.py) ----------
+
+    def user(self, name: str) -> dict | None:
+        return self._request("GET", f"/users/{quote(name, safe='')}")
+
+    def put_user(self, name: str, password: str, tags: str = "") -> None:
+        """Make the user, or set its password (connections it has stay open: AMQP checks a
+        password when a connection opens). ``tags`` "": no management or administrator rights."""
+        self._request("PUT", f"/users/{quote(name, safe='')}", json={"password": password, "tags": tags})
+
+    def delete_user(self, name: str) -> None:
+        """Remove the user (its connections are closed); one that is not there is left so."""
+        response = self._send("DELETE", f"/users/{quote(name, safe='')}")
+        if response.status_code >= 400 and response.status_code != 404:
+            raise ManagementUnavailable(f"DELETE /users/{name} answered {response.status_code}: {response.text[:200]}")
+
+    def put_permissions(self, vhost: str, user: str, *, configure: str, write: str, read: str) -> None:
+        self._request("PUT", f"/permissions/{self._v(vhost)}/{quote(user, safe='')}",
+                      json={"configure": configure, "write": write, "read": read})
+
+    def vhost_permissions(self, vhost: str) -> list[dict]:
+        """Each user's permissions on the vhost (``user``, ``configure``, ``write``, ``read``)."""
+        return self._request("GET", f"/vhosts/{self._v(vhost)}/permissions") or []
+
+    def vhost_topic_permissions(self, vhost: str) -> list[dict]:
+        """Each user's topic permissions on the vhost (``user``, ``exchange``, ``write``, ``read``)."""
+        return self._request("GET", f"/vhosts/{self._v(vhost)}/topic-permissions") or []
+
+    def users(self) -> list[dict]:
+        return self._request("GET", "/users") or []
+
     def nodes(self) -> list[dict]:
         """The cluster's nodes with their figures (``name``, ``mem_used``, ``running`` …)."""
         return self._request("GET", "/nodes") or []

@@ -4,7 +4,7 @@ to a user. A cluster is written as kombu's failover form, ``amqp://a;amqp://b;am
 from __future__ import annotations
 
 import zlib
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from kombu import Connection
 
@@ -49,6 +49,18 @@ def management_url_for(broker_url: str, port: int = 15672) -> str:
         parts = urlsplit(node)
         user, password = parts.username or "guest", parts.password or "guest"
         urls.append(f"http://{user}:{password}@{parts.hostname or '127.0.0.1'}:{port}")
+    return ";".join(urls)
+
+
+def with_credentials(broker_url: str, user: str, password: str) -> str:
+    """The same nodes and vhost, logged in as ``user`` (what a team's workers connect with)."""
+    urls = []
+    for node in node_urls(broker_url):
+        parts = urlsplit(node)
+        host = parts.hostname or "127.0.0.1"
+        host = f"[{host}]" if ":" in host else host  # an IPv6 address
+        netloc = f"{quote(user, safe='')}:{quote(password, safe='')}@{host}" + (f":{parts.port}" if parts.port else "")
+        urls.append(urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment)))
     return ";".join(urls)
 
 

@@ -49,6 +49,7 @@ class Result(enum.Enum):
     POSTPONED = "postponed"  # the broker did not take its handler task: nothing recorded, try again soon
     FAILED = "failed"
     UNKNOWN = "unknown"
+    MISROUTED = "misrouted"  # names a row of another endpoint than the queue it came from: dropped, counted
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,9 @@ def delivery_receive_many(*, items: list[tuple[str, int]], defer_webhooks: bool 
     """Record a batch of hand-overs: the delivery loop's path, thousands a second where a
     transaction per message managed a few hundred. ``items`` are (message id, attempt),
     optionally followed by the due time in ms the copy carries and how long flow control held it
-    back (ms), in arrival order; outcomes come back in the same order. Webhook messages come back
+    back (ms) and the queue the copy came from, in arrival order; outcomes come back in the same
+    order. A copy whose row is not its queue's endpoint's comes back MISROUTED (nothing recorded,
+    counted, logged): the loop drops it. Webhook messages come back
     DEFERRED (untouched): an HTTP call must not hold the batch's locks, so the caller hands them to
     delivery_receive one by one; there, a webhook whose endpoint has max_concurrent calls in
     flight comes back BUSY (untouched). ``by``: the receiving worker, recorded on each delivery.
@@ -148,8 +151,8 @@ def _deliver_set_based(items: list[tuple], outcomes: list, by: str) -> list[Deli
             continue
         seen.add(message_id)
         if isinstance(message_id, str) and CANONICAL_UUID(message_id):
-            due_ms, throttled_ms = (*stamps, None, None)[:2]
-            firsts.append((index, (message_id, attempt, due_ms, throttled_ms)))
+            due_ms, throttled_ms, queue = (*stamps, None, None, None)[:3]
+            firsts.append((index, (message_id, attempt, due_ms, throttled_ms, queue)))
     if not firsts:
         return []
     rows = ScheduledMessage.objects.deliver_in_flight(
@@ -176,13 +179,17 @@ def _receive_one_by_one(left: list[tuple[int, tuple]], outcomes: list, *, defer_
     rows = {str(m.id): m for m in ScheduledMessage.objects.locked_for_delivery(
         [message_id for message_id in {item[0] for _, item in left} if wire.is_row_id(message_id)])}
     now = timezone.now()
-    changed, to_handle, counted, arrived = {}, [], [], {}
+    changed, to_handle, counted, arrived, misrouted = {}, [], [], {}, []
     for index, (message_id, attempt, *stamps) in left:
-        due_ms, throttled_ms = (*stamps, None, None)[:2]
+        due_ms, throttled_ms, queue = (*stamps, None, None, None)[:3]
         message = rows.get(message_id)
         if message is None:
             log.warning("delivery of unknown message %s dropped", message_id)
             outcomes[index] = Outcome(Result.UNKNOWN)
+            continue
+        if queue is not None and message.endpoint_queue != queue:
+            outcomes[index] = Outcome(Result.MISROUTED)
+            misrouted.append(delivery_drop_misrouted(message_id=message_id, queue=queue))
             continue
         if lifecycle.superseded(message, attempt=attempt, due_ms=due_ms):
             # before the early check: a copy for the old time must not wait for the new one
@@ -229,7 +236,19 @@ def _receive_one_by_one(left: list[tuple[int, tuple]], outcomes: list, *, defer_
     delivered = [m for index, m in to_handle if outcomes[index].result is Result.DELIVERED]
     delivery_minute_record(messages=delivered)
     metrics.record_on_commit(counted)
+    if misrouted:
+        transaction.on_commit(lambda: metrics.misrouted(misrouted))
     return delivered
+
+
+def delivery_drop_misrouted(*, message_id: str, queue: str) -> str:
+    """Say that a copy naming ``message_id`` came from ``queue``, which is not its endpoint's: a
+    message someone else put there (a team's broker user can publish into its own queues) or a
+    misplaced one. It is dropped (acked, never delivered nor handed back); the queue is counted.
+    Returns the queue, for the count."""
+    log.warning("copy of message %s arrived on queue %s, which is not its endpoint's: dropped, not delivered",
+                message_id, queue)
+    return queue
 
 
 def _call_slot_free(message: ScheduledMessage) -> bool:

@@ -36,7 +36,7 @@ from scheduling.core.lifecycle import Status
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.messages.queries import execute_prepared, int_array, uuid_array
 from scheduling.observability import metrics, webhook_metrics
-from scheduling.delivery.services import Outcome, Result
+from scheduling.delivery.services import Outcome, Result, delivery_drop_misrouted
 from scheduling.delivery.log import delivery_log_on_commit
 from scheduling.delivery.minutes import delivery_minute_record
 
@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 LEASE_MARGIN_SECONDS = 5.0  # past the call's deadline: recording its result after the call
 MESSAGES = ScheduledMessage._meta.db_table
+ENDPOINTS = Endpoint._meta.db_table
 ATTEMPTS = MessageAttempt._meta.db_table
 
 
@@ -69,8 +70,10 @@ _TAKE = f"""
 UPDATE {MESSAGES} AS m
 SET call_lease_until = statement_timestamp() + make_interval(secs => c.lease_s),
     delivery_count = m.delivery_count + (c.attempt = 0)::int
-FROM unnest(%s::uuid[], %s::int[], %s::bigint[], %s::bigint[], %s::float8[]) AS c(id, attempt, due_ms, throttled_ms, lease_s)
+FROM unnest(%s::uuid[], %s::int[], %s::bigint[], %s::bigint[], %s::float8[], %s::text[])
+       AS c(id, attempt, due_ms, throttled_ms, lease_s, queue), {ENDPOINTS} AS e
 WHERE m.id = c.id AND m.status IN ('pending', 'published') AND m.attempts = c.attempt
+  AND e.id = m.endpoint_id AND (c.queue IS NULL OR e.queue = c.queue)
   AND (c.attempt > 0 OR c.due_ms IS NULL OR floor(extract(epoch FROM m.due_at) * 1000)::bigint = c.due_ms)
   AND m.due_at <= statement_timestamp()
   AND (m.call_lease_until IS NULL OR m.call_lease_until < statement_timestamp())
@@ -81,7 +84,8 @@ RETURNING m.id, c.attempt, m.call_lease_until, statement_timestamp(), m.endpoint
 
 def webhook_call_take(*, items: list[tuple], deadlines: dict[str, float]) -> tuple[dict[str, Taken], dict[str, Outcome]]:
     """Lease the rows of ``items`` (message id, attempt, due time in ms the copy carries or None,
-    ms flow control held it or None) for their calls; ``deadlines``: how long each is held (s), before
+    ms flow control held it or None, the queue it came from or None: a row of another endpoint
+    is not taken, MISROUTED) for their calls; ``deadlines``: how long each is held (s), before
     the margin.
     Returns the rows taken, and for the others what they are (duplicate, cancelled, superseded,
     early, unknown, or BUSY: another call of it holds the lease), sorted out only when there are any.
@@ -91,7 +95,8 @@ def webhook_call_take(*, items: list[tuple], deadlines: dict[str, float]) -> tup
     if valid:
         rows = execute_prepared(_TAKE, [
             uuid_array(i[0] for i in valid), int_array(i[1] for i in valid), int_array(i[2] for i in valid),
-            int_array(i[3] for i in valid), [deadlines[i[0]] + LEASE_MARGIN_SECONDS for i in valid]])
+            int_array(i[3] for i in valid), [deadlines[i[0]] + LEASE_MARGIN_SECONDS for i in valid],
+            [i[4] if len(i) > 4 else None for i in valid]])
         for row in rows:
             t = Taken(str(row[0]), *row[1:])
             t.payload = orjson.loads(t.payload) if isinstance(t.payload, str) else t.payload  # raw jsonb text
@@ -117,16 +122,21 @@ def _sort_out(items: list[tuple]) -> dict[str, Outcome]:
     """What each copy not taken is; attempt-0 duplicates counted in delivery_count (one statement)."""
     ids = [i[0] for i in items if wire.is_row_id(i[0])]
     rows = {str(r[0]): r[1:] for r in ScheduledMessage.objects.filter(id__in=ids).values_list(
-        "id", "status", "attempts", "due_at", "call_lease_until", "endpoint_id", "topology_id")}
+        "id", "status", "attempts", "due_at", "call_lease_until", "endpoint_id", "topology_id", "endpoint__queue")}
     now = timezone.now()
-    outcomes, duplicates, counted = {}, [], []
-    for message_id, attempt, due_ms, *_ in items:
+    outcomes, duplicates, counted, misrouted = {}, [], [], []
+    for message_id, attempt, due_ms, *rest in items:
         row = rows.get(message_id)
         if row is None:
             log.warning("delivery of unknown message %s dropped", message_id)
             outcomes[message_id] = Outcome(Result.UNKNOWN)
             continue
-        status, attempts, due_at, lease, endpoint_id, topology_id = row
+        status, attempts, due_at, lease, endpoint_id, topology_id, endpoint_queue = row
+        queue = rest[1] if len(rest) > 1 else None
+        if queue is not None and endpoint_queue != queue:
+            outcomes[message_id] = Outcome(Result.MISROUTED)
+            misrouted.append(delivery_drop_misrouted(message_id=message_id, queue=queue))
+            continue
         state = lifecycle.State(status=status, due_at=due_at, attempts=attempts)
         labels = _Row(endpoint_id, topology_id)
         if lifecycle.superseded(state, attempt=attempt, due_ms=due_ms):
@@ -147,6 +157,7 @@ def _sort_out(items: list[tuple]) -> dict[str, Outcome]:
     if duplicates:
         ScheduledMessage.objects.filter(id__in=duplicates).update(delivery_count=F("delivery_count") + 1)
     metrics.record(counted)
+    metrics.misrouted(misrouted)
     return outcomes
 
 

@@ -153,8 +153,8 @@ class ScheduledMessageQuerySet(models.QuerySet):
 
     def locked_for_delivery(self, ids) -> list[models.Model]:
         """Lock a batch of rows (FOR UPDATE, one array parameter) and load only what delivering
-        them reads and writes, with their endpoint's team, handler and max_concurrent as
-        ``endpoint_team_id``, ``endpoint_handler`` and ``endpoint_max_concurrent``; other fields load on access. The ORM's IN list of 500 ids and its full rows cost the delivery
+        them reads and writes, with their endpoint's team, handler, max_concurrent and queue as
+        ``endpoint_team_id``, ``endpoint_handler``, ``endpoint_max_concurrent`` and ``endpoint_queue``; other fields load on access. The ORM's IN list of 500 ids and its full rows cost the delivery
         loop ~40 % of its time in a burst, and a second query for the endpoints a round trip of
         every delivery's lateness (docs/operations/performance.md)."""
         if not ids:
@@ -165,7 +165,7 @@ class ScheduledMessageQuerySet(models.QuerySet):
         endpoints = self.model._meta.get_field("endpoint").related_model._meta.db_table
         with connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT {columns}, e.team_id, e.handler, e.max_concurrent FROM {self.model._meta.db_table} m "
+                f"SELECT {columns}, e.team_id, e.handler, e.max_concurrent, e.queue FROM {self.model._meta.db_table} m "
                 f"JOIN {endpoints} e ON e.id = m.endpoint_id "
                 f"WHERE m.id = ANY(%s::uuid[]) FOR UPDATE OF m",
                 [uuid_array(ids)],
@@ -173,18 +173,20 @@ class ScheduledMessageQuerySet(models.QuerySet):
             rows = cursor.fetchall()
         messages = []
         for row in rows:
-            values = {**dict(zip(fields, row)), "endpoint_team_id": row[-3], "endpoint_handler": row[-2],
-                      "endpoint_max_concurrent": row[-1]}
+            values = {**dict(zip(fields, row)), "endpoint_team_id": row[-4], "endpoint_handler": row[-3],
+                      "endpoint_max_concurrent": row[-2], "endpoint_queue": row[-1]}
             messages.append(loaded_instance(self.model, self.db, values))
         return messages
 
-    def deliver_in_flight(self, items: list[tuple[str, int, int | None, int | None]], *, now: datetime, by: str,
+    def deliver_in_flight(self, items: list[tuple[str, int, int | None, int | None, str | None]], *, now: datetime,
+                          by: str,
                           handlers: tuple[str, ...], counted_by: str = "") -> list[tuple]:
         """Record as delivered, in one statement and without a lock query first, every copy of
         ``items`` (message id, attempt, the due time in ms the copy carries or None, throttled
-        ms or None; ids canonical UUIDs, each once) whose row is still in flight (pending or
-        published) for that attempt and that due time, due by ``now``, of an endpoint whose
-        handler is one of ``handlers``: a compare-and-set UPDATE ... FROM unnest(arrays) whose
+        ms or None, the queue the copy came from or None; ids canonical UUIDs, each once) whose
+        row is still in flight (pending or published) for that attempt and that due time, due by
+        ``now``, of an endpoint whose handler is one of ``handlers`` and whose queue is the one
+        the copy came from (a copy in another endpoint's queue takes nothing): a compare-and-set UPDATE ... FROM unnest(arrays) whose
         WHERE is what lifecycle.superseded and lifecycle.arrive decide for a delivery. A row
         another transaction holds is waited for, then its new version checked again (READ
         COMMITTED): a copy delivered there meanwhile is not taken here. Rows are taken in id
@@ -210,8 +212,8 @@ class ScheduledMessageQuerySet(models.QuerySet):
         # index conditions: the rows are found by id, whatever the statistics say (a plan that
         # scanned every due or in-flight row would cost a batch as much as the backlog).
         rows = execute_prepared(
-            f"WITH v AS (SELECT * FROM unnest(%s::uuid[], %s::integer[], %s::bigint[], %s::bigint[]) "
-            f"WITH ORDINALITY AS v(id, attempt, due_ms, throttled_ms, n)), "
+            f"WITH v AS (SELECT * FROM unnest(%s::uuid[], %s::integer[], %s::bigint[], %s::bigint[], %s::text[]) "
+            f"WITH ORDINALITY AS v(id, attempt, due_ms, throttled_ms, queue, n)), "
             f"c AS (SELECT %s::timestamptz AS now, %s::text AS by), "
             f"taken AS (UPDATE {table} AS m SET status = '{Status.DELIVERED.value}', finished_at = c.now, "
             f"delivered_at = CASE WHEN v.attempt = 0 THEN c.now ELSE m.delivered_at END, "
@@ -223,6 +225,7 @@ class ScheduledMessageQuerySet(models.QuerySet):
             f"delivery_count = m.delivery_count + CASE WHEN v.attempt = 0 THEN 1 ELSE 0 END "
             f"FROM v, c, {endpoints} AS e "
             f"WHERE m.id = v.id AND e.id = m.endpoint_id AND e.handler IN ({handler_list}) "
+            f"AND (v.queue IS NULL OR e.queue = v.queue) "
             f"AND (m.status IN ({statuses}) AND m.due_at <= c.now) IS TRUE AND m.attempts = v.attempt "
             f"AND (v.due_ms IS NULL OR v.attempt <> 0 OR v.due_ms = floor(extract(epoch FROM m.due_at) * 1000)) "
             f"RETURNING v.n, m.endpoint_id, m.topology_id, m.lateness_ms, v.attempt, "
@@ -230,7 +233,8 @@ class ScheduledMessageQuerySet(models.QuerySet):
             f"m.delivered_at, e.team_id){counted} "
             f"SELECT n, endpoint_id, topology_id, lateness_ms, attempt, throttled_ms FROM taken",
             [uuid_array(items[i][0] for i in order), int_array(items[i][1] for i in order),
-             int_array(items[i][2] for i in order), int_array(items[i][3] for i in order), now, by])
+             int_array(items[i][2] for i in order), int_array(items[i][3] for i in order),
+             [(items[i][4] if len(items[i]) > 4 else None) for i in order], now, by])
         return [(order[n - 1], *rest) for n, *rest in rows]
 
     def handler_data(self, ids) -> dict:

@@ -68,6 +68,9 @@ RELAY_FAILURES = Counter(
 RESCUED = Counter(
     "delay_rescued", "Overdue messages still in the broker that the delivery loop published again "
     "to their delivery exchange.", BY_MESSAGE)
+MISROUTED = Counter(
+    "delay_misrouted_copies", "Broker messages naming a message of another endpoint than the queue they came "
+    "from (a forged or misplaced copy): dropped, never delivered; labelled by that queue.", ("queue",))
 QUOTA_USAGE = Gauge(
     "delay_team_quota_usage_ratio", "A team's use of a count quota (endpoints, schedules, messages_in_flight) "
     "when last checked, as a share of the quota; a warning is logged from 0.8.", ("team", "quota"),
@@ -112,6 +115,12 @@ def record(events: list[Counted]) -> None:
         observe_many(LATENESS.labels(*labels), values)
     for labels, values in waits.items():
         observe_many(THROTTLE_WAIT.labels(*labels), values)
+
+
+def misrouted(queues: list[str]) -> None:
+    """Count copies dropped because the row they name is not of the queue they came from."""
+    for queue, n in Tally(queues).items():
+        MISROUTED.labels(queue).inc(n)
 
 
 def _learn(rows) -> None:

@@ -14,6 +14,10 @@ from collections.abc import Iterable
 SEPARATOR = "--"
 TEAM_NAMESPACE = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*--")  # what every derived queue starts with
 RESERVED_PREFIXES = ("amq.", "dp.")  # the broker's own; the platform's cascades and queues
+# a team's Celery workers' own names after "<team>--" (teams/broker_access.py): control_exchange, events
+WORKER_CONTROL, WORKER_EVENTS = "celery", "celeryev"
+# a queue or exchange name ending in a team's control resources: <node>.<team>--celery.pidbox
+TEAM_WORKER_TAIL = re.compile(r"\.[a-z0-9]+(?:-[a-z0-9]+)*--" + re.escape(WORKER_CONTROL) + r"\.pidbox$")
 
 
 def queue_of(team: str, name: str) -> str:
@@ -26,6 +30,8 @@ def name_problem(name: str) -> str | None:
     for prefix in RESERVED_PREFIXES:
         if name.startswith(prefix):
             return f"names starting with {prefix!r} are the broker's or the platform's own"
+    if name in (f"{WORKER_CONTROL}.pidbox", WORKER_EVENTS) or name.startswith(f"{WORKER_EVENTS}."):
+        return f"{name!r} is one of the names the team's Celery workers declare for themselves"
     return None
 
 
@@ -37,6 +43,8 @@ def exact_queue_problem(queue: str, *, platform_queues: Iterable[str], prefixes:
     never read it) may name."""
     if TEAM_NAMESPACE.match(queue):
         return f"{queue!r} has the form of a team's queue (<team>--<name>)"
+    if TEAM_WORKER_TAIL.search(queue):
+        return f"{queue!r} has the form of a team's worker control queue (<node>.<team>--celery.pidbox)"
     for prefix in (*RESERVED_PREFIXES, *(p for p in prefixes if p)):
         if queue.startswith(prefix):
             return f"queues starting with {prefix!r} are the broker's or the platform's own"

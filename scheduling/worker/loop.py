@@ -234,8 +234,10 @@ class DeliveryLoop(threading.Thread):
                     raise
             if not due:
                 return
+            # the queue each came from: a copy naming another endpoint's row is dropped (MISROUTED)
             outcomes = delivery_receive_many(items=[(h.delivery.message_id, h.delivery.attempt,
-                                                     h.delivery.stamped_due_ms, self.flow.throttled_ms(h, now))
+                                                     h.delivery.stamped_due_ms, self.flow.throttled_ms(h, now),
+                                                     h.message.queue)
                                                     for h in due], by=self.worker_name)
         except DatabaseError as exc:
             close_old_connections()
@@ -299,8 +301,8 @@ class DeliveryLoop(threading.Thread):
         due, slot_of = self._take_call_slots(due, now)
         if not due:
             return
-        items = [(h.delivery.message_id, h.delivery.attempt, h.delivery.stamped_due_ms, self.flow.throttled_ms(h, now))
-                 for h in due]
+        items = [(h.delivery.message_id, h.delivery.attempt, h.delivery.stamped_due_ms, self.flow.throttled_ms(h, now),
+                  h.message.queue) for h in due]
         profile_of = {h.delivery.message_id: self.profiles[h.message.queue] for h in due}
         taken, others = webhook_call_take(items=items, deadlines={i: p.lease_s for i, p in profile_of.items()})
         calls, decided, timestamp = [], [], int(time.time())

@@ -2,7 +2,8 @@
 scripts/rabbitmq4.sh): every version's cascade provisioned and verified as planned, one message
 per version delivered by a real worker, the messages waiting in the cascades when the broker
 stops delivered once, none early, after it starts again, and a handler whose task is handed back
-to its quorum queue 25 times still run to the end (4.0's default delivery limit is 20).
+to its quorum queue 25 times still run to the end (4.0's default delivery limit is 20); a team's
+broker user (team_broker_user) runs its outside worker's delayed task and is refused the rest.
 `make test-rabbitmq4` runs the broker's whole suite on 4.0.5; this is the part `make test` runs."""
 
 import io
@@ -91,6 +92,23 @@ def test_one_message_per_version_is_delivered_then_the_waiting_ones_survive_a_re
     assert all(r.delivered_at >= r.due_at for r in rows)  # none early, none lost
     # each handler once (a copy the rescue sent while the broker was away is a suppressed duplicate)
     wait_until(lambda: set(receipts(waiting).values()) == {1}, 20, 0.2, "each handler run once")
+
+
+def test_a_team_s_broker_user_runs_its_worker_and_reaches_nothing_else_on_4_0_5(on_rabbit4, live_server, settings,
+                                                                              tmp_path):
+    """tests/e2e/test_team_broker.py's outside worker and refusals, on 4.0.5 (its permission
+    checks, topic exchanges and default exchange are the ones a 4.x deployment has)."""
+    from scheduling.teams.services import team_create
+    from tests.e2e.team_broker import outside_worker_runs_and_is_refused
+
+    settings.DELAY_CELERY_TASK_ALLOWLIST = ["testapp.*", "extapp.tasks.*"]
+    own = team_create(name=f"ext4-{uuid.uuid4().hex[:6]}", celery_task_allowlist="extapp.tasks.*")
+    other = team_create(name=f"oth4-{uuid.uuid4().hex[:6]}")
+    mine = endpoint_create(team=own, name="tasks", topology="v3", handler="celery_queue")
+    theirs = endpoint_create(team=other, name="billing", topology="v3")
+    answers = outside_worker_runs_and_is_refused(team=own, own_queue=mine.queue, other_queue=theirs.queue,
+                                                 platform_url=live_server.url, folder=tmp_path)
+    assert answers == {what: "403 AccessRefused" for what in answers} and len(answers) == 12, answers
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 import pytest
 
-from rabbit.urls import describe, management_url_for, node_for, node_urls, rotated, vhost_of
+from rabbit.urls import describe, management_url_for, node_for, node_urls, rotated, vhost_of, with_credentials
 
 
 @pytest.mark.parametrize(("url", "vhost"), [
@@ -47,3 +47,11 @@ def test_a_cluster_url_names_one_vhost_and_a_management_url_per_node():
 def test_a_queue_name_always_places_on_the_same_node():
     assert node_for("billing", 3) == node_for("billing", 3) in (0, 1, 2)
     assert len({node_for(f"ep-{i}", 3) for i in range(30)}) == 3
+
+
+def test_with_credentials_keeps_every_node_and_the_vhost_and_quotes_the_user():
+    url = "amqp://guest:guest@a:5672/dp%2Fprod;amqp://guest:guest@b/dp%2Fprod;amqps://guest:guest@[::1]:5671/dp%2Fprod"
+    made = with_credentials(url, "dp-team.shop", "p/w:@x")
+    assert made == ("amqp://dp-team.shop:p%2Fw%3A%40x@a:5672/dp%2Fprod;amqp://dp-team.shop:p%2Fw%3A%40x@b/dp%2Fprod;"
+                    "amqps://dp-team.shop:p%2Fw%3A%40x@[::1]:5671/dp%2Fprod")
+    assert vhost_of(made) == "dp/prod" and "guest" not in made

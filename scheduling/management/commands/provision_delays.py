@@ -11,6 +11,7 @@ from topology import cascade
 from topology.definitions import plan_definitions
 
 from scheduling.config.conf import broker
+from scheduling.teams.broker_users import team_broker_user_check
 from scheduling.versions.broker import topology_check_broker
 from scheduling.versions.services import topology_provision, topology_verify
 from scheduling.management.commands._base import require_migrated
@@ -124,6 +125,10 @@ class Command(VersionedCommand):
         for requirement in topology_check_broker(quorum=any(v.queue_kind == "quorum" for v in versions), url=url):
             (self.stderr if requirement.failed else self.stdout).write(f"broker: {requirement.line()}")
             unmet += requirement.failed
+        # a team's user reaching past its team (teams/broker_access.py): the platform's broker, whose teams these are
+        users = team_broker_user_check() if url is None else []
+        for problem in users:
+            self.stderr.write(f"broker: FAIL: {problem}")
         for version in versions:
             result = topology_verify(version=version, url=url)
             for warning in result.warnings:
@@ -138,6 +143,8 @@ class Command(VersionedCommand):
                 self.stdout.write(f"{version.name} ({version.prefix}{_shards(version)}): cascade complete and as planned"
                                   + (f" ({len(result.warnings)} warning(s) above)" if result.warnings else ""))
         reasons = [f"{unmet} broker requirement(s) unmet (fixes above)"] if unmet else []
+        if users:
+            reasons.append(f"{len(users)} team broker user problem(s): wider than the team's (fixes above)")
         if failed > replication:
             reasons.append(f"{failed - replication} missing or mismatched piece(s); run provision_delays to fix")
         if replication:

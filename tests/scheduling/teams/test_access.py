@@ -77,6 +77,7 @@ def test_two_teams_never_share_a_queue():
     ("dp.relay", False, "platform's own"), ("amq.gen-x", False, "broker's"), ("nsb.v2.delay-level-01", False, "nsb.v2."),
     ("billing--invoices", False, "form of a team's queue"), ("celery", True, "Celery task queue"),
     ("my.relay", False, "platform's own queues"),
+    ("x.shop--celery.pidbox", False, "team's worker control queue"),  # team shop's user would reach it
 ])
 def test_an_exact_queue_is_never_the_platform_s_the_broker_s_or_a_team_s(queue, consumed, why):
     problem = queues.exact_queue_problem(queue, platform_queues=["my.relay"], prefixes=["dp.", "nsb.v2."],
@@ -90,7 +91,9 @@ def test_an_operator_may_bind_a_celery_queue_for_celery_tasks_and_a_foreign_queu
     assert queues.exact_queue_problem("Billing.Endpoint", consumed=True, **args) is None  # NServiceBus interop
 
 
-@pytest.mark.parametrize("name", ["dp.relay", "amq.x", "dp.v3.delay-level-01"])
+@pytest.mark.parametrize("name", ["dp.relay", "amq.x", "dp.v3.delay-level-01", "celeryev", "celeryev.x",
+                                  "celery.pidbox"])
 def test_an_endpoint_name_that_reads_as_a_platform_or_broker_queue_is_refused(name):
     assert queues.name_problem(name)
     assert queues.name_problem("billing") is None
+    assert queues.name_problem("celery") is None and queues.name_problem("celeryevents") is None

@@ -4,7 +4,9 @@ platform's code): the delay is held by RabbitMQ's cascade, not by your worker's 
     from celery import Celery
     from delayclient.celery import PlatformTask, cancel, platform_queue
 
-    app = Celery("shop", broker="amqp://…/the platform's vhost", task_cls=PlatformTask)
+    # the URL `manage.py team_broker_user shop` printed: the team's own broker user
+    app = Celery("shop", broker="amqp://dp-team.shop:…@rabbit/the platform's vhost", task_cls=PlatformTask)
+    app.conf.update(team_worker_settings("shop"))              # its remote control and events: the team's
     app.conf.delay_platform = {"url": "https://delays.example.com", "key": "dpk_…", "endpoint": "tasks"}
     app.conf.task_queues = [platform_queue("shop--tasks")]     # the endpoint's queue: <team>--<endpoint>
 
@@ -123,6 +125,20 @@ def platform_queue(name: str, **kwargs) -> Queue:
     """The endpoint's queue for ``task_queues``: the platform declared it (classic or quorum, as
     it is set up), so the worker consumes it without declaring it again."""
     return Queue(name, no_declare=True, **kwargs)
+
+
+def team_worker_settings(team: str) -> dict:
+    """The Celery settings of a worker that connects with its team's own broker user (the URL
+    ``python manage.py team_broker_user <team>`` prints): its remote control (pidbox and reply
+    queues) and its events under the team's name, the only names that user may declare. Also
+    what keeps a worker with Celery's default node name apart from the platform's own worker on
+    the same host (``celery@host.celery.pidbox`` is the platform's).
+
+        app.conf.update(team_worker_settings("shop"))
+    """
+    prefix = f"{team}--"
+    return {"control_exchange": f"{prefix}celery", "event_exchange": f"{prefix}celeryev",
+            "event_queue_prefix": f"{prefix}celeryev"}
 
 
 def send_task_through_platform(task: Task, args, kwargs, *, task_id: str, due: datetime, retries: int = 0,

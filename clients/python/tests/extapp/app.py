@@ -2,7 +2,7 @@ import os
 
 from celery import Celery
 
-from delayclient.celery import PlatformTask, platform_queue
+from delayclient.celery import PlatformTask, platform_queue, team_worker_settings
 
 app = Celery("extapp", broker=os.environ["EXTAPP_BROKER_URL"], task_cls=PlatformTask, include=["extapp.tasks"])
 app.conf.update(
@@ -12,3 +12,5 @@ app.conf.update(
     worker_hijack_root_logger=False,
     broker_connection_retry_on_startup=True,
 )
+if os.environ.get("EXTAPP_TEAM"):  # connecting with the team's own broker user (team_broker_user)
+    app.conf.update(team_worker_settings(os.environ["EXTAPP_TEAM"]))
