@@ -165,6 +165,9 @@ class DelaySettings:
     """the longest expiry a key may be given"""
     invitation_expires: timedelta
     """how long a team's invitation may be accepted ([Teams](../guides/teams.md#invitations))"""
+    team_max_pending_invitations: int
+    """invitations a team may have waiting for an answer at once (answered and expired ones are pruned with
+    the finished messages: [Teams](../guides/teams.md#invitations))"""
     team_max_in_flight: int
     """messages a team may have pending or published at once (a team's own quota in the admin wins;
     [quotas](../guides/teams.md#quotas))"""

@@ -273,6 +273,9 @@ SPECS: tuple[Spec, ...] = (
              conf=True),
         Spec("DELAY_INVITATION_EXPIRES", Duration(), "7d", "how long a team's invitation may be accepted "
              "([Teams](../guides/teams.md#invitations))", "2d", conf=True),
+        Spec("DELAY_TEAM_MAX_PENDING_INVITATIONS", Integer(min=1), "100", "invitations a team may have waiting "
+             "for an answer at once (answered and expired ones are pruned with the finished messages: "
+             "[Teams](../guides/teams.md#invitations))", "20", conf=True),
         Spec("DELAY_TEAM_MAX_IN_FLIGHT", Integer(min=1), "1000000", "messages a team may have pending or published "
              "at once (a team's own quota in the admin wins; [quotas](../guides/teams.md#quotas))", "100000",
              conf=True),

@@ -41,6 +41,7 @@ from scheduling.core.durations import format_duration
 from scheduling.core.lifecycle import Status
 from scheduling.delivery.models import MessageAttempt
 from scheduling.models import AccuracyReport, ArchiveFile, BulkAction, ScheduledMessage
+from scheduling.teams.invitations import invitation_forget
 from scheduling.teams.quotas import team_forget_copies
 from scheduling.messages.queries import PRUNE_BATCH
 from scheduling.retention.selectors import (
@@ -167,6 +168,7 @@ def _prune(rules, now: datetime, result: PruneResult, progress: Progress, audit_
     # bulk actions (operators', not traffic's) go with the longest retention of the messages they changed
     BulkAction.objects.filter(finished_at__lt=now - max(settings.retention, settings.failed_retention)).delete()
     team_forget_copies(before=now)  # copies of cancelled or moved messages that have left the cascade
+    invitation_forget(before=now - settings.retention)  # answered or expired: the audit log keeps them
     if result.deleted:
         result.vacuumed = message_table_vacuum_unattended()
 

@@ -14,8 +14,9 @@ from django.utils import timezone
 from scheduling.audit import actions
 from scheduling.audit.services import audit_record
 from scheduling.config.conf import conf
-from scheduling.core.errors import Conflict, NotFound
+from scheduling.core.errors import Conflict, NotFound, QuotaExceeded
 from scheduling.teams.models import Invitation, Membership, Team
+from scheduling.teams.quotas import team_lock_counts
 from scheduling.teams.roles import ROLES
 from scheduling.teams.services import membership_put
 
@@ -35,6 +36,7 @@ def invitation_create(*, team: Team, username: str, role: str, invited_by: str =
                                            f"with members/set"})
     now = timezone.now()
     with transaction.atomic():
+        _check_pending(team, username, now)
         for earlier in Invitation.objects.select_for_update().filter(team=team, username=username,
                                                                      state=State.PENDING):
             _answer(earlier, State.REVOKED, actions.INVITATION_REVOKE, now=now)
@@ -44,6 +46,26 @@ def invitation_create(*, team: Team, username: str, role: str, invited_by: str =
         audit_record(action=actions.INVITATION_CREATE, obj=invitation, team=team,
                      after={"username": username, "role": role, "expires_at": invitation.expires_at})
     return invitation
+
+
+def _check_pending(team: Team, username: str, now) -> None:
+    """QuotaExceeded when the team already has DELAY_TEAM_MAX_PENDING_INVITATIONS waiting (a new
+    invitation of a name replaces that name's, so it is not counted twice). Under the team's lock:
+    two admins inviting at once cannot both pass the last place."""
+    team_lock_counts(team_id=team.pk)
+    waiting = (Invitation.objects.filter(team=team, state=State.PENDING, expires_at__gt=now)
+               .exclude(username=username).count())
+    limit = conf().team_max_pending_invitations
+    if waiting >= limit:
+        raise QuotaExceeded(f"team {team.name} has {waiting:,} invitations waiting for an answer, its limit "
+                            f"(DELAY_TEAM_MAX_PENDING_INVITATIONS); revoke some, or wait until they expire")
+
+
+def invitation_forget(*, before) -> int:
+    """Delete the invitations answered or expired before ``before`` (the prune calls it with the
+    finished messages' cutoff): their audit rows keep what happened. The count deleted."""
+    return (Invitation.objects.filter(answered_at__lt=before).delete()[0]
+            + Invitation.objects.filter(state=State.PENDING, expires_at__lt=before).delete()[0])
 
 
 def invitation_revoke(*, invitation: Invitation) -> Invitation:

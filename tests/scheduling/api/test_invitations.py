@@ -119,3 +119,35 @@ def test_viewers_and_team_keys_cannot_invite(api_as, team_key):
     assert invite(viewer, "anyone").status_code == 403
     assert invite(team_key("growth"), "anyone").status_code == 403
     assert not Invitation.objects.exists()
+
+
+def test_a_team_keeps_at_most_its_limit_of_invitations_waiting(team_admin, settings):
+    """Invitations grow with what team admins do, so a team has a bounded number waiting: past
+    DELAY_TEAM_MAX_PENDING_INVITATIONS the next is a 403 naming the limit, nothing is stored; a name
+    invited again replaces its own (not counted twice), and an expired one frees its place."""
+    settings.DELAY_TEAM_MAX_PENDING_INVITATIONS = 2
+    assert invite(team_admin, "first").status_code == invite(team_admin, "second").status_code == 202
+    refused = invite(team_admin, "third")
+    assert refused.status_code == 403 and "DELAY_TEAM_MAX_PENDING_INVITATIONS" in refused.json()["detail"]
+    assert not Invitation.objects.filter(username="third").exists()
+    assert invite(team_admin, "second", role="viewer").status_code == 202  # replaces its own
+    Invitation.objects.filter(username="first").update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert invite(team_admin, "third").status_code == 202
+    assert Invitation.objects.filter(team__name="growth", state="pending").count() == 3  # one of them expired
+
+
+def test_the_prune_forgets_answered_and_expired_invitations_past_the_retention(team_admin, settings, tmp_path):
+    from scheduling.retention.services import message_prune
+
+    settings.ACCURACY_REPORT_DIR = tmp_path  # the archive goes under it
+    settings.DELAY_RETENTION = timedelta(days=7)
+    for name in ("old-answered", "old-expired", "recent", "waiting"):
+        invite(team_admin, name)
+    long_ago = timezone.now() - timedelta(days=400)
+    Invitation.objects.filter(username="old-answered").update(state="declined", answered_at=long_ago)
+    Invitation.objects.filter(username="old-expired").update(expires_at=long_ago)
+    Invitation.objects.filter(username="recent").update(state="declined", answered_at=timezone.now())
+    message_prune()
+    assert set(Invitation.objects.values_list("username", flat=True)) == {"recent", "waiting"}
+    kept = AuditEvent.objects.filter(action=actions.INVITATION_CREATE, team_name="growth").count()
+    assert kept == 4  # the audit log still says who was invited

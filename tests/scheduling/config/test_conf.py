@@ -107,6 +107,7 @@ EFFECTS = {
     "DELAY_API_KEY_EXPIRES": ("30d", "conf().api_key_expires.days", 30),
     "DELAY_API_KEY_MAX_EXPIRES": ("90d", "conf().api_key_max_expires.days", 90),
     "DELAY_INVITATION_EXPIRES": ("2d", "conf().invitation_expires.days", 2),
+    "DELAY_TEAM_MAX_PENDING_INVITATIONS": ("20", "conf().team_max_pending_invitations", 20),
     "DELAY_TEAM_MAX_IN_FLIGHT": ("5000", "conf().team_max_in_flight", 5000),
     "DELAY_TEAM_MAX_IN_FLIGHT_BYTES": ("1048576", "conf().team_max_in_flight_bytes", 1048576),
     "DELAY_TEAM_MAX_SCHEDULES": ("20", "conf().team_max_schedules", 20),
