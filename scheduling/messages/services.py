@@ -24,6 +24,7 @@ from scheduling.celery.structured import task_problem
 from scheduling.core.clock import MS, ceil_ms
 from scheduling.config.conf import conf
 from scheduling.delivery.models import Trigger
+from scheduling.endpoints.services import endpoint_lock_wires
 from scheduling.core.errors import BulkValidationError, Conflict, Forbidden, NotFound
 from scheduling.core.lifecycle import Status
 from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
@@ -200,6 +201,7 @@ def _build(item: dict, endpoints: dict[str, list[Endpoint]], now: datetime) -> S
         requested_delay_ms=max(0, (due_at - now) // MS),
         idempotency_key=key,
         schedule=item.get("schedule"),  # a schedule's run (schedules/services.py)
+        captured_task=bool(item.get("captured_task")),  # only the platform's own callers pass it (wire.is_captured)
         created_at=now,
     )
     row.payload_json = encoded  # what insert_many writes
@@ -293,6 +295,7 @@ def _audit_scheduled(results: list[Scheduled]) -> None:
 
 def _save(rows: list[ScheduledMessage], *, check_quota: bool) -> list[Scheduled]:
     with transaction.atomic():
+        endpoint_lock_wires(endpoints=[row.endpoint for row in rows])  # built for the wire they still have
         keyed = {(r.endpoint_id, r.idempotency_key) for r in rows if r.idempotency_key}
         existing = {}
         if keyed:
