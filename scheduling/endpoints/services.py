@@ -311,7 +311,7 @@ def endpoint_update(
         old, new = audit_changed(before=before, after=audit_values(obj=current))
         if new:
             audit_record(action="endpoint.update", obj=current, team=current.team, before=old, after=new)
-    if flow_changed:
+    if flow_changed or current.handler != before["handler"]:  # a celery_queue's queue is its workers', not the loop's
         transaction.on_commit(lambda: _refresh_consumers(current.name))
     return current
 

@@ -248,3 +248,20 @@ def test_the_webhook_deadline_is_edited_on_the_form_within_the_maximum(admin_cli
     assert admin_client.post(url, {**hook, "webhook_timeout_seconds": ""}).status_code == 302
     endpoint_row.refresh_from_db()
     assert endpoint_row.webhook_timeout_seconds is None
+
+
+def test_the_handler_moves_to_celery_queue_only_with_nothing_in_flight(admin_client, endpoint_row, make_rows):
+    """A form error naming how many are in flight (they were made for the handler they have), and
+    the change once none is."""
+    url = reverse("admin:scheduling_endpoint_change", args=[endpoint_row.pk])
+    waiting = make_rows(2) + make_rows(1, status=ScheduledMessage.Status.PUBLISHED)
+    make_rows(1, status=ScheduledMessage.Status.DELIVERED)
+    refused = admin_client.post(url, {"topology": "v2", "handler": "celery_queue"})
+    assert refused.status_code == 200
+    assert "from none to celery_queue while 3 message(s) are in flight" in form_errors(refused)["handler"][0]
+    endpoint_row.refresh_from_db()
+    assert endpoint_row.handler == "none"
+    ScheduledMessage.objects.filter(pk__in=[m.pk for m in waiting]).update(status=ScheduledMessage.Status.CANCELLED)
+    assert admin_client.post(url, {"topology": "v2", "handler": "celery_queue"}).status_code == 302
+    endpoint_row.refresh_from_db()
+    assert endpoint_row.handler == "celery_queue"

@@ -484,3 +484,18 @@ def test_bulk_cancel_and_republish_by_filter(api, api_as, endpoint):
     assert api.post("/api/messages/cancel/", {"due_before": "soon"}, format="json").status_code == 400
     viewer = api_as("viewer")
     assert viewer.post("/api/messages/cancel/", soon, format="json").status_code == 403
+
+
+def test_the_handler_moves_to_or_from_celery_queue_only_with_nothing_in_flight(api, endpoint):
+    """A 400 on ``handler`` naming how many messages are in flight; the change once none is."""
+    ids = [api.post("/api/messages/", {"endpoint": endpoint, "payload": {"n": i}, "delay_seconds": 600},
+                    format="json").json()["id"] for i in range(2)]
+    refused = api.patch(f"/api/endpoints/{endpoint}/", {"handler": "celery_queue"}, format="json")
+    assert refused.status_code == 400
+    assert "from none to celery_queue while 2 message(s) are in flight" in refused.json()["handler"][0]
+    assert api.get(f"/api/endpoints/{endpoint}/").json()["handler"] == "none"
+    for message_id in ids:
+        assert api.post(f"/api/messages/{message_id}/cancel/").status_code == 200
+    moved = api.patch(f"/api/endpoints/{endpoint}/", {"handler": "celery_queue"}, format="json")
+    assert moved.status_code == 200 and moved.json()["handler"] == "celery_queue"
+    assert Endpoint.objects.get(name=endpoint).handler == "celery_queue"
