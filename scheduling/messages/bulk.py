@@ -27,6 +27,7 @@ from scheduling.observability import metrics
 from scheduling.endpoints.selectors import endpoint_get_one
 from scheduling.messages.selectors import message_list_matching
 from scheduling.messages.relay import relay_publish_rows
+from scheduling.messages.services import message_wire_refusal
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,8 @@ def _apply_batch(action: BulkAction, filters: dict, *, after, size: int) -> tupl
                           else {**lifecycle.republish(row), "trigger": Trigger.BULK})
             except lifecycle.IllegalTransition:
                 continue
+            if action.kind != BulkAction.Kind.CANCEL and message_wire_refusal(message=row):
+                continue  # not a task its endpoint (now a celery_queue) takes: it stays failed
             lifecycle.apply(row, change)
             changed.append(row)
         fields = (["status", "cancelled_at", "finished_at"] if action.kind == BulkAction.Kind.CANCEL

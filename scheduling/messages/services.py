@@ -32,6 +32,7 @@ from scheduling.observability import metrics
 from scheduling.teams.caller import PLATFORM, Caller
 from scheduling.teams.quotas import team_check_in_flight, team_task_refusal
 from scheduling.teams.roles import Action
+from scheduling.messages import wire
 from scheduling.messages.relay import relay_claim_new, relay_publish_rows, relay_send_claimed
 from scheduling.retention.services import message_describe_gone
 
@@ -407,6 +408,18 @@ def message_cancel(*, message_id, caller: Caller = PLATFORM) -> ScheduledMessage
     return message
 
 
+def message_wire_refusal(*, message: ScheduledMessage) -> str | None:
+    """Why a finished message cannot go out again on its endpoint's wire as it is now, or None. Its
+    handler may have moved to ``celery_queue`` since it was scheduled (with nothing in flight, as
+    endpoint_update allows): its payload was never checked as a task its team may send, so it is
+    checked now, as a new task would be. A task the platform captured goes as captured."""
+    endpoint = message.endpoint
+    if endpoint.handler != Endpoint.Handler.CELERY_QUEUE or wire.is_captured(message):
+        return None
+    return task_problem(message.payload, queue=endpoint.queue, name=endpoint.name) \
+        or team_task_refusal(team=endpoint.team, task=message.payload["task"])
+
+
 def message_republish(*, message_id, caller: Caller = PLATFORM) -> ScheduledMessage:
     """Send a failed message again, due at its original time (so overdue means now)."""
     with transaction.atomic():
@@ -417,6 +430,8 @@ def message_republish(*, message_id, caller: Caller = PLATFORM) -> ScheduledMess
             raise Conflict(
                 f"message {message.id} is {message.status}; only failed messages can be republished"
             ) from None
+        if why := message_wire_refusal(message=message):
+            raise Conflict(f"message {message.id} is not a task its endpoint {message.endpoint.name!r} takes: {why}")
         change["trigger"] = Trigger.MANUAL  # its next attempt is a person's doing (listed so)
         message.save(update_fields=lifecycle.apply(message, change))
         audit_record(action="message.republish", obj=message, team=message.endpoint.team,

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from scheduling.messages import wire
 from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.core.errors import Conflict
 from scheduling.endpoints.services import endpoint_update
 from scheduling.messages.services import message_republish, message_schedule, message_schedule_many
 from scheduling.messages.relay import relay_claim_new, relay_publish, relay_publish_rows, relay_send_claimed
@@ -288,16 +289,29 @@ def test_a_row_that_cannot_be_built_fails_alone_and_its_batch_is_published(task_
     assert relay_publish(older_than=timedelta(0)).unbuildable == 0  # the next run finds nothing left of it
 
 
-def test_a_caller_s_raw_celery_payload_never_takes_the_raw_path(endpoint, amqp):
+def test_a_caller_s_raw_celery_payload_is_not_republished_as_a_task(endpoint):
     """A message scheduled while its endpoint was not a celery_queue one, its payload shaped as
-    DelayedTask's capture: failed, its endpoint then switched (nothing in flight) and the message
-    republished, it fails alone with the reason; nothing of the payload reaches the broker."""
+    DelayedTask's capture, failed; its endpoint then became one (nothing in flight): republishing it
+    is refused, as scheduling it as a task would be."""
     crafted = message_schedule(endpoint=endpoint, payload=RAW_TASK, delay=600)
     ScheduledMessage.objects.filter(pk=crafted.pk).update(status=Status.FAILED, finished_at=timezone.now())
     endpoint_update(endpoint=endpoint, handler=Endpoint.Handler.CELERY_QUEUE)
-    again = message_republish(message_id=crafted.id)
-    neighbour = row(endpoint, 0, payload=TASK)
-    result = relay_publish_rows(rows=[again, neighbour])  # the process's publisher thread's way
+    with pytest.raises(Conflict, match="a raw Celery task message is not accepted"):
+        message_republish(message_id=crafted.id)
+    crafted.refresh_from_db()
+    assert crafted.status == Status.FAILED
+
+
+def test_a_caller_s_raw_celery_payload_never_takes_the_raw_path(endpoint, amqp):
+    """A caller's message shaped as DelayedTask's capture, on an endpoint that became a
+    celery_queue one under it (as the admin allowed before): it fails alone, with the reason, and
+    nothing of it reaches the broker; its neighbour in the publisher thread's batch goes."""
+    scheduled = message_schedule(endpoint=endpoint, payload=RAW_TASK, delay=0)
+    Endpoint.objects.filter(pk=endpoint.pk).update(handler=Endpoint.Handler.CELERY_QUEUE)
+    ScheduledMessage.objects.filter(pk=scheduled.pk).update(status=Status.PENDING, published_at=None)
+    crafted = ScheduledMessage.objects.select_related("endpoint", "topology").get(pk=scheduled.pk)
+    neighbour = row(crafted.endpoint, 0, payload=TASK)
+    result = relay_publish_rows(rows=[crafted, neighbour])  # the process's publisher thread's way
     assert (result.published, result.unbuildable) == (1, 1)
     assert drained_ids(amqp, endpoint.queue, 1) == [str(neighbour.id)]
     crafted.refresh_from_db()
