@@ -320,8 +320,10 @@ CAPTURED = {"celery": {"task": "billing.remind", "queue": "billing", "content_ty
 def task_row(payload, *, captured_task, key=None) -> ScheduledMessage:
     endpoint = Endpoint(team=TEAM, name="billing", queue="billing", handler=Endpoint.Handler.CELERY_QUEUE,
                         topology=TopologyVersion(name="v2", prefix="dp.v2.", levels=28))
-    return ScheduledMessage(id=uuid.uuid4(), endpoint=endpoint, payload=payload, captured_task=captured_task,
-                            idempotency_key=key, due_at=NOW, requested_delay_ms=0)
+    row = ScheduledMessage(id=uuid.uuid4(), endpoint=endpoint, payload=payload, idempotency_key=key, due_at=NOW,
+                           requested_delay_ms=0)
+    row.captured_task = captured_task  # as the row says it (NULL: a row of the release before the column)
+    return row
 
 
 @pytest.mark.parametrize(("captured_task", "key"), [
