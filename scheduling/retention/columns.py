@@ -55,6 +55,7 @@ COLUMNS: dict[str, tuple[str, pa.DataType]] = {
     "due_history": (f'{M}."due_history"::text', pa.string()),
     "trigger": (f'{M}."trigger"', pa.string()),
     "call_lease_until": (f'{M}."call_lease_until"', TIMESTAMP),
+    "captured_task": (f'{M}."captured_task"', pa.bool_()),  # files written before 0023 have none
     "payload": (f'{M}."payload"::text', pa.string()),
     "attempt_log": (ATTEMPTS_SQL, pa.string()),
 }
