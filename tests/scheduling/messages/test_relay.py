@@ -312,7 +312,7 @@ def test_a_caller_s_raw_celery_payload_never_takes_the_raw_path(endpoint, amqp):
     crafted = ScheduledMessage.objects.select_related("endpoint", "topology").get(pk=scheduled.pk)
     neighbour = row(crafted.endpoint, 0, payload=TASK)
     result = relay_publish_rows(rows=[crafted, neighbour])  # the process's publisher thread's way
-    assert (result.published, result.unbuildable) == (1, 1)
     assert drained_ids(amqp, endpoint.queue, 1) == [str(neighbour.id)]
+    assert (result.published, result.unbuildable) == (1, 1)
     crafted.refresh_from_db()
     assert crafted.status == Status.FAILED and "its payload is not a Celery task" in crafted.last_error
