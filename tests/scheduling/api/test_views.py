@@ -499,3 +499,8 @@ def test_the_handler_moves_to_or_from_celery_queue_only_with_nothing_in_flight(a
     moved = api.patch(f"/api/endpoints/{endpoint}/", {"handler": "celery_queue"}, format="json")
     assert moved.status_code == 200 and moved.json()["handler"] == "celery_queue"
     assert Endpoint.objects.get(name=endpoint).handler == "celery_queue"
+    hook = api.patch(f"/api/endpoints/{endpoint}/", {"handler": "webhook", "handler_target": "http://127.0.0.1:9/h"},
+                     format="json")  # nothing in flight: back to the deliver message, its secret shown once
+    assert hook.status_code == 200 and hook.json()["webhook_secret"].startswith("whsec_")
+    assert secret_box.open(Endpoint.objects.get(name=endpoint).webhook_secret) == hook.json()["webhook_secret"]
+    assert "webhook_secret" not in api.get(f"/api/endpoints/{endpoint}/").json()
