@@ -238,6 +238,14 @@ class ScheduledMessage(models.Model):
     # A plain integer: a positive one's CHECK would make adding the column scan the whole table.
     payload_bytes = models.IntegerField(null=True, blank=True, editable=False,
                                         help_text="its payload's JSON, in bytes")
+    # The payload is a Celery task message as apply_async built it ({"celery": ...}), captured by the
+    # platform itself (DelayedTask: celery/services.py): only such a row is published as it was
+    # captured (wire.outgoing_task). Set when the row is made, never read from the payload's shape.
+    # NULL: made by a release before this column (0023), inferred as that release did
+    # (wire.legacy_captured); a later contract release may backfill it and make it NOT NULL.
+    captured_task = models.BooleanField(
+        null=True, blank=True, editable=False,
+        help_text="a Celery task message the platform captured (DelayedTask), published as captured")
 
     objects = ScheduledMessageQuerySet.as_manager()
 

@@ -299,16 +299,30 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
         return html.pretty_json(message.payload)
 
     @staticmethod
-    def _wire(message) -> wire.Preview:
-        return wire.preview(message, timezone.now(), margin_ms=conf().arrival_margin_ms)
+    def _wire(message) -> wire.Preview | str:
+        """The publish rebuilt from the row, or why none can be (a row failed as unbuildable)."""
+        try:
+            return wire.preview(message, timezone.now(), margin_ms=conf().arrival_margin_ms)
+        except wire.Unbuildable as exc:
+            return str(exc)
+
+    @staticmethod
+    def _unbuildable(why: str):
+        return format_html("no message can be built of it: {}", why)
 
     @admin.display(description="routing key")
     def routing_key_used(self, message):
-        return message.routing_key or self._not_published(message, self._wire(message).routing_key)
+        preview = None if message.routing_key else self._wire(message)
+        if isinstance(preview, str):
+            return self._unbuildable(preview)
+        return message.routing_key or self._not_published(message, preview.routing_key)
 
     @admin.display(description="first exchange")
     def first_exchange_used(self, message):
-        return message.first_exchange or self._not_published(message, self._wire(message).exchange)
+        preview = None if message.first_exchange else self._wire(message)
+        if isinstance(preview, str):
+            return self._unbuildable(preview)
+        return message.first_exchange or self._not_published(message, preview.exchange)
 
     @staticmethod
     def _not_published(message, value):
@@ -316,12 +330,16 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
 
     @admin.display(description="headers")
     def headers_table(self, message):
-        headers = self._wire(message).headers
-        return html.table(("header", "value"), sorted((k, repr(v)) for k, v in headers.items()))
+        preview = self._wire(message)
+        if isinstance(preview, str):
+            return self._unbuildable(preview)
+        return html.table(("header", "value"), sorted((k, repr(v)) for k, v in preview.headers.items()))
 
     @admin.display(description="path through the cascade")
     def path_table(self, message):
         preview = self._wire(message)
+        if isinstance(preview, str):
+            return self._unbuildable(preview)
         note = format_html(
             "<p>{} whole seconds in the cascade; the worker's timer holds the rest until the due time.</p>",
             f"{preview.delay_units:,}",

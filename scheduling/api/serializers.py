@@ -142,6 +142,12 @@ class EndpointUpdateSerializer(RefuseControlCharacters, serializers.Serializer):
 
     topology = VersionField(required=False)
     delivery_mode = serializers.ChoiceField(choices=DeliveryMode.choices, required=False)
+    handler = serializers.ChoiceField(
+        choices=Endpoint.Handler.choices, required=False,
+        help_text="how its messages are handled; to or from celery_queue only while none is in flight (400 "
+                  "naming how many are)")
+    handler_target = serializers.CharField(required=False, allow_blank=True, max_length=500,
+                                           help_text="the Celery task's name, or the webhook's URL")
     max_deliveries_per_second = serializers.IntegerField(
         required=False, allow_null=True, min_value=1, max_value=MAX_DELIVERIES_PER_SECOND,
         help_text="hand-overs in any one second, across all workers; null: no limit")

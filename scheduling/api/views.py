@@ -191,9 +191,11 @@ class EndpointViewSet(
             data = {**data, "webhook_secret": endpoint.new_webhook_secret}  # the plaintext, this once
         return no_store(Response(data, status=status.HTTP_201_CREATED))
 
-    @extend_schema(request=EndpointUpdateSerializer, responses={200: EndpointSerializer})
+    @extend_schema(request=EndpointUpdateSerializer, responses={200: EndpointCreatedSerializer})
     def partial_update(self, request, name=None):
-        """Change the version or delivery mode of new messages (scheduled ones keep theirs), the
+        """Change the version or delivery mode of new messages (scheduled ones keep theirs), its
+        handler (to or from celery_queue only with no message in flight: a 400 on ``handler``
+        naming how many are; one that becomes a webhook answers its new secret, once), the
         endpoint's flow control (max_deliveries_per_second, max_concurrent; null: no limit) or its
         webhook deadline; is_active true enables it (one the platform disabled resumes), false
         pauses it."""
@@ -202,10 +204,12 @@ class EndpointViewSet(
         data = dict(changes.validated_data)
         active = data.pop("is_active", None)
         endpoint = endpoint_update(endpoint=self.get_object(), **data)
+        secret = endpoint.new_webhook_secret  # made now: an endpoint that became a webhook one
         if active is not None:
             endpoint = (endpoint_enable(endpoint=endpoint) if active
                         else endpoint_set_active(endpoint=endpoint, active=False))
-        return Response(self.get_serializer(endpoint).data)
+        answer = self.get_serializer(endpoint).data
+        return Response({**answer, "webhook_secret": secret} if secret else answer)  # the plaintext, this once
 
     @extend_schema(request=None, responses={200: EndpointSerializer})
     @action(detail=True, methods=["post"])

@@ -9,6 +9,8 @@ loop, Celery tasks, the migration tools and the unroutable drain.
        │                    │  └──────retry───────┘  └─give up─► failed ──republish──► pending
        ├──cancel──► cancelled ◄──cancel──┘                          ▲
        └──────────────unroutable (also from published)──────────────┘
+    unbuildable: pending or published ──► failed (no broker message can be made of the row: the
+    relay and the timeout manager fail it alone, with the reason, and publish the rest of the batch)
     reschedule: pending or published ──► pending, due at its new time (published again)
     resend: delivered or failed ──► pending (a person sends it again: a new attempt)
 
@@ -55,6 +57,7 @@ class Event(enum.StrEnum):
     RETRY = "retry"
     GIVE_UP = "give up"
     UNROUTABLE = "unroutable"
+    UNBUILDABLE = "unbuildable"
     CANCEL = "cancel"
     REPUBLISH = "republish"
     RESCHEDULE = "reschedule"
@@ -71,6 +74,7 @@ TRANSITIONS: dict[Event, dict[Status | None, Status]] = {
     Event.RETRY: {D: U},
     Event.GIVE_UP: {D: F},
     Event.UNROUTABLE: {P: F, U: F},
+    Event.UNBUILDABLE: {P: F, U: F},
     Event.CANCEL: {P: C, U: C, C: C},
     Event.REPUBLISH: {F: P},
     Event.RESCHEDULE: {P: P, U: P},  # pending again: its copy for the new time is published anew
@@ -237,6 +241,13 @@ def unroutable(*, reason: str, now: datetime) -> dict:
     """The broker could not route it to any endpoint queue: failed, with the reason (from
     pending or published: the WHERE of the caller's UPDATE is ``sources(Event.UNROUTABLE)``)."""
     return {"status": transition(Status.PUBLISHED, Event.UNROUTABLE), "last_error": reason, "finished_at": now}
+
+
+def unbuildable(*, reason: str, now: datetime) -> dict:
+    """No broker message can be built of it (its payload is not what its endpoint's wire takes,
+    say after its handler changed): failed, with the reason, ready to republish once fixed (from
+    pending or published: the WHERE of the caller's UPDATE is ``sources(Event.UNBUILDABLE)``)."""
+    return {"status": transition(Status.PENDING, Event.UNBUILDABLE), "last_error": reason, "finished_at": now}
 
 
 def apply(row, change: dict) -> list[str]:

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from celery import current_app
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from rabbit import BrokerUnavailable, TopologyMissing
@@ -17,8 +17,9 @@ from topology import cascade
 from scheduling.audit.services import REDACTED, audit_changed, audit_record, audit_values
 from scheduling.config.conf import broker, conf
 from scheduling.core.errors import Conflict, Unavailable
+from scheduling.core.lifecycle import IN_FLIGHT_VALUES
 from scheduling.delivery.models import EndpointHealth
-from scheduling.models import DeliveryMode, Endpoint, Team, TopologyVersion
+from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage, Team, TopologyVersion
 from scheduling.security import guards, secret_box, webhook_signing
 from scheduling.versions.selectors import (
     topology_version_get,
@@ -297,6 +298,7 @@ def endpoint_update(
             if value is not UNCHANGED and value != getattr(current, name):
                 setattr(current, name, value)
                 flow_changed = True
+        _check_wire_change(current, before_handler=before["handler"])
         current.new_webhook_secret = ""
         if current.handler == Endpoint.Handler.WEBHOOK and not current.webhook_secret:
             current.new_webhook_secret = webhook_signing.generate_secret()
@@ -312,9 +314,50 @@ def endpoint_update(
         old, new = audit_changed(before=before, after=audit_values(obj=current))
         if new:
             audit_record(action="endpoint.update", obj=current, team=current.team, before=old, after=new)
-    if flow_changed:
+    if flow_changed or current.handler != before["handler"]:  # a celery_queue's queue is its workers', not the loop's
         transaction.on_commit(lambda: _refresh_consumers(current.name))
     return current
+
+
+def _is_task_wire(handler: str) -> bool:
+    """Whether messages of this handler travel as Celery task messages (the user's workers run
+    them) rather than the platform's own deliver message: the two wires a row is built for."""
+    return handler == Endpoint.Handler.CELERY_QUEUE
+
+
+def _check_wire_change(current: Endpoint, *, before_handler: str) -> None:
+    """A handler may move to or from ``celery_queue`` only with nothing in flight: the rows in flight
+    were validated and are built for the wire they were scheduled on (a task message, or the
+    platform's deliver message), and one built for the other would fail. The caller holds the
+    endpoint's row FOR UPDATE: a schedule locks it FOR KEY SHARE (endpoint_lock_wires) and its
+    insert waits, so one committed before is counted here and one after sees the new handler."""
+    if _is_task_wire(before_handler) == _is_task_wire(current.handler):
+        return
+    in_flight = ScheduledMessage.objects.filter(endpoint=current, status__in=IN_FLIGHT_VALUES).count()
+    if in_flight:
+        raise ValidationError({"handler": (
+            f"cannot change from {before_handler} to {current.handler} while {in_flight:,} message(s) are in "
+            f"flight: they were made for the {before_handler} handler. Wait until they are delivered, or cancel "
+            f"them, then change it")})
+
+
+def endpoint_lock_wires(*, endpoints: list[Endpoint]) -> None:
+    """Lock the endpoints messages are being scheduled for until the transaction ends (FOR KEY SHARE:
+    the lock their rows' foreign key takes anyway, shared by concurrent schedules, waited for only by
+    endpoint_update's FOR UPDATE) and check that each still has the wire the messages were validated
+    and built for: a handler moved to or from ``celery_queue`` meanwhile is a Conflict (send them
+    again), never a row its wire cannot carry."""
+    given = {endpoint.pk: endpoint for endpoint in endpoints}
+    if not given:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT id, handler FROM {Endpoint._meta.db_table} WHERE id = ANY(%s) ORDER BY id "
+                       f"FOR KEY SHARE", [list(given)])
+        handlers = dict(cursor.fetchall())
+    for pk, endpoint in given.items():
+        if pk in handlers and _is_task_wire(handlers[pk]) != _is_task_wire(endpoint.handler):
+            raise Conflict(f"endpoint {endpoint.name!r} changed its handler to {handlers[pk]} while messages were "
+                           f"scheduled for it; send them again")
 
 
 def endpoint_rotate_secret(*, endpoint: Endpoint, secret: str | None = None,

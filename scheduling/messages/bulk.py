@@ -34,6 +34,7 @@ from scheduling.messages.counts import queryset_tally
 from scheduling.messages.selectors import message_list_matching
 from scheduling.messages.relay import relay_publish_rows
 from scheduling.teams.quotas import payload_size, team_admit_in_flight, team_record_copies
+from scheduling.messages.services import message_wire_refusal
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +133,9 @@ def _apply_batch(action: BulkAction, filters: dict, *, after, size: int) -> tupl
                                 else {**lifecycle.republish(row), "trigger": Trigger.BULK}))
             except lifecycle.IllegalTransition:
                 continue
+        if action.kind != BulkAction.Kind.CANCEL:
+            # not a task its endpoint (now a celery_queue one) takes: it stays failed
+            changes = [(row, change) for row, change in changes if not message_wire_refusal(message=row)]
         if action.kind == BulkAction.Kind.CANCEL:
             team_record_copies(rows=[row for row, _ in changes], now=now)  # their copies in the cascade count
         else:

@@ -40,6 +40,7 @@ from scheduling.core.lifecycle import Event, Status
 from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage
 from scheduling.observability import metrics
 from scheduling.messages.rescue import message_rescue_covers
+from scheduling.messages.unroutable import message_mark_unbuildable
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ class RelayResult:
     failed: int = 0
     errors: list[str] = field(default_factory=list)
     broken: bool = False  # a connection broke mid-batch (its node lost): another node may take it
+    unbuildable: int = 0  # rows no broker message could be made of: failed alone, with the reason
 
 
 PUBLISHED = lifecycle.transition(Status.PENDING, Event.PUBLISH)
@@ -64,6 +66,12 @@ def message_mark_published(*, rows: list[ScheduledMessage], published_at, topolo
     )
 
 
+def _fail_unbuilt(rows: list[ScheduledMessage], result: RelayResult) -> None:
+    """Fail, alone and with the reason each carries, the locked rows no message could be built of."""
+    if rows:
+        result.unbuildable += message_mark_unbuildable(rows=rows)
+
+
 def _envelopes(rows: list[ScheduledMessage], versions: dict, *, direct: bool, enabled: bool) -> list[list[ScheduledMessage]]:
     """The rows of a batch as broker messages: rows of one wire.envelope_key share one (when
     DELAY_ENVELOPES is on and the publish goes through a cascade), every other row goes alone."""
@@ -76,18 +84,36 @@ def _envelopes(rows: list[ScheduledMessage], versions: dict, *, direct: bool, en
     return list(groups.values())
 
 
-def _prepare(rows: list[ScheduledMessage], now, *, direct: bool) -> tuple[list[list[ScheduledMessage]], list]:
-    """The broker messages of a batch: the rows grouped (envelopes) and each group's (Outgoing, Route)."""
+@dataclass
+class Prepared:
+    """A batch's broker messages: the rows grouped (envelopes), each group's (Outgoing, Route), and
+    the rows no message could be built of (each with its reason in ``last_error``), left out."""
+
+    groups: list[list[ScheduledMessage]]
+    prepared: list
+    unbuilt: list[ScheduledMessage]
+
+
+def _prepare(rows: list[ScheduledMessage], now, *, direct: bool) -> Prepared:
+    """Build a batch. A row that cannot be built is set aside alone (the caller fails it), never
+    the batch: one bad row must not hold back every team's messages on every run."""
     settings = conf()
     versions = {row.topology_id: row.topology.cascade for row in rows}  # built once per batch
-    groups = _envelopes(rows, versions, direct=direct, enabled=settings.envelopes)
-    prepared = [
-        wire.outgoing(group[0], versions[group[0].topology_id], now, margin_ms=settings.arrival_margin_ms, direct=direct)
-        if len(group) == 1 else
-        wire.outgoing_envelope(group, versions[group[0].topology_id], now, margin_ms=settings.arrival_margin_ms)
-        for group in groups
-    ]
-    return groups, prepared
+    batch = Prepared([], [], [])
+    for group in _envelopes(rows, versions, direct=direct, enabled=settings.envelopes):
+        version = versions[group[0].topology_id]
+        try:
+            built = (wire.outgoing(group[0], version, now, margin_ms=settings.arrival_margin_ms, direct=direct)
+                     if len(group) == 1 else
+                     wire.outgoing_envelope(group, version, now, margin_ms=settings.arrival_margin_ms))
+        except wire.Unbuildable as exc:
+            for row in group:
+                row.last_error = str(exc)
+            batch.unbuilt += group
+            continue
+        batch.groups.append(group)
+        batch.prepared.append(built)
+    return batch
 
 
 def _send(groups, prepared, rows, result: RelayResult) -> tuple[list, list] | None:
@@ -148,8 +174,12 @@ def _publish_batch(rows: list[ScheduledMessage], result: RelayResult, direct: bo
         published, failed, now = sent
     else:
         now = timezone.now()
-        groups, prepared = _prepare(rows, now, direct=direct)
-        sent = _send_retrying(groups, prepared, rows, result)
+        batch = _prepare(rows, now, direct=direct)
+        _fail_unbuilt(batch.unbuilt, result)
+        sendable = [row for group in batch.groups for row in group]
+        if not sendable:
+            return
+        sent = _send_retrying(batch.groups, batch.prepared, sendable, result)
         if sent is None:
             return
         published, failed = sent
@@ -175,7 +205,10 @@ def _gathered_rows(rows: list[ScheduledMessage], result: RelayResult) -> tuple[l
         return None
     result.errors += part.errors
     result.broken = bool(part.errors)
+    _fail_unbuilt(part.unbuilt, result)
     if part.unavailable:
+        unbuilt = {row.id for row in part.unbuilt}
+        rows = [row for row in rows if row.id not in unbuilt]
         ScheduledMessage.objects.filter(id__in=[r.id for r in rows]).update(last_error=part.unavailable)
         result.failed += len(rows)
         return None
@@ -211,13 +244,18 @@ def relay_claim_new(*, rows: list[ScheduledMessage]) -> Claimed | None:
     if not eligible or not settings.rescue_after_ms or time.monotonic() < _Pause.until:
         return None
     now = timezone.now()
-    groups, prepared = _prepare(eligible, now, direct=False)
-    for group, (_, route) in zip(groups, prepared, strict=True):
+    batch = _prepare(eligible, now, direct=False)
+    for row in batch.unbuilt:  # not claimed: pending, the outbox's way fails them with the reason
+        row.last_error = ""
+    if not batch.groups:
+        return None
+    for group, (_, route) in zip(batch.groups, batch.prepared, strict=True):
         for row in group:
             row.status, row.published_at = PUBLISHED, now
             row.routing_key, row.first_exchange = route.routing_key, route.exchange
+    claimed = [row for group in batch.groups for row in group]
     # said now, between writing the rows and their commit: a batch under load waits for them
-    return Claimed(eligible, groups, prepared, now, _GATHERER.expect())
+    return Claimed(claimed, batch.groups, batch.prepared, now, _GATHERER.expect())
 
 
 def relay_send_claimed(*, claimed: Claimed) -> RelayResult:
@@ -264,6 +302,7 @@ class _Part:
     rows: list[ScheduledMessage] | None = None
     published: list[ScheduledMessage] = field(default_factory=list)
     failed: list[ScheduledMessage] = field(default_factory=list)  # each with last_error
+    unbuilt: list[ScheduledMessage] = field(default_factory=list)  # no message could be built: each with its reason
     errors: list[str] = field(default_factory=list)
     unavailable: str | None = None  # no broker could be reached: nothing was sent
     published_at: object = None  # the rows' publish time (for ``rows``: the batch's)
@@ -327,8 +366,10 @@ def _units(parts: list[_Part], now) -> list[_Unit]:
     owners = {id(row): part for part in parts if part.rows for row in part.rows}
     if owners:
         rows = [row for part in parts if part.rows for row in part.rows]
-        groups, prepared = _prepare(rows, now, direct=False)
-        for group, (out, route) in zip(groups, prepared, strict=True):
+        batch = _prepare(rows, now, direct=False)
+        for row in batch.unbuilt:  # its caller fails it, in its own transaction
+            owners[id(row)].unbuilt.append(row)
+        for group, (out, route) in zip(batch.groups, batch.prepared, strict=True):
             shares: dict[int, tuple[_Part, list]] = {}
             for row in group:
                 part = owners[id(row)]
@@ -368,7 +409,7 @@ def _send_gathered(parts: list[_Part]) -> None:
         now = timezone.now()
         units = _units(parts, now)
         try:
-            failed, errors = _publish_units(units)
+            failed, errors = _publish_units(units) if units else ({}, [])
         except BrokerUnavailable as exc:
             for part in parts:
                 part.unavailable = str(exc)
@@ -435,7 +476,7 @@ def _relay(select, *, direct: bool, limit_ids: int | None = None) -> RelayResult
                 ScheduledMessage.objects.select_for_update(skip_locked=True, of=("self",))
                 .select_related("endpoint", "topology")
                 # only what a publish needs: decoding payloads cost ~0.1 ms a row
-                .only("id", "due_at", "topology", "endpoint__queue", "endpoint__handler")
+                .only(*wire.PUBLISH_FIELDS)
                 .filter(status=Status.PENDING)
             )
             rows = list(select(qs).order_by("due_at")[: conf().publish_batch])
@@ -503,8 +544,9 @@ def relay_publish(*, ids: list[str] | None = None, older_than: timedelta | None 
 def relay_sweep() -> RelayResult:
     """Publish what the on-commit kick missed (broker down, worker died)."""
     result = relay_publish(older_than=timedelta(seconds=conf().sweep_grace_seconds))
-    if result.published or result.failed:
-        log.info("sweeper: published %d, failed %d %s", result.published, result.failed, result.errors[:1])
+    if result.published or result.failed or result.unbuildable:
+        log.info("sweeper: published %d, failed %d, unbuildable %d %s", result.published, result.failed,
+                 result.unbuildable, result.errors[:1])
     return result
 
 
@@ -517,6 +559,7 @@ def timeout_publish_due() -> RelayResult:
     result = _relay(
         lambda qs: qs.filter(delivery_mode=DeliveryMode.TIMEOUT_MANAGER, due_at__lte=horizon), direct=True
     )
-    if result.published or result.failed:  # like the sweeper: a line only for a run that did something
-        log.info("timeout manager: published %d, failed %d %s", result.published, result.failed, result.errors[:1])
+    if result.published or result.failed or result.unbuildable:  # like the sweeper: a line only for a run that did something
+        log.info("timeout manager: published %d, failed %d, unbuildable %d %s", result.published, result.failed,
+                 result.unbuildable, result.errors[:1])
     return result

@@ -33,6 +33,7 @@ from scheduling.config.conf import conf
 from scheduling.core.lifecycle import Status
 from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage
 from scheduling.observability import metrics
+from scheduling.messages.unroutable import message_mark_unbuildable
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,23 @@ UNRESCUED_HANDLERS = (Endpoint.Handler.CELERY_QUEUE,)
 
 def message_rescue_covers(*, message: ScheduledMessage) -> bool:
     return message.delivery_mode in RESCUED_MODES and message.endpoint.handler not in UNRESCUED_HANDLERS
+
+
+def _copies(rows: list[ScheduledMessage], now) -> tuple[list[ScheduledMessage], list[Outgoing]]:
+    """The rows a copy could be built of and their copies (overdue: no delay); a row none can be
+    built of is failed alone, with the reason, and the others are still rescued."""
+    built, copies, unbuilt = [], [], []
+    for row in rows:
+        try:
+            copies.append(wire.outgoing(row, row.topology.cascade, now, margin_ms=0)[0])
+        except wire.Unbuildable as exc:
+            row.last_error = str(exc)
+            unbuilt.append(row)
+            continue
+        built.append(row)
+    if unbuilt:
+        message_mark_unbuildable(rows=unbuilt)
+    return built, copies
 
 
 def message_rescue_overdue(*, queues: Collection[str], skip: Collection[str],
@@ -65,7 +83,7 @@ def message_rescue_overdue(*, queues: Collection[str], skip: Collection[str],
         rows = [row for row in (
             ScheduledMessage.objects.select_for_update(skip_locked=True, of=("self",))
             .select_related("endpoint", "topology")
-            .only("id", "due_at", "topology", "endpoint__queue", "endpoint__handler")
+            .only(*wire.PUBLISH_FIELDS)
             .filter(status=Status.PUBLISHED, attempts=0, delivery_mode__in=RESCUED_MODES,
                     due_at__lt=cutoff, published_at__lt=cutoff, endpoint__queue__in=list(queues))
             .exclude(endpoint__handler__in=UNRESCUED_HANDLERS)
@@ -76,7 +94,9 @@ def message_rescue_overdue(*, queues: Collection[str], skip: Collection[str],
         ) if str(row.id) not in skip][:limit]
         if not rows:
             return 0
-        copies = [wire.outgoing(row, row.topology.cascade, now, margin_ms=0)[0] for row in rows]  # overdue: no delay
+        rows, copies = _copies(rows, now)
+        if not rows:
+            return 0
         outcome = publish(copies)
     rescued = [row for index, row in enumerate(rows) if index in outcome.confirmed]
     metrics.rescued(rescued)

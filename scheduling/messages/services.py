@@ -24,6 +24,7 @@ from scheduling.celery.structured import task_problem
 from scheduling.core.clock import MS, ceil_ms
 from scheduling.config.conf import conf
 from scheduling.delivery.models import Trigger
+from scheduling.endpoints.services import endpoint_lock_wires
 from scheduling.core.errors import BulkValidationError, Conflict, Forbidden, NotFound
 from scheduling.core.lifecycle import Status
 from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
@@ -33,6 +34,7 @@ from scheduling.teams.quotas import (
     leaves_copy, payload_size, team_check_in_flight, team_record_copies, team_task_refusal,
 )
 from scheduling.teams.roles import Action
+from scheduling.messages import wire
 from scheduling.messages.relay import relay_claim_new, relay_publish_rows, relay_send_claimed
 from scheduling.retention.services import message_describe_gone
 
@@ -209,6 +211,7 @@ def _build(item: dict, endpoints: dict[str, list[Endpoint]], now: datetime) -> S
         requested_delay_ms=max(0, (due_at - now) // MS),
         idempotency_key=key,
         schedule=item.get("schedule"),  # a schedule's run (schedules/services.py)
+        captured_task=bool(item.get("captured_task")),  # only the platform's own callers pass it (wire.is_captured)
         created_at=now,
     )
     row.payload_json = encoded  # what insert_many writes
@@ -303,6 +306,7 @@ def _audit_scheduled(results: list[Scheduled]) -> None:
 
 def _save(rows: list[ScheduledMessage], *, check_quota: bool) -> list[Scheduled]:
     with transaction.atomic():
+        endpoint_lock_wires(endpoints=[row.endpoint for row in rows])  # built for the wire they still have
         keyed = {(r.endpoint_id, r.idempotency_key) for r in rows if r.idempotency_key}
         existing = {}
         if keyed:
@@ -415,6 +419,18 @@ def message_cancel(*, message_id, caller: Caller = PLATFORM) -> ScheduledMessage
     return message
 
 
+def message_wire_refusal(*, message: ScheduledMessage) -> str | None:
+    """Why a finished message cannot go out again on its endpoint's wire as it is now, or None. Its
+    handler may have moved to ``celery_queue`` since it was scheduled (with nothing in flight, as
+    endpoint_update allows): its payload was never checked as a task its team may send, so it is
+    checked now, as a new task would be. A task the platform captured goes as captured."""
+    endpoint = message.endpoint
+    if endpoint.handler != Endpoint.Handler.CELERY_QUEUE or wire.is_captured(message):
+        return None
+    return task_problem(message.payload, queue=endpoint.queue, name=endpoint.name) \
+        or team_task_refusal(team=endpoint.team, task=message.payload["task"])
+
+
 def message_republish(*, message_id, caller: Caller = PLATFORM) -> ScheduledMessage:
     """Send a failed message again, due at its original time (so overdue means now)."""
     with transaction.atomic():
@@ -425,6 +441,8 @@ def message_republish(*, message_id, caller: Caller = PLATFORM) -> ScheduledMess
             raise Conflict(
                 f"message {message.id} is {message.status}; only failed messages can be republished"
             ) from None
+        if why := message_wire_refusal(message=message):
+            raise Conflict(f"message {message.id} is not a task its endpoint {message.endpoint.name!r} takes: {why}")
         team_check_in_flight(team=message.endpoint.team, sizes=[payload_size(message)])
         change["trigger"] = Trigger.MANUAL  # its next attempt is a person's doing (listed so)
         message.save(update_fields=lifecycle.apply(message, change))

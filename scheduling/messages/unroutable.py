@@ -1,6 +1,8 @@
-"""Messages the delivery exchange could not route (no queue bound for their destination) are
-kept by its alternate exchange in ``<prefix>delay-unroutable``. The drain marks their rows
-failed with the reason, then acks; the row holds all it takes to republish them.
+"""Messages the broker cannot carry, failed with the reason. Those the delivery exchange could not
+route (no queue bound for their destination) are kept by its alternate exchange in
+``<prefix>delay-unroutable``: the drain marks their rows failed with the reason, then acks; the
+row holds all it takes to republish them. Rows no broker message can be built of are failed by
+whoever tried to publish them (message_mark_unbuildable).
 
 A copy published before its row's latest publish is stale and only acked: the rescue copies an
 overdue message every few hundred ms until the drain (every 5 s) marks it failed, so copies of
@@ -35,6 +37,22 @@ def message_mark_unroutable(*, message_id: str, reason: str, copy_published_at_m
     if copy_published_at_ms is not None:  # the row's published_at is floored to ms in the header
         rows = rows.exclude(published_at__gte=from_epoch_ms(copy_published_at_ms + 1))
     return rows.update(**change)
+
+
+def message_mark_unbuildable(*, rows: list[ScheduledMessage]) -> int:
+    """The lifecycle's ``unbuildable`` for locked rows no broker message could be made of (the
+    relay, the timeout manager, the rescue): each ``failed`` alone with the reason in its
+    ``last_error``, so the rest of its batch is published; republish it once its endpoint takes it
+    again. Returns how many were marked."""
+    now, marked = timezone.now(), 0
+    for row in rows:
+        change = lifecycle.unbuildable(reason=row.last_error[:2000], now=now)
+        marked += ScheduledMessage.objects.filter(
+            id=row.id, status__in=lifecycle.sources(Event.UNBUILDABLE)).update(**change)
+        lifecycle.apply(row, change)
+    log.warning("marked %d message(s) failed that cannot be built (%s): %s", marked,
+                ", ".join(str(row.id) for row in rows[:5]) + (", ..." if len(rows) > 5 else ""), rows[0].last_error)
+    return marked
 
 
 def _mark_failed(message_id: str, destination: str, prefix: str, copy_published_at_ms: int | None) -> int:

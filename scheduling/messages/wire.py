@@ -40,6 +40,23 @@ H_ENVELOPE = "x-dp-envelope"  # how many messages the envelope carries
 Route = cascade.Route  # exchange, routing key and CC keys of a publish, with its whole units
 
 
+class Unbuildable(ValueError):
+    """No broker message can be made of this row (its payload is not what its endpoint's wire
+    takes, e.g. a task for a queue that is no longer a Celery queue's, or its queue is not a name
+    the cascade carries). The relay and the timeout manager fail the row alone, with this reason
+    (lifecycle.unbuildable), and publish the rest of its batch."""
+
+
+# What building a row reads of it (with its topology's cascade): the relay and the rescue load only
+# these (decoding payloads cost ~0.1 ms a row; a Celery queue's rows load theirs apart).
+PUBLISH_FIELDS = ("id", "due_at", "topology", "endpoint__queue", "endpoint__handler", "captured_task",
+                  "idempotency_key")
+
+# What building a row from a payload that is not what its path expects raises (a missing key, a
+# value of another type, an unknown encoding, a destination the cascade cannot carry).
+_BUILD_ERRORS = (LookupError, TypeError, AttributeError, ValueError)
+
+
 def cascade_units(due_at_ms: int, now_ms: int, version: cascade.Version, *, margin_ms: int,
                   held: bool = True) -> int:
     """Whole units to spend in the cascade. A message whose consumer holds it until its eta
@@ -109,9 +126,21 @@ def _x_dp_headers(message: ScheduledMessage, version: cascade.Version, r: Route,
 def outgoing(message: ScheduledMessage, version: cascade.Version, now: datetime, *, margin_ms: int,
              direct: bool = False) -> tuple[Outgoing, Route]:
     """The publish of one row: through the cascade of ``version`` to its endpoint's queue (or,
-    ``direct``, straight to the queue)."""
-    if message.endpoint.handler == Endpoint.Handler.CELERY_QUEUE:
-        return outgoing_task(message, version, now, margin_ms=margin_ms, direct=direct)
+    ``direct``, straight to the queue). Unbuildable, with the reason, for a row no message can be
+    made of."""
+    try:
+        if message.endpoint.handler == Endpoint.Handler.CELERY_QUEUE:
+            return outgoing_task(message, version, now, margin_ms=margin_ms, direct=direct)
+        return _outgoing_delivery(message, version, now, margin_ms=margin_ms, direct=direct)
+    except Unbuildable:
+        raise
+    except _BUILD_ERRORS as exc:
+        raise Unbuildable(f"cannot be built for {message.endpoint.handler} endpoint "
+                          f"{message.endpoint.queue!r}: {type(exc).__name__}: {exc}") from exc
+
+
+def _outgoing_delivery(message: ScheduledMessage, version: cascade.Version, now: datetime, *, margin_ms: int,
+                       direct: bool) -> tuple[Outgoing, Route]:
     now_ms, due_ms = to_epoch_ms(now), message.due_at_ms
     r = (direct_route(message.endpoint.queue) if direct
          else route(due_ms, now_ms, version, message.endpoint.queue, margin_ms=margin_ms, message_id=message.id))
@@ -124,18 +153,45 @@ def outgoing(message: ScheduledMessage, version: cascade.Version, now: datetime,
 _ROUTING_HEADERS = frozenset({cascade.CC_HEADER, "BCC"})
 
 
+def legacy_captured(message: ScheduledMessage) -> bool:
+    """Whether a row made before ``captured_task`` was stored (NULL) is a task the platform
+    captured, inferred as that release did from the payload's shape, narrowed to what DelayedTask
+    wrote: ``{"celery": ...}`` whose task id is the row's idempotency key (``<id>`` or
+    ``<id>#retry<n>``, celery/services.py). New rows say it themselves."""
+    payload, key = message.payload, message.idempotency_key
+    try:
+        task_id = payload["celery"]["headers"]["id"]
+    except (LookupError, TypeError):
+        return False
+    return isinstance(task_id, str) and bool(task_id) and isinstance(key, str) and (
+        key == task_id or key.startswith(f"{task_id}#retry"))
+
+
+def is_captured(message: ScheduledMessage) -> bool:
+    """Whether the row's payload is a task message the platform captured (published as captured):
+    stored on the row, never read from the payload's shape (a caller's ``{"celery": ...}`` is data)."""
+    stored = message.captured_task
+    return legacy_captured(message) if stored is None else stored
+
+
 def outgoing_task(message: ScheduledMessage, version: cascade.Version, now: datetime, *, margin_ms: int,
                   direct: bool = False) -> tuple[Outgoing, Route]:
     """A Celery task into its queue, with no eta, so an unmodified worker runs it the moment it
     arrives: built here from a structured task (``{"task", "args", "kwargs"}``, what the API
-    accepts), or as apply_async built it (``{"celery": ...}``, what DelayedTask stores)."""
+    accepts), or as apply_async built it (``{"celery": ...}``, what DelayedTask stores: only for a
+    row the platform captured, ``is_captured``). Unbuildable for any other payload."""
     now_ms = to_epoch_ms(now)
+    captured_row = is_captured(message)
+    if not captured_row and not structured.is_structured(message.payload):
+        raise Unbuildable(f"its payload is not a Celery task for queue {message.endpoint.queue!r} "
+                          '(a task is {"task": "...", "args": [...], "kwargs": {...}}); was the endpoint\'s '
+                          "handler changed after it was scheduled?")
     queue = message.endpoint.queue
     if direct:
         r = direct_route(queue)
     else:
         r = route(message.due_at_ms, now_ms, version, queue, margin_ms=margin_ms, held=False, message_id=message.id)
-    if structured.is_structured(message.payload):
+    if not captured_row:
         task_id = message.payload.get("id") or str(message.id)
         headers = {**structured.task_headers(message.payload, task_id), **_x_dp_headers(message, version, r, now_ms),
                    **r.headers}

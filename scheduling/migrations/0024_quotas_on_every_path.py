@@ -15,7 +15,7 @@ class Migration(migrations.Migration):
     atomic = False
 
     dependencies = [
-        ('scheduling', '0022_webhook_engine'),
+        ('scheduling', '0023_captured_task'),
     ]
 
     operations = [

@@ -262,3 +262,20 @@ def test_a_webhook_url_s_query_is_masked_below_the_team_s_admins(endpoint_row, s
     for page in pages:
         assert ("s3cret-token" in page) is shown
         assert shown or "https://hooks.example.com/in?token=***" in page
+
+
+def test_the_handler_moves_to_celery_queue_only_with_nothing_in_flight(admin_client, endpoint_row, make_rows):
+    """A form error naming how many are in flight (they were made for the handler they have), and
+    the change once none is."""
+    url = reverse("admin:scheduling_endpoint_change", args=[endpoint_row.pk])
+    waiting = make_rows(2) + make_rows(1, status=ScheduledMessage.Status.PUBLISHED)
+    make_rows(1, status=ScheduledMessage.Status.DELIVERED)
+    refused = admin_client.post(url, {"topology": "v2", "handler": "celery_queue"})
+    assert refused.status_code == 200
+    assert "from none to celery_queue while 3 message(s) are in flight" in form_errors(refused)["handler"][0]
+    endpoint_row.refresh_from_db()
+    assert endpoint_row.handler == "none"
+    ScheduledMessage.objects.filter(pk__in=[m.pk for m in waiting]).update(status=ScheduledMessage.Status.CANCELLED)
+    assert admin_client.post(url, {"topology": "v2", "handler": "celery_queue"}).status_code == 302
+    endpoint_row.refresh_from_db()
+    assert endpoint_row.handler == "celery_queue"

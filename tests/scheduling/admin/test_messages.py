@@ -188,6 +188,16 @@ def test_detail_of_an_unpublished_message_previews_its_route(admin_client, make_
     assert '<div class="readonly">None</div>' not in page  # empty values show as the admin's "-"
 
 
+def test_detail_of_a_message_no_message_can_be_built_of_says_why(admin_client, make_rows, endpoint_row):
+    """A celery_queue endpoint's row whose payload is no task (the relay failed it as unbuildable):
+    its page says why instead of failing."""
+    Endpoint.objects.filter(pk=endpoint_row.pk).update(handler=Endpoint.Handler.CELERY_QUEUE)
+    (message,) = make_rows(1, status=Status.FAILED, last_error="its payload is not a Celery task")
+    response = admin_client.get(detail(message))
+    assert response.status_code == 200
+    assert "no message can be built of it: its payload is not a Celery task for queue" in response.content.decode()
+
+
 def test_schedule_form_schedules_through_the_service(admin_client, platform, endpoint_row):
     response = admin_client.post(ADD, {"endpoint": endpoint_row.pk, "payload": '{"a": 1}', "delay_seconds": "2.5",
                                        "idempotency_key": "k-1"})

@@ -535,3 +535,23 @@ def test_bulk_cancel_and_republish_by_filter_run_as_a_job(api, api_as, endpoint,
 @pytest.mark.parametrize("job_id", ["999999", "not-a-number", "9" * 40, "00000000-0000-0000-0000-000000000000"])
 def test_an_unknown_bulk_job_is_a_404(api, job_id):
     assert api.get(f"/api/bulk-actions/{job_id}/").status_code == 404
+
+
+def test_the_handler_moves_to_or_from_celery_queue_only_with_nothing_in_flight(api, endpoint):
+    """A 400 on ``handler`` naming how many messages are in flight; the change once none is."""
+    ids = [api.post("/api/messages/", {"endpoint": endpoint, "payload": {"n": i}, "delay_seconds": 600},
+                    format="json").json()["id"] for i in range(2)]
+    refused = api.patch(f"/api/endpoints/{endpoint}/", {"handler": "celery_queue"}, format="json")
+    assert refused.status_code == 400
+    assert "from none to celery_queue while 2 message(s) are in flight" in refused.json()["handler"][0]
+    assert api.get(f"/api/endpoints/{endpoint}/").json()["handler"] == "none"
+    for message_id in ids:
+        assert api.post(f"/api/messages/{message_id}/cancel/").status_code == 200
+    moved = api.patch(f"/api/endpoints/{endpoint}/", {"handler": "celery_queue"}, format="json")
+    assert moved.status_code == 200 and moved.json()["handler"] == "celery_queue"
+    assert Endpoint.objects.get(name=endpoint).handler == "celery_queue"
+    hook = api.patch(f"/api/endpoints/{endpoint}/", {"handler": "webhook", "handler_target": "http://127.0.0.1:9/h"},
+                     format="json")  # nothing in flight: back to the deliver message, its secret shown once
+    assert hook.status_code == 200 and hook.json()["webhook_secret"].startswith("whsec_")
+    assert secret_box.open(Endpoint.objects.get(name=endpoint).webhook_secret) == hook.json()["webhook_secret"]
+    assert "webhook_secret" not in api.get(f"/api/endpoints/{endpoint}/").json()

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from scheduling.celery.services import celery_task_cancel, celery_task_claim
+from scheduling.celery.services import celery_task_cancel, celery_task_claim, celery_task_schedule
 from scheduling.core.lifecycle import Status
 from scheduling.models import Endpoint, ScheduledMessage
 
@@ -72,3 +72,15 @@ def test_cancel_task_cancels_the_waiting_runs_of_a_task_id(task_row):
     assert [ScheduledMessage.objects.get(id=r.id).status for r in (first, retry, done, other)] == [
         Status.CANCELLED, Status.CANCELLED, Status.DELIVERED, Status.PUBLISHED]
     assert celery_task_cancel(task_id=task_id) == 0
+
+
+def test_a_task_the_platform_captures_is_stored_as_captured(versions, endpoint_name):
+    """What DelayedTask stores goes as it was captured (wire.is_captured), by the row's own mark."""
+    Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=versions["v2"],
+                            handler=Endpoint.Handler.CELERY_QUEUE)
+    captured = {"task": "testapp.plain_receipt", "queue": endpoint_name, "content_type": "application/json",
+                "content_encoding": "utf-8", "body": "[[1],{},{}]", "properties": {},
+                "headers": {"task": "testapp.plain_receipt", "id": "7d1f0c2e-1f0b-4c3a-9d55-4f1b2a3c4d5e"}}
+    row = celery_task_schedule(queue=endpoint_name, task_id=captured["headers"]["id"], retries=0,
+                               due_at=timezone.now() + timedelta(hours=1), captured=captured)
+    assert ScheduledMessage.objects.get(pk=row.pk).captured_task is True

@@ -22,6 +22,7 @@ ALLOWED = {
     (D, Event.RETRY): U,
     (D, Event.GIVE_UP): F,
     (P, Event.UNROUTABLE): F, (U, Event.UNROUTABLE): F,
+    (P, Event.UNBUILDABLE): F, (U, Event.UNBUILDABLE): F,
     (P, Event.CANCEL): C, (U, Event.CANCEL): C, (C, Event.CANCEL): C,
     (F, Event.REPUBLISH): P,
     (P, Event.RESCHEDULE): P, (U, Event.RESCHEDULE): P,

@@ -1,15 +1,21 @@
 """Endpoints: create with the configured default version, the create rules on edit, moving an
-active endpoint binds it first; the guards on handler targets; rotating a webhook secret."""
+active endpoint binds it first; the guards on handler targets; rotating a webhook secret; a handler
+moves to or from celery_queue only with nothing in flight, and a schedule racing it is refused."""
 
+import threading
+import time
 from datetime import timedelta
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.db import connection, transaction
 from django.utils import timezone
 
 from scheduling.config.conf import broker
 from scheduling.core.errors import Conflict
-from scheduling.models import Endpoint
+from scheduling.core.lifecycle import Status
+from scheduling.messages.services import message_schedule
+from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.security import secret_box, webhook_signing
 from scheduling.endpoints.services import endpoint_create, endpoint_rotate_secret, endpoint_update
 from topology import cascade
@@ -117,3 +123,78 @@ def test_rotation_refuses_the_current_secret_and_endpoints_without_one(webhook, 
     with pytest.raises(ValidationError) as error:
         endpoint_rotate_secret(endpoint=plain)
     assert "only webhook endpoints" in error.value.message_dict["handler"][0]
+
+
+# --- one wire per endpoint: celery_queue's task messages or the platform's deliver message ------
+
+
+def rows_in(endpoint, *statuses) -> list[ScheduledMessage]:
+    now = timezone.now()
+    return ScheduledMessage.objects.bulk_create([
+        ScheduledMessage(endpoint=endpoint, topology=endpoint.topology, payload={"n": i}, status=status,
+                         due_at=now + timedelta(hours=1), requested_delay_ms=3_600_000)
+        for i, status in enumerate(statuses)])
+
+
+@pytest.mark.parametrize(("start", "to"), [("none", "celery_queue"), ("celery_queue", "webhook")])
+def test_a_handler_moves_to_or_from_celery_queue_only_with_nothing_in_flight(platform, endpoint_name, start, to):
+    endpoint = endpoint_create(name=endpoint_name, handler=start)
+    in_flight = rows_in(endpoint, Status.PENDING, Status.PUBLISHED, Status.PUBLISHED)
+    rows_in(endpoint, Status.DELIVERED, Status.FAILED, Status.CANCELLED)  # finished: not in flight
+    target = {"handler_target": "https://example.invalid/h"} if to == "webhook" else {}
+    with pytest.raises(ValidationError) as error:
+        endpoint_update(endpoint=endpoint, handler=to, **target)
+    (says,) = error.value.message_dict["handler"]
+    assert f"cannot change from {start} to {to} while 3 message(s) are in flight" in says
+    assert Endpoint.objects.get(pk=endpoint.pk).handler == start
+    ScheduledMessage.objects.filter(pk__in=[r.pk for r in in_flight]).update(status=Status.CANCELLED)
+    assert endpoint_update(endpoint=endpoint, handler=to, **target).handler == to
+    assert Endpoint.objects.get(pk=endpoint.pk).handler == to
+
+
+def test_a_handler_change_within_one_wire_keeps_its_messages_in_flight(platform, endpoint_name):
+    endpoint = endpoint_create(name=endpoint_name)
+    rows_in(endpoint, Status.PENDING)
+    assert endpoint_update(endpoint=endpoint, handler="webhook", handler_target="https://example.invalid/h").handler \
+        == "webhook"  # both travel as the platform's deliver message
+
+
+def _wait_for_a_lock_wait(timeout: float = 20) -> None:
+    """Until another session of this database waits for a lock (the schedule, for the endpoint's row)."""
+    deadline = time.monotonic() + timeout
+    with connection.cursor() as cursor:
+        while time.monotonic() < deadline:
+            cursor.execute("SELECT pg_stat_clear_snapshot()")  # else a transaction sees its first snapshot
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                           "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()")
+            if cursor.fetchone()[0]:
+                return
+            time.sleep(0.02)
+    raise AssertionError("the schedule never waited for the endpoint's row")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_schedule_racing_a_handler_change_is_refused_not_stored(platform, endpoint_name):
+    """The schedule validated its message for the handler it read (none: any payload); the change
+    to celery_queue commits while it runs: it must not store a row its new wire cannot carry."""
+    endpoint = endpoint_create(name=endpoint_name)
+    stale = Endpoint.objects.select_related("topology", "team").get(pk=endpoint.pk)
+    outcome = {}
+
+    def schedule():
+        try:
+            outcome["row"] = message_schedule(endpoint=stale, payload={"not": "a task"}, delay=3600)
+        except Exception as exc:  # noqa: BLE001 - asserted below
+            outcome["error"] = exc
+        finally:
+            connection.close()
+
+    with transaction.atomic():
+        endpoint_update(endpoint=endpoint, handler="celery_queue")  # nothing in flight: its row locked to the commit
+        racer = threading.Thread(target=schedule)
+        racer.start()
+        _wait_for_a_lock_wait()
+    racer.join(30)
+    assert isinstance(outcome.get("error"), Conflict), outcome
+    assert "changed its handler to celery_queue" in str(outcome["error"])
+    assert not ScheduledMessage.objects.filter(endpoint=endpoint).exists()

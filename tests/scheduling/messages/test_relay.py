@@ -2,6 +2,7 @@
 that refuses connections leaves them pending with the reason."""
 
 import json
+import time
 import uuid
 from datetime import timedelta
 
@@ -13,8 +14,10 @@ from django.utils import timezone
 
 from scheduling.messages import wire
 from scheduling.models import Endpoint, ScheduledMessage
-from scheduling.messages.services import message_schedule_many
-from scheduling.messages.relay import relay_claim_new, relay_publish, relay_send_claimed
+from scheduling.core.errors import Conflict
+from scheduling.endpoints.services import endpoint_update
+from scheduling.messages.services import message_republish, message_schedule, message_schedule_many
+from scheduling.messages.relay import relay_claim_new, relay_publish, relay_publish_rows, relay_send_claimed
 from tests.topology.helpers import get, wait_get
 from topology import cascade
 
@@ -29,8 +32,9 @@ def endpoint(bound_endpoint):
 
 def row(endpoint, seconds, **fields):
     now = timezone.now()
+    fields.setdefault("payload", {"s": seconds})
     return ScheduledMessage.objects.create(
-        endpoint=endpoint, topology=endpoint.topology, payload={"s": seconds},
+        endpoint=endpoint, topology=endpoint.topology,
         due_at=now + timedelta(seconds=seconds), requested_delay_ms=int(seconds * 1000), **fields,
     )
 
@@ -236,3 +240,79 @@ def test_without_the_rescue_behind_it_new_rows_take_the_outbox_way(v3_endpoint, 
     messages, written = committed(v3_endpoint, [30])
     assert [sql for sql in written if "FOR UPDATE SKIP LOCKED" in sql]  # locked, published, then marked
     assert ScheduledMessage.objects.get(id=messages[0].id).status == Status.PUBLISHED
+
+
+# --- one row that cannot be built fails alone; its batch is published ----------------------------
+
+# A raw Celery task message as a caller could write it in a payload: pickle, and a CC header copying
+# it into the relay's queue. Only a task the platform captured itself may go as it was captured.
+RAW_TASK = {"celery": {"task": "scheduling.relay.sweep", "queue": "celery", "content_type": "application/x-python-serialize",
+                       "content_encoding": "binary", "body": "gASVAgAAAAAAAAB9lC4=",
+                       "headers": {"task": "scheduling.relay.sweep", "id": "x", "CC": ["dp.relay"]},
+                       "properties": {}}}
+TASK = {"task": "testapp.plain_receipt", "args": [1]}
+
+
+def drained_ids(amqp, queue: str, expected: int, timeout: float = 5) -> list[str]:
+    """The x-dp-message-id of every message in the queue (waiting up to ``timeout`` for ``expected``)."""
+    ids, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        message = get(amqp, queue)
+        if message is not None:
+            ids.append(message.headers[wire.H_MESSAGE_ID])
+        elif len(ids) >= expected:
+            break
+        else:
+            time.sleep(0.02)
+    return ids
+
+
+@pytest.fixture
+def task_endpoint(endpoint):
+    """The module's endpoint as a celery_queue one (its queue bound on v2)."""
+    Endpoint.objects.filter(pk=endpoint.pk).update(handler=Endpoint.Handler.CELERY_QUEUE)
+    return Endpoint.objects.select_related("topology", "team").get(pk=endpoint.pk)
+
+
+def test_a_row_that_cannot_be_built_fails_alone_and_its_batch_is_published(task_endpoint, amqp):
+    """The payload left by a handler that was not celery_queue when it was scheduled: the relay
+    (and the sweeper, every run) used to raise on it with the whole batch, every team's."""
+    good = [row(task_endpoint, 0, payload=TASK), row(task_endpoint, 0, payload={**TASK, "args": [2]})]
+    bad = row(task_endpoint, 0, payload={"n": 1})
+    result = relay_publish(ids=[str(m.id) for m in [*good, bad]])
+    assert (result.published, result.unbuildable, result.failed) == (2, 1, 0)
+    assert sorted(drained_ids(amqp, task_endpoint.queue, 2)) == sorted(str(m.id) for m in good)
+    bad.refresh_from_db()
+    assert bad.status == Status.FAILED and bad.finished_at is not None
+    assert "its payload is not a Celery task" in bad.last_error
+    assert {m.status for m in ScheduledMessage.objects.filter(pk__in=[m.pk for m in good])} == {Status.PUBLISHED}
+    assert relay_publish(older_than=timedelta(0)).unbuildable == 0  # the next run finds nothing left of it
+
+
+def test_a_caller_s_raw_celery_payload_is_not_republished_as_a_task(endpoint):
+    """A message scheduled while its endpoint was not a celery_queue one, its payload shaped as
+    DelayedTask's capture, failed; its endpoint then became one (nothing in flight): republishing it
+    is refused, as scheduling it as a task would be."""
+    crafted = message_schedule(endpoint=endpoint, payload=RAW_TASK, delay=600)
+    ScheduledMessage.objects.filter(pk=crafted.pk).update(status=Status.FAILED, finished_at=timezone.now())
+    endpoint_update(endpoint=endpoint, handler=Endpoint.Handler.CELERY_QUEUE)
+    with pytest.raises(Conflict, match="a raw Celery task message is not accepted"):
+        message_republish(message_id=crafted.id)
+    crafted.refresh_from_db()
+    assert crafted.status == Status.FAILED
+
+
+def test_a_caller_s_raw_celery_payload_never_takes_the_raw_path(endpoint, amqp):
+    """A caller's message shaped as DelayedTask's capture, on an endpoint that became a
+    celery_queue one under it (as the admin allowed before): it fails alone, with the reason, and
+    nothing of it reaches the broker; its neighbour in the publisher thread's batch goes."""
+    scheduled = message_schedule(endpoint=endpoint, payload=RAW_TASK, delay=0)
+    Endpoint.objects.filter(pk=endpoint.pk).update(handler=Endpoint.Handler.CELERY_QUEUE)
+    ScheduledMessage.objects.filter(pk=scheduled.pk).update(status=Status.PENDING, published_at=None)
+    crafted = ScheduledMessage.objects.select_related("endpoint", "topology").get(pk=scheduled.pk)
+    neighbour = row(crafted.endpoint, 0, payload=TASK)
+    result = relay_publish_rows(rows=[crafted, neighbour])  # the process's publisher thread's way
+    assert drained_ids(amqp, endpoint.queue, 1) == [str(neighbour.id)]
+    assert (result.published, result.unbuildable) == (1, 1)
+    crafted.refresh_from_db()
+    assert crafted.status == Status.FAILED and "its payload is not a Celery task" in crafted.last_error

@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from scheduling.messages import wire
 from scheduling.config.conf import broker
-from scheduling.models import ScheduledMessage
+from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.messages.rescue import message_rescue_overdue
 from tests.topology.helpers import get, wait_get
 from topology import cascade
@@ -89,3 +89,16 @@ def test_off_when_the_setting_is_zero(endpoint, amqp, settings):
     settings.DELAY_RESCUE_AFTER_MS = 0
     assert rescue(endpoint) == 0
     assert get(amqp, endpoint.name) is None
+
+
+def test_a_row_no_copy_can_be_built_of_fails_alone_and_the_others_are_rescued(endpoint, amqp, versions):
+    """A row whose queue the cascade cannot carry (made before names were checked, say): failed with
+    the reason, and the other overdue rows still get their copy."""
+    odd = Endpoint.objects.create(name="odd name", queue="odd name", topology=versions["v3"])
+    stuck, unbuildable = published(endpoint, 1500), published(odd, 1500)
+    assert message_rescue_overdue(queues={endpoint.name, odd.queue}, skip=set(), limit=100,
+                                  publish=lambda out: broker().publish(out)) == 1
+    got, _ = wait_get(amqp, endpoint.name, timeout=3)
+    assert got.headers[wire.H_MESSAGE_ID] == str(stuck.id)
+    unbuildable.refresh_from_db()
+    assert unbuildable.status == Status.FAILED and "destination 'odd name' must be letters" in unbuildable.last_error

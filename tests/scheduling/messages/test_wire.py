@@ -308,3 +308,52 @@ def test_a_retry_of_an_envelope_s_message_is_a_message_of_its_own():
 @pytest.mark.parametrize("body", [b"", b"[[[]],{},{}]", b'[[[["id"]]],{},{}]', b'[[[["id", "soon"]]],{},{}]'])
 def test_a_broken_envelope_is_not_read(body):
     assert wire.read_deliveries({"task": wire.ENVELOPE_TASK}, body, NOW_MS) is None
+
+
+# --- the raw Celery path: only a task message the platform captured ------------------------------
+
+CAPTURED = {"celery": {"task": "billing.remind", "queue": "billing", "content_type": "application/json",
+                       "content_encoding": "utf-8", "body": '[[42],{},{}]',
+                       "headers": {"task": "billing.remind", "id": "t-1", "CC": ["dp.relay"]}, "properties": {}}}
+
+
+def task_row(payload, *, captured_task, key=None) -> ScheduledMessage:
+    endpoint = Endpoint(team=TEAM, name="billing", queue="billing", handler=Endpoint.Handler.CELERY_QUEUE,
+                        topology=TopologyVersion(name="v2", prefix="dp.v2.", levels=28))
+    row = ScheduledMessage(id=uuid.uuid4(), endpoint=endpoint, payload=payload, idempotency_key=key, due_at=NOW,
+                           requested_delay_ms=0)
+    row.captured_task = captured_task  # as the row says it (NULL: a row of the release before the column)
+    return row
+
+
+@pytest.mark.parametrize(("captured_task", "key"), [
+    (True, "t-1"),  # DelayedTask's, stored so
+    (None, "t-1"),  # made by the release before the column: its key is the captured task's id
+    (None, "t-1#retry2"),  # a delayed retry of it
+])
+def test_a_captured_task_goes_as_it_was_captured(captured_task, key):
+    out, _ = wire.outgoing(task_row(CAPTURED, captured_task=captured_task, key=key), V2, NOW, margin_ms=250)
+    assert out.body == b"[[42],{},{}]" and out.headers["task"] == "billing.remind" and out.headers["eta"] is None
+    assert "CC" not in out.headers or out.headers["CC"] != ["dp.relay"]  # never its own routing headers
+
+
+@pytest.mark.parametrize(("captured_task", "key"), [
+    (False, "t-1"),  # a caller's payload, whatever its shape
+    (None, None),  # an old row whose key is not the task's id: not DelayedTask's
+    (None, "other"),
+])
+def test_a_payload_shaped_as_a_capture_is_no_task_unless_the_platform_captured_it(captured_task, key):
+    with pytest.raises(wire.Unbuildable, match="its payload is not a Celery task for queue 'billing'"):
+        wire.outgoing(task_row(CAPTURED, captured_task=captured_task, key=key), V2, NOW, margin_ms=250)
+
+
+@pytest.mark.parametrize("payload", [{"n": 1}, [1, 2], "text", {"celery": "x"}])
+def test_a_celery_queue_row_that_is_no_task_is_unbuildable_with_the_reason(payload):
+    with pytest.raises(wire.Unbuildable, match="not a Celery task"):
+        wire.outgoing(task_row(payload, captured_task=False), V2, NOW, margin_ms=250)
+
+
+def test_a_broken_capture_is_unbuildable_not_a_crash():
+    broken = {"celery": {**CAPTURED["celery"], "content_encoding": "no-such-codec"}}
+    with pytest.raises(wire.Unbuildable, match="LookupError"):
+        wire.outgoing(task_row(broken, captured_task=True, key="t-1"), V2, NOW, margin_ms=250)

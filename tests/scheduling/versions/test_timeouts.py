@@ -84,3 +84,24 @@ def test_migrating_hands_pending_timeouts_to_the_cascade_and_hides_them(tm_endpo
     ScheduledMessage.objects.filter(id__in=[r.id for r in late]).update(status=Status.PENDING)
     assert timeout_publish_due().published == 0
     assert drain_ids(amqp, tm_endpoint.name) == []
+
+
+def test_a_row_that_cannot_be_built_fails_alone_and_the_others_are_published(tm_endpoint, amqp):
+    """A celery_queue endpoint's timeouts, one of them not a task (its handler was another when it
+    was scheduled): that one fails with the reason, the rest of the run is published."""
+    Endpoint.objects.filter(pk=tm_endpoint.pk).update(handler=Endpoint.Handler.CELERY_QUEUE)
+    now = timezone.now()
+
+    def timeout(payload):
+        return ScheduledMessage.objects.create(endpoint=tm_endpoint, topology=tm_endpoint.topology, payload=payload,
+                                               due_at=now, requested_delay_ms=0,
+                                               delivery_mode=DeliveryMode.TIMEOUT_MANAGER)
+
+    good = [timeout({"task": "testapp.plain_receipt", "args": [n]}) for n in range(2)]
+    bad = timeout({"n": 1})
+    result = timeout_publish_due()
+    assert (result.published, result.unbuildable) == (2, 1)
+    assert sorted(drain_ids(amqp, tm_endpoint.name)) == sorted(str(m.id) for m in good)
+    bad.refresh_from_db()
+    assert bad.status == Status.FAILED and "its payload is not a Celery task" in bad.last_error
+    assert timeout_publish_due().unbuildable == 0
