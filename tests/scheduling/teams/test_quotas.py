@@ -157,3 +157,49 @@ def _waiting_on_the_lock(team) -> bool:
         cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
                        "AND classid = %s AND objid = %s AND objsubid = 1", [key >> 32, key & 0xFFFFFFFF])
         return cursor.fetchone()[0] > 0
+
+
+def _holding_the_lock(team) -> bool:
+    """This session holds the team's advisory lock (pg_locks: granted to this backend)."""
+    key = TEAM_LOCK_BASE | team.pk
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = "
+                       "pg_backend_pid() AND classid = %s AND objid = %s AND objsubid = 1",
+                       [key >> 32, key & 0xFFFFFFFF])
+        return cursor.fetchone()[0] > 0
+
+
+@pytest.mark.django_db
+def test_far_below_its_quota_a_team_is_admitted_without_the_lock_and_near_it_with_it(team, endpoint, caller):
+    """An exact count is as long as what the team has in flight, and under the lock each request of
+    the team would wait for it: far below the quota (by more than a tenth of it and 10,000) a count
+    at most a second old admits without the lock; within that margin the lock and an exact count."""
+    team_update(team=team, max_in_flight=20_000)  # exact within 10,000 of it: from 10,000
+    team_forget_counts()
+    with transaction.atomic():
+        schedule(caller, n=5)
+        assert not _holding_the_lock(team)
+    published(endpoint, 9_990 - 5)  # as another process would have: this one's count is a second old
+    team_forget_counts()
+    with transaction.atomic():
+        schedule(caller, n=10)  # 9,990 + 10: the last of the far side
+        assert not _holding_the_lock(team)
+    with transaction.atomic():
+        schedule(caller)  # one more is within the margin: counted exactly, under the lock
+        assert _holding_the_lock(team)
+    assert in_flight(team).messages == 10_001
+
+
+@pytest.mark.django_db
+def test_what_the_recent_count_admitted_counts_until_the_next_recount(team, endpoint, caller):
+    """What this process admitted since its count is added to it: a burst of requests within one
+    second reaches the margin and is then counted exactly, never admitted past it on a stale count."""
+    team_update(team=team, max_in_flight=10_020)  # a margin of 10,000: 20 far below
+    team_forget_counts()
+    for _ in range(4):
+        with transaction.atomic():
+            schedule(caller, n=5)
+            assert not _holding_the_lock(team)
+    with transaction.atomic():
+        schedule(caller)
+        assert _holding_the_lock(team)  # 21: past the 20 the recent count may admit
