@@ -146,10 +146,15 @@ class ApiKeyViewSet(TeamScoped, mixins.ListModelMixin, viewsets.GenericViewSet):
     @action(detail=True, methods=["post"])
     def revoke(self, request, prefix=None):
         """Revoke a key now: it is refused (401) from the next request on."""
-        keys = list(self.get_queryset().filter(prefix=prefix)[:2])
-        if len(keys) != 1:
-            raise Http404
-        return Response(ApiKeySerializer(api_key_revoke(key=keys[0])).data)
+        return _revoked(self.get_queryset(), prefix)
+
+
+def _revoked(keys, prefix: str) -> Response:
+    """Revoke the one key of ``keys`` with this prefix (none, or two alike: a 404)."""
+    found = list(keys.filter(prefix=prefix)[:2])
+    if len(found) != 1:
+        raise Http404
+    return Response(ApiKeySerializer(api_key_revoke(key=found[0])).data)
 
 
 class IsPerson(BasePermission):
@@ -177,10 +182,7 @@ class OwnApiKeyViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     @action(detail=True, methods=["post"])
     def revoke(self, request, prefix=None):
         """Revoke one of your keys now (and the team keys made with it)."""
-        keys = list(self.get_queryset().filter(prefix=prefix)[:2])
-        if len(keys) != 1:
-            raise Http404
-        return Response(ApiKeySerializer(api_key_revoke(key=keys[0])).data)
+        return _revoked(self.get_queryset(), prefix)
 
 
 class InvitationViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
