@@ -71,7 +71,7 @@ SECONDS = {
     "reliability/test_fuzz_api.py": 150, "scheduling/reports/test_accuracy.py": 140,
     "e2e/test_celery_integration.py": 135, "e2e/test_flow_control.py": 115,
     "reliability/test_destination_gone.py": 110, "browser/test_admin_browser.py": 110,
-    "scheduling/reports/test_export.py": 100, "reliability/test_prune_killed.py": 95,
+    "scheduling/reports/test_export.py": 100, "reliability/test_prune_killed.py": 95, "e2e/test_team_broker.py": 90,
     "topology/test_cascade_live.py": 80, "e2e/test_consumer_timeout.py": 80, "e2e/test_rabbitmq4.py": 75,
     "reliability/test_worker_killed.py": 60, "reliability/test_topology_properties.py": 60,
     "scheduling/versions/test_moves.py": 55, "reliability/test_database_unavailable.py": 55,
