@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from scheduling.audit import actions
 from scheduling.audit.services import audit_record
-from scheduling.config.conf import conf
+from scheduling.config.conf import conf, setting_name
 from scheduling.core.errors import Conflict, NotFound, QuotaExceeded
 from scheduling.teams.models import Invitation, Membership, Team
 from scheduling.teams.quotas import team_lock_counts
@@ -58,7 +58,8 @@ def _check_pending(team: Team, username: str, now) -> None:
     limit = conf().team_max_pending_invitations
     if waiting >= limit:
         raise QuotaExceeded(f"team {team.name} has {waiting:,} invitations waiting for an answer, its limit "
-                            f"(DELAY_TEAM_MAX_PENDING_INVITATIONS); revoke some, or wait until they expire")
+                            f"({setting_name('team_max_pending_invitations')}); revoke some, or wait until they "
+                            f"expire")
 
 
 def invitation_forget(*, before) -> int:
