@@ -19,11 +19,29 @@ from harness.recording_server import RecordingServer
 SECRET = "a-very-distinctive-signing-secret-123"
 
 
+def path_value(parameter: dict) -> str:
+    """A value the route's own pattern takes (so the request reaches the view, whose answer is the
+    401), from the parameter's schema: a UUID, digits, a key's prefix, or a name."""
+    schema = parameter["schema"]
+    if schema.get("format") == "uuid":
+        return "00000000-0000-0000-0000-000000000000"
+    if schema.get("type") == "integer" or schema.get("pattern", "").startswith("^[0-9]"):
+        return "1"
+    return "dpk_abcdefgh" if parameter["name"] == "prefix" else "x"
+
+
 def schema_routes():
     paths = SchemaGenerator().get_schema(request=None, public=True)["paths"]
-    return [(method, path.replace("{id}", "00000000-0000-0000-0000-000000000000").replace("{name}", "x")
-             .replace("{key}", "x").replace("{prefix}", "dpk_abcdefgh"))
-            for path, operations in paths.items() for method in operations]
+    routes = []
+    for path, operations in paths.items():
+        for method, operation in operations.items():
+            filled = path
+            for parameter in operation.get("parameters", []):
+                if parameter["in"] == "path":
+                    filled = filled.replace("{" + parameter["name"] + "}", path_value(parameter))
+            assert "{" not in filled, f"{method} {path}: a path parameter the schema does not describe"
+            routes.append((method, filled))
+    return routes
 
 
 @pytest.mark.django_db
