@@ -56,7 +56,7 @@ COLUMNS: dict[str, tuple[str, pa.DataType]] = {
     "trigger": (f'{M}."trigger"', pa.string()),
     "call_lease_until": (f'{M}."call_lease_until"', TIMESTAMP),
     "payload_bytes": (f'{M}."payload_bytes"', pa.int64()),
-    "captured_task": (f'{M}."captured_task"', pa.bool_()),  # files written before 0023 have none
+    "captured_task": (f'{M}."captured_task"::int', pa.bool_()),  # 1/0, as the CSV reader takes booleans; files before 0023 have none
     "payload": (f'{M}."payload"::text', pa.string()),
     "attempt_log": (ATTEMPTS_SQL, pa.string()),
 }

@@ -102,6 +102,8 @@ def test_prune_archives_then_deletes_exactly_the_finished_messages_past_retentio
 
 def test_an_archived_row_has_every_column_as_the_table_had_it(archive, history, endpoint_row):
     go, _ = history
+    ScheduledMessage.objects.filter(pk=go[1].pk).update(captured_task=True)
+    ScheduledMessage.objects.filter(pk=go[2].pk).update(captured_task=False)
     message_prune(now=NOW)
 
     archived = archive_rows(archive)
@@ -123,6 +125,7 @@ def test_an_archived_row_has_every_column_as_the_table_had_it(archive, history, 
     assert json.loads(archived[str(odd.id)]["payload"]) == odd.payload  # quotes, commas, newlines
     assert archived[str(odd.id)]["last_error"] == "NULL"  # text that reads NULL is not a NULL
     assert archived[str(go[2].id)]["idempotency_key"] == "order-1"
+    assert (archived[str(go[1].id)]["captured_task"], archived[str(go[2].id)]["captured_task"]) == (True, False)
 
 
 def attempt(message, *, at: datetime, **fields) -> MessageAttempt:
