@@ -36,6 +36,15 @@ def test_teams_keys_and_audit(client, platform, unique):
         client.keys.create(scopes=["read"], team=team.name)
     with pytest.raises(Forbidden):
         list(client.keys.list())
+    # invitations and own keys are a person's: a team's key reaches each route and is refused
+    for people_only in (lambda: client.teams.invite(team.name, f"someone-{unique}", "member"),
+                        lambda: list(client.teams.invitations(team.name)),
+                        lambda: client.teams.revoke_invitation(team.name, 1),
+                        lambda: list(client.invitations.list()), lambda: client.invitations.accept(1),
+                        lambda: client.invitations.decline(1), lambda: list(client.keys.mine()),
+                        lambda: client.keys.revoke_mine("dpk_abcdefgh")):
+        with pytest.raises(Forbidden):
+            people_only()
     client.endpoints.create(f"audited-{unique}")
     events = client.audit.list(team=team.name, action="endpoint.create").first(50)
     assert any(e.object_repr and f"audited-{unique}" in e.object_repr for e in events)

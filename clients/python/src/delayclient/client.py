@@ -19,7 +19,9 @@ import os
 
 from ._pages import AsyncPages, Pages
 from ._transport import AsyncTransport, Call, SyncTransport
-from .resources import RESOURCES, Audit, BulkActions, Endpoints, Keys, Messages, Platform, Schedules, Teams
+from .resources import (
+    RESOURCES, Audit, BulkActions, Endpoints, Invitations, Keys, Messages, Platform, Schedules, Teams,
+)
 
 URL_ENV, KEY_ENV = "DELAY_PLATFORM_URL", "DELAY_PLATFORM_KEY"
 
@@ -34,6 +36,7 @@ class _Resources:
     endpoints: Endpoints
     teams: Teams
     keys: Keys
+    invitations: Invitations
     audit: Audit
     bulk_actions: BulkActions
     platform: Platform

@@ -195,6 +195,22 @@ class Member(Model):
 
 
 @dataclass(frozen=True)
+class Invitation(Model):
+    """An invitation to join ``team`` with ``role``: pending until the person it names accepts or
+    declines it, a team admin revokes it, or it expires (``state`` then says ``expired``)."""
+
+    id: int = 0
+    team: str | None = None
+    username: str = ""
+    role: str = ""
+    state: str = ""
+    invited_by: str | None = None
+    created_at: datetime | None = None
+    expires_at: datetime | None = None
+    answered_at: datetime | None = None
+
+
+@dataclass(frozen=True)
 class ApiKey(Model):
     prefix: str = ""
     name: str | None = None

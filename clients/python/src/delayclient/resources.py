@@ -353,6 +353,42 @@ class Teams(Resource):
         return self._send(Call("POST", f"/api/teams/{_seg(name)}/members/remove/", json={"username": username},
                                parse=lambda data, status: None))
 
+    @route("POST", "/api/teams/{name}/invitations/")
+    def invite(self, name: str, username: str, role: str) -> None:
+        """Invite ``username`` to the team with ``role`` (team admins): they join when they accept.
+        The platform answers the same whether the name is a user or not, so this returns nothing."""
+        return self._send(Call("POST", f"/api/teams/{_seg(name)}/invitations/",
+                               json={"username": username, "role": role}, parse=lambda data, status: None))
+
+    @route("GET", "/api/teams/{name}/invitations/")
+    def invitations(self, name: str):
+        """The team's invitations (team admins), newest first."""
+        return self._list(Call("GET", f"/api/teams/{_seg(name)}/invitations/", idempotent=True), models.Invitation)
+
+    @route("POST", "/api/teams/{name}/invitations/{invitation_id}/revoke/")
+    def revoke_invitation(self, name: str, invitation_id: int):
+        return self._send(Call("POST", f"/api/teams/{_seg(name)}/invitations/{_seg(invitation_id)}/revoke/",
+                               idempotent=True, parse=_one(models.Invitation)))
+
+
+class Invitations(Resource):
+    """Your own invitations (a person's session or key; a team's key has none)."""
+
+    @route("GET", "/api/invitations/")
+    def list(self):
+        return self._list(Call("GET", "/api/invitations/", idempotent=True), models.Invitation)
+
+    @route("POST", "/api/invitations/{id}/accept/")
+    def accept(self, invitation_id: int):
+        """Join the invitation's team with its role."""
+        return self._send(Call("POST", f"/api/invitations/{_seg(invitation_id)}/accept/", idempotent=True,
+                               parse=_one(models.Invitation)))
+
+    @route("POST", "/api/invitations/{id}/decline/")
+    def decline(self, invitation_id: int):
+        return self._send(Call("POST", f"/api/invitations/{_seg(invitation_id)}/decline/", idempotent=True,
+                               parse=_one(models.Invitation)))
+
 
 class Keys(Resource):
     @route("GET", "/api/keys/")
@@ -369,6 +405,17 @@ class Keys(Resource):
     @route("POST", "/api/keys/{prefix}/revoke/")
     def revoke(self, prefix: str):
         return self._send(Call("POST", f"/api/keys/{_seg(prefix)}/revoke/", idempotent=True,
+                               parse=_one(models.ApiKey)))
+
+    @route("GET", "/api/keys/mine/")
+    def mine(self):
+        """Your own keys (those that act as you), a person's session or key only."""
+        return self._list(Call("GET", "/api/keys/mine/", idempotent=True), models.ApiKey)
+
+    @route("POST", "/api/keys/mine/{prefix}/revoke/")
+    def revoke_mine(self, prefix: str):
+        """Revoke one of your own keys, and the team keys made with it."""
+        return self._send(Call("POST", f"/api/keys/mine/{_seg(prefix)}/revoke/", idempotent=True,
                                parse=_one(models.ApiKey)))
 
 
@@ -403,7 +450,7 @@ class Platform(Resource):
 
 
 RESOURCES = {"platform": Platform, "messages": Messages, "schedules": Schedules, "endpoints": Endpoints, "teams": Teams, "keys": Keys,
-             "audit": Audit, "bulk_actions": BulkActions}
+             "invitations": Invitations, "audit": Audit, "bulk_actions": BulkActions}
 
 
 def routes() -> dict[tuple[str, str], str]:
