@@ -52,13 +52,32 @@ class Worker:
                 self.process.wait()
 
     def kill(self) -> None:
-        """SIGKILL the whole worker (main process and pool): nothing gets to clean up."""
+        """SIGKILL the whole worker (main process, pool, embedded beat): nothing gets to clean up.
+        Returns once no process of its group runs any more: a signal reaches the others
+        asynchronously, and one still on a core could make a call or commit a write after the
+        main process is reaped."""
         if self.process and self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
+            wait_until(lambda: not group_running(self.process.pid), 30, 0.01, f"worker {self.name}'s processes to end")
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def group_running(pgid: int) -> bool:
+    """Whether a process of this process group still runs (a zombie, killed and waiting for its
+    reaper, does not)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
 
 
 def start_workers(label: str, env: dict, count: int) -> list[Worker]:
