@@ -5,6 +5,7 @@ mid-batch loses nothing and calls again only what was in flight. Bounds are gene
 2-core machine); the figures are make bench's."""
 
 import os
+import time
 import uuid
 from collections import Counter
 from datetime import timedelta
@@ -30,6 +31,20 @@ def own_worker(worker_env, label: str, **settings) -> Worker:
     run_id = os.environ["DP_TEST_RUN_ID"]
     return Worker(f"{label}-{run_id}", {**worker_env, **settings},
                   ARTIFACTS / f"worker-{run_id}-webhook-{label}.log").start()
+
+
+def quiet(server: RecordingServer, seconds: float = 1.0):
+    """A wait condition: the server holds no request and has taken none for ``seconds``."""
+    seen = {"count": -1, "since": 0.0}
+
+    def check() -> bool:
+        count, now = len(server.requests), time.monotonic()
+        if count != seen["count"] or server.in_flight:
+            seen["count"], seen["since"] = count, now
+            return False
+        return now - seen["since"] >= seconds
+
+    return check
 
 
 def endpoint(client, name: str, url: str, **fields) -> str:
@@ -139,6 +154,10 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_calls_again_only_what_was_i
         ids = schedule_many(api, name, [1.0] * 1000)
         wait_until(lambda: len(server.requests) >= 200, 60, 0.05, "a part of the batch called")
         first.kill()
+        # what the killed worker sent may still sit in the receiver's sockets: read once the
+        # receiver has taken it all (nothing held, nothing new for a second), so a call made before
+        # the kill is never taken for the second worker's
+        wait_until(quiet(server), 60, 0.1, "the receiver to take what the killed worker sent")
         # recorded first: a delivery is recorded after its call ended, so every row read here was
         # called before the calls are read below
         recorded_before = {str(i) for i in ScheduledMessage.objects.filter(id__in=ids, status=Status.DELIVERED)
