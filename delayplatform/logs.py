@@ -21,12 +21,27 @@ from __future__ import annotations
 import ast
 import logging
 import logging.config
+import sys
 
 from scheduling.core import task_names
 
 PERIODIC_TASKS = frozenset({task_names.RELAY_SWEEP, task_names.RELAY_TIMEOUTS, task_names.DRAIN_UNROUTABLE,
                             task_names.SCHEDULE_RUNS})
 PLAIN = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
+class TraceIds(logging.Filter):
+    """A line logged while a span is current carries its ``trace_id`` and ``span_id`` (keys of the
+    JSON format; docs/observability/logs.md). Nothing to do, and nothing imported, unless tracing
+    loaded OpenTelemetry in this process (scheduling/observability/tracing.py)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        otel = sys.modules.get("opentelemetry.trace")
+        if otel is not None:
+            context = otel.get_current_span().get_span_context()
+            if context.is_valid:
+                record.trace_id, record.span_id = f"{context.trace_id:032x}", f"{context.span_id:016x}"
+        return True
 
 
 class QuietIdlePeriodicTasks(logging.Filter):
@@ -72,9 +87,10 @@ def config(*, log_format: str, root_level: str, deliveries_level: str) -> dict:
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"console": formatter},
-        "filters": {"quiet_idle_periodic_tasks": {"()": "delayplatform.logs.QuietIdlePeriodicTasks"}},
+        "filters": {"quiet_idle_periodic_tasks": {"()": "delayplatform.logs.QuietIdlePeriodicTasks"},
+                    "trace_ids": {"()": "delayplatform.logs.TraceIds"}},
         "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "console",
-                                 "filters": ["quiet_idle_periodic_tasks"]}},
+                                 "filters": ["quiet_idle_periodic_tasks", "trace_ids"]}},
         "root": {"handlers": ["console"], "level": root_level},
         "loggers": {"scheduling.deliveries": {"level": deliveries_level}},
     }

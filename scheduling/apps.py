@@ -16,5 +16,8 @@ class SchedulingConfig(AppConfig):
 
     def ready(self):
         from scheduling.retention import checks  # noqa: F401 (registers the system checks)
+        from scheduling.observability.tracing import tracing_start
+
+        tracing_start()  # on only when the OTEL_* variables ask (docs/observability/tracing.md)
 
         post_migrate.connect(create_cache_tables, sender=self, dispatch_uid="scheduling.create_cache_tables")

@@ -247,6 +247,14 @@ class ScheduledMessage(models.Model):
         null=True, blank=True, editable=False,
         help_text="a Celery task message the platform captured (DelayedTask), published as captured")
 
+    # The W3C traceparent the message continues (docs/observability/tracing.md): the caller's, or with
+    # tracing on the platform's schedule span in the caller's trace. NULL: none was given (and
+    # tracing is off), or a row from before this column (0026). Nullable, no default: adding it
+    # rewrites nothing.
+    traceparent = models.CharField(
+        max_length=55, null=True, blank=True, editable=False,
+        help_text="the W3C traceparent it was scheduled under, carried to its delivery")
+
     objects = ScheduledMessageQuerySet.as_manager()
 
     class Meta:

@@ -76,6 +76,23 @@ from scheduling.api.serializers import (
 )
 
 
+# W3C Trace Context (docs/observability/tracing.md): the message continues the caller's trace. An
+# invalid value is ignored, as W3C says (the message starts a trace of its own); never a 400.
+TRACEPARENT_PARAMETER = OpenApiParameter(
+    "traceparent", str, location=OpenApiParameter.HEADER, required=False,
+    description="W3C traceparent (00-<trace id>-<parent id>-<flags>) the message continues; kept with it and "
+                "sent on to its webhook or Celery task; ignored unless valid")
+
+
+def _traced(items: list[dict], request) -> list[dict]:
+    """The request's traceparent on each item (the service keeps it only if it is valid)."""
+    value = request.headers.get("traceparent")
+    if value:
+        for item in items:
+            item["traceparent"] = value
+    return items
+
+
 TEAM_PARAMETER = OpenApiParameter("team", str, description="one of your teams: needed where a name is used by "
                                                            "several of them")
 
@@ -315,12 +332,13 @@ class MessageViewSet(TeamScoped, mixins.ListModelMixin, mixins.RetrieveModelMixi
         ones. No total count: counting a history of millions of rows cost more than the page."""
         return super().list(request, *args, **kwargs)
 
-    @extend_schema(request=MessageCreateSerializer, responses={201: MessageSerializer, 200: MessageSerializer})
+    @extend_schema(request=MessageCreateSerializer, responses={201: MessageSerializer, 200: MessageSerializer},
+                   parameters=[TRACEPARENT_PARAMETER])
     def create(self, request):
         serializer = MessageCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         try:
-            (result,) = message_schedule_many(items=[serializer.to_item()], caller=self.caller)
+            (result,) = message_schedule_many(items=_traced([serializer.to_item()], request), caller=self.caller)
         except BulkValidationError as exc:
             raise DjangoValidationError(exc.errors[0]) from None
         code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
@@ -337,13 +355,13 @@ class MessageViewSet(TeamScoped, mixins.ListModelMixin, mixins.RetrieveModelMixi
         return Response(MessageSerializer(message).data)
 
     @extend_schema(request=BulkCreateSerializer, responses={201: inline_serializer(
-        "BulkCreated", {"messages": MessageCreatedSerializer(many=True)})})
+        "BulkCreated", {"messages": MessageCreatedSerializer(many=True)})}, parameters=[TRACEPARENT_PARAMETER])
     @action(detail=False, methods=["post"], renderer_classes=[FastJSONRenderer])
     def bulk(self, request):
         serializer = BulkCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         items = [message_item(data) for data in serializer.validated_data["messages"]]
-        results = message_schedule_many(items=items, caller=self.caller)
+        results = message_schedule_many(items=_traced(items, request), caller=self.caller)
         return Response(
             {"messages": [MessageCreatedSerializer.represent(r.message) for r in results]},
             status=status.HTTP_201_CREATED,

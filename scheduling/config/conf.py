@@ -46,6 +46,18 @@ class DelaySettings:
     """Fernet keys that encrypt webhook signing secrets at rest, comma-separated: the first encrypts, all
     decrypt (rotation: the new key first, `manage.py rotate_secrets_key`, then drop the old;
     [Security](../security.md#webhook-secrets-at-rest))"""
+    otel_exporter_otlp_endpoint: str
+    """OpenTelemetry's standard variable: the OTLP/HTTP collector's base URL (spans go to
+    `<url>/v1/traces`); setting it turns tracing on ([Tracing](../observability/tracing.md))"""
+    otel_exporter_otlp_traces_endpoint: str
+    """the full URL spans are posted to, instead of the base URL's `/v1/traces`; setting it turns tracing
+    on too"""
+    otel_traces_exporter: str
+    """`otlp` turns tracing on (to `http://localhost:4318` when no endpoint is set); `none` keeps it off
+    whatever else is set"""
+    otel_service_name: str
+    """the `service.name` of the platform's spans (the other `OTEL_*` variables, such as
+    `OTEL_TRACES_SAMPLER`, are read by the OpenTelemetry SDK itself)"""
     broker_url: str
     """RabbitMQ (cascade and Celery); a cluster as `amqp://a:5672/v;amqp://b:5672/v;amqp://c:5672/v`
     ([Cluster](../operations/cluster.md))"""

@@ -134,6 +134,22 @@ SPECS: tuple[Spec, ...] = (
              "delivery batch; `DEBUG`: also a line per delivery); `WARNING` silences it", "WARNING", setting=False),
     ),
     *_group(
+        "Tracing",
+        Spec("OTEL_EXPORTER_OTLP_ENDPOINT", Text(), "", "OpenTelemetry's standard variable: the OTLP/HTTP "
+             "collector's base URL (spans go to `<url>/v1/traces`); setting it turns tracing on "
+             "([Tracing](../observability/tracing.md))", "http://127.0.0.1:4318", conf=True,
+             shown_default="— (tracing off)"),
+        Spec("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", Text(), "", "the full URL spans are posted to, instead of "
+             "the base URL's `/v1/traces`; setting it turns tracing on too", "http://127.0.0.1:4318/v1/traces",
+             conf=True, shown_default="—"),
+        Spec("OTEL_TRACES_EXPORTER", Choice("", "otlp", "none"), "", "`otlp` turns tracing on (to "
+             "`http://localhost:4318` when no endpoint is set); `none` keeps it off whatever else is set", "none",
+             conf=True, shown_default="— (on when an endpoint is set)"),
+        Spec("OTEL_SERVICE_NAME", Text(), "", "the `service.name` of the platform's spans (the other `OTEL_*` "
+             "variables, such as `OTEL_TRACES_SAMPLER`, are read by the OpenTelemetry SDK itself)", "delay-eu",
+             conf=True, shown_default="`delay-platform`"),
+    ),
+    *_group(
         "The database",
         Spec("DATABASE_URL", DatabaseUrl(), "postgres://postgres:postgres@127.0.0.1:5432/delayplatform",
              "the PostgreSQL database, as a dj-database-url URL", "postgres://user:pw@db.example:5432/delayplatform",

@@ -38,7 +38,7 @@ from scheduling.core.clock import to_epoch_ms
 from scheduling.config.conf import broker, conf
 from scheduling.core.lifecycle import Event, Status
 from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage
-from scheduling.observability import metrics
+from scheduling.observability import metrics, tracing
 from scheduling.messages.rescue import message_rescue_covers
 from scheduling.messages.unroutable import message_mark_unbuildable
 
@@ -98,6 +98,8 @@ def _prepare(rows: list[ScheduledMessage], now, *, direct: bool) -> Prepared:
     """Build a batch. A row that cannot be built is set aside alone (the caller fails it), never
     the batch: one bad row must not hold back every team's messages on every run."""
     settings = conf()
+    if tracing.ENABLED:  # each traced row's broker message names its publish span
+        tracing.publish_prepare(rows)
     versions = {row.topology_id: row.topology.cascade for row in rows}  # built once per batch
     batch = Prepared([], [], [])
     for group in _envelopes(rows, versions, direct=direct, enabled=settings.envelopes):
@@ -142,6 +144,8 @@ def _send(groups, prepared, rows, result: RelayResult) -> tuple[list, list] | No
                 row.last_error = f"publish failed: {outcome.failed.get(index, 'unknown')}"
                 failed.append(row)
     metrics.relay_outcome(published, failed, carriers)
+    if tracing.ENABLED:  # a publish span per confirmed row (a failed one's next try makes its own)
+        tracing.publish_end(published, "published")
     result.published += len(published)
     result.failed += len(failed)
     return published, failed
@@ -436,6 +440,8 @@ def _send_gathered(parts: list[_Part]) -> None:
             part.errors += errors
             part.published_at = part.claimed.published_at if part.claimed else now
         metrics.relay_outcome(published, unsent, carriers)
+        if tracing.ENABLED:
+            tracing.publish_end(published, "published")
     finally:
         connections.close_all()  # none should have been opened in this thread; never leave one behind
 

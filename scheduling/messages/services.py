@@ -4,6 +4,7 @@ route fixed (relay_claim_new) or ``pending`` for the relay to lock, publish and 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from dataclasses import dataclass
@@ -28,7 +29,8 @@ from scheduling.endpoints.services import endpoint_lock_wires
 from scheduling.core.errors import BulkValidationError, Conflict, Forbidden, NotFound
 from scheduling.core.lifecycle import Status
 from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
-from scheduling.observability import metrics
+from scheduling.observability import metrics, tracing
+from scheduling.core import traceparent as trace_context
 from scheduling.teams.caller import PLATFORM, Caller
 from scheduling.teams.quotas import (
     leaves_copy, payload_size, team_check_in_flight, team_record_copies, team_task_refusal,
@@ -213,6 +215,8 @@ def _build(item: dict, endpoints: dict[str, list[Endpoint]], now: datetime) -> S
         schedule=item.get("schedule"),  # a schedule's run (schedules/services.py)
         captured_task=bool(item.get("captured_task")),  # only the platform's own callers pass it (wire.is_captured)
         created_at=now,
+        # a caller's W3C traceparent, kept if valid and ignored if not (W3C Trace Context's rule)
+        traceparent=trace_context.parse(item.get("traceparent")),
     )
     row.payload_json = encoded  # what insert_many writes
     row.payload_bytes = len(encoded.encode())  # what the team's bytes quota sums
@@ -276,13 +280,35 @@ def message_schedule_many(*, items: list[dict], caller: Caller = PLATFORM) -> li
     if errors:
         raise BulkValidationError(errors, total=len(items))
     _check_tasks(rows, caller)
-    for attempt in range(2):
-        try:
-            return _save(rows, check_quota=caller is not PLATFORM)
-        except IntegrityError:  # the same idempotency key was used concurrently: look again
-            if attempt:
-                raise
-    raise AssertionError("unreachable")
+    spans = _schedule_spans(rows) if tracing.ENABLED else None
+    outcome = "error"
+    try:
+        for attempt in range(2):
+            try:
+                # one message: its span is current, so the request's log lines carry its trace id
+                with tracing.use(spans[0]) if spans and len(spans) == 1 else contextlib.nullcontext():
+                    results = _save(rows, check_quota=caller is not PLATFORM)
+                outcome = "scheduled"
+                return results
+            except IntegrityError:  # the same idempotency key was used concurrently: look again
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+    finally:
+        if spans:
+            tracing.schedule_end(spans, rows, outcome)
+
+
+def _schedule_spans(rows: list[ScheduledMessage]) -> list:
+    """Tracing on: a schedule span per message, in its caller's trace (or a new one); the row keeps
+    the span's traceparent, which every later hop continues."""
+    spans = []
+    for row in rows:
+        span = tracing.schedule_start(parent=row.traceparent, team=row.endpoint.team.name,
+                                      endpoint=row.endpoint.name)
+        row.traceparent = tracing.header_of(span)
+        spans.append(span)
+    return spans
 
 
 def _audit_scheduled(results: list[Scheduled]) -> None:
@@ -356,9 +382,11 @@ def message_schedule(
     idempotency_key: str | None = None,
     team: str | None = None,
     caller: Caller = PLATFORM,
+    traceparent: str | None = None,
 ) -> ScheduledMessage:
     """Schedule one message for ``endpoint`` after ``delay`` (seconds or timedelta) or at
-    ``deliver_at``. Raises ValidationError naming the field for bad input; stores nothing then."""
+    ``deliver_at``. Raises ValidationError naming the field for bad input; stores nothing then.
+    ``traceparent``: a W3C traceparent the message continues (ignored unless valid)."""
     try:
         (result,) = message_schedule_many(
             items=[
@@ -369,6 +397,7 @@ def message_schedule(
                     "delay": delay,
                     "deliver_at": deliver_at,
                     "idempotency_key": idempotency_key,
+                    "traceparent": traceparent,
                 }
             ],
             caller=caller,

@@ -22,6 +22,7 @@ from topology import cascade, explain
 
 from scheduling.celery import structured
 from scheduling.core import task_names
+from scheduling.core import traceparent as trace_context
 from scheduling.core.clock import from_epoch_ms, to_epoch_ms
 from scheduling.models import Endpoint, ScheduledMessage
 
@@ -35,6 +36,10 @@ H_DELAY_MS = "x-dp-delay-ms"  # time the message was set to spend in the cascade
 H_PUBLISHED_AT_MS = "x-dp-published-at-ms"
 H_POISON_REASON = "x-dp-poison-reason"
 H_ENVELOPE = "x-dp-envelope"  # how many messages the envelope carries
+# W3C Trace Context (docs/observability/tracing.md): added only to a message that has one, so a
+# message without stays byte for byte what it was (v1/v2 copies are NServiceBus's shape).
+H_TRACEPARENT = "traceparent"
+H_TRACEPARENTS = "x-dp-traceparents"  # an envelope's: message id -> traceparent, of those that have one
 
 
 Route = cascade.Route  # exchange, routing key and CC keys of a publish, with its whole units
@@ -50,7 +55,7 @@ class Unbuildable(ValueError):
 # What building a row reads of it (with its topology's cascade): the relay and the rescue load only
 # these (decoding payloads cost ~0.1 ms a row; a Celery queue's rows load theirs apart).
 PUBLISH_FIELDS = ("id", "due_at", "topology", "endpoint__queue", "endpoint__handler", "captured_task",
-                  "idempotency_key")
+                  "idempotency_key", "traceparent")
 
 # What building a row from a payload that is not what its path expects raises (a missing key, a
 # value of another type, an unknown encoding, a destination the cascade cannot carry).
@@ -108,19 +113,30 @@ def retry(message: Received, message_id: str, attempt: int, eta: datetime) -> Ou
     """The next handler attempt of a delivered message: the same message with ``attempt`` and a
     new eta, back where it came from (the delivery exchange with its key, or the queue)."""
     body, headers, properties = deliver_message(message_id, eta, attempt)
-    kept = {k: v for k, v in message.headers.items() if k.startswith("x-dp-") and k != H_ENVELOPE}
+    kept = {k: v for k, v in message.headers.items()
+            if (k.startswith("x-dp-") or k == H_TRACEPARENT) and k not in (H_ENVELOPE, H_TRACEPARENTS)}
     return Outgoing(message.exchange, message.routing_key, body, {**kept, H_MESSAGE_ID: message_id, **headers},
                     properties)
 
 
+def sent_traceparent(message: ScheduledMessage) -> str | None:
+    """The traceparent a row's broker message carries: the relay's publish span (tracing on), else
+    the row's own; None for a row without (or one loaded without the column: never a query here)."""
+    fields = message.__dict__
+    return fields.get("wire_traceparent") or fields.get("traceparent")
+
+
 def _x_dp_headers(message: ScheduledMessage, version: cascade.Version, r: Route, now_ms: int) -> dict:
-    return {
+    headers = {
         H_MESSAGE_ID: str(message.id),
         H_DUE_AT_MS: message.due_at_ms,
         H_VERSION: version.name,
         H_DELAY_MS: r.delay_units * version.unit_ms,
         H_PUBLISHED_AT_MS: now_ms,
     }
+    if traceparent := sent_traceparent(message):
+        headers[H_TRACEPARENT] = traceparent
+    return headers
 
 
 def outgoing(message: ScheduledMessage, version: cascade.Version, now: datetime, *, margin_ms: int,
@@ -231,7 +247,11 @@ def outgoing_envelope(messages: list[ScheduledMessage], version: cascade.Version
     body, headers, properties = _task_message(ENVELOPE_TASK, envelope_id, first.due_at, f"[{items}]", "{}")
     headers.update(_x_dp_headers(first, version, r, now_ms), **r.headers)
     del headers[H_MESSAGE_ID]  # the ids are in the body
+    headers.pop(H_TRACEPARENT, None)  # the first message's: each message's is in H_TRACEPARENTS
     headers[H_ENVELOPE] = len(messages)
+    traced = {str(m.id): t for m in messages if (t := sent_traceparent(m))}
+    if traced:
+        headers[H_TRACEPARENTS] = traced
     return Outgoing(r.exchange, r.routing_key, body, headers, properties), r
 
 
@@ -296,6 +316,14 @@ def _iso_ms(value) -> int | None:
         return to_epoch_ms(datetime.fromisoformat(value)) if isinstance(value, str) else None
     except (ValueError, TypeError):  # not ISO, or naive (cannot be compared with UTC)
         return None
+
+
+def traceparent_of(headers: dict, message_id: str) -> str | None:
+    """The traceparent a delivered copy carries for ``message_id`` (its own header, or its
+    envelope's entry); None without one. Checked again (a header is anyone's input)."""
+    traced = headers.get(H_TRACEPARENTS)
+    value = traced.get(message_id) if isinstance(traced, dict) else headers.get(H_TRACEPARENT)
+    return trace_context.parse(value)
 
 
 def read_envelope(headers: dict, body: bytes) -> list[Delivery] | None:

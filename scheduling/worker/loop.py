@@ -37,8 +37,9 @@ import rabbit
 from scheduling.messages import wire
 from scheduling.core.clock import from_epoch_ms, now_ms, to_epoch_ms
 from scheduling.config.conf import broker, conf
-from scheduling.observability import metrics
-from scheduling.endpoints.selectors import endpoint_get_consumption, endpoint_get_flow_limits
+from scheduling.observability import metrics, tracing
+from scheduling.endpoints.selectors import (
+    endpoint_get_consumption, endpoint_get_flow_limits, endpoint_get_labels_by_queue)
 from scheduling.delivery.services import Outcome, Result, delivery_receive_many, delivery_retry_unsent
 from scheduling.delivery.flow_slots import endpoint_release_call_slots, endpoint_take_call_slots, endpoint_take_slots
 from scheduling.messages.rescue import message_rescue_overdue
@@ -87,6 +88,10 @@ class DeliveryLoop(threading.Thread):
         self.in_webhooks: set[str] = set()  # ids taken for a call or parked for one, not yet settled
         self.parts: dict[int, int] = {}  # delivery tag of an envelope -> its messages not yet settled
         self.given_back: set[int] = set()  # envelopes rejected whole while a message of theirs was at a webhook
+        # tracing on only (observability/tracing.py): queue -> (team, endpoint) names, and the spans
+        # of webhook deliveries out (message id -> (deliver span, attempt span))
+        self.labels: dict[str, tuple[str, str]] = {}
+        self.spans: dict[str, tuple] = {}
 
     # --- lifecycle of the thread --------------------------------------------------------------
 
@@ -166,6 +171,8 @@ class DeliveryLoop(threading.Thread):
             wanted = {name for name, active in endpoint_get_consumption().items() if active}
             self.flow.set_limits(endpoint_get_flow_limits())
             self.profiles = webhook_profiles()
+            if tracing.ENABLED:
+                self.labels = endpoint_get_labels_by_queue()
         except DatabaseError as exc:
             log.warning("endpoint sync skipped: database unavailable (%s)", exc)
             return
@@ -321,9 +328,11 @@ class DeliveryLoop(threading.Thread):
             profile = profile_of[message_id]
             row.team_id = profile.team_id
             body = payload_body(row.payload)
-            calls.append(Call(message_id, profile.endpoint_id, profile.team_id, profile.url, body,
-                              signed_headers(list(profile.keys), message_id=message_id, due_at=row.due_at,
-                                             attempt=row.attempt + 1, body=body, timestamp=timestamp),
+            headers = signed_headers(list(profile.keys), message_id=message_id, due_at=row.due_at,
+                                     attempt=row.attempt + 1, body=body, timestamp=timestamp)
+            if held.message.headers.get(wire.H_TRACEPARENT) or held.message.headers.get(wire.H_TRACEPARENTS):
+                self._trace_call(held, row, profile, headers)
+            calls.append(Call(message_id, profile.endpoint_id, profile.team_id, profile.url, body, headers,
                               profile.deadline_s, profile.networks, profile.limit,
                               (held, row, self.session_no, slot_of.get(message_id))))
             self.in_webhooks.add(message_id)
@@ -390,6 +399,13 @@ class DeliveryLoop(threading.Thread):
         if not ended:
             return
         self._release_call_slots(ended)  # the calls are over: max_concurrent counts calls, not records
+        if self.spans:
+            for result in ended:
+                if (spans := self.spans.get(result.call.message_id)) is not None and spans[1] is not None:
+                    tracing.attempt_end(spans[1], outcome=result.outcome if result.called else "not_called",
+                                        status_code=result.status_code, started_s=result.started_at,
+                                        duration_ms=result.duration_ms)
+                    self.spans[result.call.message_id] = (spans[0], None)
         self.recorder.submit(ended)
         failing = {result.call.endpoint for result in ended if not result.ok}
         now = now_ms()
@@ -462,6 +478,8 @@ class DeliveryLoop(threading.Thread):
         """Settle a batch, then ack it in one write (as few frames as AMQP's multiple ack allows).
         If a retry cannot be published the session ends: every retry of the batch not yet sent is
         forgotten on its row first, since its held copy, unacked, comes back and must deliver."""
+        if tracing.ENABLED:
+            self._trace_settled(decided)
         settled = []
         for index, (held, outcome) in enumerate(decided):
             try:
@@ -473,6 +491,47 @@ class DeliveryLoop(threading.Thread):
                         delivery_retry_unsent(message_id=later.delivery.message_id, attempt=later_outcome.attempt)
                 raise
         self.consumer.ack_many(settled)
+
+    # --- tracing (observability/tracing.py; docs/observability/tracing.md) ----------------------
+
+    def _trace_call(self, held: Held, row, profile: WebhookProfile, headers: dict) -> None:
+        """The webhook's ``traceparent``: with tracing on, the attempt span's (a child of this
+        delivery's span, both ended later); off, the copy's own, passed on as it came."""
+        message_id = held.delivery.message_id
+        parent = wire.traceparent_of(held.message.headers, message_id)
+        if parent is None:
+            return
+        if not tracing.ENABLED:
+            headers[wire.H_TRACEPARENT] = parent
+            return
+        if (earlier := self.spans.pop(message_id, None)) is not None:  # its call was handed back: held again
+            tracing.deliver_end(earlier[0], outcome="held", lateness_ms=None)
+        team, endpoint = self.labels.get(held.message.queue, (None, None))
+        deliver = tracing.deliver_start(parent=parent, message_id=message_id, team=team, endpoint=endpoint,
+                                        attempt=row.attempt + 1)
+        attempt = tracing.attempt_start(deliver, message_id=message_id, team=team, endpoint=endpoint,
+                                        attempt=row.attempt + 1, url=profile.url)
+        headers[wire.H_TRACEPARENT] = tracing.header_of(attempt)
+        self.spans[message_id] = (deliver, attempt)
+
+    def _trace_settled(self, decided: list[tuple[Held, Outcome]]) -> None:
+        """A deliver span for each settled copy that carries a trace: a webhook's, started with its
+        call, ends now; any other's is the hand-over just made."""
+        now = now_ms()
+        for held, outcome in decided:
+            message_id = held.delivery.message_id
+            spans = self.spans.pop(message_id, None)
+            if spans is None:
+                parent = wire.traceparent_of(held.message.headers, message_id)
+                if parent is None:
+                    continue
+                team, endpoint = self.labels.get(held.message.queue, (None, None))
+                spans = (tracing.deliver_start(parent=parent, message_id=message_id, team=team, endpoint=endpoint,
+                                               attempt=held.delivery.attempt + 1,
+                                               start_ns=held.delivery.due_ms * 1_000_000
+                                               if held.delivery.due_ms < now else None), None)
+            lateness = now - held.delivery.due_ms if outcome.result is Result.DELIVERED else None
+            tracing.deliver_end(spans[0], outcome=outcome.result.value, lateness_ms=lateness)
 
     def _last_part(self, held: Held) -> bool:
         """Whether ``held`` was the last unsettled message of its broker message (a lone message

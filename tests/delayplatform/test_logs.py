@@ -132,6 +132,6 @@ def test_an_unknown_level_is_refused():
 
 def test_the_configuration_puts_the_filter_on_the_console():
     config = logs.config(log_format="json", root_level="INFO", deliveries_level="WARNING")
-    assert config["handlers"]["console"]["filters"] == ["quiet_idle_periodic_tasks"]
+    assert config["handlers"]["console"]["filters"] == ["quiet_idle_periodic_tasks", "trace_ids"]
     assert config["formatters"]["console"] == {"()": "delayplatform.logs.json_formatter"}
     assert config["loggers"]["scheduling.deliveries"] == {"level": "WARNING"}
