@@ -78,6 +78,7 @@ SECONDS = {
     "e2e/test_loop_processes.py": 55, "e2e/test_envelopes.py": 50, "scheduling/versions/test_shards.py": 45,
     "scheduling/retention/test_services.py": 45, "scheduling/management/test_provision_delays.py": 40,
     "scheduling/config/test_conf.py": 40, "reliability/test_security.py": 35, "e2e/test_relay_gather.py": 35,
+    "e2e/test_tracing.py": 50,
     "e2e/test_metrics.py": 35, "e2e/test_migration_teams.py": 30, "topology/test_shards_live.py": 30,
     "scheduling/delivery/test_services.py": 30, "scheduling/api/test_validation.py": 25, "e2e/test_schedules.py": 25,
     "scheduling/management/test_worker_health.py": 25,
