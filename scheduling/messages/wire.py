@@ -113,8 +113,9 @@ def retry(message: Received, message_id: str, attempt: int, eta: datetime) -> Ou
     """The next handler attempt of a delivered message: the same message with ``attempt`` and a
     new eta, back where it came from (the delivery exchange with its key, or the queue)."""
     body, headers, properties = deliver_message(message_id, eta, attempt)
-    kept = {k: v for k, v in message.headers.items()
-            if (k.startswith("x-dp-") or k == H_TRACEPARENT) and k not in (H_ENVELOPE, H_TRACEPARENTS)}
+    kept = {k: v for k, v in message.headers.items() if k.startswith("x-dp-") and k not in (H_ENVELOPE, H_TRACEPARENTS)}
+    if traceparent := traceparent_of(message.headers, message_id):  # its own, or its envelope's entry
+        kept[H_TRACEPARENT] = traceparent
     return Outgoing(message.exchange, message.routing_key, body, {**kept, H_MESSAGE_ID: message_id, **headers},
                     properties)
 

@@ -135,3 +135,15 @@ def test_the_configuration_puts_the_filter_on_the_console():
     assert config["handlers"]["console"]["filters"] == ["quiet_idle_periodic_tasks", "trace_ids"]
     assert config["formatters"]["console"] == {"()": "delayplatform.logs.json_formatter"}
     assert config["loggers"]["scheduling.deliveries"] == {"level": "WARNING"}
+
+
+def test_a_line_logged_in_a_span_carries_its_trace_and_span_ids():
+    from opentelemetry import trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext
+
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "hello", None, None)
+    assert logs.TraceIds().filter(record) and not hasattr(record, "trace_id")  # no span: nothing added
+    span = NonRecordingSpan(SpanContext(0x4BF92F3577B34DA6A3CE929D0E0E4736, 0x00F067AA0BA902B7, is_remote=False))
+    with trace.use_span(span):
+        assert logs.TraceIds().filter(record)
+    assert (record.trace_id, record.span_id) == ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7")

@@ -28,6 +28,7 @@ from harness.paths import ROOT
 
 KEYS = ("GAl1PNO9VDJpAQtAY-0WRF6YE6EE2U-PKIoaBZNXesk=", "BGpqEyGFG1SEDEI3qoMPlqWociYCroxHHmxuiXFFZ3M=")  # Fernet's form
 # variable -> (value to set, Python expression read after start-up, what it must give)
+TRACING = "__import__('scheduling.observability.tracing', fromlist=['ENABLED'])"
 EFFECTS = {
     "SECRET_KEY": ("k" * 50, "settings.SECRET_KEY", "k" * 50),
     "DEBUG": ("1", "settings.DEBUG", True),
@@ -36,6 +37,12 @@ EFFECTS = {
     "DATABASE_URL": ("postgres://u:p@db.example:5433/dp", "[settings.DATABASES['default'][k] for k in "
                      "('HOST', 'PORT', 'NAME')]", ["db.example", 5433, "dp"]),
     "DB_CONN_MAX_AGE": ("7", "settings.DATABASES['default']['CONN_MAX_AGE']", 7),
+    # tracing on in the process that set it up (the app's ready()), off by default
+    "OTEL_EXPORTER_OTLP_ENDPOINT": ("http://127.0.0.1:1", f"[{TRACING}.ENABLED, conf().otel_exporter_otlp_endpoint]",
+                                    [True, "http://127.0.0.1:1"]),
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": ("http://127.0.0.1:1/v1/traces", f"{TRACING}.ENABLED", True),
+    "OTEL_TRACES_EXPORTER": ("otlp", f"{TRACING}.ENABLED", True),
+    "OTEL_SERVICE_NAME": ("dp-eu", "conf().otel_service_name", "dp-eu"),
     "LOG_LEVEL": ("WARNING", "settings.LOGGING['root']['level']", "WARNING"),
     "LOG_FORMAT": ("json", "[settings.LOG_FORMAT, settings.LOGGING['formatters']['console']]",
                    ["json", {"()": "delayplatform.logs.json_formatter"}]),

@@ -357,3 +357,59 @@ def test_a_broken_capture_is_unbuildable_not_a_crash():
     broken = {"celery": {**CAPTURED["celery"], "content_encoding": "no-such-codec"}}
     with pytest.raises(wire.Unbuildable, match="LookupError"):
         wire.outgoing(task_row(broken, captured_task=True, key="t-1"), V2, NOW, margin_ms=250)
+
+
+# --- W3C traceparent (docs/observability/tracing.md) -----------------------------------------
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def test_a_message_without_a_traceparent_goes_out_as_before():
+    """v1/v2 copies keep NServiceBus's shape: no header is added unless the row has a trace."""
+    (row,) = rows_on("v2", 10_500)
+    out, _ = wire.outgoing(row, V2, NOW, margin_ms=250)
+    assert wire.H_TRACEPARENT not in out.headers and wire.H_TRACEPARENTS not in out.headers
+    row.traceparent = TRACEPARENT
+    traced, _ = wire.outgoing(row, V2, NOW, margin_ms=250)
+    assert {k: v for k, v in traced.headers.items() if k != wire.H_TRACEPARENT} == out.headers
+    assert traced.headers[wire.H_TRACEPARENT] == TRACEPARENT and traced.body == out.body
+
+
+def test_the_relays_publish_span_is_what_the_copy_carries():
+    (row,) = rows_on("v3", 10_500)
+    row.traceparent = TRACEPARENT
+    row.wire_traceparent = publish = "00-4bf92f3577b34da6a3ce929d0e0e4736-1111111111111111-01"
+    out, _ = wire.outgoing(row, V3, NOW, margin_ms=250)
+    assert out.headers[wire.H_TRACEPARENT] == publish
+
+
+def test_a_celery_queue_task_carries_the_traceparent_in_its_headers():
+    (row,) = rows_on("v3", 10_500, handler=Endpoint.Handler.CELERY_QUEUE)
+    row.payload, row.captured_task, row.traceparent = {"task": "app.add", "args": [1], "kwargs": {}}, False, TRACEPARENT
+    out, _ = wire.outgoing(row, V3, NOW, margin_ms=250)
+    assert out.headers["task"] == "app.add" and out.headers[wire.H_TRACEPARENT] == TRACEPARENT
+
+
+def test_an_envelope_carries_each_traced_messages_traceparent_and_its_retry_keeps_it():
+    from rabbit import Received
+
+    rows = rows_on("v3", 10_500, 10_700)
+    rows[1].traceparent = TRACEPARENT
+    out, _ = wire.outgoing_envelope(rows, V3, NOW, margin_ms=250)
+    assert out.headers[wire.H_TRACEPARENTS] == {str(rows[1].id): TRACEPARENT}
+    assert wire.H_TRACEPARENT not in out.headers
+    assert wire.traceparent_of(out.headers, str(rows[1].id)) == TRACEPARENT
+    assert wire.traceparent_of(out.headers, str(rows[0].id)) is None
+    came = Received(tag=1, body=out.body, headers=out.headers, exchange="dp.v3.delay-delivery", routing_key="orders",
+                    queue="orders")
+    retry = wire.retry(came, str(rows[1].id), 1, NOW)
+    assert retry.headers[wire.H_TRACEPARENT] == TRACEPARENT and wire.H_TRACEPARENTS not in retry.headers
+    assert wire.H_TRACEPARENT not in wire.retry(came, str(rows[0].id), 1, NOW).headers
+    untraced, _ = wire.outgoing_envelope(rows_on("v3", 10_500, 10_700), V3, NOW, margin_ms=250)
+    assert wire.H_TRACEPARENTS not in untraced.headers
+
+
+def test_a_traceparent_read_off_the_wire_is_checked():
+    assert wire.traceparent_of({wire.H_TRACEPARENT: TRACEPARENT}, "x") == TRACEPARENT
+    assert wire.traceparent_of({wire.H_TRACEPARENT: "00-zz"}, "x") is None
+    assert wire.traceparent_of({wire.H_TRACEPARENTS: ["not", "a", "dict"]}, "x") is None
