@@ -151,3 +151,27 @@ def test_arguments_checked_before_sending():
 def test_retry_after_as_a_date():
     assert _transport.retry_after_seconds("Wed, 21 Oct 2015 07:28:10 GMT", now=1445412480.0) == 10.0
     assert _transport.retry_after_seconds("x" * 100) is None
+
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def test_a_traceparent_goes_with_a_scheduling_call_and_no_other():
+    client, seen = make(lambda request, n: httpx.Response(201, json=MESSAGE))
+    client.messages.schedule("e", {}, delay=5, traceparent=TRACEPARENT)
+    client.messages.schedule("e", {}, delay=5)
+    assert seen[0].headers["traceparent"] == TRACEPARENT
+    assert "traceparent" not in seen[1].headers  # no span current (or no opentelemetry): none sent
+    bulk, seen = make(lambda request, n: httpx.Response(201, json={"messages": [MESSAGE]}))
+    bulk.messages.schedule_many([{"endpoint": "e", "payload": {}, "delay": 5}], traceparent=TRACEPARENT)
+    assert seen[0].headers["traceparent"] == TRACEPARENT
+
+
+def test_the_current_opentelemetry_span_is_sent_when_there_is_one():
+    trace = pytest.importorskip("opentelemetry.trace")
+    span = trace.NonRecordingSpan(trace.SpanContext(0x4BF92F3577B34DA6A3CE929D0E0E4736, 0x00F067AA0BA902B7,
+                                                    is_remote=False, trace_flags=trace.TraceFlags(1)))
+    client, seen = make(lambda request, n: httpx.Response(201, json=MESSAGE))
+    with trace.use_span(span):
+        client.messages.schedule("e", {}, delay=5)
+    assert seen[0].headers["traceparent"] == TRACEPARENT

@@ -38,6 +38,7 @@ class Call:
     idempotent: bool = False
     parse: Callable[[Any, int], Any] | None = None
     retried_json: Any = None  # the body of a retry, where it must say so (a claim: "redelivered")
+    headers: dict | None = None  # this request's own (a traceparent), beside the client's
 
     def query(self) -> dict | None:
         if not self.params:
@@ -164,7 +165,7 @@ class Base:
         """The request of try ``attempt`` (a retry sends ``retried_json`` where the call has one)."""
         body = call.retried_json if attempt > 1 and call.retried_json is not None else call.json
         return {"method": call.method, "url": self.url(call.path), "params": call.query(), "json": body,
-                "headers": self.headers}
+                "headers": {**self.headers, **call.headers} if call.headers else self.headers}
 
     @staticmethod
     def unreachable(call: Call, exc: httpx.TransportError) -> errors.TransportError:

@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import quote
 
 from . import models
+from ._tracing import trace_headers
 from ._transport import Call
 
 
@@ -102,21 +103,24 @@ class Resource:
 class Messages(Resource):
     @route("POST", "/api/messages/")
     def schedule(self, endpoint: str, payload: Any, *, delay=None, deliver_at=None, idempotency_key: str | None = None,
-                 team: str | None = None):
+                 team: str | None = None, traceparent: str | None = None):
         """Schedule one message ``delay`` seconds from now (int, float, Decimal, timedelta) or at
         ``deliver_at`` (an aware datetime). The idempotency key is made here when not given and
         kept across retries, so a retried call never schedules twice. ``created`` on the result
-        says whether this call made it."""
+        says whether this call made it. ``traceparent``: the W3C trace the message continues up to
+        its webhook or task; by default the current OpenTelemetry span's, when opentelemetry is
+        installed and a span is current."""
         body = _fields(endpoint=endpoint, payload=payload, team=team,
                        idempotency_key=idempotency_key or new_idempotency_key(), **_when(delay, deliver_at))
         return self._send(Call("POST", "/api/messages/", json=body, idempotent=True,
-                               parse=_created(models.Message)))
+                               parse=_created(models.Message), headers=trace_headers(traceparent)))
 
     @route("POST", "/api/messages/bulk/")
-    def schedule_many(self, messages: Iterable[dict]):
+    def schedule_many(self, messages: Iterable[dict], *, traceparent: str | None = None):
         """Schedule up to the platform's bulk maximum (1,000 by default) at once, all or nothing.
         Each item takes ``schedule``'s arguments as keys (``endpoint``, ``payload``, ``delay`` or
-        ``deliver_at``, ``idempotency_key``, ``team``); keys are made for items without one."""
+        ``deliver_at``, ``idempotency_key``, ``team``); keys are made for items without one.
+        ``traceparent`` (or the current span's) is every message's, as in ``schedule``."""
         items = []
         for item in messages:
             item = dict(item)
@@ -128,7 +132,8 @@ class Messages(Resource):
                                                    "idempotency_key": item.get("idempotency_key")
                                                    or new_idempotency_key()})
         return self._send(Call("POST", "/api/messages/bulk/", json={"messages": items}, idempotent=True,
-                               parse=lambda data, status: [models.Message.from_api(m) for m in data["messages"]]))
+                               parse=lambda data, status: [models.Message.from_api(m) for m in data["messages"]],
+                               headers=trace_headers(traceparent)))
 
     @route("GET", "/api/messages/{id}/")
     def get(self, message_id: str):
