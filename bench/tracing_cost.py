@@ -35,7 +35,8 @@ from topology import cascade  # noqa: E402
 
 from scheduling.core.clock import to_epoch_ms  # noqa: E402
 from scheduling.delivery.services import Outcome, Result  # noqa: E402
-from scheduling.messages import services, wire  # noqa: E402
+from scheduling.messages import wire  # noqa: E402
+from scheduling.messages.services import _schedule_spans  # noqa: E402 (the service's own tracing hook)
 from scheduling.models import Endpoint, ScheduledMessage, TopologyVersion  # noqa: E402
 from scheduling.observability import tracing  # noqa: E402
 from scheduling.teams.models import Team  # noqa: E402
@@ -72,7 +73,7 @@ def one_message(loop: DeliveryLoop, traceparent: str | None, bypass: bool) -> No
     """Schedule, publish and deliver one message, with a webhook's headers, as the platform does."""
     row = ScheduledMessage.new(id=uuid7(), endpoint=ENDPOINT, payload={"n": 1}, due_at=NOW + timedelta(seconds=5),
                                requested_delay_ms=5000, traceparent=traceparent)
-    spans = services._schedule_spans([row]) if tracing.ENABLED and not bypass else None
+    spans = _schedule_spans([row]) if tracing.ENABLED and not bypass else None
     if spans:
         tracing.schedule_end(spans, [row], "scheduled")
     if tracing.ENABLED and not bypass:
