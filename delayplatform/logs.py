@@ -23,7 +23,7 @@ import logging
 import logging.config
 import sys
 
-from scheduling.core import task_names
+from scheduling.core import task_names, traceparent
 
 PERIODIC_TASKS = frozenset({task_names.RELAY_SWEEP, task_names.RELAY_TIMEOUTS, task_names.DRAIN_UNROUTABLE,
                             task_names.SCHEDULE_RUNS})
@@ -31,11 +31,17 @@ PLAIN = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
 class TraceIds(logging.Filter):
-    """A line logged while a span is current carries its ``trace_id`` and ``span_id`` (keys of the
-    JSON format; docs/observability/logs.md). Nothing to do, and nothing imported, unless tracing
-    loaded OpenTelemetry in this process (scheduling/observability/tracing.py)."""
+    """A line about a message carries its trace's ``trace_id`` and ``span_id`` (keys of the JSON
+    format; docs/observability/logs.md): the ``traceparent`` it was logged with
+    (``extra={"traceparent": ...}``, the worker's lines about a message, tracing on or off), else
+    the span current when it was logged. Nothing imported unless tracing loaded OpenTelemetry in
+    this process (scheduling/observability/tracing.py)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if "traceparent" in record.__dict__:  # the ids say it; None or a bad value is not logged
+            if (given := traceparent.parse(record.__dict__.pop("traceparent"))) is not None:
+                record.trace_id, record.span_id = traceparent.trace_id(given), traceparent.span_id(given)
+                return True
         otel = sys.modules.get("opentelemetry.trace")
         if otel is not None:
             context = otel.get_current_span().get_span_context()

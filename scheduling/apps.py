@@ -18,6 +18,9 @@ class SchedulingConfig(AppConfig):
         from scheduling.retention import checks  # noqa: F401 (registers the system checks)
         from scheduling.observability.tracing import tracing_start
 
-        tracing_start()  # on only when the OTEL_* variables ask (docs/observability/tracing.md)
+        if tracing_start():  # on only when the OTEL_* variables ask (docs/observability/tracing.md)
+            from scheduling.celery.claim import trace_tasks
+
+            trace_tasks()  # a Celery-queue task's deliver span ends with the task
 
         post_migrate.connect(create_cache_tables, sender=self, dispatch_uid="scheduling.create_cache_tables")

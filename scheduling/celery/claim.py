@@ -2,16 +2,30 @@
 plain ``@shared_task``, ``DelayedTask`` or a base of your own — through the message lifecycle
 when it comes out of the cascade: its row is recorded ``delivered``, and a task that was
 cancelled, or is a duplicate of one that already ran, is skipped (Celery's ``Ignore``).
+
+With tracing on (docs/observability/tracing.md) the claim also continues the message's trace: a
+``delay.deliver`` span, the child of the ``traceparent`` the task message carries (its publish
+span), current from the claim to the task's end, so the body's spans and log lines are in the
+trace. It ends on Celery's ``task_postrun`` signal, connected only when tracing is on
+(``trace_tasks``): off, a task pays one flag check.
 """
 
 import logging
 
 from celery.exceptions import Ignore
 
+from scheduling.core import traceparent
+from scheduling.core.lifecycle import Status
 from scheduling.core.task_names import DELIVER
+from scheduling.observability import tracing
 
 log = logging.getLogger(__name__)
 H_MESSAGE_ID = "x-dp-message-id"  # wire.H_MESSAGE_ID; wire imports models, too early here
+H_TRACEPARENT = "traceparent"  # wire.H_TRACEPARENT
+_SPAN = "_dp_trace"  # the request's attribute that holds its span until task_postrun
+# Celery's final state -> the span's outcome (tracing._end marks failed and retry as errors)
+_OUTCOMES = {"SUCCESS": "delivered", "FAILURE": "failed", "RETRY": "retry", "IGNORED": "ignored",
+             "REJECTED": "rejected"}
 
 
 def claim_around(before_start):
@@ -21,15 +35,59 @@ def claim_around(before_start):
     def before_start_claimed(self, task_id, args, kwargs):
         message_id = self.request.get(H_MESSAGE_ID)
         if message_id and not self.request.is_eager and self.name != DELIVER:
-            from scheduling.celery.services import celery_task_claim
-
             redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
-            if not celery_task_claim(message_id=message_id, redelivered=redelivered, by=self.request.hostname or ""):
+            parent = traceparent.parse(self.request.get(H_TRACEPARENT)) if tracing.ENABLED else None
+            run = (_claim_traced(self, message_id, redelivered, parent) if parent
+                   else _claim(message_id, redelivered, self.request.hostname or "").run)
+            if not run:
                 log.info("task %s[%s] skipped: cancelled or already run", self.name, task_id)
                 raise Ignore()
         return before_start(self, task_id, args, kwargs)
 
     return before_start_claimed
+
+
+def _claim(message_id: str, redelivered: bool, by: str):
+    from scheduling.celery.services import celery_task_claim_message
+
+    return celery_task_claim_message(message_id=message_id, redelivered=redelivered, by=by)
+
+
+def _claim_traced(task, message_id: str, redelivered: bool, parent: str) -> bool:
+    """The claim inside the task's deliver span; a skipped task's span ends here, a run's when
+    the task ends (task_postrun)."""
+    started = tracing.task_start(parent=parent, message_id=message_id, task=task.name)
+    try:
+        claim = _claim(message_id, redelivered, task.request.hostname or "")
+    except BaseException:
+        tracing.task_end(started, "error")
+        raise
+    message = claim.message
+    if message is not None:
+        tracing.task_label(started, team=message.endpoint.team.name, endpoint=message.endpoint.name,
+                           lateness_ms=message.lateness_ms if claim.run else None)
+    if not claim.run:
+        tracing.task_end(started, "cancelled" if message is not None and message.status == Status.CANCELLED
+                         else "duplicate")
+        return False
+    setattr(task.request, _SPAN, started)
+    return True
+
+
+def _task_ended(sender=None, task=None, state=None, **_) -> None:
+    """Celery's ``task_postrun`` (sent whatever became of the task): end its deliver span."""
+    request = getattr(task, "request", None)
+    started = getattr(request, _SPAN, None)
+    if started is not None:
+        setattr(request, _SPAN, None)
+        tracing.task_end(started, _OUTCOMES.get(state, str(state).lower()))
+
+
+def trace_tasks() -> None:
+    """Connect the span's end to every task's end: called once, when tracing is on (apps.py)."""
+    from celery.signals import task_postrun
+
+    task_postrun.connect(_task_ended, weak=False, dispatch_uid="scheduling.celery.claim.trace")
 
 
 class ClaimBeforeStart:

@@ -17,6 +17,9 @@ from scheduling.retention.services import message_prune
 from scheduling.schedules.services import schedule_create_runs
 from scheduling.messages.unroutable import unroutable_drain
 from scheduling.core import task_names
+from scheduling.core import traceparent as trace_context
+from scheduling.messages import wire
+from scheduling.observability import tracing
 
 
 BUSY_RETRY_SECONDS = 0.05
@@ -59,12 +62,22 @@ def drain_unroutable() -> int:
     max_retries=None,
 )
 def deliver(self, message_id: str, attempt: int = 0) -> str:
-    """The fallback for a worker without the delivery loop: one delivery per task."""
-    try:
-        outcome = delivery_receive(message_id=message_id, attempt=attempt, by=self.request.hostname or "")
-    except DatabaseError as exc:  # the database is away: keep the message and try again
-        close_old_connections()
-        raise self.retry(exc=exc, countdown=backoff.database(self.request.retries + 1)) from None
+    """The fallback for a worker without the delivery loop: one delivery per task. Its message's
+    trace (the ``traceparent`` header) goes on to the handler: with tracing on, through a deliver
+    span current while the task runs (observability/tracing.py), else as it came."""
+    parent = trace_context.parse(self.request.get(wire.H_TRACEPARENT))
+    if parent is None or not tracing.ENABLED:
+        outcome = _receive(self, message_id, attempt, parent)
+    else:
+        span = tracing.deliver_start(parent=parent, message_id=message_id, team=None, endpoint=None,
+                                     attempt=attempt + 1)
+        try:
+            with tracing.use(span):
+                outcome = _receive(self, message_id, attempt, tracing.header_of(span))
+        except BaseException:
+            tracing.deliver_end(span, outcome="error", lateness_ms=None)
+            raise
+        tracing.deliver_end(span, outcome=outcome.result.value, lateness_ms=None)
     if outcome.result is Result.EARLY:
         raise self.retry(eta=outcome.eta)
     if outcome.result is Result.POSTPONED:  # the broker did not take its handler task
@@ -78,12 +91,24 @@ def deliver(self, message_id: str, attempt: int = 0) -> str:
     return outcome.result.value
 
 
+def _receive(task, message_id: str, attempt: int, traceparent: str | None):
+    try:
+        return delivery_receive(message_id=message_id, attempt=attempt, by=task.request.hostname or "",
+                                traceparent=traceparent)
+    except DatabaseError as exc:  # the database is away: keep the message and try again
+        close_old_connections()
+        raise task.retry(exc=exc, countdown=backoff.database(task.request.retries + 1)) from None
+
+
 @shared_task(bind=True, name=task_names.DELIVER_ENVELOPE, acks_late=True, reject_on_worker_lost=True)
 def deliver_envelope(self, items: list) -> int:
     """The fallback for an envelope (DELAY_ENVELOPES): each message it carries becomes a deliver
     task of its own, due at its own time (a worker with the delivery loop never runs this)."""
+    traced = self.request.get(wire.H_TRACEPARENTS)
     for message_id, due_ms in items:
-        deliver.apply_async(args=(message_id,), eta=from_epoch_ms(due_ms))
+        traceparent = wire.traceparent_of({wire.H_TRACEPARENTS: traced}, message_id) if traced else None
+        deliver.apply_async(args=(message_id,), eta=from_epoch_ms(due_ms),
+                            headers={wire.H_TRACEPARENT: traceparent} if traceparent else None)
     return len(items)
 
 

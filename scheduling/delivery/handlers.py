@@ -142,8 +142,20 @@ def payload_body(payload) -> bytes:
 def webhook_headers(message: ScheduledMessage, body: bytes, *, timestamp: int) -> dict[str, str]:
     """The headers of a call of ``message`` (its endpoint loaded): signed_headers with the keys
     of the endpoint's valid secrets."""
-    return signed_headers(_valid_keys(message.endpoint, timezone.now()), message_id=str(message.id),
-                          due_at=message.due_at, attempt=message.attempts + 1, body=body, timestamp=timestamp)
+    headers = signed_headers(_valid_keys(message.endpoint, timezone.now()), message_id=str(message.id),
+                             due_at=message.due_at, attempt=message.attempts + 1, body=body, timestamp=timestamp)
+    if traceparent := handover_traceparent(message):
+        headers[H_TRACEPARENT] = traceparent
+    return headers
+
+
+H_TRACEPARENT = "traceparent"  # W3C Trace Context: what a webhook and a handler task are handed (wire.H_TRACEPARENT)
+
+
+def handover_traceparent(message: ScheduledMessage) -> str | None:
+    """The traceparent the delivery hands the message's handler (set on the row by the delivery:
+    delivery_receive_many's ``traceparents``), or None."""
+    return message.__dict__.get("handover_traceparent")
 
 
 def signed_headers(keys: list[bytes], *, message_id: str, due_at, attempt: int, body: bytes,
@@ -335,7 +347,10 @@ def post_webhook(message: ScheduledMessage) -> None:
 
 
 def _task_headers(message: ScheduledMessage) -> dict:
-    return {"dp_message_id": str(message.id), "dp_due_at": message.due_at.isoformat()}
+    headers = {"dp_message_id": str(message.id), "dp_due_at": message.due_at.isoformat()}
+    if traceparent := handover_traceparent(message):
+        headers[H_TRACEPARENT] = traceparent  # the task's self.request.traceparent
+    return headers
 
 
 _declared: set[tuple[str, str]] = set()  # (broker URL, task queue) this process declared, as send_task would

@@ -25,7 +25,7 @@ from scheduling.core import lifecycle
 from scheduling.messages import wire
 from scheduling.config.conf import conf
 from scheduling.core import backoff
-from scheduling.delivery.handlers import TaskSends, run_handler, send_celery_tasks
+from scheduling.delivery.handlers import TaskSends, handover_traceparent, run_handler, send_celery_tasks
 from scheduling.core.lifecycle import Arrival, Event
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.observability import metrics
@@ -81,7 +81,8 @@ def _handler_failed(message: ScheduledMessage, error: str) -> Outcome:
                                              now=timezone.now())
     lifecycle.apply(message, change)
     if event is Event.GIVE_UP:
-        log.error("message %s failed after %d attempts: %s", message.id, message.attempts, error)
+        log.error("message %s failed after %d attempts: %s", message.id, message.attempts, error,
+                  extra={"traceparent": handover_traceparent(message)})  # its trace ids (delayplatform/logs.py)
         return Outcome(Result.FAILED)
     wait_s = backoff.exponential(message.attempts, first=settings.handler_backoff_seconds)
     return Outcome(Result.RETRY, attempt=message.attempts, retry_in=wait_s)
@@ -115,7 +116,7 @@ def _handle_many(to_handle: list[tuple[int, ScheduledMessage]], outcomes: list) 
 
 
 def delivery_receive_many(*, items: list[tuple[str, int]], defer_webhooks: bool = True,
-                          by: str = "") -> list[Outcome]:
+                          by: str = "", traceparents: dict[str, str] | None = None) -> list[Outcome]:
     """Record a batch of hand-overs: the delivery loop's path, thousands a second where a
     transaction per message managed a few hundred. ``items`` are (message id, attempt),
     optionally followed by the due time in ms the copy carries and how long flow control held it
@@ -125,6 +126,7 @@ def delivery_receive_many(*, items: list[tuple[str, int]], defer_webhooks: bool 
     DEFERRED (untouched): an HTTP call must not hold the batch's locks, so the caller hands them to
     delivery_receive one by one; there, a webhook whose endpoint has max_concurrent calls in
     flight comes back BUSY (untouched). ``by``: the receiving worker, recorded on each delivery.
+    ``traceparents``: message id -> the traceparent its handler (a task, a webhook) is handed.
 
     One transaction: record-only deliveries due and in flight are taken set-based (one
     statement); the copies it did not take, if any, go through the one-by-one path, which sees
@@ -136,7 +138,8 @@ def delivery_receive_many(*, items: list[tuple[str, int]], defer_webhooks: bool 
         delivered = _deliver_set_based(items, outcomes, by)
         left = [(index, item) for index, item in enumerate(items) if outcomes[index] is None]
         if left:
-            delivered += _receive_one_by_one(left, outcomes, defer_webhooks=defer_webhooks, by=by)
+            delivered += _receive_one_by_one(left, outcomes, defer_webhooks=defer_webhooks, by=by,
+                                             traceparents=traceparents)
         delivery_log_on_commit(messages=delivered, by=by)
     return outcomes
 
@@ -172,7 +175,7 @@ def _deliver_set_based(items: list[tuple], outcomes: list, by: str) -> list[Deli
 
 
 def _receive_one_by_one(left: list[tuple[int, tuple]], outcomes: list, *, defer_webhooks: bool,
-                        by: str) -> list[ScheduledMessage]:
+                        by: str, traceparents: dict[str, str] | None = None) -> list[ScheduledMessage]:
     """The copies the set-based statement did not take, (index in the batch, item), with their
     rows locked (one lock query, one write; in the caller's transaction); each decided by the
     lifecycle in arrival order. Fills ``outcomes``; returns the messages recorded delivered."""
@@ -214,6 +217,8 @@ def _receive_one_by_one(left: list[tuple[int, tuple]], outcomes: list, *, defer_
             outcomes[index] = Outcome(_DROPPED[arrival])
         if arrival is Arrival.DELIVER:
             to_handle.append((index, message))
+            if traceparents and (traceparent := traceparents.get(message_id)):
+                message.handover_traceparent = traceparent  # handlers.handover_traceparent
     with_handlers = [m for _, m in to_handle if m.endpoint_handler != Endpoint.Handler.NONE]
     if with_handlers:  # what a handler reads: its endpoint and the payload
         data = ScheduledMessage.objects.handler_data([m.id for m in with_handlers])
@@ -262,11 +267,11 @@ def _call_slot_free(message: ScheduledMessage) -> bool:
 
 
 def delivery_receive(*, message_id: str, attempt: int = 0, by: str = "", due_ms: int | None = None,
-                     throttled_ms: int | None = None) -> Outcome:
+                     throttled_ms: int | None = None, traceparent: str | None = None) -> Outcome:
     """One hand-over, in its own transaction (webhooks, and the scheduling.deliver task); ``due_ms``
-    and ``throttled_ms`` as in delivery_receive_many's items."""
+    and ``throttled_ms`` as in delivery_receive_many's items, ``traceparent`` what its handler is handed."""
     return delivery_receive_many(items=[(message_id, attempt, due_ms, throttled_ms)], defer_webhooks=False,
-                                 by=by)[0]
+                                 by=by, traceparents={message_id: traceparent} if traceparent else None)[0]
 
 
 def delivery_retry_unsent(*, message_id: str, attempt: int) -> bool:

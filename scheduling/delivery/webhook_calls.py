@@ -325,7 +325,8 @@ def _record_failed(pairs, by: str, settings, now: datetime) -> dict[str, Outcome
                                                lifecycle.lateness_ms(t.due_at, t.taken_at, accepted_at=t.created_at),
                                                t.throttled_ms))
             if decided[t.message_id].result is Result.FAILED:
-                log.error("message %s failed after %d attempts: %s", t.message_id, t.attempt + 1, _error(result))
+                log.error("message %s failed after %d attempts: %s", t.message_id, t.attempt + 1, _error(result),
+                          extra={"traceparent": result.call.headers.get("traceparent")})  # its trace ids
     metrics.record_on_commit(counted)
     return {message_id: outcome for message_id, outcome in decided.items() if message_id in recorded}
 

@@ -470,6 +470,8 @@ def moved_envelope(message: Received, found: Found, parts: list[Delivery], versi
     for part in parts:
         body, headers, properties = deliver_message(part.message_id, from_epoch_ms(part.due_ms))
         headers[H_MESSAGE_ID] = part.message_id
+        if traceparent := traceparent_of(message.headers, part.message_id):  # its entry of the envelope's map
+            headers[H_TRACEPARENT] = traceparent
         out, r = moved(headers, properties, body, replace(found, due_at_ms=part.due_ms, message_id=part.message_id),
                        version, now_ms, margin_ms=margin_ms)
         singles.append((out, r, part.message_id))

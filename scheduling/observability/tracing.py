@@ -200,11 +200,12 @@ def publish_end(rows, outcome: str) -> None:
 
 
 def deliver_start(*, parent: str | None, message_id: str, team: str | None, endpoint: str | None,
-                  attempt: int, start_ns: int | None = None):
+                  attempt: int, start_ns: int | None = None, span_id: str | None = None):
+    """A copy's deliver span; ``span_id``: the id its handler task was already handed."""
     from opentelemetry.trace import SpanKind
 
     return _start(DELIVER, parent, {MESSAGE_ID: message_id, TEAM: team, ENDPOINT: endpoint, ATTEMPT_NO: attempt},
-                  start_ns=start_ns, kind=SpanKind.CONSUMER)
+                  start_ns=start_ns, span_id=span_id, kind=SpanKind.CONSUMER)
 
 
 def deliver_end(span, *, outcome: str, lateness_ms: int | None) -> None:
@@ -225,6 +226,39 @@ def attempt_start(deliver_span, *, message_id: str, team: str | None, endpoint: 
 
 def attempt_end(span, *, outcome: str, status_code: int | None, started_s: float, duration_ms: int) -> None:
     _end(span, outcome, end_ns=int((started_s * 1000 + duration_ms) * 1_000_000), **{STATUS_CODE: status_code})
+
+
+# --- a Celery task out of the cascade, run by a worker of this project (celery/claim.py) ----------
+
+
+def task_start(*, parent: str, message_id: str, task: str):
+    """The deliver span of a Celery-queue task (a child of its publish span, ``parent``), made
+    current in this thread from the claim on, so the task's body, its log lines and the user's own
+    instrumentation join the trace. Returns what task_label and task_end take."""
+    from opentelemetry import context, trace
+    from opentelemetry.trace import SpanKind
+
+    span = _start(DELIVER, parent, {MESSAGE_ID: message_id, "messaging.system": "rabbitmq",
+                                    "celery.task_name": task}, kind=SpanKind.CONSUMER)
+    return span, context.attach(trace.set_span_in_context(span))
+
+
+def task_label(started, *, team: str | None, endpoint: str | None, lateness_ms: int | None) -> None:
+    """What the claim learnt of the task's message (its row)."""
+    for key, value in ((TEAM, team), (ENDPOINT, endpoint), (LATENESS_MS, lateness_ms)):
+        if value is not None:
+            started[0].set_attribute(key, value)
+
+
+def task_end(started, outcome: str) -> None:
+    """End a task's span (task_start) once the task ran, or was skipped (``outcome``)."""
+    from opentelemetry import context
+
+    span, token = started
+    try:
+        context.detach(token)
+    finally:
+        _end(span, outcome)
 
 
 # --- logs -----------------------------------------------------------------------------------------

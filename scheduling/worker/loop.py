@@ -34,6 +34,7 @@ from django.db import DatabaseError, close_old_connections
 
 import rabbit
 
+from scheduling.core import traceparent
 from scheduling.messages import wire
 from scheduling.core.clock import from_epoch_ms, now_ms, to_epoch_ms
 from scheduling.config.conf import broker, conf
@@ -92,6 +93,7 @@ class DeliveryLoop(threading.Thread):
         # of webhook deliveries out (message id -> (deliver span, attempt span))
         self.labels: dict[str, tuple[str, str]] = {}
         self.spans: dict[str, tuple] = {}
+        self.deliver_ids: dict[str, str] = {}  # message id -> the traceparent its deliver span will have
 
     # --- lifecycle of the thread --------------------------------------------------------------
 
@@ -245,12 +247,15 @@ class DeliveryLoop(threading.Thread):
             outcomes = delivery_receive_many(items=[(h.delivery.message_id, h.delivery.attempt,
                                                      h.delivery.stamped_due_ms, self.flow.throttled_ms(h, now),
                                                      h.message.queue)
-                                                    for h in due], by=self.worker_name)
+                                                    for h in due], by=self.worker_name,
+                                             traceparents=self._handed_traceparents(due))
         except DatabaseError as exc:
             close_old_connections()
             self.call_slots.clear()  # a closed connection held them
             for held in due:
                 self.flow.done(held)
+                if self.deliver_ids:
+                    self.deliver_ids.pop(held.delivery.message_id, None)  # chosen again next time
             waits = [self.holding.database_failed(held, now_ms()) for held in due]
             log.warning("delivery of %d message(s) postponed: database unavailable (%s); retry in %gs, unacked",
                         len(due), exc, min(waits))
@@ -259,6 +264,8 @@ class DeliveryLoop(threading.Thread):
         for held, outcome in zip(due, outcomes):
             self.flow.done(held)
             if outcome.result is Result.DEFERRED:  # a webhook endpoint this loop has no profile of yet
+                if self.deliver_ids:
+                    self.deliver_ids.pop(held.delivery.message_id, None)
                 self.sync_now.set()
                 self.holding.hold_until(held, now_ms() + LEASED_RETRY_MS)
             else:
@@ -514,6 +521,23 @@ class DeliveryLoop(threading.Thread):
         headers[wire.H_TRACEPARENT] = tracing.header_of(attempt)
         self.spans[message_id] = (deliver, attempt)
 
+    def _handed_traceparents(self, due: list[Held]) -> dict[str, str] | None:
+        """What each traced copy's handler (a Celery task) is handed: with tracing on, the id of
+        the deliver span _trace_settled makes for it (chosen now), else the copy's own."""
+        handed = None
+        for held in due:
+            headers = held.message.headers
+            if wire.H_TRACEPARENT not in headers and wire.H_TRACEPARENTS not in headers:
+                continue
+            message_id = held.delivery.message_id
+            if (parent := wire.traceparent_of(headers, message_id)) is None:
+                continue
+            if tracing.ENABLED:
+                parent = self.deliver_ids[message_id] = traceparent.child(parent)
+            handed = handed or {}
+            handed[message_id] = parent
+        return handed
+
     def _trace_settled(self, decided: list[tuple[Held, Outcome]]) -> None:
         """A deliver span for each settled copy that carries a trace: a webhook's, started with its
         call, ends now; any other's is the hand-over just made."""
@@ -526,10 +550,12 @@ class DeliveryLoop(threading.Thread):
                 if parent is None:
                     continue
                 team, endpoint = self.labels.get(held.message.queue, (None, None))
+                handed = self.deliver_ids.pop(message_id, None)  # the id its handler task was handed
                 spans = (tracing.deliver_start(parent=parent, message_id=message_id, team=team, endpoint=endpoint,
                                                attempt=held.delivery.attempt + 1,
                                                start_ns=held.delivery.due_ms * 1_000_000
-                                               if held.delivery.due_ms < now else None), None)
+                                               if held.delivery.due_ms < now else None,
+                                               span_id=traceparent.span_id(handed) if handed else None), None)
             lateness = now - held.delivery.due_ms if outcome.result is Result.DELIVERED else None
             tracing.deliver_end(spans[0], outcome=outcome.result.value, lateness_ms=lateness)
 

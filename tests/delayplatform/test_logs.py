@@ -147,3 +147,24 @@ def test_a_line_logged_in_a_span_carries_its_trace_and_span_ids():
     with trace.use_span(span):
         assert logs.TraceIds().filter(record)
     assert (record.trace_id, record.span_id) == ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7")
+
+
+def test_a_line_about_a_message_carries_its_traceparent_s_ids_over_the_current_span():
+    """The worker's lines about a message say its trace (extra={"traceparent": ...}), tracing on or
+    off; an invalid or missing one adds nothing and the key itself is not logged."""
+    from opentelemetry import trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext
+
+    def filtered(traceparent):
+        record = logging.LogRecord("x", logging.ERROR, __file__, 1, "failed", None, None)
+        record.traceparent = traceparent
+        assert logs.TraceIds().filter(record) and not hasattr(record, "traceparent")
+        return getattr(record, "trace_id", None), getattr(record, "span_id", None)
+
+    given = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    assert filtered(given) == ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331")
+    assert filtered(None) == (None, None) and filtered("00-nope") == (None, None)
+    current = NonRecordingSpan(SpanContext(0x4BF92F3577B34DA6A3CE929D0E0E4736, 0x00F067AA0BA902B7, is_remote=False))
+    with trace.use_span(current):
+        assert filtered(given) == ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331")  # the message's
+        assert filtered(None) == ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7")  # else the span's

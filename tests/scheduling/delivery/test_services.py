@@ -486,3 +486,63 @@ def test_the_fallback_path_reads_an_answer_only_up_to_the_cap(make, settings):
     assert outcome.result is Result.RETRY and len(server.requests) == 1
     message.refresh_from_db()
     assert "webhook answer over 1000 bytes" in message.last_error
+
+
+# --- W3C traceparent handed on (docs/observability/tracing.md) ----------------------------------
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def test_a_handler_task_is_handed_its_messages_traceparent_and_one_without_none(make):
+    from scheduling.config.conf import broker
+
+    traced = make(handler="celery_task", target="testapp.record_receipt")
+    untraced = ScheduledMessage.objects.create(endpoint=traced.endpoint, topology=traced.topology, payload={},
+                                               due_at=traced.due_at, requested_delay_ms=0, status=Status.PUBLISHED)
+    outcomes = delivery_receive_many(items=[(str(traced.id), 0), (str(untraced.id), 0)],
+                                     traceparents={str(traced.id): TRACEPARENT})
+    assert [o.result for o in outcomes] == [Result.DELIVERED, Result.DELIVERED]
+    with broker().session() as session, session.reader("celery") as reader:
+        got = {m.headers["dp_message_id"]: m for m in reader.get(10)
+               if m.headers.get("dp_message_id") in (str(traced.id), str(untraced.id))}
+        for m in got.values():
+            reader.ack(m)
+    assert got[str(traced.id)].headers["traceparent"] == TRACEPARENT  # the task's self.request.traceparent
+    assert "traceparent" not in got[str(untraced.id)].headers
+
+
+def test_the_fallback_path_hands_the_webhook_the_traceparent(make):
+    with RecordingServer() as server:
+        message = make(handler="webhook", target=server.url)
+        assert delivery_receive(message_id=str(message.id), traceparent=TRACEPARENT).result is Result.DELIVERED
+        other = make(handler="webhook", target=server.url)
+        assert delivery_receive(message_id=str(other.id)).result is Result.DELIVERED
+    sent = {r["headers"]["webhook-id"]: r["headers"] for r in server.requests}
+    assert sent[str(message.id)]["traceparent"] == TRACEPARENT and "traceparent" not in sent[str(other.id)]
+
+
+def test_the_line_of_a_message_that_failed_for_good_carries_its_trace_ids(make, settings):
+    """Tracing off: the ids are the traceparent the message was handed on with (delayplatform/logs.py)."""
+    import io
+    import logging
+
+    from delayplatform import logs
+
+    settings.DELAY_HANDLER_MAX_RETRIES = 0
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(logs.TraceIds())
+    handler.setFormatter(logs.json_formatter())
+    logger = logging.getLogger("scheduling.delivery.services")
+    logger.addHandler(handler)
+    try:
+        with RecordingServer(fail_first=10) as server:
+            message = make(handler="webhook", target=server.url)
+            outcome = delivery_receive(message_id=str(message.id), traceparent=TRACEPARENT)
+    finally:
+        logger.removeHandler(handler)
+    assert outcome.result is Result.FAILED
+    (line,) = [json.loads(text) for text in stream.getvalue().splitlines()]
+    assert line["message"].startswith(f"message {message.id} failed after 1 attempts")
+    assert (line["trace_id"], line["span_id"]) == ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7")
+    assert "traceparent" not in line and line["level"] == "ERROR"

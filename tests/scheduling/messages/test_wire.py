@@ -413,3 +413,29 @@ def test_a_traceparent_read_off_the_wire_is_checked():
     assert wire.traceparent_of({wire.H_TRACEPARENT: TRACEPARENT}, "x") == TRACEPARENT
     assert wire.traceparent_of({wire.H_TRACEPARENT: "00-zz"}, "x") is None
     assert wire.traceparent_of({wire.H_TRACEPARENTS: ["not", "a", "dict"]}, "x") is None
+
+
+def test_a_task_delayed_in_project_carries_the_traceparent_over_its_own_headers():
+    """A captured task (DelayedTask) is published as apply_async built it, with the row's trace."""
+    row = task_row(CAPTURED, captured_task=True, key="t-1")
+    row.traceparent = TRACEPARENT
+    out, _ = wire.outgoing(row, V2, NOW, margin_ms=250)
+    assert out.headers["task"] == "billing.remind" and out.headers[wire.H_TRACEPARENT] == TRACEPARENT
+
+
+def test_an_envelope_split_for_a_version_without_envelopes_keeps_each_messages_traceparent():
+    """migrate_delays from v3 to v2: each message of the envelope becomes a deliver message of its
+    own, with its entry of the envelope's map (none for the one without a trace)."""
+    from rabbit import Received
+
+    rows = rows_on("v3", 10_500, 10_700)
+    rows[0].traceparent = TRACEPARENT
+    out, _ = wire.outgoing_envelope(rows, V3, NOW, margin_ms=250)
+    came = Received(tag=1, body=out.body, headers=out.headers, exchange=out.exchange, routing_key=out.routing_key,
+                    queue="dp.v3.delay-level-03")
+    found = wire.read_found(came.headers, came.properties, came.routing_key, V3)
+    parts = wire.read_envelope(came.headers, came.body)
+    singles = wire.moved_envelope(came, found, parts, V2, NOW_MS, margin_ms=250)
+    carried = {message_id: single.headers.get(wire.H_TRACEPARENT) for single, _, message_id in singles}
+    assert carried == {str(rows[0].id): TRACEPARENT, str(rows[1].id): None}
+    assert all(wire.H_TRACEPARENTS not in single.headers for single, _, _ in singles)
