@@ -69,3 +69,17 @@ def refuse_then_record(self, payload):
     Receipt.objects.create(message_id=f"{self.request.id}#{runs}", payload=payload)
     if runs < payload["refuse"]:
         raise Reject("refused by the test handler", requeue=True)
+
+
+@shared_task(bind=True, name="testapp.traced_receipt")
+def traced_receipt(self, *args, **kwargs):
+    """What a task is handed of its message's trace: the ``traceparent`` of its request's headers,
+    and the OpenTelemetry span current while its body runs (``<trace id>-<span id>``, None when
+    tracing did not load OpenTelemetry in this worker): tests/e2e/test_tracing.py."""
+    import sys
+
+    otel = sys.modules.get("opentelemetry.trace")
+    context = otel.get_current_span().get_span_context() if otel is not None else None
+    current = f"{context.trace_id:032x}-{context.span_id:016x}" if context is not None and context.is_valid else None
+    Receipt.objects.create(message_id=self.request.id, payload={
+        "args": list(args), "traceparent": self.request.get("traceparent"), "current": current})
