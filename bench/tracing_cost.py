@@ -1,7 +1,8 @@
 """What tracing costs a message, in µs, on the code paths it touches: schedule (the row built, the
 schedule span), publish (the relay's broker message built, the publish span) and deliver (the copy
-read back, the deliver span; a webhook's attempt span and header). No database or broker: the same
-functions the platform runs, on unsaved rows, so the figure is the CPU a message pays, not I/O.
+read back, the deliver span, what a handler task is handed; a webhook's attempt span and header). No
+database or broker: the same functions the platform runs, on unsaved rows, so the figure is the CPU
+a message pays, not I/O.
 
 Four ways, each ``--messages`` times, best of ``--runs``:
 
@@ -65,7 +66,7 @@ class _Sink(BaseHTTPRequestHandler):
 def _loop() -> DeliveryLoop:
     """The delivery loop's tracing parts, without its thread, broker or engine."""
     loop = DeliveryLoop.__new__(DeliveryLoop)
-    loop.labels, loop.spans = {"orders": ("bench", "orders")}, {}
+    loop.labels, loop.spans, loop.deliver_ids = {"orders": ("bench", "orders")}, {}, {}
     return loop
 
 
@@ -87,6 +88,8 @@ def one_message(loop: DeliveryLoop, traceparent: str | None, bypass: bool) -> No
     (delivery,) = wire.read_deliveries(received.headers, received.body, to_epoch_ms(NOW))
     held = Held(delivery.due_ms, 1, received, delivery)
     headers = {}
+    if not bypass:  # what a handler task would be handed (the loop does this or the webhook's: both, an upper bound)
+        loop._handed_traceparents([held])
     if not bypass and (received.headers.get(wire.H_TRACEPARENT) or received.headers.get(wire.H_TRACEPARENTS)):
         loop._trace_call(held, SimpleNamespace(attempt=0), SimpleNamespace(url="http://127.0.0.1/hook"), headers)
         if tracing.ENABLED:  # the call ended (the engine's result)

@@ -545,12 +545,12 @@ class DeliveryLoop(threading.Thread):
         for held, outcome in decided:
             message_id = held.delivery.message_id
             spans = self.spans.pop(message_id, None)
+            handed = self.deliver_ids.pop(message_id, None) if self.deliver_ids else None  # its task's
             if spans is None:
                 parent = wire.traceparent_of(held.message.headers, message_id)
                 if parent is None:
                     continue
                 team, endpoint = self.labels.get(held.message.queue, (None, None))
-                handed = self.deliver_ids.pop(message_id, None)  # the id its handler task was handed
                 spans = (tracing.deliver_start(parent=parent, message_id=message_id, team=team, endpoint=endpoint,
                                                attempt=held.delivery.attempt + 1,
                                                start_ns=held.delivery.due_ms * 1_000_000
