@@ -9,6 +9,7 @@ under 200 messages/s, and three workers sharing the endpoints, one of them kille
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import Counter
@@ -24,9 +25,20 @@ from .faults import endpoint, outcome, queue_of, schedule, settle, wait_publishe
 pytestmark = [pytest.mark.broker, pytest.mark.e2e, pytest.mark.cluster]
 
 
+def own_cluster() -> LocalCluster:
+    """make test-cluster's cluster (nodes dpt1-3, ports 5781-5783), or, in a test process gwN of
+    pytest-xdist (make test), one of that process's own (dptwNn1-3, ports 5900+3N...): a make test
+    running beside a make test-cluster, or beside another worktree's, must not share its nodes."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.removeprefix("gw").isdigit():
+        return LocalCluster()
+    n = int(worker.removeprefix("gw"))
+    return LocalCluster(name=f"dptw{n}n", port=5900 + 3 * n)
+
+
 @pytest.fixture(scope="module")
 def cluster():
-    with LocalCluster() as c:
+    with own_cluster() as c:
         yield c
 
 
