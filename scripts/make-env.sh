@@ -2,8 +2,8 @@
 # Write .env (never committed, see .gitignore) with every secret that `make run` and
 # `docker-compose up` need, each random, so neither needs anything typed by hand. An .env from
 # before keeps every value it has: only the variables it lacks are added (so an old .env gains
-# the compose ones by running this again; docs/security.md#webhook-secrets-at-rest says why
-# DELAY_SECRETS_KEYS must never change).
+# the compose ones by running this again), and no DELAY_SECRETS_KEYS if it has none
+# (docs/security.md#webhook-secrets-at-rest: the secrets key must never change).
 #
 # make run and manage.py read .env too (delayplatform/settings.py), so nothing here may change
 # what they connect to: the containers' broker URLs go under CONTAINER_* names, which only
@@ -12,6 +12,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 umask 077
+# an .env that has secrets already but no DELAY_SECRETS_KEYS seals webhook secrets with a key derived
+# from its SECRET_KEY: a new key (or a new SECRET_KEY) would leave them unreadable, so neither is added
+sealed_by_secret_key=
+if [ -s .env ] && ! grep -qE '^(export +)?DELAY_SECRETS_KEYS=' .env; then
+  sealed_by_secret_key=1
+fi
 touch .env
 [ -s .env ] && [ -n "$(tail -c 1 .env)" ] && echo >> .env  # a last line without its newline
 added=()
@@ -31,9 +37,11 @@ add() {  # add NAME VALUE: only if .env does not set NAME yet
 # both make run and the containers: Django's signing key, the Fernet key of webhook secrets at
 # rest (Fernet.generate_key()'s form), what Prometheus sends to read the metrics
 # (DELAY_PRODUCTION=1 requires it)
-add SECRET_KEY "$(token 50)"
-add DELAY_SECRETS_KEYS \
-  "$(python3 -c 'import base64, secrets; print(base64.urlsafe_b64encode(secrets.token_bytes(32)).decode())')"
+if [ -z "$sealed_by_secret_key" ]; then
+  add SECRET_KEY "$(token 50)"
+  add DELAY_SECRETS_KEYS \
+    "$(python3 -c 'import base64, secrets; print(base64.urlsafe_b64encode(secrets.token_bytes(32)).decode())')"
+fi
 add DELAY_METRICS_TOKEN "$(token 32)"
 # the containers only (docker-compose.yml); letters, digits, - and _: they go into URLs as they are
 add POSTGRES_PASSWORD "$(token 24)"
@@ -43,6 +51,10 @@ password=$(value RABBITMQ_PASSWORD)
 add CONTAINER_BROKER_URL "amqp://delayplatform:${password}@rabbitmq:5672//"
 add CONTAINER_RABBITMQ_MANAGEMENT_URL "http://delayplatform:${password}@rabbitmq:15672"
 
+if [ -n "$sealed_by_secret_key" ]; then
+  echo "not added: DELAY_SECRETS_KEYS (and SECRET_KEY if missing): this .env's webhook secrets are sealed with a" \
+       "key derived from SECRET_KEY; docs/security.md#webhook-secrets-at-rest says how to set one" >&2
+fi
 if [ ${#added[@]} -eq 0 ]; then
   echo ".env has every variable already"
 else

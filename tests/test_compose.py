@@ -184,3 +184,20 @@ def test_make_env_adds_only_what_an_older_env_lacks(tmp_path):
     assert values["SECRET_KEY"] == "kept" and values["DELAY_SECRETS_KEYS"] == "also-kept"
     assert values["CONTAINER_BROKER_URL"] == "amqp://delayplatform:old-pw@rabbitmq:5672//"
     assert values["POSTGRES_PASSWORD"] and values["RABBITMQ_ADMIN_PASSWORD"] and values["DELAY_METRICS_TOKEN"]
+
+
+def test_make_env_gives_no_secrets_key_to_an_env_whose_secrets_the_secret_key_seals(tmp_path):
+    """Without DELAY_SECRETS_KEYS the platform seals webhook secrets with a key derived from
+    SECRET_KEY (scheduling/security/secret_box.py): adding a key to such an .env would leave every
+    stored secret unreadable. The script adds the rest, and says why not that one."""
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "make-env.sh", tmp_path / "scripts")
+    (tmp_path / ".env").write_text("SECRET_KEY=kept\n")
+    done = subprocess.run([str(tmp_path / "scripts" / "make-env.sh")], env=bare_env(), capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and "DELAY_SECRETS_KEYS" in done.stderr, done.stderr
+    from dotenv import dotenv_values
+
+    values = dotenv_values(tmp_path / ".env")
+    assert values["SECRET_KEY"] == "kept" and "DELAY_SECRETS_KEYS" not in values
+    assert values["CONTAINER_BROKER_URL"].startswith(f"amqp://delayplatform:{values['RABBITMQ_PASSWORD']}@")
