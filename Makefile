@@ -33,7 +33,7 @@ run: venv .env
 ## test: the whole suite against real RabbitMQ, PostgreSQL, Celery workers and headless Chromium,
 ## in TEST_PROCESSES parallel processes (pytest-xdist; each with its own vhost, database and workers)
 test: venv
-	scripts/services.sh rabbitmq postgres chromium java rabbitmq4-root
+	scripts/services.sh rabbitmq postgres chromium java rabbitmq4-root docker-compose
 	$(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 ## test-rabbitmq4: the broker-facing suite (broker tier, e2e, reduced faults, peers' failure modes) on RabbitMQ 4.0.5,

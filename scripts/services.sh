@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Make sure the local services the platform needs are installed and running.
-# Usage: scripts/services.sh rabbitmq [postgres] [platform-db] [chromium] [rabbitmq4] [rabbitmq4-root] ...
+# Usage: scripts/services.sh rabbitmq [postgres] [platform-db] [chromium] [rabbitmq4] [rabbitmq4-root] [docker-compose] ...
 # On a fresh Debian machine (as root) it installs what is missing from Debian's packages.
 set -euo pipefail
 
@@ -96,6 +96,8 @@ for service in "$@"; do
     rabbitmq4-root) "$(dirname "$0")/rabbitmq4.sh" root ;;  # RabbitMQ 4.0.5's Debian 13 root, built once
     rabbitmq4) "$(dirname "$0")/rabbitmq4.sh" start ;;  # a RabbitMQ 4.0.5 node: amqp 5690, management 15690
     python-venv) python_venv ;;
+    # tests/test_compose.py reads docker-compose.yml with it (`config`: no Docker engine needed)
+    docker-compose) command -v docker-compose >/dev/null || apt_install docker-compose ;;
     *) echo "services: unknown service $service" >&2; exit 2 ;;
   esac
 done

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 import yaml
@@ -101,3 +102,102 @@ def test_docker_compose_reads_the_file_and_names_a_missing_secret():
         assert config({**clean, **secrets}, *args).returncode == 0
     missing = config({**clean, **secrets, "SECRET_KEY": ""})
     assert missing.returncode != 0 and "set SECRET_KEY" in missing.stderr
+
+
+def bare_env(**extra: str) -> dict[str, str]:
+    """Only what a shell needs: nothing of this process's environment reaches docker-compose or
+    the settings but what the test gives."""
+    return {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"), **extra}
+
+
+def make_env(folder) -> dict[str, str]:
+    """scripts/make-env.sh run in ``folder`` (a copy of the repository's compose files), as a
+    newcomer would: its .env's variables."""
+    from dotenv import dotenv_values
+
+    done = subprocess.run([str(folder / "scripts" / "make-env.sh")], env=bare_env(), capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    return dotenv_values(folder / ".env")
+
+
+def settings_read(env_file) -> dict:
+    """What make run's settings (delayplatform.settings, not the tests') connect to with ``env_file``
+    as its .env."""
+    import json
+
+    code = ("import json, django; django.setup(); from django.conf import settings as s; "
+            "d = s.DATABASES['default']; print(json.dumps([s.BROKER_URL, s.RABBITMQ_MANAGEMENT_URL, "
+            "d['HOST'], d['PORT'], d['NAME'], d['USER']]))")
+    env = bare_env(ENV_FILE=str(env_file), DJANGO_SETTINGS_MODULE="delayplatform.settings", SECRET_KEY="k" * 50)
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not shutil.which("docker-compose"), reason="docker-compose is not installed here")
+def test_make_env_gives_compose_every_variable_and_leaves_make_run_as_it_was(tmp_path):
+    """A newcomer's `scripts/make-env.sh && docker-compose up` needs nothing typed: the .env it
+    writes holds every variable the compose file requires, the URLs repeat the platform's broker
+    password, and make run's settings, which read the same .env, still connect where they did
+    without it (not to a host named rabbitmq). Run again, it changes nothing."""
+    shutil.copytree(ROOT / "docker", tmp_path / "docker")
+    shutil.copy(ROOT / "docker-compose.yml", tmp_path)
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "make-env.sh", tmp_path / "scripts")
+    values = make_env(tmp_path)
+    required = set(re.findall(r"\$\{([A-Z0-9_]+):\?", (ROOT / "docker-compose.yml").read_text()))
+    assert required <= {name for name, value in values.items() if value}, required - set(values)
+    assert (tmp_path / ".env").stat().st_mode & 0o077 == 0, "secrets: the owner's only"
+
+    def config(*args):
+        return subprocess.run(["docker-compose", *args, "config"], cwd=tmp_path, env=bare_env(),
+                              capture_output=True, text=True, timeout=60)
+
+    for args in ((), ("--profile", "cluster")):
+        done = config(*args)
+        assert done.returncode == 0, done.stderr
+    services = yaml.safe_load(done.stdout)["services"]
+    password = services["rabbitmq"]["environment"]["PLATFORM_PASSWORD"]
+    web = services["web"]["environment"]
+    assert web["BROKER_URL"] == f"amqp://delayplatform:{password}@rabbitmq:5672//"
+    assert web["RABBITMQ_MANAGEMENT_URL"] == f"http://delayplatform:{password}@rabbitmq:15672"
+    assert f"delay:{services['postgres']['environment']['POSTGRES_PASSWORD']}@postgres:" in web["DATABASE_URL"]
+
+    (tmp_path / "empty.env").write_text("")
+    assert settings_read(tmp_path / ".env") == settings_read(tmp_path / "empty.env")
+    check = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, capture_output=True, text=True,
+                           env=bare_env(ENV_FILE=str(tmp_path / ".env")), timeout=120)
+    assert check.returncode == 0, check.stderr
+
+    before = (tmp_path / ".env").read_text()
+    assert make_env(tmp_path) == values and (tmp_path / ".env").read_text() == before
+
+
+def test_make_env_adds_only_what_an_older_env_lacks(tmp_path):
+    """An .env from before (its last line without a newline) keeps its values: its secrets key
+    must never change, and the URLs it gains name the broker password it has."""
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "make-env.sh", tmp_path / "scripts")
+    (tmp_path / ".env").write_text("SECRET_KEY=kept\nDELAY_SECRETS_KEYS=also-kept\nRABBITMQ_PASSWORD='old-pw'")
+    values = make_env(tmp_path)
+    assert values["SECRET_KEY"] == "kept" and values["DELAY_SECRETS_KEYS"] == "also-kept"
+    assert values["CONTAINER_BROKER_URL"] == "amqp://delayplatform:old-pw@rabbitmq:5672//"
+    assert values["POSTGRES_PASSWORD"] and values["RABBITMQ_ADMIN_PASSWORD"] and values["DELAY_METRICS_TOKEN"]
+
+
+def test_make_env_gives_no_secrets_key_to_an_env_whose_secrets_the_secret_key_seals(tmp_path):
+    """Without DELAY_SECRETS_KEYS the platform seals webhook secrets with a key derived from
+    SECRET_KEY (scheduling/security/secret_box.py): adding a key to such an .env would leave every
+    stored secret unreadable. The script adds the rest, and says why not that one."""
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "make-env.sh", tmp_path / "scripts")
+    (tmp_path / ".env").write_text("SECRET_KEY=kept\n")
+    done = subprocess.run([str(tmp_path / "scripts" / "make-env.sh")], env=bare_env(), capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and "DELAY_SECRETS_KEYS" in done.stderr, done.stderr
+    from dotenv import dotenv_values
+
+    values = dotenv_values(tmp_path / ".env")
+    assert values["SECRET_KEY"] == "kept" and "DELAY_SECRETS_KEYS" not in values
+    assert values["CONTAINER_BROKER_URL"].startswith(f"amqp://delayplatform:{values['RABBITMQ_PASSWORD']}@")

@@ -9,6 +9,7 @@ under 200 messages/s, and three workers sharing the endpoints, one of them kille
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import Counter
@@ -24,9 +25,20 @@ from .faults import endpoint, outcome, queue_of, schedule, settle, wait_publishe
 pytestmark = [pytest.mark.broker, pytest.mark.e2e, pytest.mark.cluster]
 
 
+def own_cluster() -> LocalCluster:
+    """make test-cluster's cluster (nodes dpt1-3, ports 5781-5783), or, in a test process gwN of
+    pytest-xdist (make test), one of that process's own (dptwNn1-3, ports 5900+3N...): a make test
+    running beside a make test-cluster, or beside another worktree's, must not share its nodes."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.removeprefix("gw").isdigit():
+        return LocalCluster()
+    n = int(worker.removeprefix("gw"))
+    return LocalCluster(name=f"dptw{n}n", port=5900 + 3 * n)
+
+
 @pytest.fixture(scope="module")
 def cluster():
-    with LocalCluster() as c:
+    with own_cluster() as c:
         yield c
 
 
@@ -162,21 +174,36 @@ def test_rolling_restart_under_steady_load(cluster, report):
 @pytest.mark.skipif(not FULL, reason="make test-cluster")
 def test_three_workers_share_endpoints_and_a_dead_one_hands_over(cluster, report, rng):
     """Three workers with delivery loops on the same endpoint: each handler once, the load
-    spread (per-worker counts from delivered_by), and SIGKILL of one mid-way loses nothing."""
+    spread (per-worker counts from delivered_by), and SIGKILL of one mid-way loses nothing: what
+    it would have delivered after the kill, the other two deliver."""
     with cluster_platform(cluster, workers=3, concurrency=1) as p:
         name = endpoint(p, "three-workers")
         n = 3000
         schedule(p, name, [round(rng.uniform(3, 25), 3) for _ in range(n)])
         time.sleep(10)
-        p.workers[0].kill()
+        dead = p.workers[0]
+        dead.kill()
+        (killed_at,) = p.sql("SELECT now()")[0]  # kill() returns once none of its processes runs
         counts = settle_and_count(p, cluster, name, n, "cluster: 3 workers, one SIGKILLed", report, timeout=120,
                                   once=False)
-        by_worker = Counter(dict(p.sql(
-            "SELECT m.delivered_by, count(*) FROM scheduling_scheduledmessage m JOIN scheduling_endpoint e "
-            "ON e.id = m.endpoint_id WHERE e.name = %s GROUP BY 1", name)))
-        counts.note = "per worker: " + ", ".join(f"{w.split('@')[0]} {c}" for w, c in sorted(by_worker.items()))
+        # delivered_by names the loop: `<worker>@<host>` for the worker's own, `<worker>@<host>/<n>`
+        # for each further delivery process (DELAY_DELIVERY_PROCESSES): count per worker
+        rows = p.sql(
+            "SELECT split_part(m.delivered_by, '/', 1), m.delivered_at > %s, count(*) "
+            "FROM scheduling_scheduledmessage m JOIN scheduling_endpoint e ON e.id = m.endpoint_id "
+            "WHERE e.name = %s GROUP BY 1, 2", killed_at, name)
+        by_worker, after_kill = Counter(), Counter()
+        for worker, after, count in rows:
+            by_worker[worker] += count
+            after_kill[worker] += count if after else 0
+        counts.note = "per worker (after the kill): " + ", ".join(
+            f"{w.split('@')[0]} {c} ({after_kill[w]})" for w, c in sorted(by_worker.items()))
         print(counts.note)
-        assert sum(by_worker.values()) == n and len(by_worker) == 3 and min(by_worker.values()) > 0
+        assert sum(by_worker.values()) == n and len(by_worker) == 3 and min(by_worker.values()) > 0, counts.note
+        (dead_name,) = [w for w in by_worker if w.startswith(f"{dead.name}@")]
+        assert after_kill[dead_name] == 0, counts.note
+        # its share handed over: the messages due after the kill went to the two others
+        assert sum(after_kill.values()) > n // 10, counts.note
 
 
 DOWN_S = 45  # the killed node stays down this long: every message of STALL_DELAYS falls due meanwhile
