@@ -41,7 +41,7 @@ from scheduling.observability import metrics
 from scheduling.endpoints.selectors import endpoint_get_consumption, endpoint_get_flow_limits
 from scheduling.delivery.services import Outcome, Result, delivery_receive_many, delivery_retry_unsent
 from scheduling.delivery.flow_slots import endpoint_release_call_slots, endpoint_take_call_slots, endpoint_take_slots
-from scheduling.messages.rescue import message_rescue_overdue
+from scheduling.messages.rescue import message_rescue_overdue, message_rescue_overdue_tasks
 from scheduling.delivery.webhook_calls import webhook_call_take
 from scheduling.core.flow_gate import FlowGate, Limit
 from scheduling.delivery.handlers import WebhookProfile, payload_body, signed_headers, webhook_profiles
@@ -442,17 +442,24 @@ class DeliveryLoop(threading.Thread):
         its prefetch full (unacked broker messages, an envelope counting once), or messages ready
         in its hold for half the setting (a copy of each overdue message would double the work of a
         burst it has not caught up with, and the delivery rate would collapse).
+        Then every team's Celery-queue endpoints, whose queues no loop consumes (the user's workers
+        do): whatever this loop's backlog, as it is not theirs.
         The copies' confirms are waited for 1 s at most: a queue whose leader is being elected must
         not stop the loop."""
         settings = self.settings
-        if len(self.consumer.unsettled) >= settings.delivery_prefetch:
-            return 0
-        if self.holding.behind_ms(now_ms()) > settings.rescue_after_ms / 2 or self.parked:
-            return 0  # behind (a burst, or calls waiting for their endpoint's bulkhead): they wait in the loop
-        skip = self.holding.ids_due_before(now_ms() - settings.rescue_after_ms) | self.in_webhooks
+
+        def publish(copies):
+            return self.consumer.publish(copies, timeout=1.0)
+
         try:
-            return message_rescue_overdue(queues=self.consumer.queues, skip=skip, limit=settings.delivery_batch,
-                                          publish=lambda copies: self.consumer.publish(copies, timeout=1.0))
+            found = message_rescue_overdue_tasks(publish=publish, limit=settings.delivery_batch)
+            if len(self.consumer.unsettled) >= settings.delivery_prefetch:
+                return found
+            if self.holding.behind_ms(now_ms()) > settings.rescue_after_ms / 2 or self.parked:
+                return found  # behind (a burst, or calls waiting for their endpoint's bulkhead): they wait in the loop
+            skip = self.holding.ids_due_before(now_ms() - settings.rescue_after_ms) | self.in_webhooks
+            return found + message_rescue_overdue(queues=self.consumer.queues, skip=skip, publish=publish,
+                                                  limit=settings.delivery_batch)
         except DatabaseError as exc:
             close_old_connections()
             log.warning("overdue check skipped: database unavailable (%s)", exc)
