@@ -228,6 +228,17 @@ def outbox_get() -> Outbox:
                   min((row["oldest"] for row in rows), default=None))
 
 
+def message_count_overdue_in_flight(*, now: datetime, overdue_by: timedelta) -> dict[tuple[str, str], int]:
+    """(team, endpoint) -> first deliveries still pending or published more than ``overdue_by``
+    (the rescue's delay) after due, of active endpoints (a paused one's wait on purpose): only the
+    endpoints that have some. Reads the in-flight due index (message_in_flight_due) from its start
+    to the cutoff, so its cost is the overdue rows, a handful when all is well."""
+    grouped = (ScheduledMessage.objects.filter(status__in=IN_FLIGHT, due_at__lt=now - overdue_by, attempts=0,
+                                               endpoint__is_active=True)
+               .order_by().values("endpoint__team__name", "endpoint__name").annotate(n=Count("id")))
+    return {(row["endpoint__team__name"], row["endpoint__name"]): row["n"] for row in grouped}
+
+
 def message_count_overdue_by_version(*, now: datetime, grace: timedelta) -> dict[str, int]:
     """Version -> messages still pending or published ``grace`` after their due time: what the
     accuracy report counts as lost (ACCURACY_LOST_AFTER_SECONDS)."""
