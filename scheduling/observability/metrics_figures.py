@@ -26,7 +26,7 @@ from prometheus_client.registry import Collector
 
 from rabbit import BrokerError
 
-from scheduling.config.conf import conf
+from scheduling.config.conf import conf, setting_name
 from scheduling.versions.broker import VersionDepths, topology_version_list_depths
 from scheduling.messages.selectors import (Outbox, message_count_overdue_by_version,
                                            message_count_overdue_in_flight, outbox_get)
@@ -92,7 +92,8 @@ def families(figures: Figures, now: float) -> list[GaugeMetricFamily]:
             overdue.add_metric([version], figures.overdue.get(version, 0))
         stuck = GaugeMetricFamily(
             "delay_overdue_in_flight_messages", "First deliveries still pending or published longer than "
-            "DELAY_RESCUE_AFTER_MS after due, per active endpoint that has some.", labels=["team", "endpoint"])
+            f"{setting_name('rescue_after_ms')} after due, per active endpoint that has some.",
+            labels=["team", "endpoint"])
         for (team, endpoint), messages in sorted(figures.stuck.items()):
             stuck.add_metric([team, endpoint], messages)
         oldest = figures.outbox.oldest_created_at
