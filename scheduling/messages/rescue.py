@@ -43,6 +43,7 @@ from scheduling.core.lifecycle import Status
 from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage
 from scheduling.observability import metrics
 from scheduling.messages.unroutable import message_mark_unbuildable
+from topology.cascade import UNIT_MS
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,9 @@ log = logging.getLogger(__name__)
 # declaration for both, read by the queries below and by message_rescue_covers.
 RESCUED_MODES = (DeliveryMode.NATIVE,)
 TASK_HANDLERS = (Endpoint.Handler.CELERY_QUEUE,)  # whose queues the user's workers consume, not the loop
+# A task travels with no eta, so its delay is rounded up to whole units (wire.cascade_units): it
+# leaves the cascade up to a unit after due, on time. Its rescue counts from there.
+TASK_ROUNDING_MS = UNIT_MS
 
 
 def message_rescue_covers(*, message: ScheduledMessage) -> bool:
@@ -104,8 +108,9 @@ def message_rescue_overdue(*, queues: Collection[str], skip: Collection[str],
 
 
 def message_rescue_overdue_tasks(*, publish: Callable[[list[Outgoing]], Outcome], limit: int) -> int:
-    """Publish a copy of up to ``limit`` overdue first runs of Celery-queue endpoints (every team's)
-    whose copy has been in the broker longer than DELAY_RESCUE_AFTER_MS and longer than the row
+    """Publish a copy of up to ``limit`` first runs of Celery-queue endpoints (every team's) overdue
+    by DELAY_RESCUE_AFTER_MS beyond their rounding (TASK_ROUNDING_MS), whose copy has been in the
+    broker longer than DELAY_RESCUE_AFTER_MS and longer than the row
     was late when it was last published (see the module's docstring); return how many the broker
     confirmed. Each confirmed row's ``published_at`` becomes its copy's (the same instant as the
     copy's ``x-dp-published-at-ms``: an older copy that turns up unroutable is then stale), in the
@@ -115,6 +120,7 @@ def message_rescue_overdue_tasks(*, publish: Callable[[list[Outgoing]], Outcome]
         return 0
     now = timezone.now()
     cutoff = now - timedelta(milliseconds=after_ms)
+    due_cutoff = cutoff - timedelta(milliseconds=TASK_ROUNDING_MS)
     with transaction.atomic():
         rows = list(
             ScheduledMessage.objects.select_for_update(skip_locked=True, of=("self",))
@@ -123,7 +129,7 @@ def message_rescue_overdue_tasks(*, publish: Callable[[list[Outgoing]], Outcome]
             .alias(late_then=ExpressionWrapper(F("published_at") - F("due_at"), output_field=DurationField()),
                    since=ExpressionWrapper(Value(now) - F("published_at"), output_field=DurationField()))
             .filter(status=Status.PUBLISHED, attempts=0, delivery_mode__in=RESCUED_MODES,
-                    due_at__lt=cutoff, published_at__lt=cutoff, endpoint__handler__in=TASK_HANDLERS,
+                    due_at__lt=due_cutoff, published_at__lt=cutoff, endpoint__handler__in=TASK_HANDLERS,
                     late_then__lt=F("since"))
             .exclude(endpoint__flow__next_slot_us__gt=to_epoch_ms(cutoff) * 1000)
             .order_by("due_at")[:limit])

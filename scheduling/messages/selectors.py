@@ -17,6 +17,7 @@ from scheduling.core.cursors import Position
 from scheduling.core.lifecycle import FINISHED_VALUES, IN_FLIGHT, IN_FLIGHT_VALUES, Status
 from scheduling.delivery.models import MessageAttempt
 from scheduling.endpoints.selectors import endpoint_list_in_teams
+from scheduling.messages.rescue import TASK_HANDLERS, TASK_ROUNDING_MS
 from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
 
 
@@ -230,11 +231,14 @@ def outbox_get() -> Outbox:
 
 def message_count_overdue_in_flight(*, now: datetime, overdue_by: timedelta) -> dict[tuple[str, str], int]:
     """(team, endpoint) -> first deliveries still pending or published more than ``overdue_by``
-    (the rescue's delay) after due, of active endpoints (a paused one's wait on purpose): only the
+    (the rescue's delay; a Celery queue's tasks, a cascade unit more) after due, of active
+    endpoints (a paused one's wait on purpose): only the
     endpoints that have some. Reads the in-flight due index (message_in_flight_due) from its start
     to the cutoff, so its cost is the overdue rows, a handful when all is well."""
+    tasks_due_before = now - overdue_by - timedelta(milliseconds=TASK_ROUNDING_MS)  # they leave a unit late
     grouped = (ScheduledMessage.objects.filter(status__in=IN_FLIGHT, due_at__lt=now - overdue_by, attempts=0,
                                                endpoint__is_active=True)
+               .exclude(endpoint__handler__in=TASK_HANDLERS, due_at__gte=tasks_due_before)
                .order_by().values("endpoint__team__name", "endpoint__name").annotate(n=Count("id")))
     return {(row["endpoint__team__name"], row["endpoint__name"]): row["n"] for row in grouped}
 

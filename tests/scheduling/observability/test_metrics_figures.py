@@ -189,4 +189,8 @@ def test_read_figures_counts_first_deliveries_overdue_past_the_rescue_s_delay(pl
     row(endpoint, Status.PUBLISHED, 30, attempts=2)  # a handler retry waits for its backoff
     row(endpoint, Status.DELIVERED, 30)
     row(paused, Status.PUBLISHED, 30)  # a paused endpoint's messages wait on purpose
-    assert read_figures().stuck == {("default", endpoint_name): 2}
+    tasks = Endpoint.objects.create(name=endpoint_name + "-t", queue=endpoint_name + "-t", topology=platform["v3"],
+                                    handler=Endpoint.Handler.CELERY_QUEUE)
+    row(tasks, Status.PUBLISHED, 2.5)  # a task leaves the cascade up to a unit (1 s) late: not yet
+    row(tasks, Status.PUBLISHED, 3.5)
+    assert read_figures().stuck == {("default", endpoint_name): 2, ("default", endpoint_name + "-t"): 1}
