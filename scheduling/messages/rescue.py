@@ -18,10 +18,12 @@ Celery-queue endpoints (every team's) are rescued by the same loop, ``message_re
 no platform loop consumes their queues, the user's workers do, and those workers claim each run
 before its body starts (scheduling/celery/claim.py in this project, ``POST /api/messages/<id>/claim/``
 for the Python client's PlatformTask), so the copy that comes second is skipped there as a
-duplicate. The platform cannot see what those workers hold, so a task's row is stamped with the
-copy's publish time and its next copy waits as long as the row was late at the last one: copies
-at 1, 2, 4, 8... x DELAY_RESCUE_AFTER_MS, a handful over days for an endpoint whose workers are
-down, not one every look (the gauge ``delay_overdue_in_flight_messages`` and its alert say so).
+duplicate. While a task queue has messages ready (or had lately) its workers are behind or down and
+the copy may be there: its rows wait (workers down: one copy of each lost task, then none while it
+waits in the queue). The platform cannot see what those workers hold unacked, so a task's row
+is stamped with the copy's publish time and its next copy waits as long as the row was late at
+the last one: copies at 1, 2, 4, 8... x DELAY_RESCUE_AFTER_MS, a handful over days, not one every
+look (the gauge ``delay_overdue_in_flight_messages`` and its alert say a queue's rows wait).
 """
 
 from __future__ import annotations
@@ -107,12 +109,17 @@ def message_rescue_overdue(*, queues: Collection[str], skip: Collection[str],
         return len(_publish(rows, now, publish, after_ms))
 
 
-def message_rescue_overdue_tasks(*, publish: Callable[[list[Outgoing]], Outcome], limit: int) -> int:
+def message_rescue_overdue_tasks(*, publish: Callable[[list[Outgoing]], Outcome], limit: int,
+                                 queue_busy: Callable[[str], bool]) -> int:
     """Publish a copy of up to ``limit`` first runs of Celery-queue endpoints (every team's) overdue
     by DELAY_RESCUE_AFTER_MS beyond their rounding (TASK_ROUNDING_MS), whose copy has been in the
     broker longer than DELAY_RESCUE_AFTER_MS and longer than the row
     was late when it was last published (see the module's docstring); return how many the broker
-    confirmed. Each confirmed row's ``published_at`` becomes its copy's (the same instant as the
+    confirmed. A queue ``queue_busy`` says has messages ready, or had lately (its workers are behind
+    or down, or have just taken a backlog into their prefetch), is left alone: the row's copy may be
+    there, and the rows wait until its workers have caught up (a queue drained with the row still
+    in flight has lost its copy, or a worker holds it unclaimed: the claim skips whichever copy
+    comes second). Each confirmed row's ``published_at`` becomes its copy's (the same instant as the
     copy's ``x-dp-published-at-ms``: an older copy that turns up unroutable is then stale), in the
     transaction that locked it, so another worker's look finds it rescued."""
     after_ms = conf().rescue_after_ms
@@ -133,6 +140,8 @@ def message_rescue_overdue_tasks(*, publish: Callable[[list[Outgoing]], Outcome]
                     late_then__lt=F("since"))
             .exclude(endpoint__flow__next_slot_us__gt=to_epoch_ms(cutoff) * 1000)
             .order_by("due_at")[:limit])
+        busy = {queue for queue in {row.endpoint.queue for row in rows} if queue_busy(queue)}
+        rows = [row for row in rows if row.endpoint.queue not in busy]
         rescued = _publish(rows, now, publish, after_ms)
         if rescued:
             ScheduledMessage.objects.filter(id__in=[row.id for row in rescued], status=Status.PUBLISHED) \

@@ -118,8 +118,8 @@ def task_endpoint(endpoint):
     return Endpoint.objects.get(pk=endpoint.pk)
 
 
-def rescue_tasks():
-    return message_rescue_overdue_tasks(publish=lambda out: broker().publish(out), limit=100)
+def rescue_tasks(busy=lambda queue: False):
+    return message_rescue_overdue_tasks(publish=lambda out: broker().publish(out), limit=100, queue_busy=busy)
 
 
 def test_an_overdue_task_gets_a_copy_in_its_queue_and_its_row_says_when(task_endpoint, amqp):
@@ -162,3 +162,13 @@ def test_tasks_are_not_rescued_when_the_setting_is_zero(task_endpoint, amqp, set
     published(task_endpoint, 5000, payload=TASK)
     settings.DELAY_RESCUE_AFTER_MS = 0
     assert rescue_tasks() == 0
+
+
+def test_a_busy_task_queue_is_left_to_its_workers(task_endpoint, amqp):
+    """Its workers are behind or down (the loop says so: messages ready lately): the row's copy may
+    be among them, so no copy is added (the gauge says the rows wait); once it is not, one is."""
+    published(task_endpoint, 2500, payload=TASK)
+    asked = []
+    assert rescue_tasks(busy=lambda queue: asked.append(queue) or True) == 0 and asked == [task_endpoint.queue]
+    assert get(amqp, task_endpoint.queue) is None
+    assert rescue_tasks() == 1
