@@ -42,10 +42,10 @@ from scheduling.messages import wire
 from scheduling.core.clock import to_epoch_ms
 from scheduling.config.conf import conf
 from scheduling.core.lifecycle import Status
-from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage
+from scheduling.models import DeliveryMode, ScheduledMessage
 from scheduling.observability import metrics
 from scheduling.messages.unroutable import message_mark_unbuildable
-from topology.cascade import UNIT_MS
+from scheduling.messages.selectors import TASK_HANDLERS, TASK_ROUNDING_MS
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +53,6 @@ log = logging.getLogger(__name__)
 # it: native rows, of every handler (a Celery queue's by message_rescue_overdue_tasks). One
 # declaration for both, read by the queries below and by message_rescue_covers.
 RESCUED_MODES = (DeliveryMode.NATIVE,)
-TASK_HANDLERS = (Endpoint.Handler.CELERY_QUEUE,)  # whose queues the user's workers consume, not the loop
-# A task travels with no eta, so its delay is rounded up to whole units (wire.cascade_units): it
-# leaves the cascade up to a unit after due, on time. Its rescue counts from there.
-TASK_ROUNDING_MS = UNIT_MS
 
 
 def message_rescue_covers(*, message: ScheduledMessage) -> bool:

@@ -17,8 +17,8 @@ from scheduling.core.cursors import Position
 from scheduling.core.lifecycle import FINISHED_VALUES, IN_FLIGHT, IN_FLIGHT_VALUES, Status
 from scheduling.delivery.models import MessageAttempt
 from scheduling.endpoints.selectors import endpoint_list_in_teams
-from scheduling.messages.rescue import TASK_HANDLERS, TASK_ROUNDING_MS
 from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
+from topology.cascade import UNIT_MS
 
 
 def message_list_attempts(*, message_id):
@@ -227,6 +227,13 @@ def outbox_get() -> Outbox:
     rows = list(grouped)
     return Outbox({row["topology__name"]: row["n"] for row in rows},
                   min((row["oldest"] for row in rows), default=None))
+
+
+# Celery-queue endpoints: the user's workers consume their queues, not the delivery loop. A task
+# travels with no eta, so its delay is rounded up to whole units (wire.cascade_units): it leaves the
+# cascade up to a unit after due, on time; its rescue (messages/rescue.py) and this count start there.
+TASK_HANDLERS = (Endpoint.Handler.CELERY_QUEUE,)
+TASK_ROUNDING_MS = UNIT_MS
 
 
 def message_count_overdue_in_flight(*, now: datetime, overdue_by: timedelta) -> dict[tuple[str, str], int]:
