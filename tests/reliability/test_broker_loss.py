@@ -26,6 +26,7 @@ import rabbit
 from harness.platform import MANAGEMENT, TEAM, platform
 from harness.recording_server import RecordingServer
 from harness.waiting import wait_until
+from scheduling.teams.broker_access import user_name
 from tests.e2e.team_broker import ExtappWorker, extapp_env
 
 from .conftest import Counts, size
@@ -128,14 +129,18 @@ def deployment(tmp_path_factory):
         p.api("POST", "/api/endpoints/", json={"name": "lost-webhook", "handler": "webhook",
                                                 "handler_target": receiver.url})
         p.api("POST", "/api/endpoints/", json={"name": "lost-ext", "handler": "celery_queue"})
-        team_url = p.manage("team_broker_user", TEAM).splitlines()[-1]
-        env = extapp_env(url=team_url, team=TEAM, queue=queue_of(p, "lost-ext"), runs=folder / "runs.jsonl",
-                         platform_url=p.url, key=p.key)
-        d = Deployment(p, receiver, tasks_worker, env, folder)
+        # the user is the node's, not the vhost's: a user left by an earlier run is replaced, and removed after
+        team_url = p.manage("team_broker_user", TEAM, "--rotate").splitlines()[-1]
         try:
-            yield d
+            env = extapp_env(url=team_url, team=TEAM, queue=queue_of(p, "lost-ext"), runs=folder / "runs.jsonl",
+                             platform_url=p.url, key=p.key)
+            d = Deployment(p, receiver, tasks_worker, env, folder)
+            try:
+                yield d
+            finally:
+                d.outside.stop()
         finally:
-            d.outside.stop()
+            rabbit.Management(MANAGEMENT).delete_user(user_name(TEAM))
 
 
 def test_every_queue_purged_mid_delay_every_handler_gets_each_message_once(deployment, report, rng):
