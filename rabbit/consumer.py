@@ -86,6 +86,11 @@ class Consumer:
         return queue_depth(self.conn, queue) is not None
 
     @_connection_errors
+    def queue_ready(self, queue: str) -> int | None:
+        """Messages ready in a queue (not counting those consumers hold), None if it does not exist."""
+        return queue_depth(self.conn, queue)
+
+    @_connection_errors
     def wait(self, timeout: float, then_take: int = 0) -> None:
         """Wait up to ``timeout`` for the next message, then take up to ``then_take`` more that
         are already on the socket: drain_events returns after one message, and handling them one

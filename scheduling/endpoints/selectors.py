@@ -26,6 +26,11 @@ def endpoint_get_consumption() -> dict[str, bool]:
     )
 
 
+def endpoint_any_task_queue() -> bool:
+    """Whether any team has a ``celery_queue`` endpoint (whose overdue tasks the rescue looks for)."""
+    return Endpoint.objects.filter(handler=Endpoint.Handler.CELERY_QUEUE).exists()
+
+
 def endpoint_get_flow_limits() -> dict[str, Limit]:
     """Queue name -> the flow control of each endpoint that has any (the delivery loop's gate)."""
     limited = Endpoint.objects.filter(Q(max_deliveries_per_second__isnull=False) | Q(max_concurrent__isnull=False))

@@ -240,8 +240,9 @@ def relay_claim_new(*, rows: list[ScheduledMessage]) -> Claimed | None:
 
     Only where the rescue covers the one window this opens, a process killed between the commit
     and the publish (rows say published, the broker never got them): DELAY_RESCUE_AFTER_MS on,
-    native rows of endpoints the rescue serves (not celery_queue ones), and a broker that did
-    not refuse lately. Those rows are published again once overdue, DELAY_RESCUE_AFTER_MS late.
+    native rows (of every handler: a celery_queue endpoint's rows are rescued too, and its
+    workers' claim skips the copy that comes second), and a broker that did not refuse lately.
+    Those rows are published again once overdue, DELAY_RESCUE_AFTER_MS late.
     Everything else (None, or the rows left out) goes the outbox's way: relay_publish_rows."""
     settings = conf()
     eligible = [row for row in rows if message_rescue_covers(message=row)]

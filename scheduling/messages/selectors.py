@@ -18,6 +18,7 @@ from scheduling.core.lifecycle import FINISHED_VALUES, IN_FLIGHT, IN_FLIGHT_VALU
 from scheduling.delivery.models import MessageAttempt
 from scheduling.endpoints.selectors import endpoint_list_in_teams
 from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
+from topology.cascade import UNIT_MS
 
 
 def message_list_attempts(*, message_id):
@@ -226,6 +227,27 @@ def outbox_get() -> Outbox:
     rows = list(grouped)
     return Outbox({row["topology__name"]: row["n"] for row in rows},
                   min((row["oldest"] for row in rows), default=None))
+
+
+# Celery-queue endpoints: the user's workers consume their queues, not the delivery loop. A task
+# travels with no eta, so its delay is rounded up to whole units (wire.cascade_units): it leaves the
+# cascade up to a unit after due, on time; its rescue (messages/rescue.py) and this count start there.
+TASK_HANDLERS = (Endpoint.Handler.CELERY_QUEUE,)
+TASK_ROUNDING_MS = UNIT_MS
+
+
+def message_count_overdue_in_flight(*, now: datetime, overdue_by: timedelta) -> dict[tuple[str, str], int]:
+    """(team, endpoint) -> first deliveries still pending or published more than ``overdue_by``
+    (the rescue's delay; a Celery queue's tasks, a cascade unit more) after due, of active
+    endpoints (a paused one's wait on purpose): only the
+    endpoints that have some. Reads the in-flight due index (message_in_flight_due) from its start
+    to the cutoff, so its cost is the overdue rows, a handful when all is well."""
+    tasks_due_before = now - overdue_by - timedelta(milliseconds=TASK_ROUNDING_MS)  # they leave a unit late
+    grouped = (ScheduledMessage.objects.filter(status__in=IN_FLIGHT, due_at__lt=now - overdue_by, attempts=0,
+                                               endpoint__is_active=True)
+               .exclude(endpoint__handler__in=TASK_HANDLERS, due_at__gte=tasks_due_before)
+               .order_by().values("endpoint__team__name", "endpoint__name").annotate(n=Count("id")))
+    return {(row["endpoint__team__name"], row["endpoint__name"]): row["n"] for row in grouped}
 
 
 def message_count_overdue_by_version(*, now: datetime, grace: timedelta) -> dict[str, int]:

@@ -1,6 +1,8 @@
 """The figures /metrics reads from the database and the RabbitMQ management API: the outbox (its
 depth and the age of its oldest row), the messages overdue past the report's grace (what it calls
-lost), and per version what is in flight in each level and in the unroutable queue.
+lost), those overdue past the rescue's delay per team and endpoint (copies the rescue has not
+brought: a Celery queue's workers down, a broker that takes no copy), and per version what is in
+flight in each level and in the unroutable queue.
 
 They cost queries and an HTTP call, so they are never read on a scrape's path: a scrape answers
 from the last reading at once and, when that is older than DELAY_METRICS_CACHE_SECONDS, starts a
@@ -24,13 +26,15 @@ from prometheus_client.registry import Collector
 
 from rabbit import BrokerError
 
-from scheduling.config.conf import conf
+from scheduling.config.conf import conf, setting_name
 from scheduling.versions.broker import VersionDepths, topology_version_list_depths
-from scheduling.messages.selectors import Outbox, message_count_overdue_by_version, outbox_get
+from scheduling.messages.selectors import (Outbox, message_count_overdue_by_version,
+                                           message_count_overdue_in_flight, outbox_get)
 from scheduling.versions.selectors import topology_version_list_provisioned
 
 log = logging.getLogger(__name__)
 FIRST_WAIT_SECONDS = 2.0
+STUCK_AFTER_MS_WITHOUT_RESCUE = 1000  # what "overdue in flight" means with DELAY_RESCUE_AFTER_MS 0
 
 
 @dataclass(frozen=True)
@@ -40,12 +44,13 @@ class Figures:
     outbox: Outbox | None = None  # None: the database could not be read
     overdue: dict[str, int] | None = None
     depths: dict[str, VersionDepths] | None = None  # None: the management API could not be read
+    stuck: dict[tuple[str, str], int] = field(default_factory=dict)  # (team, endpoint) -> overdue in flight
 
 
 def read_figures() -> Figures:
     """One reading; a part that cannot be read is None (and its ``up`` gauge 0)."""
     now = timezone.now()
-    versions, outbox, overdue, depths = [], None, None, None
+    versions, outbox, overdue, depths, stuck = [], None, None, None, {}
     try:
         try:
             versions = list(topology_version_list_provisioned().order_by("name")
@@ -53,6 +58,8 @@ def read_figures() -> Figures:
             outbox = outbox_get()
             overdue = message_count_overdue_by_version(
                 now=now, grace=timedelta(seconds=conf().accuracy_lost_after_seconds))
+            stuck = message_count_overdue_in_flight(now=now, overdue_by=timedelta(
+                milliseconds=conf().rescue_after_ms or STUCK_AFTER_MS_WITHOUT_RESCUE))
         except DatabaseError as exc:
             log.warning("metrics: the outbox and overdue figures were not read (%s)", exc)
         try:
@@ -61,7 +68,7 @@ def read_figures() -> Figures:
             log.warning("metrics: the in-flight figures were not read (%s)", exc)
     finally:
         connection.close()  # this thread's own connection: it would otherwise stay open
-    return Figures(now.timestamp(), versions, outbox, overdue, depths)
+    return Figures(now.timestamp(), versions, outbox, overdue, depths, stuck)
 
 
 def families(figures: Figures, now: float) -> list[GaugeMetricFamily]:
@@ -83,8 +90,14 @@ def families(figures: Figures, now: float) -> list[GaugeMetricFamily]:
         for version in sorted({*figures.versions, *figures.outbox.pending, *figures.overdue}):
             pending.add_metric([version], figures.outbox.pending.get(version, 0))
             overdue.add_metric([version], figures.overdue.get(version, 0))
+        stuck = GaugeMetricFamily(
+            "delay_overdue_in_flight_messages", "First deliveries still pending or published longer than "
+            f"{setting_name('rescue_after_ms')} after due, per active endpoint that has some.",
+            labels=["team", "endpoint"])
+        for (team, endpoint), messages in sorted(figures.stuck.items()):
+            stuck.add_metric([team, endpoint], messages)
         oldest = figures.outbox.oldest_created_at
-        found += [pending, overdue, GaugeMetricFamily(
+        found += [pending, overdue, stuck, GaugeMetricFamily(
             "delay_outbox_oldest_age_seconds", "Age of the oldest row waiting for the relay (0: none).",
             value=max(0.0, figures.taken_at - oldest.timestamp()) if oldest else 0.0)]
     if figures.depths is not None:

@@ -40,10 +40,10 @@ from scheduling.core.clock import from_epoch_ms, now_ms, to_epoch_ms
 from scheduling.config.conf import broker, conf
 from scheduling.observability import metrics, tracing
 from scheduling.endpoints.selectors import (
-    endpoint_get_consumption, endpoint_get_flow_limits, endpoint_get_labels_by_queue)
+    endpoint_any_task_queue, endpoint_get_consumption, endpoint_get_flow_limits, endpoint_get_labels_by_queue)
 from scheduling.delivery.services import Outcome, Result, delivery_receive_many, delivery_retry_unsent
 from scheduling.delivery.flow_slots import endpoint_release_call_slots, endpoint_take_call_slots, endpoint_take_slots
-from scheduling.messages.rescue import message_rescue_overdue
+from scheduling.messages.rescue import message_rescue_overdue, message_rescue_overdue_tasks
 from scheduling.delivery.webhook_calls import webhook_call_take
 from scheduling.core.flow_gate import FlowGate, Limit
 from scheduling.delivery.handlers import WebhookProfile, payload_body, signed_headers, webhook_profiles
@@ -94,6 +94,9 @@ class DeliveryLoop(threading.Thread):
         self.labels: dict[str, tuple[str, str]] = {}
         self.spans: dict[str, tuple] = {}
         self.deliver_ids: dict[str, str] = {}  # message id -> the traceparent its deliver span will have
+        self.task_queues = False  # some team has a celery_queue endpoint: the rescue looks at them too (_sync)
+        self.task_queue_seen_busy: dict[str, float] = {}  # Celery queue -> when it last had messages ready
+        self.session_started = float("-inf")
 
     # --- lifecycle of the thread --------------------------------------------------------------
 
@@ -144,6 +147,7 @@ class DeliveryLoop(threading.Thread):
         self.consumer = rabbit.Consumer(broker().url, prefetch=self.settings.delivery_prefetch,
                                         on_message=self._on_message, on_cancel=self._on_cancel)
         with self.consumer.connected():
+            self.session_started = time.monotonic()
             next_sync = next_rescue = 0.0
             while not self.stopping.is_set():
                 self.beat_at = time.monotonic()
@@ -175,6 +179,7 @@ class DeliveryLoop(threading.Thread):
             self.profiles = webhook_profiles()
             if tracing.ENABLED:
                 self.labels = endpoint_get_labels_by_queue()
+            self.task_queues = self.rescues and endpoint_any_task_queue()
         except DatabaseError as exc:
             log.warning("endpoint sync skipped: database unavailable (%s)", exc)
             return
@@ -465,6 +470,9 @@ class DeliveryLoop(threading.Thread):
         its prefetch full (unacked broker messages, an envelope counting once), or messages ready
         in its hold for half the setting (a copy of each overdue message would double the work of a
         burst it has not caught up with, and the delivery rate would collapse).
+        Then, if any team has one, the Celery-queue endpoints of every team, whose queues no loop
+        consumes (the user's workers do); not while behind either: their look reads the same
+        overdue index range, and a burst's backlog is in it.
         The copies' confirms are waited for 1 s at most: a queue whose leader is being elected must
         not stop the loop."""
         settings = self.settings
@@ -473,13 +481,32 @@ class DeliveryLoop(threading.Thread):
         if self.holding.behind_ms(now_ms()) > settings.rescue_after_ms / 2 or self.parked:
             return 0  # behind (a burst, or calls waiting for their endpoint's bulkhead): they wait in the loop
         skip = self.holding.ids_due_before(now_ms() - settings.rescue_after_ms) | self.in_webhooks
+
+        def publish(copies):
+            return self.consumer.publish(copies, timeout=1.0)
+
         try:
-            return message_rescue_overdue(queues=self.consumer.queues, skip=skip, limit=settings.delivery_batch,
-                                          publish=lambda copies: self.consumer.publish(copies, timeout=1.0))
+            found = message_rescue_overdue(queues=self.consumer.queues, skip=skip, publish=publish,
+                                           limit=settings.delivery_batch)
+            if self.task_queues:
+                found += message_rescue_overdue_tasks(publish=publish, limit=settings.delivery_batch,
+                                                      queue_busy=self._task_queue_busy)
+            return found
         except DatabaseError as exc:
             close_old_connections()
             log.warning("overdue check skipped: database unavailable (%s)", exc)
             return 0
+
+    def _task_queue_busy(self, name: str) -> bool:
+        """Whether a Celery queue's workers may still hold an overdue task's copy: its queue has
+        messages ready, or had within 2 x DELAY_RESCUE_AFTER_MS (they took them into their prefetch,
+        where they wait for a pool slot, unclaimed), or this loop's session is that young (a worker
+        restarting takes its own queues' backlog first). A queue gone is not busy: the copy ends
+        unroutable and the row failed, with the reason."""
+        now, grace = time.monotonic(), 2 * self.settings.rescue_after_ms / 1000
+        if self.consumer.queue_ready(name):
+            self.task_queue_seen_busy[name] = now
+        return now - max(self.task_queue_seen_busy.get(name, float("-inf")), self.session_started) < grace
 
     def _settle_all(self, decided: list[tuple[Held, Outcome]]) -> None:
         """Settle a batch, then ack it in one write (as few frames as AMQP's multiple ack allows).

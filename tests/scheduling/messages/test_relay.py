@@ -231,16 +231,30 @@ def test_a_row_cancelled_before_the_failed_publish_stays_cancelled(v3_endpoint, 
 
 
 def test_without_the_rescue_behind_it_new_rows_take_the_outbox_way(v3_endpoint, amqp, committed, settings):
-    Endpoint.objects.filter(id=v3_endpoint.id).update(handler=Endpoint.Handler.CELERY_QUEUE)
-    celery_queue = Endpoint.objects.get(id=v3_endpoint.id)  # the rescue does not serve it
-    assert relay_claim_new(rows=[ScheduledMessage.new(endpoint=celery_queue, id=uuid.uuid4(), payload={},
-                                                      due_at=timezone.now(), requested_delay_ms=0)]) is None
-    Endpoint.objects.filter(id=v3_endpoint.id).update(handler=v3_endpoint.handler)
+    waits_in_the_database = ScheduledMessage.new(endpoint=v3_endpoint, id=uuid.uuid4(), payload={},
+                                                 due_at=timezone.now(), requested_delay_ms=0)
+    waits_in_the_database.delivery_mode = "timeout_manager"  # the rescue does not serve it
+    assert relay_claim_new(rows=[waits_in_the_database]) is None
     settings.DELAY_RESCUE_AFTER_MS = 0
     messages, written = committed(v3_endpoint, [30])
     assert [sql for sql in written if "FOR UPDATE SKIP LOCKED" in sql]  # locked, published, then marked
     assert ScheduledMessage.objects.get(id=messages[0].id).status == Status.PUBLISHED
 
+
+
+def test_a_celery_queue_endpoint_s_new_rows_are_written_published_too(v3_endpoint, amqp, monkeypatch):
+    """The rescue serves them (messages/rescue.py, message_rescue_overdue_tasks), and their
+    workers' claim makes its copy harmless: the same window as any endpoint's."""
+    monkeypatch.setattr("scheduling.messages.relay._Pause.until", 0.0)
+    Endpoint.objects.filter(id=v3_endpoint.id).update(handler=Endpoint.Handler.CELERY_QUEUE)
+    celery_queue = Endpoint.objects.get(id=v3_endpoint.id)
+    row = ScheduledMessage.new(endpoint=celery_queue, id=uuid.uuid4(), payload=TASK,
+                               due_at=timezone.now() + timedelta(seconds=30), requested_delay_ms=30000)
+    claimed = relay_claim_new(rows=[row])
+    assert claimed is not None and claimed.rows == [row] and row.status == Status.PUBLISHED
+    ScheduledMessage.objects.insert_many([row])
+    assert relay_send_claimed(claimed=claimed).published == 1
+    assert ScheduledMessage.objects.get(id=row.id).status == Status.PUBLISHED
 
 # --- one row that cannot be built fails alone; its batch is published ----------------------------
 

@@ -1,15 +1,18 @@
 """The safety net against the live broker: an overdue first delivery whose row still says
-``published`` gets a copy through its version's delivery exchange; nothing else does."""
+``published`` gets a copy through its version's delivery exchange; nothing else does. A Celery
+queue's overdue task gets one too, from any worker's look, and then its next only once it has
+waited as long again as it was late (its workers may be down: not a copy every look)."""
 
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
+from scheduling.core.clock import to_epoch_ms
 from scheduling.messages import wire
 from scheduling.config.conf import broker
 from scheduling.models import Endpoint, ScheduledMessage
-from scheduling.messages.rescue import message_rescue_overdue
+from scheduling.messages.rescue import message_rescue_overdue, message_rescue_overdue_tasks
 from tests.topology.helpers import get, wait_get
 from topology import cascade
 
@@ -29,10 +32,10 @@ def published(endpoint, overdue_ms, published_ms_ago=6000, lease_in_s=None, **fi
     if lease_in_s is not None:
         fields["call_lease_until"] = now + timedelta(seconds=lease_in_s)
     return ScheduledMessage.objects.create(
-        endpoint=endpoint, topology=endpoint.topology, payload={},
+        endpoint=endpoint, topology=endpoint.topology,
         published_at=now - timedelta(milliseconds=published_ms_ago),
         due_at=now - timedelta(milliseconds=overdue_ms), requested_delay_ms=5000,
-        **{"status": Status.PUBLISHED, **fields})
+        **{"status": Status.PUBLISHED, "payload": {}, **fields})
 
 
 def rescue(endpoint, skip=()):
@@ -102,3 +105,70 @@ def test_a_row_no_copy_can_be_built_of_fails_alone_and_the_others_are_rescued(en
     assert got.headers[wire.H_MESSAGE_ID] == str(stuck.id)
     unbuildable.refresh_from_db()
     assert unbuildable.status == Status.FAILED and "destination 'odd name' must be letters" in unbuildable.last_error
+
+
+# --- Celery-queue endpoints: the user's workers consume them, the claim skips a second copy ---------
+
+TASK = {"task": "testapp.plain_receipt", "args": [1]}
+
+
+@pytest.fixture
+def task_endpoint(endpoint):
+    Endpoint.objects.filter(pk=endpoint.pk).update(handler=Endpoint.Handler.CELERY_QUEUE)
+    return Endpoint.objects.get(pk=endpoint.pk)
+
+
+def rescue_tasks(busy=lambda queue: False):
+    return message_rescue_overdue_tasks(publish=lambda out: broker().publish(out), limit=100, queue_busy=busy)
+
+
+def test_an_overdue_task_gets_a_copy_in_its_queue_and_its_row_says_when(task_endpoint, amqp):
+    row = published(task_endpoint, 2500, payload=TASK)
+    assert rescue(task_endpoint) == 0  # not the loop's: no loop consumes a Celery queue
+    assert rescue_tasks() == 1
+    got, _ = wait_get(amqp, task_endpoint.queue, timeout=3)
+    assert got.headers["task"] == "testapp.plain_receipt" and got.headers[wire.H_MESSAGE_ID] == str(row.id)
+    assert got.headers.get("eta") is None  # an unmodified worker runs it at once
+    row.refresh_from_db()
+    assert row.status == Status.PUBLISHED and to_epoch_ms(row.published_at) == got.headers[wire.H_PUBLISHED_AT_MS]
+    assert rescue_tasks() == 0 and get(amqp, task_endpoint.queue) is None  # another look (another worker's): none
+
+
+@pytest.mark.parametrize(("late_at_last_copy_s", "waited_s", "copied"), [
+    (-4, 5.5, False),  # overdue 1.5 s: a task leaves the cascade up to a unit (1 s) late, on time
+    (-4, 6.5, True),  # never rescued: published before due, overdue by DELAY_RESCUE_AFTER_MS past that unit
+    (1.2, 1.1, False),  # rescued 1.2 s late, waited 1.1 s since: not as long again
+    (1.2, 1.3, True),
+    (60, 59, False),  # its workers down for a while: the copies grow apart (60 s, then 120 s...)
+    (60, 61, True),
+])
+def test_a_task_s_next_copy_waits_as_long_as_it_was_late(task_endpoint, amqp, late_at_last_copy_s, waited_s, copied):
+    overdue_ms = int((late_at_last_copy_s + waited_s) * 1000)
+    published(task_endpoint, overdue_ms, published_ms_ago=int(waited_s * 1000), payload=TASK)
+    assert rescue_tasks() == int(copied)
+    assert (get(amqp, task_endpoint.queue) is not None) == copied
+
+
+@pytest.mark.parametrize("fields", [
+    {"status": Status.DELIVERED}, {"status": Status.CANCELLED}, {"attempts": 1}, {"delivery_mode": "timeout_manager"},
+])
+def test_a_task_run_or_not_first_is_not_copied(task_endpoint, amqp, fields):
+    published(task_endpoint, 2500, payload=TASK, **fields)
+    assert rescue_tasks() == 0
+    assert get(amqp, task_endpoint.queue) is None
+
+
+def test_tasks_are_not_rescued_when_the_setting_is_zero(task_endpoint, amqp, settings):
+    published(task_endpoint, 5000, payload=TASK)
+    settings.DELAY_RESCUE_AFTER_MS = 0
+    assert rescue_tasks() == 0
+
+
+def test_a_busy_task_queue_is_left_to_its_workers(task_endpoint, amqp):
+    """Its workers are behind or down (the loop says so: messages ready lately): the row's copy may
+    be among them, so no copy is added (the gauge says the rows wait); once it is not, one is."""
+    published(task_endpoint, 2500, payload=TASK)
+    asked = []
+    assert rescue_tasks(busy=lambda queue: asked.append(queue) or True) == 0 and asked == [task_endpoint.queue]
+    assert get(amqp, task_endpoint.queue) is None
+    assert rescue_tasks() == 1

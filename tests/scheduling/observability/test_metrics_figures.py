@@ -160,3 +160,37 @@ def test_read_figures_counts_the_outbox_its_oldest_row_and_the_overdue(platform,
     # the broker's part: every provisioned version, each level present, nothing in flight in this vhost
     assert set(figures.depths) == {"v1", "v2", "v3"}
     assert figures.depths["v3"].unroutable in (0, None)  # None: the broker has no statistics yet
+
+
+def test_messages_overdue_in_flight_are_a_gauge_per_team_and_endpoint_that_has_some():
+    figures = Figures(100.0, ["v3"], Outbox({}, None), {}, None, stuck={("default", "billing"): 3, ("acme", "billing"): 1})
+    found = {(s.name, tuple(sorted(s.labels.items()))): s.value
+             for family in families(figures, now=100.0) for s in family.samples}
+    assert found[("delay_overdue_in_flight_messages", (("endpoint", "billing"), ("team", "default")))] == 3
+    assert found[("delay_overdue_in_flight_messages", (("endpoint", "billing"), ("team", "acme")))] == 1
+    assert len([name for name, _ in found if name == "delay_overdue_in_flight_messages"]) == 2
+
+
+@pytest.mark.django_db
+def test_read_figures_counts_first_deliveries_overdue_past_the_rescue_s_delay(platform, endpoint_name, settings):
+    settings.DELAY_RESCUE_AFTER_MS = 2000
+    endpoint = Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=platform["v3"])
+    paused = Endpoint.objects.create(name=endpoint_name + "-p", queue=endpoint_name + "-p", topology=platform["v3"],
+                                     is_active=False)
+    now = timezone.now()
+
+    def row(on, status, overdue_s, **fields):
+        ScheduledMessage.objects.create(endpoint=on, topology=on.topology, payload={}, status=status,
+                                        due_at=now - timedelta(seconds=overdue_s), requested_delay_ms=0, **fields)
+
+    row(endpoint, Status.PUBLISHED, 3)  # its copy lost: counted
+    row(endpoint, Status.PENDING, 60)  # never published: counted
+    row(endpoint, Status.PUBLISHED, 1)  # within the rescue's delay
+    row(endpoint, Status.PUBLISHED, 30, attempts=2)  # a handler retry waits for its backoff
+    row(endpoint, Status.DELIVERED, 30)
+    row(paused, Status.PUBLISHED, 30)  # a paused endpoint's messages wait on purpose
+    tasks = Endpoint.objects.create(name=endpoint_name + "-t", queue=endpoint_name + "-t", topology=platform["v3"],
+                                    handler=Endpoint.Handler.CELERY_QUEUE)
+    row(tasks, Status.PUBLISHED, 2.5)  # a task leaves the cascade up to a unit (1 s) late: not yet
+    row(tasks, Status.PUBLISHED, 3.5)
+    assert read_figures().stuck == {("default", endpoint_name): 2, ("default", endpoint_name + "-t"): 1}
