@@ -4,6 +4,7 @@ when it comes out of the cascade: its row is recorded ``delivered``, and a task 
 cancelled, or is a duplicate of one that already ran, is skipped (Celery's ``Ignore``).
 """
 
+import json
 import logging
 
 from celery.exceptions import Ignore
@@ -22,10 +23,19 @@ def claim_around(before_start):
         message_id = self.request.get(H_MESSAGE_ID)
         if message_id and not self.request.is_eager and self.name != DELIVER:
             from scheduling.celery.services import celery_task_claim
+            from scheduling.delivery.orphans import Carried, queue_of_routing_key
 
-            redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
-            if not celery_task_claim(message_id=message_id, redelivered=redelivered, by=self.request.hostname or ""):
-                log.info("task %s[%s] skipped: cancelled or already run", self.name, task_id)
+            info = self.request.delivery_info or {}
+            redelivered = bool(info.get("redelivered"))
+            # what the copy carried, kept for the operator if its row is missing (delivery/orphans.py)
+            headers = {k: v for k, v in vars(self.request).items() if k.startswith("x-dp-")} | {
+                "task": self.name, "id": task_id}
+            carried = Carried(message_id, 0, queue_of_routing_key(info.get("routing_key") or ""), headers=headers,
+                              body=json.dumps([list(args or ()), dict(kwargs or {})], default=str))
+            if not celery_task_claim(message_id=message_id, redelivered=redelivered, by=self.request.hostname or "",
+                                     carried=carried):
+                log.info("task %s[%s] skipped: cancelled, already run, or its row is missing (set aside)",
+                         self.name, task_id)
                 raise Ignore()
         return before_start(self, task_id, args, kwargs)
 

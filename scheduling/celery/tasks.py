@@ -1,5 +1,6 @@
 """Celery tasks: thin wrappers that take ids and call one service."""
 
+import json
 from datetime import timedelta
 
 from celery import shared_task
@@ -12,6 +13,7 @@ from scheduling.reports.services import accuracy_report_run
 from scheduling.models import BulkAction
 from scheduling.messages.bulk import message_apply_matching
 from scheduling.delivery.services import Result, delivery_receive
+from scheduling.delivery.orphans import Carried, orphan_copy_set_aside, queue_of_routing_key
 from scheduling.messages.relay import relay_sweep, timeout_publish_due
 from scheduling.retention.services import message_prune
 from scheduling.schedules.services import schedule_create_runs
@@ -20,6 +22,15 @@ from scheduling.core import task_names
 
 
 BUSY_RETRY_SECONDS = 0.05
+
+
+def _carried(request, message_id: str, attempt: int) -> Carried:
+    """What a deliver task with no row carried: its platform headers (Celery keeps them on the
+    request) and the queue its routing key names."""
+    headers = {k: v for k, v in vars(request).items() if k.startswith("x-dp-")} | {"task": request.task}
+    queue = queue_of_routing_key(str((request.delivery_info or {}).get("routing_key") or ""))
+    return Carried(message_id, attempt, queue, headers=headers,
+                   body=json.dumps([list(request.args or ()), dict(request.kwargs or {})], default=str))
 
 
 @shared_task(name=task_names.RELAY_SWEEP)
@@ -62,6 +73,8 @@ def deliver(self, message_id: str, attempt: int = 0) -> str:
     """The fallback for a worker without the delivery loop: one delivery per task."""
     try:
         outcome = delivery_receive(message_id=message_id, attempt=attempt, by=self.request.hostname or "")
+        if outcome.result is Result.UNKNOWN:  # no row (a restore from backup): kept for the operator
+            orphan_copy_set_aside(copies=[_carried(self.request, message_id, attempt)], by=self.request.hostname or "")
     except DatabaseError as exc:  # the database is away: keep the message and try again
         close_old_connections()
         raise self.retry(exc=exc, countdown=backoff.database(self.request.retries + 1)) from None

@@ -48,7 +48,7 @@ class Result(enum.Enum):
     BUSY = "busy"  # every call slot of its endpoint (max_concurrent) is taken: nothing recorded, try again soon
     POSTPONED = "postponed"  # the broker did not take its handler task: nothing recorded, try again soon
     FAILED = "failed"
-    UNKNOWN = "unknown"
+    UNKNOWN = "unknown"  # names no row: nothing recorded; the caller sets the copy aside (delivery/orphans.py)
     MISROUTED = "misrouted"  # names a row of another endpoint than the queue it came from: dropped, counted
 
 
@@ -184,8 +184,7 @@ def _receive_one_by_one(left: list[tuple[int, tuple]], outcomes: list, *, defer_
         due_ms, throttled_ms, queue = (*stamps, None, None, None)[:3]
         message = rows.get(message_id)
         if message is None:
-            log.warning("delivery of unknown message %s dropped", message_id)
-            outcomes[index] = Outcome(Result.UNKNOWN)
+            outcomes[index] = Outcome(Result.UNKNOWN)  # no row: the caller sets the copy aside (orphans.py)
             continue
         if queue is not None and message.endpoint_queue != queue:
             outcomes[index] = Outcome(Result.MISROUTED)
