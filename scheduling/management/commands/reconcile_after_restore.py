@@ -60,6 +60,9 @@ class Command(PlatformCommand):
         if batch < 1:
             raise CommandError(f"--batch must be 1 or more, not {batch}")
         since, team = _since(orphans_since), command_team(team)
+        # a path that cannot be written is refused before anything is done
+        stream = self._open(export_orphans) if export_orphans else None
+        result = None
         try:
             if dry_run or no_progress:
                 result = message_reconcile_after_restore(overdue_after=overdue, dry_run=dry_run, batch=batch,
@@ -71,9 +74,20 @@ class Command(PlatformCommand):
                         progress=lambda done, total: update(done, of=total))
         except rabbit.BrokerUnavailable as exc:
             raise CommandError(f"the broker is unavailable: {exc}") from None
+        finally:
+            if stream is not None and export_orphans != "-" and result is None:
+                stream.close()
         self._report(result, dry_run, format_duration(overdue))
-        if export_orphans:
-            self._export(export_orphans, since, team)
+        if stream is not None:
+            self._export(stream, export_orphans, since, team)
+
+    def _open(self, path: str):
+        if path == "-":
+            return self.stdout
+        try:
+            return open(path, "w", encoding="utf-8")
+        except OSError as exc:
+            raise CommandError(f"cannot write {path}: {exc.strerror or exc}") from None
 
     def _report(self, result, dry_run: bool, overdue: str) -> None:
         out = self.stdout.write
@@ -101,17 +115,11 @@ class Command(PlatformCommand):
         if not dry_run and result.unconfirmed:
             out("run it again: the rows not confirmed are still overdue")
 
-    def _export(self, path: str, since, team) -> None:
-        rows = orphan_copy_list(since=since, team_id=team.pk if team else None)
-        try:
-            stream = self.stdout if path == "-" else open(path, "w", encoding="utf-8")
-        except OSError as exc:
-            raise CommandError(f"cannot write {path}: {exc.strerror or exc}") from None
+    def _export(self, stream, path: str, since, team) -> None:
         written = 0
         try:
-            for row in rows:
-                line = json.dumps(row, cls=DjangoJSONEncoder, ensure_ascii=False)
-                stream.write(line + ("" if path == "-" else "\n"))
+            for row in orphan_copy_list(since=since, team_id=team.pk if team else None):
+                stream.write(json.dumps(row, cls=DjangoJSONEncoder, ensure_ascii=False) + ("" if path == "-" else "\n"))
                 written += 1
         finally:
             if path != "-":
