@@ -73,7 +73,7 @@ SECONDS = {
     "reliability/test_destination_gone.py": 110, "browser/test_admin_browser.py": 110,
     "scheduling/reports/test_export.py": 100, "reliability/test_prune_killed.py": 95, "e2e/test_team_broker.py": 90,
     "topology/test_cascade_live.py": 80, "e2e/test_consumer_timeout.py": 80, "e2e/test_rabbitmq4.py": 75,
-    "reliability/test_worker_killed.py": 60, "reliability/test_topology_properties.py": 60,
+    "reliability/test_worker_killed.py": 60, "reliability/test_restore.py": 60, "reliability/test_topology_properties.py": 60,
     "scheduling/versions/test_moves.py": 55, "reliability/test_database_unavailable.py": 55,
     "e2e/test_loop_processes.py": 55, "e2e/test_envelopes.py": 50, "scheduling/versions/test_shards.py": 45,
     "scheduling/retention/test_services.py": 45, "scheduling/management/test_provision_delays.py": 40,
