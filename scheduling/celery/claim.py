@@ -23,7 +23,8 @@ def claim_around(before_start):
         message_id = self.request.get(H_MESSAGE_ID)
         if message_id and not self.request.is_eager and self.name != DELIVER:
             from scheduling.celery.services import celery_task_claim
-            from scheduling.delivery.orphans import Carried, queue_of_routing_key
+            from scheduling.delivery.orphans import Carried
+            from scheduling.messages.wire import queue_of_routing_key
 
             info = self.request.delivery_info or {}
             redelivered = bool(info.get("redelivered"))

@@ -13,7 +13,8 @@ from scheduling.reports.services import accuracy_report_run
 from scheduling.models import BulkAction
 from scheduling.messages.bulk import message_apply_matching
 from scheduling.delivery.services import Result, delivery_receive
-from scheduling.delivery.orphans import Carried, orphan_copy_set_aside, queue_of_routing_key
+from scheduling.delivery.orphans import Carried, orphan_copy_set_aside
+from scheduling.messages.wire import queue_of_routing_key
 from scheduling.messages.relay import relay_sweep, timeout_publish_due
 from scheduling.retention.services import message_prune
 from scheduling.schedules.services import schedule_create_runs

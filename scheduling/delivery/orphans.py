@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -46,13 +45,6 @@ class Carried:
     due_ms: int | None = None
     headers: dict = field(default_factory=dict)
     body: bytes | str = b""
-
-
-def queue_of_routing_key(routing_key: str) -> str:
-    """The destination a cascade routing key names: the key without its leading delay bits
-    (``1.0.1.0.orders`` -> ``orders``; a direct version's key is the queue already). For copies
-    whose queue the receiver does not know (a Celery worker's task)."""
-    return re.sub(r"^(?:[01]\.)+", "", routing_key)
 
 
 def _int(value) -> int | None:

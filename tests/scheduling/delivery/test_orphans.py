@@ -8,7 +8,8 @@ import uuid
 import pytest
 from prometheus_client import REGISTRY
 
-from scheduling.delivery.orphans import BODY_CAP_BYTES, Carried, orphan_copy_set_aside, queue_of_routing_key
+from scheduling.delivery.orphans import BODY_CAP_BYTES, Carried, orphan_copy_set_aside
+from scheduling.messages.wire import queue_of_routing_key
 from scheduling.delivery.selectors import orphan_copy_count, orphan_copy_list
 from scheduling.messages import wire
 from scheduling.models import Endpoint, OrphanCopy
