@@ -4,7 +4,6 @@ when it comes out of the cascade: its row is recorded ``delivered``, and a task 
 cancelled, or is a duplicate of one that already ran, is skipped (Celery's ``Ignore``).
 """
 
-import json
 import logging
 
 from celery.exceptions import Ignore
@@ -32,7 +31,7 @@ def claim_around(before_start):
             headers = {k: v for k, v in vars(self.request).items() if k.startswith("x-dp-")} | {
                 "task": self.name, "id": task_id}
             carried = Carried(message_id, 0, queue_of_routing_key(info.get("routing_key") or ""), headers=headers,
-                              body=json.dumps([list(args or ()), dict(kwargs or {})], default=str))
+                              body=[args, kwargs])
             if not celery_task_claim(message_id=message_id, redelivered=redelivered, by=self.request.hostname or "",
                                      carried=carried):
                 log.info("task %s[%s] skipped: cancelled, already run, or its row is missing (set aside)",

@@ -1,6 +1,5 @@
 """Celery tasks: thin wrappers that take ids and call one service."""
 
-import json
 from datetime import timedelta
 
 from celery import shared_task
@@ -28,10 +27,10 @@ BUSY_RETRY_SECONDS = 0.05
 def _carried(request, message_id: str, attempt: int) -> Carried:
     """What a deliver task with no row carried: its platform headers (Celery keeps them on the
     request) and the queue its routing key names."""
-    headers = {k: v for k, v in vars(request).items() if k.startswith("x-dp-")} | {"task": request.task}
+    headers = {k: v for k, v in vars(request).items() if k.startswith("x-dp-")} | {"task": task_names.DELIVER}
     queue = queue_of_routing_key(str((request.delivery_info or {}).get("routing_key") or ""))
     return Carried(message_id, attempt, queue, headers=headers,
-                   body=json.dumps([list(request.args or ()), dict(request.kwargs or {})], default=str))
+                   body=[request.args, request.kwargs])
 
 
 @shared_task(name=task_names.RELAY_SWEEP)

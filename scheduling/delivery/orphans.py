@@ -44,7 +44,7 @@ class Carried:
     queue: str
     due_ms: int | None = None
     headers: dict = field(default_factory=dict)
-    body: bytes | str = b""
+    body: object = b""  # bytes or text as carried; anything else is kept as its JSON
 
 
 def _int(value) -> int | None:
@@ -56,8 +56,15 @@ def _json_safe(headers: dict) -> dict:
     return json.loads(json.dumps(headers or {}, default=str))
 
 
-def _text(body: bytes | str) -> str:
-    raw = body if isinstance(body, bytes) else str(body).encode()
+def _text(body) -> str:
+    """The body as text, capped: bytes as UTF-8 (what cannot be decoded replaced), anything else as
+    JSON (a task's ``[args, kwargs]``, only encoded when the copy is set aside)."""
+    if isinstance(body, bytes):
+        raw = body
+    elif isinstance(body, str):
+        raw = body.encode()
+    else:
+        raw = json.dumps(body, default=str).encode()
     text = raw[:BODY_CAP_BYTES].decode("utf-8", errors="replace").replace("\x00", "\ufffd")
     return text + (f"... ({len(raw):,} bytes, capped)" if len(raw) > BODY_CAP_BYTES else "")
 

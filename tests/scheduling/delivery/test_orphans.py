@@ -71,6 +71,8 @@ def test_a_queue_of_no_endpoint_and_an_oversized_body_are_kept_too():
     assert kept.endpoint_id is None and kept.team_id is None and kept.due_at is None
     assert kept.body.startswith("x" * 100) and kept.body.endswith("bytes, capped)")
     assert isinstance(kept.headers["when"], str)  # AMQP values JSON cannot hold are kept as text
+    orphan_copy_set_aside(copies=[Carried("a-task", 0, "t--tasks", body=[("x",), {"n": 1}])])
+    assert OrphanCopy.objects.get(message_id="a-task").body == '[["x"], {"n": 1}]'  # a task's arguments as JSON
 
 
 def test_the_export_lists_them_by_team(team_endpoint, versions):
