@@ -80,7 +80,9 @@ class OrphanCopy(models.Model):
     (docs/operations/backup-and-restore.md). What the copy carried is kept as it came: a webhook or
     record-only copy carries its id and due time, not its payload (that lived in the lost row); a
     Celery task's copy carries the task itself. One row per copy (message id, attempt, queue): the
-    same copy handed over again counts in ``times_seen``."""
+    same copy handed over again counts in ``times_seen``. Bounded: at most
+    DELAY_ORPHAN_COPIES_MAX_PER_QUEUE rows a queue, each deleted by the prune once not seen for
+    DELAY_ORPHAN_COPY_RETENTION (delivery/orphans.py)."""
 
     message_id = models.CharField(max_length=64, help_text="the id the copy names (no row has it)")
     attempt = models.PositiveIntegerField(default=0, help_text="0: the copy through the cascade; n: a retry's")
@@ -104,7 +106,11 @@ class OrphanCopy(models.Model):
         ordering = ["-first_seen_at"]
         verbose_name_plural = "orphan copies"
         constraints = [models.UniqueConstraint(fields=["message_id", "attempt", "queue"], name="orphan_copy_once")]
-        indexes = [models.Index(fields=["first_seen_at"], name="orphan_copy_first_seen")]
+        indexes = [
+            models.Index(fields=["first_seen_at"], name="orphan_copy_first_seen"),  # the admin's and export's order
+            models.Index(fields=["last_seen_at"], name="orphan_copy_last_seen"),  # the prune's (retention)
+            models.Index(fields=["queue"], name="orphan_copy_queue"),  # the bound per queue, counted per batch
+        ]
 
     def __str__(self) -> str:
         return f"copy of {self.message_id} on {self.queue} (no row)"

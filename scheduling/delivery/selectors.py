@@ -13,9 +13,11 @@ def _since(since: datetime | None):
     return rows if since is None else rows.filter(last_seen_at__gte=since)
 
 
-def orphan_copy_count(*, since: datetime | None = None) -> int:
-    """Copies with no row set aside (seen since ``since``, if given)."""
-    return _since(since).count()
+def orphan_copy_count(*, since: datetime | None = None, before: datetime | None = None) -> int:
+    """Copies with no row set aside (last seen since ``since``, or before ``before``: past their
+    retention, what the prune deletes)."""
+    rows = _since(since)
+    return (rows if before is None else rows.filter(last_seen_at__lt=before)).count()
 
 
 def orphan_copy_list(*, since: datetime | None = None, team_id: int | None = None,

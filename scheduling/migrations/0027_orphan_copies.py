@@ -39,7 +39,7 @@ class Migration(migrations.Migration):
             options={
                 'verbose_name_plural': 'orphan copies',
                 'ordering': ['-first_seen_at'],
-                'indexes': [models.Index(fields=['first_seen_at'], name='orphan_copy_first_seen')],
+                'indexes': [models.Index(fields=['first_seen_at'], name='orphan_copy_first_seen'), models.Index(fields=['last_seen_at'], name='orphan_copy_last_seen'), models.Index(fields=['queue'], name='orphan_copy_queue')],
                 'constraints': [models.UniqueConstraint(fields=('message_id', 'attempt', 'queue'), name='orphan_copy_once')],
             },
         ),

@@ -89,3 +89,78 @@ def test_the_export_lists_them_by_team(team_endpoint, versions):
                                             ("t--orders", "t--orders"), ("", "")])
 def test_the_queue_a_routing_key_names(key, queue):
     assert queue_of_routing_key(key) == queue
+
+
+def dropped(queue: str) -> float:
+    return REGISTRY.get_sample_value("delay_orphan_copies_dropped_total", {"queue": queue}) or 0.0
+
+
+def test_a_queue_keeps_at_most_its_bound_and_counts_the_rest(team_endpoint, settings, caplog,
+                                                              django_capture_on_commit_callbacks):
+    """A flood of made-up ids into one queue: DELAY_ORPHAN_COPIES_MAX_PER_QUEUE rows, the rest acked
+    without a row and counted; one warning a batch; a copy already kept still counts in times_seen;
+    another queue has its own room."""
+    settings.DELAY_ORPHAN_COPIES_MAX_PER_QUEUE = 3
+    queue, other = team_endpoint.queue, f"{team_endpoint.team.name}--other"
+    before_kept, before_dropped, before_other = counted(queue), dropped(queue), counted(other)
+    flood = [copy_of(str(uuid.uuid4()), queue) for _ in range(5)]
+    with django_capture_on_commit_callbacks(execute=True), caplog.at_level("WARNING", "scheduling.delivery.orphans"):
+        assert orphan_copy_set_aside(copies=flood) == 3
+        lines = [r.getMessage() for r in caplog.records if r.name == "scheduling.delivery.orphans"]
+        assert len(lines) == 1 and "3 copies naming no row set aside" in lines[0]
+        assert "2 acked without a row" in lines[0] and "DELAY_ORPHAN_COPIES_MAX_PER_QUEUE" in lines[0]
+        assert orphan_copy_set_aside(copies=[flood[0], copy_of(str(uuid.uuid4()), queue)]) == 0  # again; full
+        assert orphan_copy_set_aside(copies=[copy_of(str(uuid.uuid4()), other)]) == 1
+    kept = OrphanCopy.objects.filter(queue=queue)
+    assert sorted(kept.values_list("message_id", flat=True)) == sorted(c.message_id for c in flood[:3])
+    assert kept.get(message_id=flood[0].message_id).times_seen == 2
+    assert OrphanCopy.objects.filter(queue=other).count() == 1
+    assert (counted(queue) - before_kept, dropped(queue) - before_dropped) == (4, 3)  # 3 + 1 seen again; 2 + 1
+    assert counted(other) - before_other == 1 and dropped(other) == 0
+
+
+def test_the_queue_index_makes_the_bound_a_bounded_count(team_endpoint, settings):
+    """The bound's count reads the queue's index, at most the bound's entries, whatever the table holds."""
+    from django.db import connection
+
+    settings.DELAY_ORPHAN_COPIES_MAX_PER_QUEUE = 50
+    orphan_copy_set_aside(copies=[copy_of(str(uuid.uuid4()), team_endpoint.queue) for _ in range(60)])
+    assert OrphanCopy.objects.filter(queue=team_endpoint.queue).count() == 50
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")  # a tiny table: the planner would scan it, as it should
+        cursor.execute("EXPLAIN SELECT count(*) FROM (SELECT 1 FROM scheduling_orphancopy WHERE queue = %s "
+                       "LIMIT %s) kept", [team_endpoint.queue, 50])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "orphan_copy_queue" in plan and "Limit" in plan
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_workers_at_once_take_the_last_room_once(versions, settings):
+    """Two set-asides of three new copies each, at once, into a queue with room for four: four rows,
+    not six (the lock per queue makes the second count after the first has committed)."""
+    import threading
+
+    from django.db import connection
+
+    settings.DELAY_ORPHAN_COPIES_MAX_PER_QUEUE = 4
+    queue = f"race-{uuid.uuid4().hex[:8]}--q"
+    start, errors = threading.Barrier(2), []
+
+    def worker():
+        try:
+            start.wait(timeout=10)
+            orphan_copy_set_aside(copies=[copy_of(str(uuid.uuid4()), queue) for _ in range(3)])
+        except Exception as exc:  # noqa: BLE001 -- reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    try:
+        assert errors == [] and OrphanCopy.objects.filter(queue=queue).count() == 4
+    finally:
+        OrphanCopy.objects.filter(queue=queue).delete()
