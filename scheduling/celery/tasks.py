@@ -110,10 +110,11 @@ def accuracy_report_nightly() -> int:
 @shared_task(name=task_names.PRUNE)
 def prune_finished_messages() -> dict:
     """Beat runs this every DELAY_PRUNE_EVERY (hourly): archive, then delete, finished messages
-    past their retention and audit rows past theirs. A run that finds another one holding the
-    lock does nothing."""
+    past their retention and audit rows past theirs; delete orphan copies past theirs. A run that
+    finds another one holding the lock does nothing."""
     result = message_prune()
     return {"skipped": result.skipped, "archived": result.archived, "deleted": result.deleted,
             "files": result.files, "kept_in_flight": result.kept_in_flight,
             "audit_archived": result.audit_archived, "audit_deleted": result.audit_deleted,
-            "audit_files": result.audit_files, "seconds": round(result.seconds, 1)}
+            "audit_files": result.audit_files, "orphan_copies_deleted": result.orphan_copies_deleted,
+            "seconds": round(result.seconds, 1)}
