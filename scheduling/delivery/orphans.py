@@ -102,25 +102,23 @@ def orphan_copy_set_aside(*, copies: list[Carried], by: str = "") -> int:
     are new."""
     if not copies:
         return 0
-    now = timezone.now()
-    seen = Counter((c.message_id[:64], c.attempt, c.queue[:255]) for c in copies)
+    now, bound = timezone.now(), conf().orphan_copies_max_per_queue
+    seen = Counter(_key(c) for c in copies)
     first = {}
     for copy in copies:
-        first.setdefault((copy.message_id[:64], copy.attempt, copy.queue[:255]), copy)
+        first.setdefault(_key(copy), copy)
     owners = {queue: (endpoint_id, team_id) for queue, endpoint_id, team_id in
               Endpoint.objects.filter(queue__in={key[2] for key in first}).values_list("queue", "id", "team_id")}
     with transaction.atomic(), connection.cursor() as cursor:
-        dropped = _beyond_bound(cursor, list(first), conf().orphan_copies_max_per_queue)
+        dropped = _beyond_bound(cursor, list(first), bound)
         kept = {key: copy for key, copy in first.items() if key not in dropped}
         new = _insert(cursor, kept, seen, owners, now, by) if kept else 0
-        kept_queues = [copy.queue for copy in copies if (copy.message_id[:64], copy.attempt, copy.queue[:255])
-                       not in dropped]
-        dropped_queues = [copy.queue for copy in copies if (copy.message_id[:64], copy.attempt, copy.queue[:255])
-                          in dropped]
+        kept_queues = [copy.queue for copy in copies if _key(copy) not in dropped]
+        dropped_queues = [copy.queue for copy in copies if _key(copy) in dropped]
         transaction.on_commit(lambda: (metrics.orphaned(kept_queues), metrics.orphans_dropped(dropped_queues)))
     example = copies[0]
     bound = (f"; {len(dropped_queues)} acked without a row, their queue ({', '.join(sorted({k[2] for k in dropped}))}) "
-             f"keeping its bound of {conf().orphan_copies_max_per_queue:,} orphan copies "
+             f"keeping its bound of {bound:,} orphan copies "
              f"({setting_name('orphan_copies_max_per_queue')}; counted in delay_orphan_copies_dropped_total)"
              if dropped else "")
     log.warning("%d cop%s naming no row set aside, not delivered (%d new; e.g. %s on %s)%s: restored from a "
@@ -128,6 +126,11 @@ def orphan_copy_set_aside(*, copies: list[Carried], by: str = "") -> int:
                 len(kept_queues), "y" if len(kept_queues) == 1 else "ies", new, example.message_id, example.queue,
                 bound)
     return new
+
+
+def _key(copy: Carried) -> tuple[str, int, str]:
+    """A copy's row: message id, attempt and queue, cut to the columns' lengths."""
+    return copy.message_id[:64], copy.attempt, copy.queue[:255]
 
 
 def _beyond_bound(cursor, keys: list[tuple], bound: int) -> set[tuple]:
