@@ -15,7 +15,7 @@ from scheduling.schedules import rules
 from scheduling.core.clock import to_epoch_ms
 from scheduling.config.conf import conf, configured_version, setting_name
 from scheduling.core.flow_gate import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
-from scheduling.delivery.models import EndpointHealth, MessageAttempt, Trigger  # noqa: F401  (registers them)
+from scheduling.delivery.models import EndpointHealth, MessageAttempt, OrphanCopy, Trigger  # noqa: F401  (registers them)
 from scheduling.core.lifecycle import IN_FLIGHT_VALUES, Status
 from scheduling.messages.queries import ScheduledMessageQuerySet, loaded_instance
 from scheduling.retention.listing import ParquetFileListing

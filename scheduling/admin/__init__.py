@@ -4,7 +4,7 @@ ModelAdmins on import. Admin classes call services and selectors only (no busine
 from django.contrib import admin
 
 from scheduling.admin.base import declared_lookups_only
-from scheduling.admin import audit, dashboard, dead_letters, endpoints, messages, reports, schedules, teams, topology  # noqa: F401  (registers the admins)
+from scheduling.admin import audit, dashboard, dead_letters, endpoints, messages, orphans, reports, schedules, teams, topology  # noqa: F401  (registers the admins)
 
 # The product's name where Django's default says "Django administration".
 admin.site.site_header = "Delay platform"

@@ -17,3 +17,6 @@ INVITATION_DECLINE = "invitation.decline"
 # API keys (a key made with a person's key is revoked with it: key.revoke, once per key)
 KEY_CREATE = "key.create"
 KEY_REVOKE = "key.revoke"
+
+# orphan copies (copies naming no row, set aside): an operator deletes the ones decided on
+ORPHAN_COPY_DELETE = "orphan_copy.delete"

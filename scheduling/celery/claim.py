@@ -35,30 +35,44 @@ def claim_around(before_start):
     def before_start_claimed(self, task_id, args, kwargs):
         message_id = self.request.get(H_MESSAGE_ID)
         if message_id and not self.request.is_eager and self.name != DELIVER:
-            redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
+            info = self.request.delivery_info or {}
+            redelivered = bool(info.get("redelivered"))
+            carried = _carried(self, message_id, task_id, info, args, kwargs)
             parent = traceparent.parse(self.request.get(H_TRACEPARENT)) if tracing.ENABLED else None
-            run = (_claim_traced(self, message_id, redelivered, parent) if parent
-                   else _claim(message_id, redelivered, self.request.hostname or "").run)
+            run = (_claim_traced(self, message_id, redelivered, parent, carried) if parent
+                   else _claim(message_id, redelivered, self.request.hostname or "", carried).run)
             if not run:
-                log.info("task %s[%s] skipped: cancelled or already run", self.name, task_id)
+                log.info("task %s[%s] skipped: cancelled, already run, or its row is missing (set aside)",
+                         self.name, task_id)
                 raise Ignore()
         return before_start(self, task_id, args, kwargs)
 
     return before_start_claimed
 
 
-def _claim(message_id: str, redelivered: bool, by: str):
+def _carried(task, message_id: str, task_id: str, info: dict, args, kwargs):
+    """What the copy carried, kept for the operator if its row is missing (delivery/orphans.py)."""
+    from scheduling.delivery.orphans import Carried
+    from scheduling.messages.wire import queue_of_routing_key
+
+    headers = {k: v for k, v in vars(task.request).items() if k.startswith("x-dp-")} | {
+        "task": task.name, "id": task_id}
+    return Carried(message_id, 0, queue_of_routing_key(info.get("routing_key") or ""), headers=headers,
+                   body=[args, kwargs])
+
+
+def _claim(message_id: str, redelivered: bool, by: str, carried):
     from scheduling.celery.services import celery_task_claim_message
 
-    return celery_task_claim_message(message_id=message_id, redelivered=redelivered, by=by)
+    return celery_task_claim_message(message_id=message_id, redelivered=redelivered, by=by, carried=carried)
 
 
-def _claim_traced(task, message_id: str, redelivered: bool, parent: str) -> bool:
+def _claim_traced(task, message_id: str, redelivered: bool, parent: str, carried) -> bool:
     """The claim inside the task's deliver span; a skipped task's span ends here, a run's when
     the task ends (task_postrun)."""
     started = tracing.task_start(parent=parent, message_id=message_id, task=task.name)
     try:
-        claim = _claim(message_id, redelivered, task.request.hostname or "")
+        claim = _claim(message_id, redelivered, task.request.hostname or "", carried)
     except BaseException:
         tracing.task_end(started, "error")
         raise

@@ -24,6 +24,7 @@ from scheduling.observability import metrics
 from scheduling.endpoints.selectors import endpoint_get_one
 from scheduling.delivery.log import delivery_log_on_commit
 from scheduling.delivery.minutes import delivery_minute_record
+from scheduling.delivery.orphans import Carried, orphan_copy_set_aside
 from scheduling.endpoints.services import endpoint_create
 from scheduling.messages.services import message_cancel, message_lock, message_schedule_many
 from scheduling.teams.caller import PLATFORM, Caller
@@ -117,25 +118,28 @@ def _task_endpoint(name: str, team_ids: frozenset[int] | None) -> Endpoint:
 
 @dataclass(frozen=True)
 class Claim:
-    message: ScheduledMessage | None  # None: no row (the platform's own hook runs the task anyway)
+    message: ScheduledMessage | None  # None: no row (the platform's own hook sets the copy aside, not run)
     run: bool
 
 
-def celery_task_claim(*, message_id: str, redelivered: bool, by: str = "", caller: Caller = PLATFORM) -> bool:
+def celery_task_claim(*, message_id: str, redelivered: bool, by: str = "", caller: Caller = PLATFORM,
+                      carried: Carried | None = None) -> bool:
     """Called in the worker before a task that came out of the cascade starts (any task class:
     scheduling.celery.claim hooks every task's before_start; another codebase's worker through
     ``POST /api/messages/<id>/claim/``): record the delivery and say whether to run. A cancelled
     task, or a duplicate hand-over of one that already ran, is skipped; a redelivery after a
     worker crash (acks_late) runs again, as Celery would."""
-    return celery_task_claim_message(message_id=message_id, redelivered=redelivered, by=by, caller=caller).run
+    return celery_task_claim_message(message_id=message_id, redelivered=redelivered, by=by, caller=caller,
+                                     carried=carried).run
 
 
 def celery_task_claim_message(*, message_id: str, redelivered: bool, by: str = "",
-                              caller: Caller = PLATFORM) -> Claim:
+                              caller: Caller = PLATFORM, carried: Carried | None = None) -> Claim:
     """celery_task_claim, answering the row as well (its status after the claim). ``caller`` needs
     the tasks right in the message's team: another team's message, or an unknown id, is NotFound
-    (the platform's own hook runs a task with no row), and a message that is not a Celery task
-    (its endpoint not ``celery_queue``) a Conflict. So is a claim of a message still waiting more
+    (the platform's own hook sets a task with no row aside with what it ``carried``,
+    delivery/orphans.py, and skips it), and a message that is not a Celery task (its endpoint not
+    ``celery_queue``) a Conflict. So is a claim of a message still waiting more
     than DELAY_CLAIM_MARGIN_MS before its due time: the cascade hands a task over when it is due,
     so such a claim is no hand-over, and taking it would deliver the row and skip the real run (a
     cancel without the cancel right). The platform's own hook is not refused: only the platform
@@ -148,8 +152,9 @@ def celery_task_claim_message(*, message_id: str, redelivered: bool, by: str = "
         except NotFound:
             if caller is not PLATFORM:
                 raise
-            log.warning("task message %s has no row; running it", message_id)
-            return Claim(message=None, run=True)
+            # not run blind: a task whose row is gone (a restore from backup) is kept for the operator
+            orphan_copy_set_aside(copies=[carried or Carried(message_id, 0, "")], by=by)
+            return Claim(message=None, run=False)
         if message.endpoint.handler != Endpoint.Handler.CELERY_QUEUE:
             raise Conflict(f"message {message.id} is not a Celery task (its endpoint {message.endpoint.name!r} is "
                            f"a {message.endpoint.handler} endpoint)")

@@ -12,6 +12,8 @@ from scheduling.reports.services import accuracy_report_run
 from scheduling.models import BulkAction
 from scheduling.messages.bulk import message_apply_matching
 from scheduling.delivery.services import Result, delivery_receive
+from scheduling.delivery.orphans import Carried, orphan_copy_set_aside
+from scheduling.messages.wire import queue_of_routing_key
 from scheduling.messages.relay import relay_sweep, timeout_publish_due
 from scheduling.retention.services import message_prune
 from scheduling.schedules.services import schedule_create_runs
@@ -23,6 +25,15 @@ from scheduling.observability import tracing
 
 
 BUSY_RETRY_SECONDS = 0.05
+
+
+def _carried(request, message_id: str, attempt: int) -> Carried:
+    """What a deliver task with no row carried: its platform headers (Celery keeps them on the
+    request) and the queue its routing key names."""
+    headers = {k: v for k, v in vars(request).items() if k.startswith("x-dp-")} | {"task": task_names.DELIVER}
+    queue = queue_of_routing_key(str((request.delivery_info or {}).get("routing_key") or ""))
+    return Carried(message_id, attempt, queue, headers=headers,
+                   body=[request.args, request.kwargs])
 
 
 @shared_task(name=task_names.RELAY_SWEEP)
@@ -93,8 +104,11 @@ def deliver(self, message_id: str, attempt: int = 0) -> str:
 
 def _receive(task, message_id: str, attempt: int, traceparent: str | None):
     try:
-        return delivery_receive(message_id=message_id, attempt=attempt, by=task.request.hostname or "",
-                                traceparent=traceparent)
+        outcome = delivery_receive(message_id=message_id, attempt=attempt, by=task.request.hostname or "",
+                                   traceparent=traceparent)
+        if outcome.result is Result.UNKNOWN:  # no row (a restore from backup): kept for the operator
+            orphan_copy_set_aside(copies=[_carried(task.request, message_id, attempt)], by=task.request.hostname or "")
+        return outcome
     except DatabaseError as exc:  # the database is away: keep the message and try again
         close_old_connections()
         raise task.retry(exc=exc, countdown=backoff.database(task.request.retries + 1)) from None
@@ -122,10 +136,11 @@ def accuracy_report_nightly() -> int:
 @shared_task(name=task_names.PRUNE)
 def prune_finished_messages() -> dict:
     """Beat runs this every DELAY_PRUNE_EVERY (hourly): archive, then delete, finished messages
-    past their retention and audit rows past theirs. A run that finds another one holding the
-    lock does nothing."""
+    past their retention and audit rows past theirs; delete orphan copies past theirs. A run that
+    finds another one holding the lock does nothing."""
     result = message_prune()
     return {"skipped": result.skipped, "archived": result.archived, "deleted": result.deleted,
             "files": result.files, "kept_in_flight": result.kept_in_flight,
             "audit_archived": result.audit_archived, "audit_deleted": result.audit_deleted,
-            "audit_files": result.audit_files, "seconds": round(result.seconds, 1)}
+            "audit_files": result.audit_files, "orphan_copies_deleted": result.orphan_copies_deleted,
+            "seconds": round(result.seconds, 1)}

@@ -243,6 +243,13 @@ class DelaySettings:
     left the table), or `off` to keep them for ever"""
     prune_batch: int
     """messages (or audit log rows) archived and deleted in one transaction"""
+    orphan_copy_retention: timedelta
+    """how long an orphan copy (a copy naming no row, set aside for the operator) stays after it was last
+    seen; then the prune deletes it, unarchived ([Backup and
+    restore](../operations/backup-and-restore.md#what-is-set-aside-and-how-to-read-it))"""
+    orphan_copies_max_per_queue: int
+    """orphan copies kept per queue: a new one beyond it is acked without a row, counted in
+    `delay_orphan_copies_dropped_total` and logged, so forged ids cost bounded rows"""
 
 
 # --- end of DelaySettings ---

@@ -367,6 +367,13 @@ SPECS: tuple[Spec, ...] = (
              "`manage.py prune_messages`)", "15m"),
         Spec("DELAY_PRUNE_BATCH", Integer(min=1), "100000", "messages (or audit log rows) archived and deleted in "
              "one transaction", "20000", conf=True),
+        Spec("DELAY_ORPHAN_COPY_RETENTION", Duration(), "30d", "how long an orphan copy (a copy naming no row, set "
+             "aside for the operator) stays after it was last seen; then the prune deletes it, unarchived "
+             "([Backup and restore](../operations/backup-and-restore.md#what-is-set-aside-and-how-to-read-it))",
+             "90d", conf=True),
+        Spec("DELAY_ORPHAN_COPIES_MAX_PER_QUEUE", Integer(min=1), "10000", "orphan copies kept per queue: a new one "
+             "beyond it is acked without a row, counted in `delay_orphan_copies_dropped_total` and logged, so "
+             "forged ids cost bounded rows", "1000", conf=True),
     ),
 )
 BY_KEY: dict[str, Spec] = {spec.key: spec for spec in SPECS}

@@ -71,3 +71,46 @@ class EndpointHealth(models.Model):
 
     class Meta:
         verbose_name_plural = "endpoint health"
+
+
+class OrphanCopy(models.Model):
+    """A copy the broker handed over that names no row: set aside for the operator, neither
+    delivered blind nor dropped. After PostgreSQL is restored to an earlier time, the copies of
+    the messages scheduled after that time are still in the cascade and arrive with no row
+    (docs/operations/backup-and-restore.md). What the copy carried is kept as it came: a webhook or
+    record-only copy carries its id and due time, not its payload (that lived in the lost row); a
+    Celery task's copy carries the task itself. One row per copy (message id, attempt, queue): the
+    same copy handed over again counts in ``times_seen``. Bounded: at most
+    DELAY_ORPHAN_COPIES_MAX_PER_QUEUE rows a queue, each deleted by the prune once not seen for
+    DELAY_ORPHAN_COPY_RETENTION (delivery/orphans.py)."""
+
+    message_id = models.CharField(max_length=64, help_text="the id the copy names (no row has it)")
+    attempt = models.PositiveIntegerField(default=0, help_text="0: the copy through the cascade; n: a retry's")
+    queue = models.CharField(max_length=255, help_text="the endpoint queue the copy came from")
+    endpoint = models.ForeignKey("scheduling.Endpoint", null=True, blank=True, on_delete=models.SET_NULL,
+                                 db_constraint=False, related_name="+", help_text="the queue's endpoint, if any")
+    team = models.ForeignKey("scheduling.Team", null=True, blank=True, on_delete=models.SET_NULL,
+                             db_constraint=False, related_name="+", help_text="that endpoint's team")
+    due_at = models.DateTimeField(null=True, blank=True, help_text="the due time the copy carries")
+    published_at = models.DateTimeField(null=True, blank=True, help_text="when it was published, if it says")
+    version = models.CharField(max_length=16, blank=True, help_text="the cascade version it travelled")
+    task = models.CharField(max_length=255, blank=True, help_text="the Celery task the copy is")
+    headers = models.JSONField(default=dict, blank=True, help_text="the copy's headers, as carried")
+    body = models.TextField(blank=True, help_text="the copy's body, as carried (capped)")
+    first_seen_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+    times_seen = models.PositiveIntegerField(default=1)
+    received_by = models.CharField(max_length=255, blank=True, help_text="the worker that set it aside")
+
+    class Meta:
+        ordering = ["-first_seen_at"]
+        verbose_name_plural = "orphan copies"
+        constraints = [models.UniqueConstraint(fields=["message_id", "attempt", "queue"], name="orphan_copy_once")]
+        indexes = [
+            models.Index(fields=["first_seen_at"], name="orphan_copy_first_seen"),  # the admin's and export's order
+            models.Index(fields=["last_seen_at"], name="orphan_copy_last_seen"),  # the prune's (retention)
+            models.Index(fields=["queue"], name="orphan_copy_queue"),  # the bound per queue, counted per batch
+        ]
+
+    def __str__(self) -> str:
+        return f"copy of {self.message_id} on {self.queue} (no row)"

@@ -4,11 +4,12 @@ Two paths, the same rules (scheduling/core/lifecycle.py). The common case, a cop
 for a record-only endpoint (handler "none"), is recorded set-based: one statement per batch
 (ScheduledMessageQuerySet.deliver_in_flight, a compare-and-set UPDATE that also adds the
 per-minute figures) with no lock query first. Everything else -- duplicates, cancelled,
-superseded and early copies, unknown ids, endpoints with a handler -- goes through the one-by-one
-path, only when the batch has any: one transaction with the rows locked, so a duplicate arriving
-at the same moment waits and then sees the first one's outcome. ``deliver`` is recorded on the
-row *before* its handler runs, so a second copy of the same message -- in another batch or in
-this one -- is a duplicate and the handler runs once per message id and attempt.
+superseded and early copies, unknown ids (set aside by the caller: orphans.py), endpoints with a
+handler -- goes through the one-by-one path, only when the batch has any: one transaction with
+the rows locked, so a duplicate arriving at the same moment waits and then sees the first one's
+outcome. ``deliver`` is recorded on the row *before* its handler runs, so a second copy of the
+same message -- in another batch or in this one -- is a duplicate and the handler runs once per
+message id and attempt.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class Result(enum.Enum):
     BUSY = "busy"  # every call slot of its endpoint (max_concurrent) is taken: nothing recorded, try again soon
     POSTPONED = "postponed"  # the broker did not take its handler task: nothing recorded, try again soon
     FAILED = "failed"
-    UNKNOWN = "unknown"
+    UNKNOWN = "unknown"  # names no row: nothing recorded; the caller sets the copy aside (delivery/orphans.py)
     MISROUTED = "misrouted"  # names a row of another endpoint than the queue it came from: dropped, counted
 
 
@@ -122,7 +123,8 @@ def delivery_receive_many(*, items: list[tuple[str, int]], defer_webhooks: bool 
     optionally followed by the due time in ms the copy carries and how long flow control held it
     back (ms) and the queue the copy came from, in arrival order; outcomes come back in the same
     order. A copy whose row is not its queue's endpoint's comes back MISROUTED (nothing recorded,
-    counted, logged): the loop drops it. Webhook messages come back
+    counted, logged): the loop drops it. A copy naming no row comes back UNKNOWN (nothing recorded):
+    the loop sets it aside for the operator (delivery/orphans.py). Webhook messages come back
     DEFERRED (untouched): an HTTP call must not hold the batch's locks, so the caller hands them to
     delivery_receive one by one; there, a webhook whose endpoint has max_concurrent calls in
     flight comes back BUSY (untouched). ``by``: the receiving worker, recorded on each delivery.
@@ -187,8 +189,7 @@ def _receive_one_by_one(left: list[tuple[int, tuple]], outcomes: list, *, defer_
         due_ms, throttled_ms, queue = (*stamps, None, None, None)[:3]
         message = rows.get(message_id)
         if message is None:
-            log.warning("delivery of unknown message %s dropped", message_id)
-            outcomes[index] = Outcome(Result.UNKNOWN)
+            outcomes[index] = Outcome(Result.UNKNOWN)  # no row: the caller sets the copy aside (orphans.py)
             continue
         if queue is not None and message.endpoint_queue != queue:
             outcomes[index] = Outcome(Result.MISROUTED)

@@ -13,6 +13,7 @@ delay of a message found in any level queue.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -310,6 +311,13 @@ def is_row_id(value) -> bool:
     except (TypeError, ValueError, AttributeError):
         return False
     return True
+
+
+def queue_of_routing_key(routing_key: str) -> str:
+    """The destination a cascade routing key names: the key without its leading delay bits
+    (``1.0.1.0.orders`` -> ``orders``; a direct version's key is the queue already). For copies
+    whose queue the receiver does not know (a Celery worker's task)."""
+    return re.sub(r"^(?:[01]\.)+", "", routing_key)
 
 
 def _iso_ms(value) -> int | None:

@@ -71,6 +71,13 @@ RESCUED = Counter(
 MISROUTED = Counter(
     "delay_misrouted_copies", "Broker messages naming a message of another endpoint than the queue they came "
     "from (a forged or misplaced copy): dropped, never delivered; labelled by that queue.", ("queue",))
+ORPHANED = Counter(
+    "delay_orphan_copies", "Copies naming no row (e.g. scheduled after the backup a database was restored "
+    "from): set aside for the operator (orphan copies), never delivered; labelled by the queue they came from.",
+    ("queue",))
+ORPHANS_DROPPED = Counter(
+    "delay_orphan_copies_dropped", "Copies naming no row acked without being set aside, because their queue "
+    "already keeps its bound of orphan copies (a flood of made-up ids); labelled by that queue.", ("queue",))
 QUOTA_USAGE = Gauge(
     "delay_team_quota_usage_ratio", "A team's use of a count quota (endpoints, schedules, messages_in_flight) "
     "when last checked, as a share of the quota; a warning is logged from 0.8.", ("team", "quota"),
@@ -121,6 +128,18 @@ def misrouted(queues: list[str]) -> None:
     """Count copies dropped because the row they name is not of the queue they came from."""
     for queue, n in Tally(queues).items():
         MISROUTED.labels(queue).inc(n)
+
+
+def orphaned(queues: list[str]) -> None:
+    """Count copies set aside because no row has their id (delivery/orphans.py)."""
+    for queue, n in Tally(queues).items():
+        ORPHANED.labels(queue).inc(n)
+
+
+def orphans_dropped(queues: list[str]) -> None:
+    """Count copies with no row acked without a row: their queue holds its bound (delivery/orphans.py)."""
+    for queue, n in Tally(queues).items():
+        ORPHANS_DROPPED.labels(queue).inc(n)
 
 
 def _learn(rows) -> None:

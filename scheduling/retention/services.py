@@ -16,6 +16,11 @@ The audit log goes the same way, in the same run: rows older than DELAY_AUDIT_RE
 archived (``_audit/`` in the archive, listed in AuditArchiveFile) and deleted in batches, the
 trigger letting that DELETE alone through. Its archive keeps a day DELAY_ARCHIVE_RETENTION after
 the day left the table.
+
+Orphan copies (copies naming no row, set aside for the operator: delivery/orphans.py) not seen for
+DELAY_ORPHAN_COPY_RETENTION are deleted in the same run, in batches of DELAY_PRUNE_BATCH, each its
+own transaction; not archived: they are a decision the operator had that long to take (and an
+export away, ``reconcile_after_restore --export-orphans``).
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ from scheduling.config.conf import conf, setting_name
 from scheduling.core.durations import format_duration
 from scheduling.core.lifecycle import Status
 from scheduling.delivery.models import MessageAttempt
+from scheduling.delivery.orphans import orphan_copy_prune_batch
+from scheduling.delivery.selectors import orphan_copy_count
 from scheduling.models import AccuracyReport, ArchiveFile, BulkAction, ScheduledMessage
 from scheduling.teams.invitations import invitation_forget
 from scheduling.teams.quotas import team_forget_copies
@@ -83,6 +90,8 @@ class PruneResult:
     audit_files: int = 0
     audit_archive_bytes: int = 0
     audit_days_removed: int = 0  # days of the audit archive past DELAY_ARCHIVE_RETENTION
+    orphan_copy_candidates: int = 0  # orphan copies not seen for DELAY_ORPHAN_COPY_RETENTION when the run started
+    orphan_copies_deleted: int = 0  # (not the orphaned files of killed runs: orphans_removed)
     vacuumed: bool = False  # the prune vacuumed the table itself (the server's autovacuum is off)
     seconds: float = 0.0
 
@@ -111,7 +120,7 @@ def _prune_rules(now: datetime) -> list[tuple[Status, datetime]]:
 
 
 def message_prune(*, now: datetime | None = None, dry_run: bool = False, progress: Progress | None = None,
-                  audit_progress: Progress | None = None) -> PruneResult:
+                  audit_progress: Progress | None = None, orphan_progress: Progress | None = None) -> PruneResult:
     """Archive, then delete, every finished message past its retention, and the audit log's rows
     past theirs (see the module's doc). ``dry_run`` counts what would go and changes nothing."""
     started = time.monotonic()
@@ -125,11 +134,12 @@ def message_prune(*, now: datetime | None = None, dry_run: bool = False, progres
         result.kept_in_flight = message_count_in_flight_created_before(cutoff=max(cutoff for _, cutoff in rules))
         result.candidates = sum(message_list_past_retention(status=s, cutoff=c).count() for s, c in rules)
         result.audit_candidates = audit_list_past_retention(**_audit_cutoffs(now)).count()
+        result.orphan_copy_candidates = orphan_copy_count(before=now - conf().orphan_copy_retention)
         per_row = message_table_get_bytes_per_row()
         if dry_run:
             result.reusable_bytes = round(result.candidates * per_row) if per_row else 0
         else:
-            _prune(rules, now, result, progress or _quiet, audit_progress or _quiet)
+            _prune(rules, now, result, progress or _quiet, audit_progress or _quiet, orphan_progress or _quiet)
             result.reusable_bytes = round(result.deleted * per_row) if per_row else 0
     result.seconds = time.monotonic() - started
     return result
@@ -139,7 +149,8 @@ def _quiet(done: int, total: int) -> None:
     pass
 
 
-def _prune(rules, now: datetime, result: PruneResult, progress: Progress, audit_progress: Progress) -> None:
+def _prune(rules, now: datetime, result: PruneResult, progress: Progress, audit_progress: Progress,
+           orphan_progress: Progress) -> None:
     settings = conf()
     archive = settings.archive_dir
     try:
@@ -161,6 +172,7 @@ def _prune(rules, now: datetime, result: PruneResult, progress: Progress, audit_
             log.info("pruned %s: %d messages archived to %s and deleted (%d/%d)", status, batch.rows,
                      ", ".join(f.path for f in batch.files), result.deleted, result.candidates)
     _audit_prune(now, archive, result, audit_progress)
+    _orphan_copies_prune(now, result, orphan_progress)
     result.archive_days_removed = archive_expire_days(now=now, archive=archive)
     result.audit_days_removed = audit_archive_expire_days(now=now, archive=archive)
     result.report_rows_removed = accuracy_report_expire(now=now)
@@ -193,6 +205,23 @@ def _audit_prune(now: datetime, archive: Path, result: PruneResult, progress: Pr
         progress(result.audit_deleted, max(result.audit_candidates, result.audit_deleted))
         log.info("pruned the audit log: %d rows archived to %s and deleted (%d/%d)", batch.rows,
                  ", ".join(f.path for f in batch.files), result.audit_deleted, result.audit_candidates)
+
+
+def _orphan_copies_prune(now: datetime, result: PruneResult, progress: Progress) -> None:
+    """The orphan copies not seen for their retention, DELAY_PRUNE_BATCH a transaction."""
+    settings = conf()
+    before, limit = now - settings.orphan_copy_retention, settings.prune_batch
+    progress(0, result.orphan_copy_candidates)
+    while True:
+        deleted = orphan_copy_prune_batch(before=before, limit=limit)
+        result.orphan_copies_deleted += deleted
+        if deleted:
+            progress(result.orphan_copies_deleted, max(result.orphan_copy_candidates, result.orphan_copies_deleted))
+            log.info("pruned %d orphan copies not seen for %s (%d/%d)", deleted,
+                     format_duration(settings.orphan_copy_retention), result.orphan_copies_deleted,
+                     result.orphan_copy_candidates)
+        if deleted < limit:
+            return
 
 
 @dataclass(frozen=True)

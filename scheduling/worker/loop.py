@@ -45,6 +45,7 @@ from scheduling.delivery.services import Outcome, Result, delivery_receive_many,
 from scheduling.delivery.flow_slots import endpoint_release_call_slots, endpoint_take_call_slots, endpoint_take_slots
 from scheduling.messages.rescue import message_rescue_overdue, message_rescue_overdue_tasks
 from scheduling.delivery.webhook_calls import webhook_call_take
+from scheduling.delivery.orphans import Carried, orphan_copy_set_aside
 from scheduling.core.flow_gate import FlowGate, Limit
 from scheduling.delivery.handlers import WebhookProfile, payload_body, signed_headers, webhook_profiles
 from scheduling.worker.holding import Held, Holding
@@ -512,6 +513,7 @@ class DeliveryLoop(threading.Thread):
         """Settle a batch, then ack it in one write (as few frames as AMQP's multiple ack allows).
         If a retry cannot be published the session ends: every retry of the batch not yet sent is
         forgotten on its row first, since its held copy, unacked, comes back and must deliver."""
+        decided = self._set_aside_orphans(decided)
         if tracing.ENABLED:
             self._trace_settled(decided)
         settled = []
@@ -585,6 +587,25 @@ class DeliveryLoop(threading.Thread):
                                                span_id=traceparent.span_id(handed) if handed else None), None)
             lateness = now - held.delivery.due_ms if outcome.result is Result.DELIVERED else None
             tracing.deliver_end(spans[0], outcome=outcome.result.value, lateness_ms=lateness)
+
+    def _set_aside_orphans(self, decided: list[tuple[Held, Outcome]]) -> list[tuple[Held, Outcome]]:
+        """Copies whose row is missing (UNKNOWN) are kept for the operator, with what they carried,
+        before they are acked (delivery/orphans.py); with the database away they are held and tried
+        again, unacked, like any delivery."""
+        orphans = [held for held, outcome in decided if outcome.result is Result.UNKNOWN]
+        if not orphans:
+            return decided
+        try:
+            orphan_copy_set_aside(copies=[Carried(h.delivery.message_id, h.delivery.attempt, h.message.queue,
+                                                  h.delivery.stamped_due_ms, h.message.headers, h.message.body)
+                                          for h in orphans], by=self.worker_name)
+        except DatabaseError as exc:
+            close_old_connections()
+            waits = [self.holding.database_failed(held, now_ms()) for held in orphans]
+            log.warning("%d cop(ies) naming no row not set aside yet: database unavailable (%s); retry in %gs, "
+                        "unacked", len(orphans), exc, min(waits))
+            return [(held, outcome) for held, outcome in decided if outcome.result is not Result.UNKNOWN]
+        return decided
 
     def _last_part(self, held: Held) -> bool:
         """Whether ``held`` was the last unsettled message of its broker message (a lone message

@@ -1,5 +1,5 @@
 """Archive, then delete, the finished messages past their retention and the audit log's rows past
-theirs (beat runs it hourly)."""
+theirs, and delete the orphan copies past theirs (beat runs it hourly)."""
 
 from contextlib import ExitStack
 
@@ -25,7 +25,8 @@ class Command(PlatformCommand):
     audit_runs = True  # one audit row for the run, with its options
     help = (f"Archive finished messages past {setting_name('retention')} (failed: {setting_name('failed_retention')}) "
             f"and the audit log's rows past {setting_name('audit_retention')} to Parquet in "
-            f"{setting_name('archive_dir')}, then delete them; --dry-run counts them")
+            f"{setting_name('archive_dir')}, then delete them, and delete the orphan copies not seen for "
+            f"{setting_name('orphan_copy_retention')}; --dry-run counts them")
 
     def add_arguments(self, parser):
         parser.add_argument("--dry-run", action="store_true", help="count what would go; change nothing")
@@ -37,13 +38,15 @@ class Command(PlatformCommand):
                  f"failed after {format_duration(settings.failed_retention)}")
         audit_rule = f"changes older than {format_duration(settings.audit_retention)}"
         audit_dir = settings.archive_dir / audit_columns.DIRECTORY
+        orphan_rule = f"not seen for {format_duration(settings.orphan_copy_retention)}"
         try:
             if dry_run or no_progress:
                 result = message_prune(dry_run=dry_run)
             else:
                 with _Bars(self.stderr) as bars:
                     result = message_prune(progress=bars.updater("pruning messages"),
-                                           audit_progress=bars.updater("pruning the audit log"))
+                                           audit_progress=bars.updater("pruning the audit log"),
+                                           orphan_progress=bars.updater("pruning orphan copies"))
         except PruneError as exc:
             raise CommandError(str(exc)) from None
         if result.skipped:
@@ -56,6 +59,8 @@ class Command(PlatformCommand):
                               f"of the table for new rows; {kept}")
             self.stdout.write(f"dry run (audit log, {audit_rule}): {result.audit_candidates:,} rows would be "
                               f"archived to {audit_dir} and deleted")
+            self.stdout.write(f"dry run (orphan copies, {orphan_rule}): {result.orphan_copy_candidates:,} would be "
+                              "deleted (not archived)")
             return
         self.stdout.write(f"pruned finished messages ({rules}) in {result.seconds:.1f} s")
         self.stdout.write(f"  archived   {result.archived:>12,} messages in {result.files:,} file(s), "
@@ -70,6 +75,8 @@ class Command(PlatformCommand):
         self.stdout.write(f"  audit log  {result.audit_archived:>12,} rows ({audit_rule}) archived in "
                           f"{result.audit_files:,} file(s), {size(result.audit_archive_bytes)}, to {audit_dir}; "
                           f"{result.audit_deleted:,} deleted")
+        self.stdout.write(f"  orphans    {result.orphan_copies_deleted:>12,} orphan copies ({orphan_rule}) deleted, "
+                          "not archived")
         if (result.orphans_removed or result.archive_days_removed or result.audit_days_removed
                 or result.report_rows_removed):
             self.stdout.write(f"  removed    {result.orphans_removed:,} file(s) of interrupted runs, "

@@ -15,7 +15,7 @@ from harness.testapp import tasks as testapp_tasks  # noqa: F401  (registers the
 from harness.testapp.models import Receipt
 from scheduling.messages import wire
 from scheduling.core.lifecycle import Status
-from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.models import Endpoint, OrphanCopy, ScheduledMessage
 
 TASKS = ("testapp.plain_receipt", "testapp.delayed_receipt", "testapp.record_receipt", "scheduling.deliver")
 
@@ -64,3 +64,26 @@ def test_tasks_without_the_header_are_left_alone(row):
     task_id = str(uuid.uuid4())
     trace_task(task, task_id, ["y"], {}, request={"id": task_id, "delivery_info": {}}, app=app)
     assert Receipt.objects.filter(message_id=f"{task_id}#0").exists()
+
+
+@pytest.mark.django_db
+def test_a_task_whose_row_is_missing_is_set_aside_with_its_arguments_not_run():
+    """After a restore from backup: the task's copy came out of the cascade, its row is gone."""
+    task, task_id, message_id = app.tasks["testapp.plain_receipt"], str(uuid.uuid4()), str(uuid.uuid4())
+    trace_task(task, task_id, ["z"], {}, request={
+        "id": task_id, wire.H_MESSAGE_ID: message_id, wire.H_DUE_AT_MS: 1_900_000_000_000,
+        "delivery_info": {"redelivered": False, "routing_key": "0.0.1.t--tasks"}}, app=app)
+    assert not Receipt.objects.filter(message_id=f"{task_id}#0").exists()
+    kept = OrphanCopy.objects.get(message_id=message_id)
+    assert (kept.queue, kept.task, kept.body) == ("t--tasks", "testapp.plain_receipt", '[["z"], {}]')
+    assert kept.headers["id"] == task_id and wire.to_epoch_ms(kept.due_at) == 1_900_000_000_000
+
+
+@pytest.mark.django_db
+def test_the_deliver_fallback_sets_a_copy_with_no_row_aside():
+    message_id = str(uuid.uuid4())
+    task, task_id = app.tasks["scheduling.deliver"], str(uuid.uuid4())
+    trace_task(task, task_id, [message_id], {}, request={
+        "id": task_id, wire.H_MESSAGE_ID: message_id, "delivery_info": {"routing_key": "1.0.t--orders"}}, app=app)
+    kept = OrphanCopy.objects.get(message_id=message_id)
+    assert (kept.queue, kept.task, kept.attempt) == ("t--orders", "scheduling.deliver", 0)

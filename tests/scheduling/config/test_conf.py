@@ -146,6 +146,8 @@ EFFECTS = {
     "DELAY_ARCHIVE_PAYLOADS": ("off", "conf().archive_payloads", False),
     "DELAY_ARCHIVE_RETENTION": ("off", "conf().archive_retention", None),
     "DELAY_PRUNE_BATCH": ("5000", "conf().prune_batch", 5000),
+    "DELAY_ORPHAN_COPY_RETENTION": ("90d", "conf().orphan_copy_retention.days", 90),
+    "DELAY_ORPHAN_COPIES_MAX_PER_QUEUE": ("1000", "conf().orphan_copies_max_per_queue", 1000),
     "DELAY_PRUNE_EVERY": ("15m", "settings.CELERY_BEAT_SCHEDULE['prune-finished-messages']['schedule']", 900.0),
 }
 ENV_FILE_SETS = ("DELAY_PUBLISH_BATCH", "77")  # ENV_FILE: a file of NAME=value lines; the environment wins
