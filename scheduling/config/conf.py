@@ -46,6 +46,10 @@ class DelaySettings:
     """Fernet keys that encrypt webhook signing secrets at rest, comma-separated: the first encrypts, all
     decrypt (rotation: the new key first, `manage.py rotate_secrets_key`, then drop the old;
     [Security](../security.md#webhook-secrets-at-rest))"""
+    migration_lock_timeout_ms: int
+    """`manage.py migrate` waits at most this long for each lock (PostgreSQL's `lock_timeout`, for migrate
+    only; `0`: no limit): a migration that needs a table a long transaction holds fails with one line
+    instead of queueing every request behind it ([Upgrades](../operations/upgrades.md#the-lock-timeout))"""
     broker_url: str
     """RabbitMQ (cascade and Celery); a cluster as `amqp://a:5672/v;amqp://b:5672/v;amqp://c:5672/v`
     ([Cluster](../operations/cluster.md))"""
