@@ -209,7 +209,9 @@ def test_an_upgrade_under_traffic_loses_nothing_and_fails_no_request(previous, b
                in sorted(traffic.answers.items())}
     figures["requests"] = answers
     figures["requests_during_migrate"] = traffic.requests_made("migrate")
-    assert traffic.failures == [], traffic.failures[:20]
+    figures["requests_failed"] = Counter(failure.split(":")[0] for failure in traffic.failures)
+    print("\nRequests through the upgrade:\n" + json.dumps(figures, indent=2))
+    assert traffic.failures == [], f"{len(traffic.failures)} requests failed, the first: {traffic.failures[:5]}"
     assert traffic.requests_made("migrate", "previous") >= 5  # the old web answered while migrate ran
     for credential in ("token", "team key"):  # the old credentials work on the new web
         assert traffic.requests_made("after", "new", credential, ok=True) >= 10

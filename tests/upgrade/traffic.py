@@ -63,7 +63,8 @@ class Traffic(threading.Thread):
                 if status == 201 and body:
                     self.scheduled.append(answer.json()["id"])
                 elif not 200 <= status < 300:
-                    self.failures.append(f"{phase} {web} {credential} {method} {path}: {status} {answer.text[:200]}")
+                    said = " ".join(answer.text.split())[:120]
+                    self.failures.append(f"{phase} {web} {credential} {method} {path}: {status} {said}")
             except requests.RequestException as exc:
                 status = 0
                 self.failures.append(f"{phase} {web} {credential} {method} {path}: {exc}")
