@@ -199,10 +199,14 @@ def test_an_upgrade_under_traffic_loses_nothing_and_fails_no_request(previous, b
                 assert len(receiver.requests) == quiet_since
             root = requests.get(f"{new_url}/api/", headers=team, timeout=30).json()
         finally:
-            if traffic is not None and traffic.is_alive():
-                traffic.stop()
-            new.stop_all()
-            old.stop_all()
+            try:
+                if traffic is not None and traffic.is_alive():
+                    traffic.stop()
+            finally:
+                try:
+                    new.stop_all()
+                finally:
+                    old.stop_all()
 
     # every request answered, in every phase, by both webs
     answers = {f"{phase} {web} {credential} {status}": n for (phase, web, credential, status), n
