@@ -92,7 +92,7 @@ def broker_url():
 
 @pytest.fixture
 def previous(tmp_path_factory):
-    """The previous release unpacked, with its virtualenv: (its Release factory, seconds to install)."""
+    """The previous release unpacked, with its virtualenv: (its tree, its python, seconds to install)."""
     root = Path(tempfile.mkdtemp(prefix="dp-previous-"))
     try:
         unpack(previous_release_commit(), root)
@@ -107,13 +107,15 @@ def previous(tmp_path_factory):
 
 def called(receiver: RecordingServer) -> Counter:
     """Webhook calls per message id (the Standard Webhooks ``webhook-id`` header)."""
-    return Counter({k.lower(): v for k, v in r["headers"].items()}["webhook-id"] for r in list(receiver.requests))
+    return Counter({name.lower(): value for name, value in request["headers"].items()}["webhook-id"]
+                   for request in list(receiver.requests))
 
 
 def bulk(url: str, key: str, count: int) -> list[str]:
     ids = []
     for start in range(0, count, 100):
-        messages = [{"endpoint": ENDPOINT, "payload": {"n": n}, "delay_seconds": round(5 + n * SPREAD_SECONDS / count, 3)}
+        messages = [{"endpoint": ENDPOINT, "payload": {"n": n},
+                     "delay_seconds": round(5 + n * SPREAD_SECONDS / count, 3)}  # due 5 s to a minute from now
                     for n in range(start, min(count, start + 100))]
         answer = requests.post(f"{url}/api/messages/bulk/", json={"messages": messages}, timeout=60,
                                headers={"Authorization": f"Bearer {key}"})

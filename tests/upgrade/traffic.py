@@ -1,6 +1,7 @@
 """API traffic through an upgrade: one thread making requests one after the other, with a person's
-key (``token``: create_api_key --user) and a team's key, reads and writes, and counting each answer by phase, by the web that answered and by credential. It
-schedules messages as it goes (their ids are kept: each must arrive too)."""
+key (``token``: create_api_key --user) and a team's key, reads and writes, counting each answer by
+phase, by the web that answered and by credential. It schedules messages as it goes (their ids are
+kept: each must arrive too)."""
 
 from __future__ import annotations
 
