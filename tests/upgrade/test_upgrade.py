@@ -56,7 +56,7 @@ def platform_env(run_id: str, database_url: str, broker_url: str) -> dict:
     env = {key: value for key, value in os.environ.items() if key != "DJANGO_SETTINGS_MODULE"}
     return {**env, "DJANGO_SETTINGS_MODULE": "delayplatform.settings", "SECRET_KEY": f"upgrade-only-{run_id}",
             "DATABASE_URL": database_url, "BROKER_URL": broker_url, "ALLOWED_HOSTS": "127.0.0.1,localhost",
-            "LOG_LEVEL": "WARNING", setting_name("schedules_every_seconds"): "1",
+            "LOG_LEVEL": "INFO", setting_name("schedules_every_seconds"): "1",
             setting_name("schedules_ahead_seconds"): str(AHEAD_SECONDS), setting_name("sweep_seconds"): "1",
             setting_name("delivery_processes"): "1", setting_name("worker_metrics_port"): "0",
             setting_name("team_min_schedule_interval_seconds"): "1", setting_name("api_rate"): "off",
@@ -133,7 +133,7 @@ def test_an_upgrade_under_traffic_loses_nothing_and_fails_no_request(previous, b
         env = platform_env(run_id, database_url, broker_url)
         old = Release("previous", previous_root, previous_python, run_id)
         new = Release("new", ROOT, sys.executable, run_id)
-        traffic = None
+        traffic, moments = None, {"start": time.monotonic()}
         try:
             # --- the previous release, as it ran: migrated, provisioned, serving -------------------------
             started = time.perf_counter()
@@ -159,6 +159,7 @@ def test_an_upgrade_under_traffic_loses_nothing_and_fails_no_request(previous, b
                        "the previous release to deliver and answer")
 
             # --- the new release's migrate, while the previous one serves ---------------------------------
+            moments["migrate"] = time.monotonic()
             traffic.phase = "migrate"
             printed, seconds = timed(new.manage, env, "migrate", "--noinput", "-v1")
             figures["migrate_seconds"] = round(seconds, 1)
@@ -169,14 +170,18 @@ def test_an_upgrade_under_traffic_loses_nothing_and_fails_no_request(previous, b
 
             # --- the roll: web, then worker, then beat ---------------------------------------------------
             traffic.phase = "roll"
-            roll_started = time.perf_counter()
+            roll_started, moments["roll"] = time.perf_counter(), time.monotonic()
             new_web = new.web(env, new_port)
             traffic.point_at(new_url, "new")
             old_web.stop()
+            moments["web rolled"] = time.monotonic()
             new.worker(env)
+            moments["new worker ready"] = time.monotonic()
             old_worker.stop()
+            moments["previous worker stopped"] = time.monotonic()
             old_beat.stop()
             new.beat(env)
+            moments["beat rolled"] = time.monotonic()
             beat_replaced_at = time.time()
             figures["roll_seconds"] = round(time.perf_counter() - roll_started, 1)
             traffic.phase = "after"
@@ -204,6 +209,12 @@ def test_an_upgrade_under_traffic_loses_nothing_and_fails_no_request(previous, b
                 wait_until(lambda: delivered <= called(receiver).keys(), 60, 0.2, "a call for every delivered message")
                 quiet_since = len(receiver.requests)
                 time.sleep(3)  # a second call of any message would come now
+                twice = [message for message, n in called(receiver).items() if n > 1]
+                attempts = conn.execute(  # what the workers recorded of those, to tell why
+                    "SELECT a.message_id::text, a.number, a.trigger, a.worker, a.started_at, a.duration_ms, a.outcome, "
+                    "a.status_code, m.due_at, m.delivered_at, m.delivery_count FROM scheduling_messageattempt a JOIN "
+                    "scheduling_scheduledmessage m ON m.id = a.message_id WHERE a.message_id::text = ANY(%s) "
+                    "ORDER BY 1, a.started_at", (twice,)).fetchall()
                 assert len(receiver.requests) == quiet_since
             root = requests.get(f"{new_url}/api/", headers=team, timeout=30).json()
         finally:
@@ -235,7 +246,10 @@ def test_an_upgrade_under_traffic_loses_nothing_and_fails_no_request(previous, b
     assert set(in_flight) <= delivered and set(traffic.scheduled) <= delivered
     assert {row[1] for row in rows if row[2] is None} == {"delivered"}  # only schedule runs were cancelled
     twice = {message: n for message, n in calls.items() if n != 1}
-    assert not twice, f"called more than once: {twice}"
+    at = {message: [round(r["at"] - moments["start"], 2) for r in receiver.requests
+                    if {k.lower(): v for k, v in r["headers"].items()}["webhook-id"] == message] for message in twice}
+    assert not twice, (f"called more than once: {twice}, at (s): {at}, the roll's moments (s): "
+                       f"{ {k: round(v - moments['start'], 2) for k, v in moments.items()} }, attempts: {attempts}")
     assert set(calls) == delivered, (f"delivered but not called: {len(delivered - set(calls))}, "
                                      f"called but not delivered: {len(set(calls) - delivered)}")
 
