@@ -113,9 +113,11 @@ class Release:
 
         return self._ready(process, answers)
 
-    def worker(self, env: dict) -> Process:
-        process = self._start("worker", env, "celery", "-A", "delayplatform", "worker", "-n",
-                              f"{self.label}-{self.run_id}@%h", "-l", "INFO", "-c", "2", "--without-gossip",
+    def worker(self, env: dict, name: str = "") -> Process:
+        """A worker named ``name`` (the release's label by default)."""
+        name = name or self.label
+        process = self._start(f"worker-{name}", env, "celery", "-A", "delayplatform", "worker", "-n",
+                              f"{name}-{self.run_id}@%h", "-l", "INFO", "-c", "2", "--without-gossip",
                               "--without-mingle")
         return self._ready(process, lambda: " ready." in process.log_text())
 

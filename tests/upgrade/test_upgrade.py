@@ -45,6 +45,12 @@ SPREAD_SECONDS = 60
 INTERVAL_SECONDS = 2  # the recurring schedule's
 AHEAD_SECONDS = 30  # how far ahead its runs are made (the default, 60, would make the test a minute longer)
 ENDPOINT, SCHEDULE, TEAM = "hooks", "tick", "upgrade"
+# Previous releases whose worker, stopped warm, cut off the webhook calls under way: the receiver had
+# the call, no success was recorded, and the next worker called the message again once its lease ran
+# out (the engine lets them finish since 1.0.0: the test stops a new worker too, and there none may).
+# The receiver holds each call RECEIVER_HOLD_SECONDS, so a stop finds one under way.
+CUTS_CALLS_AT_STOP = {"12c5d34601d27918f99377942bfa6cc48c94c56b"}
+RECEIVER_HOLD_SECONDS = 0.2
 # the previous release's virtualenv, kept between runs while working on this test (never in make)
 REUSE_VENV = os.environ.get("DP_UPGRADE_PREVIOUS_VENV")
 
@@ -111,6 +117,15 @@ def called(receiver: RecordingServer) -> Counter:
                    for request in list(receiver.requests))
 
 
+def cut_by_the_previous_workers_stop(calls_at: list[float], attempts: list[tuple], stop: tuple[float, float]) -> bool:
+    """Whether a message called twice was first called while the previous worker stopped (``stop``:
+    from when it was told to until it had) with no successful attempt of that worker recorded, and
+    then once by the new worker, successfully (its webhook engine cut the call off at the stop)."""
+    return (len(calls_at) == 2 and stop[0] <= calls_at[0] <= stop[1]
+            and not any(a[3].startswith("previous-") and a[6] == "ok" for a in attempts)
+            and [a[6] for a in attempts if a[3].startswith("new")] == ["ok"])
+
+
 def bulk(url: str, key: str, count: int) -> list[str]:
     ids = []
     for start in range(0, count, 100):
@@ -129,7 +144,7 @@ def test_an_upgrade_under_traffic_loses_nothing_and_fails_no_request(previous, b
     run_id = uuid.uuid4().hex[:8]
     figures: dict = {"previous_release": previous_release_commit(), "new_release": __version__,
                      "install_seconds": round(install_seconds, 1)}
-    with throwaway_database(f"upgrade_{run_id}") as database_url, RecordingServer() as receiver:
+    with throwaway_database(f"upgrade_{run_id}") as database_url, RecordingServer(hold_seconds=RECEIVER_HOLD_SECONDS) as receiver:
         env = platform_env(run_id, database_url, broker_url)
         old = Release("previous", previous_root, previous_python, run_id)
         new = Release("new", ROOT, sys.executable, run_id)
@@ -175,13 +190,18 @@ def test_an_upgrade_under_traffic_loses_nothing_and_fails_no_request(previous, b
             traffic.point_at(new_url, "new")
             old_web.stop()
             moments["web rolled"] = time.monotonic()
-            new.worker(env)
+            new_worker = new.worker(env)
             moments["new worker ready"] = time.monotonic()
             old_worker.stop()
             moments["previous worker stopped"] = time.monotonic()
             old_beat.stop()
             new.beat(env)
             moments["beat rolled"] = time.monotonic()
+            # and the new release's own warm stop, as at the next upgrade: a second worker, the first stopped
+            new.worker(env, "new2")
+            moments["new worker 2 ready"] = time.monotonic()
+            new_worker.stop()
+            moments["new worker stopped"] = time.monotonic()
             beat_replaced_at = time.time()
             figures["roll_seconds"] = round(time.perf_counter() - roll_started, 1)
             traffic.phase = "after"
@@ -246,8 +266,15 @@ def test_an_upgrade_under_traffic_loses_nothing_and_fails_no_request(previous, b
     assert set(in_flight) <= delivered and set(traffic.scheduled) <= delivered
     assert {row[1] for row in rows if row[2] is None} == {"delivered"}  # only schedule runs were cancelled
     twice = {message: n for message, n in calls.items() if n != 1}
-    at = {message: [round(r["at"] - moments["start"], 2) for r in receiver.requests
+    at = {message: [r["at"] for r in receiver.requests
                     if {k.lower(): v for k, v in r["headers"].items()}["webhook-id"] == message] for message in twice}
+    stop = (moments["new worker ready"], moments["previous worker stopped"])
+    cut = {message for message in twice if cut_by_the_previous_workers_stop(
+        at[message], [a for a in attempts if a[0] == message], stop)}
+    figures["called_twice_cut_at_the_previous_workers_stop"] = len(cut)
+    if previous_release_commit() in CUTS_CALLS_AT_STOP:
+        twice = {message: n for message, n in twice.items() if message not in cut}
+    at = {message: [round(t - moments["start"], 2) for t in at[message]] for message in twice}
     assert not twice, (f"called more than once: {twice}, at (s): {at}, the roll's moments (s): "
                        f"{ {k: round(v - moments['start'], 2) for k, v in moments.items()} }, attempts: {attempts}")
     assert set(calls) == delivered, (f"delivered but not called: {len(delivered - set(calls))}, "
