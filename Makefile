@@ -49,7 +49,7 @@ test-reliability: venv
 	RELIABILITY_FULL=1 $(BIN)/python -m pytest tests/reliability -m "not cluster" -s -p no:randomly $(PYTEST_ARGS)
 
 ## test-upgrade: the previous release (pyproject.toml [tool.delayplatform.previous-release]) in a virtualenv of its own,
-## under traffic, upgraded to this tree: migrate while it serves, then web, worker, beat (~4 min; docs/operations/upgrades.md)
+## under traffic, upgraded to this tree: migrate while it serves, then web, worker, beat (2-4 min; docs/operations/upgrades.md)
 test-upgrade: venv
 	scripts/services.sh rabbitmq postgres
 	$(BIN)/python -m pytest tests/upgrade -m upgrade -s -p no:randomly $(PYTEST_ARGS)
