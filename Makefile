@@ -8,7 +8,7 @@ TEST_PROCESSES ?= 3
 # the developer set: runtime, test, docs and tools (requirements.txt includes each; the image installs runtime.txt only)
 REQUIREMENTS := requirements.txt $(addprefix requirements/,runtime.txt test.txt docs.txt tools.txt)
 
-.PHONY: venv run test test-fast test-rabbitmq4 test-reliability test-cluster test-cluster-rabbitmq4 cluster cluster-stop soak bench bench-profile bench-moves bench-admin bench-history bench-report docs
+.PHONY: venv run test test-fast test-upgrade test-rabbitmq4 test-reliability test-cluster test-cluster-rabbitmq4 cluster cluster-stop soak bench bench-profile bench-moves bench-admin bench-history bench-report docs
 
 $(BIN)/.installed: $(REQUIREMENTS)
 	scripts/services.sh python-venv
@@ -47,6 +47,12 @@ test-rabbitmq4: venv
 test-reliability: venv
 	scripts/services.sh rabbitmq postgres
 	RELIABILITY_FULL=1 $(BIN)/python -m pytest tests/reliability -m "not cluster" -s -p no:randomly $(PYTEST_ARGS)
+
+## test-upgrade: the previous release (pyproject.toml [tool.delayplatform.previous-release]) in a virtualenv of its own,
+## under traffic, upgraded to this tree: migrate while it serves, then web, worker, beat (2-4 min; docs/operations/upgrades.md)
+test-upgrade: venv
+	scripts/services.sh rabbitmq postgres
+	$(BIN)/python -m pytest tests/upgrade -m upgrade -s -p no:randomly $(PYTEST_ARGS)
 
 ## test-cluster: every cluster fault at full size on a three-node cluster of its own (~6 min); prints the counts
 test-cluster: venv

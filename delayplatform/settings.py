@@ -14,11 +14,13 @@ from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 from kombu import Exchange, Queue
 
-from delayplatform import logs
+from delayplatform import __version__, logs
 from scheduling.config import specs
 from scheduling.core import task_names
 
 BASE_DIR = specs.ROOT
+# The release (delayplatform/__init__.py), for what scheduling/ shows of it: the admin's header, /api/
+PLATFORM_VERSION = __version__
 specs.load_env_file(os.environ)
 _env = specs.read(os.environ)  # key -> value, each parsed and checked once
 _name = specs.variable  # a variable's name, for the messages below
@@ -253,7 +255,7 @@ REST_FRAMEWORK = {
 SPECTACULAR_SETTINGS = {
     "TITLE": "Delay platform API",
     "DESCRIPTION": "Schedule messages for delivery after any delay, with RabbitMQ as the timer.",
-    "VERSION": "1.0.0",
+    "VERSION": PLATFORM_VERSION,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     "COMPONENT_SPLIT_REQUEST": True,
 }

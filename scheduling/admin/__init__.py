@@ -1,13 +1,15 @@
 """The Django admin is the operators' control room. One module per area; each registers its
 ModelAdmins on import. Admin classes call services and selectors only (no business logic)."""
 
+from django.conf import settings
 from django.contrib import admin
 
 from scheduling.admin.base import declared_lookups_only
 from scheduling.admin import audit, dashboard, dead_letters, endpoints, messages, orphans, reports, schedules, teams, topology  # noqa: F401  (registers the admins)
 
-# The product's name where Django's default says "Django administration".
-admin.site.site_header = "Delay platform"
+# The product's name and version where Django's default says "Django administration": on every
+# page, so an operator rolling a release out sees which one answers.
+admin.site.site_header = f"Delay platform {settings.PLATFORM_VERSION}"
 admin.site.site_title = "Delay platform admin"
 admin.site.index_title = "Schedules, endpoints and delivery"
 

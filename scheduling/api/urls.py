@@ -1,11 +1,28 @@
+from django.conf import settings
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
-from rest_framework.routers import DefaultRouter
+from rest_framework.routers import APIRootView, DefaultRouter
 
 from scheduling.api.team_views import ApiKeyViewSet, AuditViewSet, InvitationViewSet, OwnApiKeyViewSet, TeamViewSet
 from scheduling.api.views import BulkActionViewSet, EndpointViewSet, MessageViewSet, ScheduleViewSet
 
-router = DefaultRouter()
+
+
+class ApiRoot(APIRootView):
+    """``GET /api/``: the routes, and the release that answers (``version``, the schema's
+    info.version too): during a rollout a caller sees which web served it."""
+
+    def get(self, request, *args, **kwargs):
+        response = super().get(request, *args, **kwargs)
+        response.data = {"version": settings.PLATFORM_VERSION, **response.data}
+        return response
+
+
+class Router(DefaultRouter):
+    APIRootView = ApiRoot
+
+
+router = Router()
 router.register("endpoints", EndpointViewSet, basename="endpoint")
 router.register("messages", MessageViewSet, basename="message")
 router.register("schedules", ScheduleViewSet, basename="schedule")

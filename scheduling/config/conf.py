@@ -58,6 +58,10 @@ class DelaySettings:
     otel_service_name: str
     """the `service.name` of the platform's spans (the other `OTEL_*` variables, such as
     `OTEL_TRACES_SAMPLER`, are read by the OpenTelemetry SDK itself)"""
+    migration_lock_timeout_ms: int
+    """`manage.py migrate` waits at most this long for each lock (PostgreSQL's `lock_timeout`, for migrate
+    only; `0`: no limit): a migration that needs a table a long transaction holds fails with one line
+    instead of queueing every request behind it ([Upgrades](../operations/upgrades.md#the-lock-timeout))"""
     broker_url: str
     """RabbitMQ (cascade and Celery); a cluster as `amqp://a:5672/v;amqp://b:5672/v;amqp://c:5672/v`
     ([Cluster](../operations/cluster.md))"""

@@ -158,6 +158,11 @@ SPECS: tuple[Spec, ...] = (
              "checks)", "300", setting=False),
         Spec("CELERY_DB_REUSE_MAX", Integer(min=0), "1000", "tasks a worker process runs on one database "
              "connection (reconnecting costs milliseconds of each delivery)", "100"),
+        Spec("DELAY_MIGRATION_LOCK_TIMEOUT_MS", Integer(min=0, max=600000), "3000",
+             "`manage.py migrate` waits at most this long for each lock (PostgreSQL's `lock_timeout`, for migrate "
+             "only; `0`: no limit): a migration that needs a table a long transaction holds fails with one line "
+             "instead of queueing every request behind it ([Upgrades](../operations/upgrades.md#the-lock-timeout))",
+             "10000", conf=True),
     ),
     *_group(
         "The broker and the cascades",

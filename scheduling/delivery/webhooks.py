@@ -169,6 +169,7 @@ class WebhookEngine:
         self.thread = threading.Thread(target=self._run, name="dp-webhooks", daemon=True)
         self.sessions: dict[tuple, aiohttp.ClientSession] = {}
         self.running = 0
+        self.stopping = False
         self.paused: dict[Hashable, _Paused] = {}
         self._counts_lock = threading.Lock()
         self._queued: dict[Hashable, int] = {}  # per endpoint: submitted, not yet done (read by the loop's thread)
@@ -179,9 +180,12 @@ class WebhookEngine:
         self.thread.start()
 
     def stop(self, timeout: float = 5) -> None:
+        """Waiting calls come back unattempted; calls under way finish first (for up to
+        ``timeout``): the receiver may have one already, and a call cut off would be recorded as
+        failed and made again (a warm shutdown, replacing a worker, calls nothing twice)."""
         if self.loop.is_running():
-            self.loop.call_soon_threadsafe(self._shutdown)
-            self.thread.join(timeout)
+            self.loop.call_soon_threadsafe(self._shutdown, time.monotonic() + timeout)
+            self.thread.join(timeout + 1)
 
     def submit(self, calls: list[Call]) -> None:
         with self._counts_lock:
@@ -211,10 +215,14 @@ class WebhookEngine:
         self.loop.run_until_complete(self._close_sessions())
         self.loop.close()
 
-    def _shutdown(self) -> None:
+    def _shutdown(self, until: float) -> None:
+        self.stopping = True  # no call starts any more (a finished one starts none)
         for item in self.queue.take_all():
             self._finish(CallResult(item, time.time(), called=False))
-        self.loop.stop()
+        if self.running and time.monotonic() < until:
+            self.loop.call_later(0.01, self._shutdown, until)
+        else:
+            self.loop.stop()  # what is still under way now is cut off (closing the sessions)
 
     async def _close_sessions(self) -> None:
         for session in self.sessions.values():
@@ -245,7 +253,7 @@ class WebhookEngine:
         self._start_some()
 
     def _start_some(self) -> None:
-        while self.running < self.settings.concurrency:
+        while self.running < self.settings.concurrency and not self.stopping:
             call = self.queue.pop()
             if call is None:
                 return

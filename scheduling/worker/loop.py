@@ -117,7 +117,14 @@ class DeliveryLoop(threading.Thread):
     def stop(self, timeout: float = 10) -> None:
         self.stopping.set()
         self.join(timeout)
-        self.engine.stop()
+        self.engine.stop()  # the calls under way finish (delivery/webhooks.py)
+        # their results came after the loop's last turn: recorded here, or the receiver would have a
+        # call the database does not, and the next worker would call again once the lease ran out
+        ended = []
+        while not self.finished.empty():
+            ended.append(self.finished.get())
+        if ended:
+            self.recorder.submit(ended)
         self.recorder.stop(timeout)
 
     def run(self) -> None:

@@ -110,6 +110,7 @@ EFFECTS = {
     "DELAY_MAX_JSON_DEPTH": ("16", "conf().max_json_depth", 16),
     "DELAY_MAX_BODY_BYTES": ("4194304", "settings.DATA_UPLOAD_MAX_MEMORY_SIZE", 4194304),
     "DELAY_CLAIM_MARGIN_MS": ("5000", "conf().claim_margin_ms", 5000),
+    "DELAY_MIGRATION_LOCK_TIMEOUT_MS": ("10000", "conf().migration_lock_timeout_ms", 10000),
     "DELAY_TASK_MAX_RERUNS": ("5", "conf().task_max_reruns", 5),
     "DELAY_API_KEY_EXPIRES": ("30d", "conf().api_key_expires.days", 30),
     "DELAY_API_KEY_MAX_EXPIRES": ("90d", "conf().api_key_max_expires.days", 90),

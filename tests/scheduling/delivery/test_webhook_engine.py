@@ -111,3 +111,20 @@ def test_pausing_hands_back_waiting_calls_unattempted(engine):
         engine.pause("e", 60)
         results = take(engine, 2, timeout=5)
     assert [r.called for r in results] == [False, False] and tarpit.requests == 1
+
+
+def test_stopping_lets_the_calls_under_way_finish_and_hands_back_the_waiting_ones(engine):
+    """A worker's warm shutdown (replacing it in an upgrade) stops the engine: a call the receiver
+    already has is answered and its result handed on (recorded, so the message is not called a
+    second time by the next worker); a call not started comes back unattempted."""
+    with RecordingServer(hold_seconds=1.0) as server:
+        engine.settings.concurrency = 1
+        engine.submit([call(server.url, 0), call(server.url, 1)])
+        wait = time.monotonic() + 10
+        while not server.requests and time.monotonic() < wait:
+            time.sleep(0.01)
+        engine.stop(timeout=5)
+        results = {r.call.message_id: r for r in take(engine, 2, timeout=1)}
+    assert results["m0"].called and results["m0"].outcome == Outcome.OK and results["m0"].status_code == 200
+    assert not results["m1"].called
+    assert [body["n"] for body in server.bodies()] == [0]
