@@ -130,9 +130,10 @@ class DelaySettings:
     delivery_prefetch: int
     """unacked messages the delivery loop may hold"""
     rescue_after_ms: int
-    """a message this overdue whose copy the broker still holds is published again to its version's
-    delivery exchange by the delivery loop (the copy that comes second is a suppressed duplicate); `0`:
-    never ([Reliability](../operations/reliability.md))"""
+    """a message this overdue whose copy the broker still holds, or lost, is published again to its
+    version's delivery exchange by the delivery loop (the copy that comes second is a suppressed
+    duplicate; a Celery-queue task's, a second later, is skipped by its workers' claim); `0`: never
+    ([Reliability](../operations/reliability.md))"""
     consumer_sync_seconds: float
     """how often workers re-read which endpoint queues to consume"""
     handler_max_retries: int

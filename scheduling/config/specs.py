@@ -239,8 +239,9 @@ SPECS: tuple[Spec, ...] = (
         Spec("DELAY_DELIVERY_PREFETCH", Integer(min=1), "20000", "unacked messages the delivery loop may hold",
              "5000", conf=True),
         Spec("DELAY_RESCUE_AFTER_MS", Integer(min=0), "1000", "a message this overdue whose copy the broker still "
-             "holds is published again to its version's delivery exchange by the delivery loop (the copy that comes second "
-             "is a suppressed duplicate); `0`: never ([Reliability](../operations/reliability.md))", "2000", conf=True),
+             "holds, or lost, is published again to its version's delivery exchange by the delivery loop (the copy that "
+             "comes second is a suppressed duplicate; a Celery-queue task's, a second later, is skipped by its workers' "
+             "claim); `0`: never ([Reliability](../operations/reliability.md))", "2000", conf=True),
         Spec("DELAY_CONSUMER_SYNC_SECONDS", Number(above=0), "5", "how often workers re-read which endpoint "
              "queues to consume", "10", conf=True),
         Spec("DELAY_HANDLER_MAX_RETRIES", Integer(min=0), "5", "retries of a failed handler before the message "
