@@ -44,7 +44,7 @@ from scheduling.config.conf import conf
 from scheduling.core.lifecycle import Status
 from scheduling.models import DeliveryMode, ScheduledMessage
 from scheduling.observability import metrics
-from scheduling.messages.unroutable import message_mark_unbuildable
+from scheduling.messages.unroutable import message_build_copies
 from scheduling.messages.selectors import TASK_HANDLERS, TASK_ROUNDING_MS
 
 log = logging.getLogger(__name__)
@@ -62,17 +62,8 @@ def message_rescue_covers(*, message: ScheduledMessage) -> bool:
 def _copies(rows: list[ScheduledMessage], now) -> tuple[list[ScheduledMessage], list[Outgoing]]:
     """The rows a copy could be built of and their copies (overdue: no delay); a row none can be
     built of is failed alone, with the reason, and the others are still rescued."""
-    built, copies, unbuilt = [], [], []
-    for row in rows:
-        try:
-            copies.append(wire.outgoing(row, row.topology.cascade, now, margin_ms=0)[0])
-        except wire.Unbuildable as exc:
-            row.last_error = str(exc)
-            unbuilt.append(row)
-            continue
-        built.append(row)
-    if unbuilt:
-        message_mark_unbuildable(rows=unbuilt)
+    built, copies, _ = message_build_copies(
+        rows=rows, build=lambda row: wire.outgoing(row, row.topology.cascade, now, margin_ms=0)[0])
     return built, copies
 
 

@@ -39,7 +39,7 @@ from scheduling.config.conf import broker
 from scheduling.core.lifecycle import Status
 from scheduling.delivery.selectors import orphan_copy_count
 from scheduling.messages import wire
-from scheduling.messages.unroutable import message_mark_unbuildable
+from scheduling.messages.unroutable import message_build_copies
 from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
 
 log = logging.getLogger(__name__)
@@ -81,17 +81,8 @@ def _copy(row: ScheduledMessage, now: datetime) -> Outgoing:
 
 
 def _republish(rows: list[ScheduledMessage], now: datetime, result: Reconciled) -> None:
-    built, copies, unbuilt = [], [], []
-    for row in rows:
-        try:
-            copies.append(_copy(row, now))
-        except wire.Unbuildable as exc:
-            row.last_error = str(exc)
-            unbuilt.append(row)
-            continue
-        built.append(row)
-    if unbuilt:
-        result.unbuildable += message_mark_unbuildable(rows=unbuilt)
+    _, copies, unbuildable = message_build_copies(rows=rows, build=lambda row: _copy(row, now))
+    result.unbuildable += unbuildable
     if copies:
         outcome = broker().publish(copies)
         result.republished += len(outcome.confirmed)

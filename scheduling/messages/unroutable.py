@@ -39,6 +39,23 @@ def message_mark_unroutable(*, message_id: str, reason: str, copy_published_at_m
     return rows.update(**change)
 
 
+def message_build_copies(*, rows: list[ScheduledMessage], build) -> tuple[list[ScheduledMessage], list, int]:
+    """Each locked row's broker copy (``build(row)``): answers the rows a copy was made of, their
+    copies in the same order, and how many rows none could be made of, which are marked
+    ``unbuildable`` alone (message_mark_unbuildable) so the rest still go out. The rescue and the
+    reconciliation after a restore share it."""
+    built, copies, unbuilt = [], [], []
+    for row in rows:
+        try:
+            copies.append(build(row))
+        except wire.Unbuildable as exc:
+            row.last_error = str(exc)
+            unbuilt.append(row)
+            continue
+        built.append(row)
+    return built, copies, message_mark_unbuildable(rows=unbuilt) if unbuilt else 0
+
+
 def message_mark_unbuildable(*, rows: list[ScheduledMessage]) -> int:
     """The lifecycle's ``unbuildable`` for locked rows no broker message could be made of (the
     relay, the timeout manager, the rescue): each ``failed`` alone with the reason in its

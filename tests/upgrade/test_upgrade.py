@@ -92,7 +92,10 @@ def broker_url():
 
     parts = urlsplit(settings.BROKER_URL.split(";")[0])
     vhost = f"dp-upgrade-{uuid.uuid4().hex[:8]}"
-    with vhost_own(management=Management(settings.RABBITMQ_MANAGEMENT_URL), vhost=vhost):
+    # make test-upgrade runs alone, on the machine's node (whose management plugin scripts/services.sh
+    # enables); under pytest-xdist settings_test names the process's own node
+    management = settings.RABBITMQ_MANAGEMENT_URL or f"http://guest:guest@{parts.hostname}:15672"
+    with vhost_own(management=Management(management), vhost=vhost):
         yield urlunsplit((parts.scheme, parts.netloc, f"/{vhost}", "", ""))
 
 
