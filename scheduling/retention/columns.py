@@ -57,6 +57,7 @@ COLUMNS: dict[str, tuple[str, pa.DataType]] = {
     "call_lease_until": (f'{M}."call_lease_until"', TIMESTAMP),
     "payload_bytes": (f'{M}."payload_bytes"', pa.int64()),
     "captured_task": (f'{M}."captured_task"::int', pa.bool_()),  # 1/0, as the CSV reader takes booleans; files before 0023 have none
+    "traceparent": (f'{M}."traceparent"', pa.string()),  # files before 0026 have none
     "payload": (f'{M}."payload"::text', pa.string()),
     "attempt_log": (ATTEMPTS_SQL, pa.string()),
 }

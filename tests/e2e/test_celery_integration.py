@@ -44,7 +44,7 @@ def row_of(task_id):
 
 def skipped(worker, task_id):
     """The worker's word that it skipped the task at the point where it would have run it."""
-    return f"[{task_id}] skipped: cancelled or already run" in worker.log_text()
+    return f"[{task_id}] skipped: cancelled, already run" in worker.log_text()
 
 
 def test_countdown_3_runs_once_and_not_before(platform, worker, version):

@@ -12,11 +12,14 @@ from django.core.management.commands.migrate import Command as DjangoMigrate
 from django.db import DatabaseError, OperationalError, connections
 
 from scheduling.config.conf import conf, setting_name
+from scheduling.management.commands._base import PlatformCommand
 
 LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE for "canceling statement due to lock timeout"
 
 
-class Command(DjangoMigrate):
+class Command(PlatformCommand, DjangoMigrate):
+    """Django's migrate as a platform command: a database that cannot serve it is one line, exit 1."""
+
     help = DjangoMigrate.help + f" Each lock is waited for at most {setting_name('migration_lock_timeout_ms')}."
 
     def handle(self, *args, **options):

@@ -169,11 +169,16 @@ def test_a_bad_claim_is_a_400_naming_the_field(team_key, task, body, field):
     assert status_of(row) == Status.PUBLISHED
 
 
-def test_the_platform_s_own_hook_still_runs_a_task_without_a_row(caplog):
+def test_the_platform_s_own_hook_sets_a_task_without_a_row_aside_instead_of_running_it():
+    """Unlike the API's claim (NotFound), the platform's hook answers "do not run" and keeps the copy for
+    the operator, a malformed id too (a restore from backup: delivery/orphans.py)."""
     from scheduling.celery.services import celery_task_claim
+    from scheduling.delivery.models import OrphanCopy
 
-    assert celery_task_claim(message_id=str(uuid.uuid4()), redelivered=False) is True
-    assert celery_task_claim(message_id="not-a-uuid", redelivered=False) is True
+    missing = str(uuid.uuid4())
+    assert celery_task_claim(message_id=missing, redelivered=False) is False
+    assert celery_task_claim(message_id="not-a-uuid", redelivered=False) is False
+    assert set(OrphanCopy.objects.values_list("message_id", flat=True)) == {missing, "not-a-uuid"}
 
 
 # --- cancel-task -------------------------------------------------------------------------------------

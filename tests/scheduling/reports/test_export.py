@@ -96,6 +96,7 @@ def test_each_due_date_gets_a_partition_with_the_facts(message, tmp_path):
         "trigger": "scheduled",
         "call_lease_until": None,
         "captured_task": None,  # a row made directly, as by the release before the column
+        "traceparent": None,  # scheduled with no trace
         "attempt_log": None,  # nor attempts
         "shard": 0,  # v2 has one shard here
     }
