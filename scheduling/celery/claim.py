@@ -35,9 +35,8 @@ def claim_around(before_start):
     def before_start_claimed(self, task_id, args, kwargs):
         message_id = self.request.get(H_MESSAGE_ID)
         if message_id and not self.request.is_eager and self.name != DELIVER:
-            info = self.request.delivery_info or {}
-            redelivered = bool(info.get("redelivered"))
-            carried = _carried(self, message_id, task_id, info, args, kwargs)
+            redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
+            carried = _carried(self, message_id, task_id, args, kwargs)
             parent = traceparent.parse(self.request.get(H_TRACEPARENT)) if tracing.ENABLED else None
             run = (_claim_traced(self, message_id, redelivered, parent, carried) if parent
                    else _claim(message_id, redelivered, self.request.hostname or "", carried).run)
@@ -50,15 +49,12 @@ def claim_around(before_start):
     return before_start_claimed
 
 
-def _carried(task, message_id: str, task_id: str, info: dict, args, kwargs):
+def _carried(task, message_id: str, task_id: str, args, kwargs):
     """What the copy carried, kept for the operator if its row is missing (delivery/orphans.py)."""
-    from scheduling.delivery.orphans import Carried
-    from scheduling.messages.wire import queue_of_routing_key
+    from scheduling.delivery.orphans import orphan_copy_carried_by_task
 
-    headers = {k: v for k, v in vars(task.request).items() if k.startswith("x-dp-")} | {
-        "task": task.name, "id": task_id}
-    return Carried(message_id, 0, queue_of_routing_key(info.get("routing_key") or ""), headers=headers,
-                   body=[args, kwargs])
+    return orphan_copy_carried_by_task(request=task.request, message_id=message_id, attempt=0, task=task.name,
+                                  args=args, kwargs=kwargs, task_id=task_id)
 
 
 def _claim(message_id: str, redelivered: bool, by: str, carried):

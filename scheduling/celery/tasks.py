@@ -12,8 +12,7 @@ from scheduling.reports.services import accuracy_report_run
 from scheduling.models import BulkAction
 from scheduling.messages.bulk import message_apply_matching
 from scheduling.delivery.services import Result, delivery_receive
-from scheduling.delivery.orphans import Carried, orphan_copy_set_aside
-from scheduling.messages.wire import queue_of_routing_key
+from scheduling.delivery.orphans import orphan_copy_carried_by_task, orphan_copy_set_aside
 from scheduling.messages.relay import relay_sweep, timeout_publish_due
 from scheduling.retention.services import message_prune
 from scheduling.schedules.services import schedule_create_runs
@@ -25,15 +24,6 @@ from scheduling.observability import tracing
 
 
 BUSY_RETRY_SECONDS = 0.05
-
-
-def _carried(request, message_id: str, attempt: int) -> Carried:
-    """What a deliver task with no row carried: its platform headers (Celery keeps them on the
-    request) and the queue its routing key names."""
-    headers = {k: v for k, v in vars(request).items() if k.startswith("x-dp-")} | {"task": task_names.DELIVER}
-    queue = queue_of_routing_key(str((request.delivery_info or {}).get("routing_key") or ""))
-    return Carried(message_id, attempt, queue, headers=headers,
-                   body=[request.args, request.kwargs])
 
 
 @shared_task(name=task_names.RELAY_SWEEP)
@@ -107,7 +97,10 @@ def _receive(task, message_id: str, attempt: int, traceparent: str | None):
         outcome = delivery_receive(message_id=message_id, attempt=attempt, by=task.request.hostname or "",
                                    traceparent=traceparent)
         if outcome.result is Result.UNKNOWN:  # no row (a restore from backup): kept for the operator
-            orphan_copy_set_aside(copies=[_carried(task.request, message_id, attempt)], by=task.request.hostname or "")
+            carried = orphan_copy_carried_by_task(request=task.request, message_id=message_id, attempt=attempt,
+                                             task=task_names.DELIVER, args=task.request.args,
+                                             kwargs=task.request.kwargs)
+            orphan_copy_set_aside(copies=[carried], by=task.request.hostname or "")
         return outcome
     except DatabaseError as exc:  # the database is away: keep the message and try again
         close_old_connections()

@@ -63,6 +63,18 @@ class Carried:
     body: object = b""  # bytes or text as carried; anything else is kept as its JSON
 
 
+def orphan_copy_carried_by_task(*, request, message_id: str, attempt: int, task: str, args, kwargs,
+                           task_id: str | None = None) -> Carried:
+    """What a Celery task with no row carried (the claim's hook and the ``scheduling.deliver``
+    fallback): its platform headers (Celery keeps them on the request), its name (and id, when
+    given), the queue its routing key names, and its arguments as the body."""
+    headers = {k: v for k, v in vars(request).items() if k.startswith("x-dp-")} | {"task": task}
+    if task_id is not None:
+        headers["id"] = task_id
+    queue = wire.queue_of_routing_key(str((request.delivery_info or {}).get("routing_key") or ""))
+    return Carried(message_id, attempt, queue, headers=headers, body=[args, kwargs])
+
+
 def _int(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
