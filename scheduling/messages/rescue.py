@@ -59,14 +59,6 @@ def message_rescue_covers(*, message: ScheduledMessage) -> bool:
     return message.delivery_mode in RESCUED_MODES
 
 
-def _copies(rows: list[ScheduledMessage], now) -> tuple[list[ScheduledMessage], list[Outgoing]]:
-    """The rows a copy could be built of and their copies (overdue: no delay); a row none can be
-    built of is failed alone, with the reason, and the others are still rescued."""
-    built, copies, _ = message_build_copies(
-        rows=rows, build=lambda row: wire.outgoing(row, row.topology.cascade, now, margin_ms=0)[0])
-    return built, copies
-
-
 def message_rescue_overdue(*, queues: Collection[str], skip: Collection[str],
                            publish: Callable[[list[Outgoing]], Outcome], limit: int) -> int:
     """Publish a copy of up to ``limit`` overdue first deliveries of the endpoints whose queues are
@@ -141,7 +133,9 @@ def _publish(rows: list[ScheduledMessage], now, publish: Callable[[list[Outgoing
     """Publish a copy of each row (still locked): the rows the broker confirmed."""
     if not rows:
         return []
-    rows, copies = _copies(rows, now)
+    # overdue: no delay; a row none can be built of is failed alone, with the reason, the others still go
+    rows, copies, _ = message_build_copies(
+        rows=rows, build=lambda row: wire.outgoing(row, row.topology.cascade, now, margin_ms=0)[0])
     if not rows:
         return []
     outcome = publish(copies)
