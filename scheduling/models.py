@@ -21,6 +21,8 @@ from scheduling.messages.queries import ScheduledMessageQuerySet, loaded_instanc
 from scheduling.retention.listing import ParquetFileListing
 from scheduling.teams.models import ApiKey, Invitation, Membership, Team, default_team_id  # noqa: F401  (registers them)
 from scheduling.audit.models import AuditArchiveFile, AuditEvent  # noqa: F401  (registers them)
+from scheduling.events.models import Event, Subscription  # noqa: F401  (registers them)
+from scheduling.notifications.models import NotificationRoute  # noqa: F401  (registers it)
 
 IN_FLIGHT_SORTED = sorted(IN_FLIGHT_VALUES)  # the partial indexes' condition, in a stable order
 
@@ -255,6 +257,22 @@ class ScheduledMessage(models.Model):
         max_length=55, null=True, blank=True, editable=False,
         help_text="the W3C traceparent it was scheduled under, carried to its delivery")
 
+    # Fan-out and notifications (issue 48; 0028): nullable, no constraint added with the column (the
+    # previous release's INSERTs do not name them, and a REFERENCES would read the table under lock);
+    # each has a partial index (0029, built CONCURRENTLY) that rows without one never enter.
+    event = models.ForeignKey("scheduling.Event", on_delete=models.PROTECT, null=True, blank=True,
+                              db_index=False, db_constraint=False, related_name="messages",
+                              help_text="the event whose fan-out made it (docs/guides/events.md)")
+    on_delivered = models.ForeignKey(
+        Endpoint, on_delete=models.PROTECT, null=True, blank=True, db_index=False, db_constraint=False,
+        related_name="+", help_text="the team's endpoint that gets its outcome record once delivered")
+    on_failed = models.ForeignKey(
+        Endpoint, on_delete=models.PROTECT, null=True, blank=True, db_index=False, db_constraint=False,
+        related_name="+", help_text="the team's endpoint that gets its outcome record once failed")
+    notification = models.CharField(
+        max_length=32, null=True, blank=True, editable=False,
+        help_text="the notification or callback type it carries (made by the platform; never notified about)")
+
     objects = ScheduledMessageQuerySet.as_manager()
 
     class Meta:
@@ -300,6 +318,14 @@ class ScheduledMessage(models.Model):
             # a schedule's runs by status, newest first (GET /api/messages/?schedule=; its runs in flight)
             models.Index(fields=["schedule", "status", "created_at", "id"], name="message_schedule_runs",
                          condition=models.Q(schedule__isnull=False)),
+            # an event's messages (GET /api/events/<id>/, its cancel); rows of no event never enter it
+            models.Index(fields=["event", "created_at"], name="message_event",
+                         condition=models.Q(event__isnull=False)),
+            # what an endpoint's deletion asks (no row may name it as its callback)
+            models.Index(fields=["on_delivered"], name="message_on_delivered",
+                         condition=models.Q(on_delivered__isnull=False)),
+            models.Index(fields=["on_failed"], name="message_on_failed",
+                         condition=models.Q(on_failed__isnull=False)),
         ]
         permissions = [
             ("cancel_scheduledmessage", "Can cancel scheduled messages"),

@@ -58,6 +58,11 @@ COLUMNS: dict[str, tuple[str, pa.DataType]] = {
     "payload_bytes": (f'{M}."payload_bytes"', pa.int64()),
     "captured_task": (f'{M}."captured_task"::int', pa.bool_()),  # 1/0, as the CSV reader takes booleans; files before 0023 have none
     "traceparent": (f'{M}."traceparent"', pa.string()),  # files before 0026 have none
+    # fan-out and notifications (0028): files before it have none
+    "event_id": (f'{M}."event_id"::text', pa.string()),
+    "on_delivered_id": (f'{M}."on_delivered_id"', pa.int64()),
+    "on_failed_id": (f'{M}."on_failed_id"', pa.int64()),
+    "notification": (f'{M}."notification"', pa.string()),
     "payload": (f'{M}."payload"::text', pa.string()),
     "attempt_log": (ATTEMPTS_SQL, pa.string()),
 }

@@ -97,6 +97,10 @@ def test_each_due_date_gets_a_partition_with_the_facts(message, tmp_path):
         "call_lease_until": None,
         "captured_task": None,  # a row made directly, as by the release before the column
         "traceparent": None,  # scheduled with no trace
+        "event_id": None,  # no event's fan-out
+        "on_delivered_id": None,  # no callbacks
+        "on_failed_id": None,
+        "notification": None,  # not a notification
         "attempt_log": None,  # nor attempts
         "shard": 0,  # v2 has one shard here
     }

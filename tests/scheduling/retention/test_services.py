@@ -119,7 +119,7 @@ def test_an_archived_row_has_every_column_as_the_table_had_it(archive, history, 
         "schedule": None, "due_history": None, "throttled_ms": None, "payload_bytes": None,
         "payload": json.dumps(first.payload),
         "trigger": "scheduled", "call_lease_until": None, "captured_task": None,  # made directly: NULL
-            "traceparent": None,
+        "traceparent": None, "event_id": None, "on_delivered_id": None, "on_failed_id": None, "notification": None,
         "attempt_log": None, "shard": 0,  # none were kept
         "due_date": max(first.due_at, first.created_at).date().isoformat(),  # from the directory's name
     }

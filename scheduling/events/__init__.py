@@ -1,0 +1,1 @@
+"""Fan-out: topics, subscriptions and events (docs/guides/events.md)."""
