@@ -39,8 +39,9 @@ class Session:
     :meth:`reader`, whose channel lives as long as the reader (unacked messages return when it
     closes)."""
 
-    def __init__(self, conn, url: str | None = None):
+    def __init__(self, conn, url: str | None = None, connect_timeout: float | None = None):
         self.conn = conn
+        self.connect_timeout = connect_timeout
         self.url = url  # set when the broker has several nodes: queues are placed over them
         self._placing: dict[int, object] = {}  # node index -> connection opened to place queues
 
@@ -50,7 +51,7 @@ class Session:
             return self.conn
         node %= len(node_urls(self.url))
         if node not in self._placing:
-            self._placing[node] = open_connection(self.url, first=node)
+            self._placing[node] = open_connection(self.url, first=node, connect_timeout=self.connect_timeout)
         return self._placing[node]
 
     def close(self) -> None:
@@ -128,8 +129,9 @@ class _Publisher:
 
 
 class Broker:
-    def __init__(self, url: str, management_url: str = ""):
+    def __init__(self, url: str, management_url: str = "", connect_timeout: float | None = None):
         self.url = url
+        self.connect_timeout = connect_timeout  # seconds; None: rabbit.connection's default
         self.management_url = management_url or management_url_for(url)
         self._local = threading.local()  # the publishing connection and channel of each thread
         self.stats = PublisherStats()  # counted without a lock (a lock held at a fork would hang the child)
@@ -153,8 +155,8 @@ class Broker:
     @contextmanager
     def session(self):
         """A connection for one unit of work (BrokerUnavailable if it cannot be had)."""
-        conn = open_connection(self.url)
-        session = Session(conn, self.url if len(self.nodes) > 1 else None)
+        conn = open_connection(self.url, connect_timeout=self.connect_timeout)
+        session = Session(conn, self.url if len(self.nodes) > 1 else None, self.connect_timeout)
         try:
             yield session
         finally:
@@ -177,7 +179,8 @@ class Broker:
             publisher = self._local.publisher = None  # the parent's: dropped, not closed
         if publisher is None or not publisher.conn.connected:
             self.close_publisher()
-            publisher = self._local.publisher = _Publisher(open_connection(self.url, role="publisher"))
+            publisher = self._local.publisher = _Publisher(open_connection(self.url, role="publisher",
+                                                                        connect_timeout=self.connect_timeout))
             self._publishers.add(publisher)
             self._count(connections=1)
         if publisher.confirm is None or not publisher.confirm.usable:

@@ -29,17 +29,24 @@ def connection_name(role: str) -> str:
     return f"delay-platform {role} {socket.gethostname()} pid {os.getpid()}"
 
 
-def open_connection(url: str, first: int = 0, role: str = "session", timeout: float | None = None) -> Connection:
-    """A connected kombu connection (5 s to connect, no retries), or BrokerUnavailable. A
+# how long a connection may take to open when its caller names no bound (DELAY_BROKER_CONNECT_TIMEOUT_MS
+# gives the platform's: scheduling/config/conf.py broker())
+CONNECT_TIMEOUT_S = 5.0
+
+
+def open_connection(url: str, first: int = 0, role: str = "session", timeout: float | None = None,
+                    connect_timeout: float | None = None) -> Connection:
+    """A connected kombu connection (``connect_timeout``, 5 s unless given, to connect; no retries), or BrokerUnavailable. A
     failover URL (``amqp://a;amqp://b``) is tried node by node, from node ``first`` on, so a
     dead node costs one refused connection. The connection is named after ``role`` (see
     :func:`connection_name`), so an operator can tell which node each part is on. Its publishes can be batched into one socket write
     (rabbit.framing). ``timeout``: its connect and every socket read and write bounded by it (a
     probe must answer in bounded time, even from a broker that accepts TCP and then hangs)."""
+    connect_s = timeout or connect_timeout or CONNECT_TIMEOUT_S
     failures = []
     for node in rotated(node_urls(url), first):
         bounded = {} if timeout is None else {"read_timeout": timeout, "write_timeout": timeout}
-        conn = Connection(node, connect_timeout=timeout or 5,
+        conn = Connection(node, connect_timeout=connect_s,
                           transport_options={"max_retries": 0, "frame_writer": buffering_frame_writer,
                                              "client_properties": {"connection_name": connection_name(role)},
                                              **bounded})

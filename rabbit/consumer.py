@@ -34,8 +34,8 @@ def _connection_errors(method):
 
 class Consumer:
     def __init__(self, url: str, *, prefetch: int, on_message: Callable[[Received], None],
-                 on_cancel: Callable[[str], None]):
-        self.url, self.prefetch = url, prefetch
+                 on_cancel: Callable[[str], None], connect_timeout: float | None = None):
+        self.url, self.prefetch, self.connect_timeout = url, prefetch, connect_timeout
         self.on_message, self.on_cancel = on_message, on_cancel
         self.tags: dict[str, str] = {}  # queue -> consumer tag
         self.conn = self.channel = None
@@ -43,7 +43,7 @@ class Consumer:
 
     @contextmanager
     def connected(self):
-        self.conn = open_connection(self.url, role="delivery-loop")
+        self.conn = open_connection(self.url, role="delivery-loop", connect_timeout=self.connect_timeout)
         try:
             self._open_channel()
             yield self

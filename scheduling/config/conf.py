@@ -67,6 +67,9 @@ class DelaySettings:
     ([Cluster](../operations/cluster.md))"""
     management_url: str
     """management API, for verify and queue depths; several nodes separated by `;`"""
+    broker_connect_timeout_ms: int
+    """how long opening a connection to RabbitMQ may take before that node counts as down (the next node of
+    a cluster URL is tried; a request that schedules answers 503 once none answered)"""
     queue_type: str
     """type of the endpoint queues and Celery's task queues: `quorum` on a cluster (replicated), `classic`
     what existing brokers have"""
@@ -298,8 +301,8 @@ def _version(name: str, prefix: str | None, levels: int | None, shards: int) -> 
 
 
 @functools.cache
-def _platform_broker(url: str, management_url: str) -> rabbit.Broker:
-    return rabbit.Broker(url, management_url)
+def _platform_broker(url: str, management_url: str, connect_timeout_ms: int) -> rabbit.Broker:
+    return rabbit.Broker(url, management_url, connect_timeout=connect_timeout_ms / 1000)
 
 
 def broker(url: str | None = None) -> rabbit.Broker:
@@ -307,8 +310,8 @@ def broker(url: str | None = None) -> rabbit.Broker:
     another one by URL (transfer_delays' target, provision_delays --broker)."""
     c = conf()
     if url is None or url == c.broker_url:
-        return _platform_broker(c.broker_url, c.management_url)
-    return rabbit.Broker(url)
+        return _platform_broker(c.broker_url, c.management_url, c.broker_connect_timeout_ms)
+    return rabbit.Broker(url, connect_timeout=c.broker_connect_timeout_ms / 1000)
 
 
 def _reset(**kwargs) -> None:

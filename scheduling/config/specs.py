@@ -172,6 +172,10 @@ SPECS: tuple[Spec, ...] = (
         Spec("RABBITMQ_MANAGEMENT_URL", Text(), "", "management API, for verify and queue depths; several nodes "
              "separated by `;`", "http://user:pw@rabbit1:15672", conf=True, key="management_url",
              shown_default="each broker node's host, port 15672"),
+        Spec("DELAY_BROKER_CONNECT_TIMEOUT_MS", Integer(min=100, max=120000, why="a request may wait for it"), "5000",
+             "how long opening a connection to RabbitMQ may take before that node counts as down (the next node "
+             "of a cluster URL is tried; a request that schedules answers 503 once none answered)", "10000",
+             conf=True),
         Spec("DELAY_QUEUE_TYPE", Choice("classic", "quorum"), "classic", "type of the endpoint queues and "
              "Celery's task queues: `quorum` on a cluster (replicated), `classic` what existing brokers have",
              "quorum", conf=True),

@@ -153,7 +153,8 @@ class DeliveryLoop(threading.Thread):
     def _session(self) -> None:
         self.session_no += 1
         self.consumer = rabbit.Consumer(broker().url, prefetch=self.settings.delivery_prefetch,
-                                        on_message=self._on_message, on_cancel=self._on_cancel)
+                                        on_message=self._on_message, on_cancel=self._on_cancel,
+                                        connect_timeout=broker().connect_timeout)
         with self.consumer.connected():
             self.session_started = time.monotonic()
             next_sync = next_rescue = 0.0

@@ -37,3 +37,22 @@ def test_the_management_api_fails_over_and_stays_on_the_node_that_answered(rabbi
     management = Management(f"{DEAD_HTTP};{broker().management_url}")
     assert rabbit_vhost in management.vhosts()
     assert management.base != management.bases[0]  # sticks to the live node
+
+
+def test_a_node_that_never_answers_counts_as_down_after_the_broker_s_connect_timeout(rabbit_vhost):
+    """A node that takes the TCP connection and says nothing (a hung node, a partition) is given
+    up after the Broker's connect timeout, and the next node of the URL takes the session."""
+    import socket
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # accepts (the kernel's backlog), never speaks AMQP
+    try:
+        url = f"amqp://guest:guest@127.0.0.1:{silent.getsockname()[1]}/{rabbit_vhost}"
+        with pytest.raises(BrokerUnavailable, match="timed out"):
+            with Broker(url, connect_timeout=0.3).session():
+                pass
+        with Broker(f"{url};{broker().url}", broker().management_url, connect_timeout=0.3).session() as session:
+            assert session.queue_depth("amq.rabbitmq.no-such-queue") is None
+    finally:
+        silent.close()

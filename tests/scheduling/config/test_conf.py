@@ -53,6 +53,8 @@ EFFECTS = {
                    ["amqp://u:p@mq.example:5673/v"] * 2),
     "RABBITMQ_MANAGEMENT_URL": ("http://u:p@mq.example:15673", "broker().management_url",
                                 "http://u:p@mq.example:15673"),
+    "DELAY_BROKER_CONNECT_TIMEOUT_MS": ("1500", "[broker().connect_timeout, broker('amqp://other//').connect_timeout]",
+                                        [1.5, 1.5]),
     "DELAY_DEFAULT_VERSION": ("v1", "conf().default_version", "v1"),
     "DELAY_SHARDS": ("v3=4, v2=2", "[conf().shards, configured_version('v3').shards, configured_version('v1').shards]",
                      [{"v3": 4, "v2": 2}, 4, 1]),
