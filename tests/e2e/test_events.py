@@ -16,6 +16,7 @@ from harness.paths import ARTIFACTS
 from harness.recording_server import RecordingServer
 from harness.testapp.models import Receipt
 from harness.waiting import wait_until
+from scheduling.teams.models import default_team_id
 from tests.conftest import team_named
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
@@ -62,7 +63,7 @@ def world(api, platform, fanout_worker):
     """default: a webhook (filter region eu), a record-only endpoint, a Celery queue, and an
     endpoint whose filter (region us) leaves it out, all on invoice.#; other: a webhook on
     invoice.paid, to the same receiver."""
-    team_named("default"), team_named("other")
+    default_team_id(), team_named("other")  # the default team with its grants (testapp.* tasks)
     with RecordingServer() as ours, RecordingServer() as theirs:
         make(api, team="default", name="ev-hook", handler="webhook", handler_target=ours.url)
         make(api, team="default", name="ev-record", handler="none")
