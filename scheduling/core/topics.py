@@ -25,6 +25,7 @@ MAX_FILTER_BYTES = 4096
 MAX_SEGMENT_CHARS = 100
 
 _WORD = re.compile(r"[A-Za-z0-9_-]+")
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")  # what jsonb (NUL) and UTF-8 (lone surrogates) cannot hold
 _SEGMENT = re.compile("[^\x00-\x1f\x7f-\x9f\ud800-\udfff.]{1,%d}" % MAX_SEGMENT_CHARS)  # PostgreSQL's jsonb stores no NUL
 ONE, ANY = "*", "#"
 
@@ -129,6 +130,8 @@ def filter_parse(value) -> Filter:
         raise TopicError(f"a filter is at most {MAX_FILTER_BYTES:,} bytes of JSON (this one is {size:,})")
     paths, count = [], 0
     for path, accepted in value.items():
+        if not isinstance(path, str):
+            raise TopicError("a filter's paths are strings")
         segments = path.split(".")
         if not path or len(segments) > MAX_PATH_SEGMENTS or any(not _SEGMENT.fullmatch(s) for s in segments):
             raise TopicError(f"filter path {path[:40]!r}: 1 to {MAX_PATH_SEGMENTS} segments joined by '.', each 1 to "
@@ -136,8 +139,9 @@ def filter_parse(value) -> Filter:
         values = accepted if isinstance(accepted, list) else [accepted]
         if not values:
             raise TopicError(f"filter path {path[:40]!r}: give a value or a non-empty list of values")
-        if any(not isinstance(v, _SCALARS) or (isinstance(v, str) and "\x00" in v) for v in values):
-            raise TopicError(f"filter path {path[:40]!r}: values are strings (no NUL), numbers, true, false or null")
+        if any(not isinstance(v, _SCALARS) or (isinstance(v, str) and _UNSTORABLE.search(v)) for v in values):
+            raise TopicError(f"filter path {path[:40]!r}: values are strings (no NUL, no lone surrogate), numbers, "
+                             "true, false or null")
         count += len(values)
         if count > MAX_FILTER_VALUES:
             raise TopicError(f"a filter has at most {MAX_FILTER_VALUES} values in all")

@@ -143,7 +143,7 @@ def test_a_filter_on_a_non_object_payload_matches_only_when_empty():
     {"a": list(range(MAX_FILTER_VALUES + 1))},
     {"a": "x" * 5000},
     {"a": float("nan")},
-    {"a\x00b": 1}, {"a\nb": 1}, {"a": "x\x00"}, {"s" * 101: 1},
+    {"a\x00b": 1}, {"a\nb": 1}, {"a": "x\x00"}, {"a": "\ud800"}, {"\udc00": 1}, {"s" * 101: 1},
 ])
 def test_bad_filters_are_refused(raw):
     with pytest.raises(TopicError):
