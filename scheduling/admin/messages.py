@@ -122,7 +122,7 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
     EXCERPT_SHOWN = 300  # characters of each answer in the table (the API gives the whole excerpt)
     fieldsets = (
         (None, {"fields": ("id", "endpoint", "topology", "status_badge", "idempotency_key", "schedule", "due_history",
-                           "last_error")}),
+                           "last_error", "event_link")}),
         ("Timing (UTC)", {"fields": ("requested_delay", "created", "due", "published", "delivered", "cancelled",
                                      "lateness", "delivery_count", "attempts", "trigger", "delivered_by")}),
         ("Attempts", {"fields": ("attempts_table",)}),
@@ -293,6 +293,14 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
             return format_html("<p>the newest {} (older ones: GET /api/messages/{}/attempts/)</p>{}",
                                self.ATTEMPTS_SHOWN, message.pk, table)
         return table
+
+    @admin.display(description="event")
+    def event_link(self, message):
+        """The event whose fan-out made it (issue 48), linked to its page."""
+        if message.event_id is None:
+            return self.get_empty_value_display()
+        return format_html('<a href="{}">{}</a>', reverse("admin:scheduling_event_change", args=[message.event_id]),
+                           message.event_id)
 
     @admin.display(description="payload")
     def payload_json(self, message):

@@ -374,6 +374,7 @@ class MessageSerializer(serializers.ModelSerializer):
                   "first_exchange", "created_at", "published_at", "delivered_at", "cancelled_at",
                   "lateness_ms", "scheduled_in_past", "delivery_count", "idempotency_key", "schedule",
                   "due_history", "trigger", "last_error", "payload"]
+        fields += ["event"]  # the event whose fan-out made it (its id; null: scheduled alone)
         read_only_fields = fields
 
     def get_scheduled_in_past(self, message) -> bool:

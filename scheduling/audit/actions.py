@@ -20,3 +20,9 @@ KEY_REVOKE = "key.revoke"
 
 # orphan copies (copies naming no row, set aside): an operator deletes the ones decided on
 ORPHAN_COPY_DELETE = "orphan_copy.delete"
+
+# fan-out (issue 48): a team's subscriptions, and its events published and cancelled
+SUBSCRIPTION_CREATE = "subscription.create"
+SUBSCRIPTION_DELETE = "subscription.delete"
+EVENT_PUBLISH = "event.publish"
+EVENT_CANCEL = "event.cancel"

@@ -198,6 +198,8 @@ class DelaySettings:
     """recurring schedules a team may keep"""
     team_max_endpoints: int
     """endpoints a team may have"""
+    team_max_subscriptions: int
+    """topic subscriptions a team may have ([Events](../guides/events.md#quotas))"""
     team_min_schedule_interval_seconds: int
     """the shortest time between two runs of a team's recurring schedule"""
     team_api_rate: str | None

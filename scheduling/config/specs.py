@@ -311,6 +311,8 @@ SPECS: tuple[Spec, ...] = (
         Spec("DELAY_TEAM_MAX_SCHEDULES", Integer(min=0), "1000", "recurring schedules a team may keep", "200",
              conf=True),
         Spec("DELAY_TEAM_MAX_ENDPOINTS", Integer(min=0), "100", "endpoints a team may have", "20", conf=True),
+        Spec("DELAY_TEAM_MAX_SUBSCRIPTIONS", Integer(min=0), "1000", "topic subscriptions a team may have "
+             "([Events](../guides/events.md#quotas))", "200", conf=True),
         Spec("DELAY_TEAM_MIN_SCHEDULE_INTERVAL_SECONDS", Integer(min=1), "10", "the shortest time between two "
              "runs of a team's recurring schedule", "60", conf=True),
         Spec("DELAY_TEAM_API_RATE", ApiRate(), "5000/second", "API requests of a whole team (its keys and members "

@@ -217,6 +217,7 @@ def _build(item: dict, endpoints: dict[str, list[Endpoint]], now: datetime) -> S
         created_at=now,
         # a caller's W3C traceparent, kept if valid and ignored if not (W3C Trace Context's rule)
         traceparent=trace_context.parse(item.get("traceparent")),
+        event_id=item.get("event_id"),  # an event's fan-out (events/services.py), its id
     )
     row.payload_json = encoded  # what insert_many writes
     row.payload_bytes = len(encoded.encode())  # what the team's bytes quota sums

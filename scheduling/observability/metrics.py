@@ -84,6 +84,9 @@ QUOTA_USAGE = Gauge(
     multiprocess_mode="mostrecent")
 QUOTA_REFUSALS = Counter(
     "delay_team_quota_refusals", "Requests refused for a team's count quota.", ("team", "quota"))
+EVENTS = Counter(
+    "delay_events", "Events published (issue 48), by team and whether any subscription matched (matched yes|no); "
+    "an idempotent replay is not counted again.", ("team", "matched"))
 HELD = Gauge(
     "delay_delivery_loop_held_messages", "Messages the delivery loop holds until they are due.",
     multiprocess_mode="livesum")
@@ -251,6 +254,10 @@ def quota_usage(team: str, quota: str, ratio: float) -> None:
 
 def quota_refused(team: str, quota: str) -> None:
     QUOTA_REFUSALS.labels(team, quota).inc()
+
+
+def event_published(team: str, *, matched: bool) -> None:
+    EVENTS.labels(team, "yes" if matched else "no").inc()
 
 
 def held(count: int) -> None:

@@ -21,6 +21,9 @@ Orphan copies (copies naming no row, set aside for the operator: delivery/orphan
 DELAY_ORPHAN_COPY_RETENTION are deleted in the same run, in batches of DELAY_PRUNE_BATCH, each its
 own transaction; not archived: they are a decision the operator had that long to take (and an
 export away, ``reconcile_after_restore --export-orphans``).
+
+Events (issue 48) go once no message of theirs is left and they are older than the messages' longest
+retention: their messages carry the event's id into the archive, the event row itself is not archived.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from datetime import datetime
 from pathlib import Path
 
 from django.db import connection, transaction
+from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 from uuid_utils.compat import uuid7
@@ -47,6 +51,7 @@ from scheduling.core.lifecycle import Status
 from scheduling.delivery.models import MessageAttempt
 from scheduling.delivery.orphans import orphan_copy_prune_batch
 from scheduling.delivery.selectors import orphan_copy_count
+from scheduling.events.models import Event
 from scheduling.models import AccuracyReport, ArchiveFile, BulkAction, ScheduledMessage
 from scheduling.teams.invitations import invitation_forget
 from scheduling.teams.quotas import team_forget_copies
@@ -92,6 +97,8 @@ class PruneResult:
     audit_days_removed: int = 0  # days of the audit archive past DELAY_ARCHIVE_RETENTION
     orphan_copy_candidates: int = 0  # orphan copies not seen for DELAY_ORPHAN_COPY_RETENTION when the run started
     orphan_copies_deleted: int = 0  # (not the orphaned files of killed runs: orphans_removed)
+    event_candidates: int = 0  # events past the messages' longest retention with no message left
+    events_deleted: int = 0
     vacuumed: bool = False  # the prune vacuumed the table itself (the server's autovacuum is off)
     seconds: float = 0.0
 
@@ -120,7 +127,8 @@ def _prune_rules(now: datetime) -> list[tuple[Status, datetime]]:
 
 
 def message_prune(*, now: datetime | None = None, dry_run: bool = False, progress: Progress | None = None,
-                  audit_progress: Progress | None = None, orphan_progress: Progress | None = None) -> PruneResult:
+                  audit_progress: Progress | None = None, orphan_progress: Progress | None = None,
+                  event_progress: Progress | None = None) -> PruneResult:
     """Archive, then delete, every finished message past its retention, and the audit log's rows
     past theirs (see the module's doc). ``dry_run`` counts what would go and changes nothing."""
     started = time.monotonic()
@@ -137,9 +145,11 @@ def message_prune(*, now: datetime | None = None, dry_run: bool = False, progres
         result.orphan_copy_candidates = orphan_copy_count(before=now - conf().orphan_copy_retention)
         per_row = message_table_get_bytes_per_row()
         if dry_run:
+            result.event_candidates = _events_unreferenced(now).count()
             result.reusable_bytes = round(result.candidates * per_row) if per_row else 0
         else:
             _prune(rules, now, result, progress or _quiet, audit_progress or _quiet, orphan_progress or _quiet)
+            _events_prune(now, result, event_progress or _quiet)  # after the messages: their last ones just went
             result.reusable_bytes = round(result.deleted * per_row) if per_row else 0
     result.seconds = time.monotonic() - started
     return result
@@ -221,6 +231,39 @@ def _orphan_copies_prune(now: datetime, result: PruneResult, progress: Progress)
                      format_duration(settings.orphan_copy_retention), result.orphan_copies_deleted,
                      result.orphan_copy_candidates)
         if deleted < limit:
+            return
+
+
+def _events_unreferenced(now: datetime):
+    """Events older than the messages' longest retention with no message left in the table."""
+    settings = conf()
+    cutoff = now - max(settings.retention, settings.failed_retention)
+    left = ScheduledMessage.objects.filter(event_id=models.OuterRef("pk"))  # the message_event index
+    return Event.objects.filter(created_at__lt=cutoff).filter(~models.Exists(left))
+
+
+def _events_prune(now: datetime, result: PruneResult, progress: Progress) -> None:
+    """The events none of whose messages is left, oldest first, DELAY_PRUNE_BATCH a transaction;
+    an old event whose messages stay (in flight, or failed within their longer retention) stays;
+    each batch starts after the last one's (created_at, id), so no event is read twice a run."""
+    limit, after = conf().prune_batch, None
+    result.event_candidates = _events_unreferenced(now).count()
+    progress(0, result.event_candidates)
+    while True:
+        batch = _events_unreferenced(now).order_by("created_at", "id")
+        if after is not None:
+            batch = batch.filter(Q(created_at__gt=after[0]) | Q(created_at=after[0], id__gt=after[1]))
+        with transaction.atomic():
+            rows = list(batch.select_for_update(skip_locked=True).values_list("created_at", "id")[:limit])
+            if rows:
+                Event.objects.filter(pk__in=[pk for _, pk in rows]).delete()
+        result.events_deleted += len(rows)
+        if rows:
+            after = rows[-1]
+            progress(result.events_deleted, max(result.event_candidates, result.events_deleted))
+            log.info("pruned %d events with no message left (%d/%d)", len(rows), result.events_deleted,
+                     result.event_candidates)
+        if len(rows) < limit:
             return
 
 

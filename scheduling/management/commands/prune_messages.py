@@ -39,6 +39,8 @@ class Command(PlatformCommand):
         audit_rule = f"changes older than {format_duration(settings.audit_retention)}"
         audit_dir = settings.archive_dir / audit_columns.DIRECTORY
         orphan_rule = f"not seen for {format_duration(settings.orphan_copy_retention)}"
+        event_rule = (f"no message left, older than "
+                      f"{format_duration(max(settings.retention, settings.failed_retention))}")
         try:
             if dry_run or no_progress:
                 result = message_prune(dry_run=dry_run)
@@ -46,7 +48,8 @@ class Command(PlatformCommand):
                 with _Bars(self.stderr) as bars:
                     result = message_prune(progress=bars.updater("pruning messages"),
                                            audit_progress=bars.updater("pruning the audit log"),
-                                           orphan_progress=bars.updater("pruning orphan copies"))
+                                           orphan_progress=bars.updater("pruning orphan copies"),
+                                           event_progress=bars.updater("pruning events"))
         except PruneError as exc:
             raise CommandError(str(exc)) from None
         if result.skipped:
@@ -61,6 +64,8 @@ class Command(PlatformCommand):
                               f"archived to {audit_dir} and deleted")
             self.stdout.write(f"dry run (orphan copies, {orphan_rule}): {result.orphan_copy_candidates:,} would be "
                               "deleted (not archived)")
+            self.stdout.write(f"dry run (events, {event_rule}): {result.event_candidates:,} would be deleted "
+                              "(not archived)")
             return
         self.stdout.write(f"pruned finished messages ({rules}) in {result.seconds:.1f} s")
         self.stdout.write(f"  archived   {result.archived:>12,} messages in {result.files:,} file(s), "
@@ -77,6 +82,7 @@ class Command(PlatformCommand):
                           f"{result.audit_deleted:,} deleted")
         self.stdout.write(f"  orphans    {result.orphan_copies_deleted:>12,} orphan copies ({orphan_rule}) deleted, "
                           "not archived")
+        self.stdout.write(f"  events     {result.events_deleted:>12,} events ({event_rule}) deleted, not archived")
         if (result.orphans_removed or result.archive_days_removed or result.audit_days_removed
                 or result.report_rows_removed):
             self.stdout.write(f"  removed    {result.orphans_removed:,} file(s) of interrupted runs, "

@@ -50,6 +50,7 @@ from scheduling.audit.context import AuditContext, audited
 from scheduling.core.lifecycle import FINISHED_VALUES, IN_FLIGHT_VALUES, Status
 from scheduling.delivery.models import MessageAttempt
 from scheduling.endpoints.services import endpoint_create
+from scheduling.events.services import event_publish, subscription_create
 from scheduling.models import BulkAction, Endpoint, ScheduledMessage
 from scheduling.schedules.services import schedule_upsert
 from scheduling.teams.caller import caller_for_command
@@ -77,6 +78,8 @@ PATH_KINDS = {
     ("invitations", "id"): "invitation",  # /api/invitations/{id}/accept/: the invited person answers
     ("invitations", "invitation_id"): "invitation",  # /api/teams/{name}/invitations/{id}/revoke/
     ("mine", "prefix"): "own key",
+    ("subscriptions", "id"): "subscription",
+    ("events", "id"): "event",
 }
 BIG_ID = (10**11, 10**12)  # numeric ids made this long, so that the leak check cannot meet them by chance
 
@@ -226,6 +229,9 @@ def _build_world(label: str) -> World:
                                   interval_seconds=3600)
     spare = api_key_create(team=team, scopes=["read"], name="spare")
     own = api_key_create(user=users[ADMIN], name="own")  # the admin's own, beside the one the walk uses
+    subscription = subscription_create(team=team, topic="walk.#", endpoint=hook.name)
+    event = event_publish(team=team, topic="walk.made", payload={"n": 1}, delay=3600).event
+    quiet = event_publish(team=team, topic="quiet", payload={"n": 1}, delay=3600).event  # matched nothing
     bulk = BulkAction.objects.create(id=random.randrange(*BIG_ID), kind=BulkAction.Kind.CANCEL, team=team,
                                      filters={"status": Status.FAILED}, matched=0, requested_by="walker",
                                      state=BulkAction.State.DONE, finished_at=now)
@@ -238,6 +244,8 @@ def _build_world(label: str) -> World:
         "bulk action": {"done": str(bulk.pk)},
         "invitation": invitations,
         "own key": {"own": own.row.prefix},
+        "subscription": {"hook": str(subscription.pk)},
+        "event": {"fanned out": str(event.pk), "quiet": str(quiet.pk)},
     }
     world.refs = {"team": team.name, "club": club.name, "endpoint": hook.name, "celery_endpoint": tasks.name,
                   "username": users[MEMBER].username, "task_id": task_id, "schedule": schedule.key,
@@ -270,6 +278,8 @@ def ghost_world() -> World:
         "bulk action": {"done": str(random.randrange(*BIG_ID))},
         "invitation": {variant: str(random.randrange(*BIG_ID)) for variant in ("to admin", "to guest")},
         "own key": {"own": "dpk_Gh0st" + tag[3:]},
+        "subscription": {"hook": str(uuid.uuid4())},
+        "event": {variant: str(uuid.uuid4()) for variant in ("fanned out", "quiet")},
     }
     world.refs = {"team": f"ghost-{tag}", "endpoint": f"ghost-{tag}", "celery_endpoint": f"ghost-{tag}",
                   "username": f"ghost-{tag}", "task_id": f"ghost-{tag}", "schedule": f"ghost-{tag}.hourly",
@@ -302,6 +312,7 @@ BODY_VALUES = {
     "dry_run": lambda w: False,
     "max_deliveries_per_second": lambda w: 7,
     "role": lambda w: VIEWER,
+    "topic": lambda w: "walk.topic",  # a subscription's pattern (not the world's walk.#) and an event's topic
 }
 
 
@@ -420,6 +431,7 @@ def _model(change: Change) -> str:
 CHANGE_SCOPES = {
     "Endpoint": {"endpoints"}, "EndpointHealth": {"endpoints"}, "EndpointFlow": {"endpoints"},
     "Schedule": {"schedules"},
+    "Subscription": {"endpoints"}, "Event": {"write"},  # an event's messages are judged as messages
     "Team": {PERSON}, "Membership": {PERSON}, "ApiKey": {PERSON}, "User": {PERSON}, "Invitation": {PERSON},
     "BulkAction": {"cancel"},
     "AuditEvent": None, "MessageAttempt": None, "DeliveryMinute": None,

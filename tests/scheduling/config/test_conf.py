@@ -122,6 +122,7 @@ EFFECTS = {
     "DELAY_TEAM_MAX_IN_FLIGHT_BYTES": ("1048576", "conf().team_max_in_flight_bytes", 1048576),
     "DELAY_TEAM_MAX_SCHEDULES": ("20", "conf().team_max_schedules", 20),
     "DELAY_TEAM_MAX_ENDPOINTS": ("7", "conf().team_max_endpoints", 7),
+    "DELAY_TEAM_MAX_SUBSCRIPTIONS": ("9", "conf().team_max_subscriptions", 9),
     "DELAY_TEAM_MIN_SCHEDULE_INTERVAL_SECONDS": ("60", "conf().team_min_schedule_interval_seconds", 60),
     "DELAY_TEAM_API_RATE": ("10/second", "conf().team_api_rate", "10/second"),
     "DELAY_KEY_API_RATE": ("off", "conf().key_api_rate", None),

@@ -16,6 +16,12 @@
     delayctl preview --cron '30 2 * * 1-5' --timezone Europe/Paris --count 5
     delayctl preview --interval 90 --start-at 2026-11-26T09:00:00Z --count 3
     delayctl cancel-task 5b0c4a1e-0d8e-4a8f-9a43-2f6b1f0e7c11 --endpoint celery-billing
+    delayctl subscribe 'invoice.*' ledger --filter '{"customer.country": ["FR", "DE"]}'
+    delayctl subscriptions
+    delayctl unsubscribe "$SUBSCRIPTION_ID"
+    EVENT=$(delayctl publish invoice.paid --delay 60 --payload '{"invoice": 42}' --idempotency-key inv-42)
+    delayctl event "$EVENT"
+    delayctl cancel-event "$EVENT"
 
 Global options (before or after the command): ``--url``, ``--key``, ``--team`` (schedule, list,
 cancel-task: where your key's teams have several endpoints of that name), ``--json`` (one JSON
@@ -247,6 +253,46 @@ def cmd_cancel_task(client: Client, args):
     return {"count": count}, str(count)
 
 
+def cmd_subscribe(client: Client, args):
+    try:
+        chosen = json.loads(args.filter, parse_constant=_refuse_constant) if args.filter is not None else None
+    except ValueError as exc:
+        raise UsageError(f"--filter is not JSON: {exc}") from None
+    subscription = client.subscriptions.create(args.topic, args.endpoint, filter=chosen, team=args.team)
+    return subscription.raw, subscription.id
+
+
+def cmd_subscriptions(client: Client, args):
+    found = [s.raw for s in itertools.islice(client.subscriptions.list(team=args.team), args.limit or None)]
+    rows = [[_cell(s.get(name)) for name in ("id", "topic", "endpoint", "filter")] for s in found]
+    return found, table(["ID", "TOPIC", "ENDPOINT", "FILTER"], rows)
+
+
+def cmd_unsubscribe(client: Client, args):
+    client.subscriptions.delete(args.id)
+    return {"deleted": args.id}, args.id
+
+
+def cmd_publish(client: Client, args):
+    event = client.events.publish(args.topic, read_payload(args), delay=args.delay, deliver_at=args.at,
+                                  idempotency_key=args.idempotency_key, team=args.team)
+    if event.created is False:
+        print(f"{PROG}: idempotency key already used: this is the existing event", file=sys.stderr)
+    return event.raw, event.id
+
+
+def cmd_event(client: Client, args):
+    event = client.events.get(args.id)
+    lines = [fields({k: v for k, v in event.raw.items() if k != "messages"})]
+    lines += [f"message   {m['id']}  {m['endpoint']}" for m in event.messages or ()]
+    return event.raw, "\n".join(lines)
+
+
+def cmd_cancel_event(client: Client, args):
+    count = client.events.cancel(args.id)
+    return {"cancelled": count}, str(count)
+
+
 # -- the parser ----------------------------------------------------------------------------------
 
 def _add_globals(parser: argparse.ArgumentParser, top: bool) -> None:
@@ -326,6 +372,27 @@ def build_parser() -> argparse.ArgumentParser:
     p = _command(sub, "cancel-task", cmd_cancel_task, "cancel every waiting run of a Celery task id; prints how many")
     p.add_argument("task_id", metavar="TASK_ID")
     p.add_argument("--endpoint")
+
+    p = _command(sub, "subscribe", cmd_subscribe, "subscribe an endpoint to a topic pattern; prints its id")
+    p.add_argument("topic", metavar="PATTERN", help="dot-separated words, * one word, # zero or more: 'invoice.*'")
+    p.add_argument("endpoint", metavar="ENDPOINT")
+    p.add_argument("--filter", metavar="JSON", help='payload field paths to a value or values: \'{"a.b": [1, 2]}\'')
+    p = _command(sub, "subscriptions", cmd_subscriptions, "list subscriptions, newest first")
+    p.add_argument("--limit", type=at_least_zero, default=50, metavar="N", help="at most N (default: 50; 0: all)")
+    _command(sub, "unsubscribe", cmd_unsubscribe, "delete a subscription").add_argument("id", metavar="ID")
+
+    p = _command(sub, "publish", cmd_publish, "publish an event to a topic; prints its id")
+    p.add_argument("topic", metavar="TOPIC")
+    _when(p, "deliver")
+    payload = p.add_mutually_exclusive_group()
+    payload.add_argument("--payload", metavar="JSON", help="the payload, any JSON but null (default: {}); - reads stdin")
+    payload.add_argument("--payload-file", metavar="PATH", help="read the payload from a file (- : stdin)")
+    payload.add_argument("stdin", nargs="?", choices=["-"], metavar="-", help="read the payload from stdin")
+    p.add_argument("--idempotency-key", metavar="KEY", help="the platform answers the existing event for a key the "
+                                                              "team has used (default: a new one each run)")
+    _command(sub, "event", cmd_event, "show an event and its messages").add_argument("id", metavar="ID")
+    _command(sub, "cancel-event", cmd_cancel_event,
+             "cancel an event's waiting messages; prints how many").add_argument("id", metavar="ID")
     return parser
 
 

@@ -70,6 +70,7 @@ class Message(Model):
     last_error: str | None = None
     payload: Any = None
     created: bool | None = None  # scheduling answered 201 (True) or found the idempotency key's message (False)
+    event: str | None = None  # the event whose fan-out made it (its id), or None
 
 
 @dataclass(frozen=True)
@@ -244,3 +245,29 @@ class AuditEvent(Model):
     ip: str | None = None
     user_agent: str | None = None
     request_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Subscription(Model):
+    """A team's endpoint subscribed to a topic pattern (``*`` one word, ``#`` any), with a filter."""
+
+    id: str = ""
+    team: str | None = None
+    topic: str | None = None
+    endpoint: str | None = None
+    filter: dict | None = None
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Event(Model):
+    """One publish to a topic; ``messages``: ``[{"id", "endpoint"}, ...]``, one per subscribed endpoint."""
+
+    id: str = ""
+    team: str | None = None
+    topic: str | None = None
+    due_at: datetime | None = None
+    idempotency_key: str | None = None
+    created_at: datetime | None = None
+    messages: list | None = None
+    created: bool | None = None  # publishing answered 201 (True) or found the idempotency key's event (False)

@@ -1,5 +1,5 @@
 """The API's routes as methods, grouped as the API groups them (messages, schedules, endpoints,
-teams, keys, audit). Each method builds one Call; the client it hangs on sends it, so the same
+teams, keys, audit, subscriptions, events). Each method builds one Call; the client it hangs on sends it, so the same
 methods serve ``Client`` (results) and ``AsyncClient`` (awaitables). ``@route`` names the route a
 method calls: the test that walks the OpenAPI schema checks every route has one."""
 
@@ -447,6 +447,56 @@ class BulkActions(Resource):
         return self._list(Call("GET", "/api/bulk-actions/", params={"team": team}, idempotent=True), models.BulkJob)
 
 
+class Subscriptions(Resource):
+    """A team's endpoints subscribed to topic patterns (a key needs the endpoints scope to change them)."""
+
+    @route("POST", "/api/subscriptions/")
+    def create(self, topic: str, endpoint: str, *, filter: dict | None = None, team: str | None = None):
+        """Subscribe ``endpoint`` to the pattern ``topic`` (``invoice.*``, ``order.#``); ``filter``:
+        ``{"field.path": value or [values]}`` on the payload."""
+        body = _fields(topic=topic, endpoint=endpoint, filter=filter, team=team)
+        return self._send(Call("POST", "/api/subscriptions/", json=body, parse=_one(models.Subscription)))
+
+    @route("GET", "/api/subscriptions/")
+    def list(self, *, team: str | None = None):
+        return self._list(Call("GET", "/api/subscriptions/", params={"team": team}, idempotent=True),
+                          models.Subscription)
+
+    @route("GET", "/api/subscriptions/{id}/")
+    def get(self, subscription_id: str):
+        return self._send(Call("GET", f"/api/subscriptions/{_seg(subscription_id)}/", idempotent=True,
+                               parse=_one(models.Subscription)))
+
+    @route("DELETE", "/api/subscriptions/{id}/")
+    def delete(self, subscription_id: str) -> None:
+        return self._send(Call("DELETE", f"/api/subscriptions/{_seg(subscription_id)}/",
+                               parse=lambda data, status: None))
+
+
+class Events(Resource):
+    @route("POST", "/api/events/")
+    def publish(self, topic: str, payload: Any, *, delay=None, deliver_at=None, idempotency_key: str | None = None,
+                on_delivered: str | None = None, on_failed: str | None = None, team: str | None = None,
+                traceparent: str | None = None):
+        """Publish once to ``topic``: every endpoint of the team subscribed to it gets a message.
+        The idempotency key is made here when not given and kept across retries (``created``: this
+        call made the event)."""
+        body = _fields(topic=topic, payload=payload, team=team, on_delivered=on_delivered, on_failed=on_failed,
+                       idempotency_key=idempotency_key or new_idempotency_key(), **_when(delay, deliver_at))
+        return self._send(Call("POST", "/api/events/", json=body, idempotent=True, parse=_created(models.Event),
+                               headers=trace_headers(traceparent)))
+
+    @route("GET", "/api/events/{id}/")
+    def get(self, event_id: str):
+        return self._send(Call("GET", f"/api/events/{_seg(event_id)}/", idempotent=True, parse=_one(models.Event)))
+
+    @route("POST", "/api/events/{id}/cancel/")
+    def cancel(self, event_id: str) -> int:
+        """Cancel the event's messages still waiting: how many."""
+        return self._send(Call("POST", f"/api/events/{_seg(event_id)}/cancel/", idempotent=True,
+                               parse=lambda data, status: int(data["cancelled"])))
+
+
 class Platform(Resource):
     @route("GET", "/api/schema/")
     def openapi(self) -> dict:
@@ -455,7 +505,8 @@ class Platform(Resource):
 
 
 RESOURCES = {"platform": Platform, "messages": Messages, "schedules": Schedules, "endpoints": Endpoints, "teams": Teams, "keys": Keys,
-             "invitations": Invitations, "audit": Audit, "bulk_actions": BulkActions}
+             "invitations": Invitations, "audit": Audit, "bulk_actions": BulkActions,
+             "subscriptions": Subscriptions, "events": Events}
 
 
 def routes() -> dict[tuple[str, str], str]:
