@@ -4,6 +4,7 @@ from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import APIRootView, DefaultRouter
 
 from scheduling.api.team_views import ApiKeyViewSet, AuditViewSet, InvitationViewSet, OwnApiKeyViewSet, TeamViewSet
+from scheduling.api.notification_views import NotificationRouteViewSet
 from scheduling.api.views import BulkActionViewSet, EndpointViewSet, MessageViewSet, ScheduleViewSet
 
 
@@ -32,6 +33,7 @@ router.register("keys", ApiKeyViewSet, basename="apikey")
 router.register("invitations", InvitationViewSet, basename="invitation")
 router.register("audit", AuditViewSet, basename="audit")
 router.register("bulk-actions", BulkActionViewSet, basename="bulkaction")
+router.register("notifications", NotificationRouteViewSet, basename="notificationroute")
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),

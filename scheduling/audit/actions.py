@@ -20,3 +20,7 @@ KEY_REVOKE = "key.revoke"
 
 # orphan copies (copies naming no row, set aside): an operator deletes the ones decided on
 ORPHAN_COPY_DELETE = "orphan_copy.delete"
+
+# notification routes (issue 48): where a team hears what happened
+NOTIFICATION_ROUTE_CREATE = "notification_route.create"
+NOTIFICATION_ROUTE_DELETE = "notification_route.delete"
