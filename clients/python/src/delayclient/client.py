@@ -20,7 +20,8 @@ import os
 from ._pages import AsyncPages, Pages
 from ._transport import AsyncTransport, Call, SyncTransport
 from .resources import (
-    RESOURCES, Audit, BulkActions, Endpoints, Invitations, Keys, Messages, Platform, Schedules, Teams,
+    RESOURCES, Audit, BulkActions, Endpoints, Invitations, Keys, Messages, Notifications, Platform, Schedules,
+    Teams,
 )
 
 URL_ENV, KEY_ENV = "DELAY_PLATFORM_URL", "DELAY_PLATFORM_KEY"
@@ -39,6 +40,7 @@ class _Resources:
     invitations: Invitations
     audit: Audit
     bulk_actions: BulkActions
+    notifications: Notifications
     platform: Platform
 
     def _attach(self) -> None:
