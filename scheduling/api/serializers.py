@@ -370,6 +370,23 @@ class BulkCreateSerializer(RefuseControlCharacters, serializers.Serializer):
         self.fields["messages"].max_length = conf().bulk_max
 
 
+class CallbackEndpointField(serializers.Field):
+    """A callback endpoint's name (or null), looked up once per endpoint for a whole page (on the
+    root serializer): a related field would query once per message."""
+
+    def __init__(self, **kwargs):
+        super().__init__(read_only=True, allow_null=True, **kwargs)
+
+    def get_attribute(self, instance):
+        return getattr(instance, f"{self.source}_id")
+
+    def to_representation(self, endpoint_id):
+        names = self.root.__dict__.setdefault("_callback_names", {})
+        if endpoint_id not in names:
+            names[endpoint_id] = Endpoint.objects.filter(pk=endpoint_id).values_list("name", flat=True).first()
+        return names[endpoint_id]
+
+
 class MessageSerializer(serializers.ModelSerializer):
     team = serializers.CharField(source="endpoint.team.name", read_only=True)
     endpoint = serializers.SlugRelatedField(slug_field="name", read_only=True)
@@ -377,10 +394,8 @@ class MessageSerializer(serializers.ModelSerializer):
     scheduled_in_past = serializers.SerializerMethodField(
         help_text="due_at (as requested) was before created_at: delivered at once, and lateness_ms "
                   "counts from created_at, not from the past due time")
-    on_delivered = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True,
-                                                help_text="the endpoint that gets its outcome record once delivered")
-    on_failed = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True,
-                                             help_text="the endpoint that gets its outcome record once failed")
+    on_delivered = CallbackEndpointField(help_text="the endpoint that gets its outcome record once delivered")
+    on_failed = CallbackEndpointField(help_text="the endpoint that gets its outcome record once its handler gave up")
 
     class Meta:
         model = ScheduledMessage

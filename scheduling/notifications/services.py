@@ -16,6 +16,8 @@ team's quota refuses is dropped, logged and counted; nothing here raises into th
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -91,8 +93,8 @@ def notification_emit(*, facts: list[Fact]) -> Emitted:
     try:
         with transaction.atomic():
             emitted = _emit(facts)
-    except DatabaseError as exc:
-        log.error("notifications not made (%s): %d fact(s) dropped", exc, len(facts))
+    except Exception:  # never into the delivery path: the savepoint is rolled back, the fact stands
+        log.exception("notifications not made: %d fact(s) dropped", len(facts))
         metrics.notifications_counted([(f.type, "error") for f in facts])
         return Emitted(dropped=len(facts))
     if emitted.rows:
@@ -187,9 +189,13 @@ def notification_emit_ended(*, delivered=(), failed=(), failing=()) -> Emitted:
     ids = {str(i) for i in (*delivered, *failed, *failing)}
     if not ids:
         return Emitted()
-    with connection.cursor() as cursor:
-        cursor.execute(_ENDED, [uuid_array(sorted(ids))])
-        rows = {str(r[0]): r for r in cursor.fetchall()}
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:  # a savepoint: an error here rolls back alone
+            cursor.execute(_ENDED, [uuid_array(sorted(ids))])
+            rows = {str(r[0]): r for r in cursor.fetchall()}
+    except DatabaseError:
+        log.exception("notifications of %d message(s) not made", len(ids))
+        return Emitted()
     facts = []
     for message_id in (str(i) for i in failed):
         if (row := rows.get(message_id)) is not None:
@@ -223,14 +229,33 @@ def notification_endpoint_fact(*, type: str, endpoint: Endpoint, health=None) ->
     return Fact(type, endpoint.team_id, endpoint=part, about_endpoint=endpoint.pk)
 
 
+class _Checked:
+    """Per process: (team id, quota) -> when QuotaWarning was last asked (monotonic), so that a team
+    sitting above 80 % costs its requests one upsert a minute, not one each."""
+
+    lock = threading.Lock()
+    at: dict[tuple[int, str], float] = {}
+
+    @classmethod
+    def due(cls, team_id: int, quota: str) -> bool:
+        now = time.monotonic()
+        with cls.lock:
+            if now - cls.at.get((team_id, quota), -60.0) < 60.0:
+                return False
+            cls.at[(team_id, quota)] = now
+        return True
+
+
 def notification_emit_quota_warnings(*, team: Team, warnings: list[tuple[str, int, int]]) -> Emitted:
     """quota.warning for each (quota, used, limit) at 80 % or more, at most once per team and quota
     per QUOTA_WARNING_EVERY across every process (QuotaWarning: an upsert that only takes when the
     last warning is older)."""
     facts = []
     for quota, used, limit in warnings:
+        if not _Checked.due(team.pk, quota):
+            continue
         now = timezone.now()
-        with connection.cursor() as cursor:
+        with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(
                 f"INSERT INTO {QuotaWarning._meta.db_table} (team_id, quota, warned_at) VALUES (%s, %s, %s) "
                 f"ON CONFLICT (team_id, quota) DO UPDATE SET warned_at = EXCLUDED.warned_at "

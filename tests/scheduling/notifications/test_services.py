@@ -20,9 +20,10 @@ from scheduling.delivery.webhook_calls import webhook_call_record, webhook_call_
 from scheduling.delivery.webhooks import Call, CallResult
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.notifications.models import NotificationRoute, NotificationType, QuotaWarning
-from scheduling.notifications.services import notification_emit_quota_warnings
+from scheduling.notifications.services import _Checked, notification_emit_quota_warnings
 from scheduling.observability import metrics
 from scheduling.teams.services import team_create
+from tests.conftest import _key_client
 
 pytestmark = pytest.mark.django_db
 Status = ScheduledMessage.Status
@@ -168,7 +169,8 @@ def test_a_notification_the_quota_refuses_is_dropped_counted_and_the_delivery_re
     assert metrics.NOTIFICATIONS.labels("message.failed", "dropped")._value.get() == before + 2
 
 
-def test_a_quota_warning_is_told_once_an_hour_per_team_and_quota(world):
+def test_a_quota_warning_is_told_once_an_hour_per_team_and_quota(world, monkeypatch):
+    monkeypatch.setattr(_Checked, "due", classmethod(lambda cls, team_id, quota: True))  # as another process would
     team = world["team"]
     assert len(notification_emit_quota_warnings(team=team, warnings=[("messages_in_flight", 80, 100)]).rows) == 1
     assert notification_emit_quota_warnings(team=team, warnings=[("messages_in_flight", 90, 100)]).rows == []
@@ -176,3 +178,25 @@ def test_a_quota_warning_is_told_once_an_hour_per_team_and_quota(world):
     assert told.payload["quota"] == {"name": "messages_in_flight", "used": 80, "limit": 100, "ratio": 0.8}
     QuotaWarning.objects.filter(team=team).update(warned_at=timezone.now() - timedelta(hours=2))
     assert len(notification_emit_quota_warnings(team=team, warnings=[("messages_in_flight", 95, 100)]).rows) == 1
+
+
+def test_a_team_above_80_percent_is_asked_once_a_minute_per_process(world):
+    team = world["team"]
+    with CaptureQueriesContext(connection) as queries:
+        for _ in range(5):
+            notification_emit_quota_warnings(team=team, warnings=[("bytes_in_flight", 90, 100)])
+    assert sum("INSERT INTO" in q["sql"] and "quotawarning" in q["sql"] for q in queries) == 1
+    assert len(notes(world, "quota.warning")) == 1
+
+
+def test_a_scheduling_request_past_80_percent_tells_the_team(world):
+    team = world["team"]
+    client = _key_client(team=team, scopes=["all"])
+    team.max_in_flight = 10
+    team.save(update_fields=["max_in_flight"])
+    response = client.post("/api/messages/bulk/", {"messages": [
+        {"endpoint": "notes", "payload": {"n": n}, "delay_seconds": 3600} for n in range(8)]}, format="json")
+    assert response.status_code == 201, response.content
+    (told,) = notes(None, "quota.warning")
+    assert told.endpoint.name == "notes" and told.payload["quota"] == {
+        "name": "messages_in_flight", "used": 8, "limit": 10, "ratio": 0.8}
