@@ -200,3 +200,27 @@ def test_a_scheduling_request_past_80_percent_tells_the_team(world):
     (told,) = notes(None, "quota.warning")
     assert told.endpoint.name == "notes" and told.payload["quota"] == {
         "name": "messages_in_flight", "used": 8, "limit": 10, "ratio": 0.8}
+
+
+def test_the_one_by_one_path_tells_a_give_up(world, versions):
+    """A webhook run by the one-by-one path (the scheduling.deliver task's), refused by its target."""
+    from scheduling.delivery.services import delivery_receive
+
+    hook = world["hook"]
+    hook.handler_target = "http://127.0.0.1:9/hook"  # nothing listens there: refused
+    hook.save(update_fields=["handler_target"])
+    row = message(hook, attempts=conf().handler_max_retries, on_failed=world["done"])
+    outcome = delivery_receive(message_id=str(row.id), attempt=row.attempts)
+    assert outcome.result.value == "failed"
+    assert sorted((m.endpoint.name, m.notification) for m in notes(world)) == [
+        ("done", "message.failed"), ("notes", "message.failed")]
+
+
+def test_a_claimed_celery_queue_task_tells_its_on_delivered_endpoint(world):
+    from scheduling.celery.services import celery_task_claim_message
+
+    tasks = world["endpoint"]("tasks", handler="celery_queue")
+    row = message(tasks, on_delivered=world["done"])
+    assert celery_task_claim_message(message_id=str(row.id), redelivered=False).run
+    (callback,) = notes(world)
+    assert callback.notification == "message.delivered" and callback.payload["message"]["id"] == str(row.id)
