@@ -395,7 +395,8 @@ class MessageSerializer(serializers.ModelSerializer):
         help_text="due_at (as requested) was before created_at: delivered at once, and lateness_ms "
                   "counts from created_at, not from the past due time")
     on_delivered = CallbackEndpointField(help_text="the endpoint that gets its outcome record once delivered")
-    on_failed = CallbackEndpointField(help_text="the endpoint that gets its outcome record once its handler gave up")
+    on_failed = CallbackEndpointField(
+        help_text="the endpoint that gets its outcome record once its handler gave up")
 
     class Meta:
         model = ScheduledMessage

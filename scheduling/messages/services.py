@@ -195,7 +195,8 @@ def _callback_of(item: dict, field: str, endpoint: Endpoint | None, endpoints: d
         errors[field] = f"unknown endpoint {_endpoint_name(given)!r} in team {endpoint.team.name!r}"
         return None
     if found[0].handler == Endpoint.Handler.CELERY_QUEUE:
-        errors[field] = f"endpoint {found[0].name!r} is a Celery queue: a callback goes to a webhook or record-only endpoint"
+        errors[field] = (f"endpoint {found[0].name!r} is a Celery queue: a callback goes to a webhook or "
+                         "record-only endpoint")
         return None
     return found[0]
 

@@ -108,8 +108,8 @@ def _targets(facts: list[Fact]) -> dict[int, list[Endpoint]]:
     endpoint), active ones of its team that take notifications: one query for the routes, one for
     the endpoints."""
     teams = {f.team_id for f in facts if f.to is None}
-    routes = list(NotificationRoute.objects.filter(team_id__in=teams).values_list("team_id", "endpoint_id", "events")) \
-        if teams else []
+    routes = list(NotificationRoute.objects.filter(team_id__in=teams).values_list(
+        "team_id", "endpoint_id", "events")) if teams else []
     wanted = {e for _, e, _ in routes} | {f.to for f in facts if f.to is not None}
     endpoints = {e.pk: e for e in Endpoint.objects.select_related("topology", "team").filter(
         id__in=wanted, is_active=True, handler__in=TAKES_NOTIFICATIONS)} if wanted else {}
