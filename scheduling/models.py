@@ -22,7 +22,7 @@ from scheduling.retention.listing import ParquetFileListing
 from scheduling.teams.models import ApiKey, Invitation, Membership, Team, default_team_id  # noqa: F401  (registers them)
 from scheduling.audit.models import AuditArchiveFile, AuditEvent  # noqa: F401  (registers them)
 from scheduling.events.models import Event, Subscription  # noqa: F401  (registers them)
-from scheduling.notifications.models import NotificationRoute  # noqa: F401  (registers it)
+from scheduling.notifications.models import NotificationRoute, QuotaWarning  # noqa: F401  (registers them)
 
 IN_FLIGHT_SORTED = sorted(IN_FLIGHT_VALUES)  # the partial indexes' condition, in a stable order
 

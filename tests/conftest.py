@@ -83,7 +83,7 @@ SECONDS = {
     "scheduling/config/test_conf.py": 40, "reliability/test_security.py": 35, "e2e/test_relay_gather.py": 35,
     "e2e/test_metrics.py": 35, "e2e/test_migration_teams.py": 30, "topology/test_shards_live.py": 30,
     "scheduling/delivery/test_services.py": 30, "scheduling/api/test_validation.py": 25, "e2e/test_schedules.py": 25,
-    "scheduling/management/test_worker_health.py": 25,
+    "scheduling/management/test_worker_health.py": 25, "e2e/test_notifications.py": 30,
 }
 
 

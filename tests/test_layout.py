@@ -39,7 +39,7 @@ ENTITIES = ("message", "message_table", "endpoint", "webhook_call", "topology", 
             "delivery_minute", "delivery_log", "relay", "timeout", "unroutable", "retention", "archive",
             "archive_file", "accuracy_report", "celery_task", "celery_queue", "dashboard", "lateness", "outbox",
             "queryset", "cursor", "schedule", "team", "membership", "invitation", "api_key", "caller", "audit",
-            "orphan_copy", "subscription", "event")
+            "orphan_copy", "subscription", "event", "notification", "notification_route")
 
 
 def imports(path: Path, *, on_import: bool = False) -> set[str]:

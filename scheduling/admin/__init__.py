@@ -5,7 +5,7 @@ from django.conf import settings
 from django.contrib import admin
 
 from scheduling.admin.base import declared_lookups_only
-from scheduling.admin import audit, dashboard, dead_letters, endpoints, events, messages, orphans, reports, schedules, teams, topology  # noqa: F401  (registers the admins)
+from scheduling.admin import audit, dashboard, dead_letters, endpoints, events, messages, notifications, orphans, reports, schedules, teams, topology  # noqa: F401  (registers the admins)
 
 # The product's name and version where Django's default says "Django administration": on every
 # page, so an operator rolling a release out sees which one answers.

@@ -126,6 +126,7 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
         ("Timing (UTC)", {"fields": ("requested_delay", "created", "due", "published", "delivered", "cancelled",
                                      "lateness", "delivery_count", "attempts", "trigger", "delivered_by")}),
         ("Attempts", {"fields": ("attempts_table",)}),
+        ("Notifications", {"fields": ("callbacks", "notification_type")}),
         ("Payload", {"fields": ("payload_json",)}),
         ("On the wire", {"fields": ("routing_key_used", "first_exchange_used", "headers_table", "path_table")}),
     )
@@ -301,6 +302,18 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
             return self.get_empty_value_display()
         return format_html('<a href="{}">{}</a>', reverse("admin:scheduling_event_change", args=[message.event_id]),
                            message.event_id)
+
+    @admin.display(description="callbacks")
+    def callbacks(self, message):
+        """Where its outcome record goes (docs/guides/notifications.md#callbacks)."""
+        parts = [f"{label}: {endpoint.name}" for label, endpoint in (("on delivered", message.on_delivered),
+                                                                      ("on failed", message.on_failed)) if endpoint]
+        return "; ".join(parts) or "none"
+
+    @admin.display(description="notification type")
+    def notification_type(self, message):
+        """The type a platform-made notification or callback message carries (it tells nothing itself)."""
+        return message.notification or "not a notification"
 
     @admin.display(description="payload")
     def payload_json(self, message):

@@ -178,6 +178,14 @@ class MessageCreateSerializer(RefuseControlCharacters, serializers.Serializer):
         max_length=255, required=False, allow_null=True,
         help_text="the same key on the same endpoint returns the existing message",
     )
+    on_delivered = serializers.CharField(
+        max_length=100, required=False, allow_null=True,
+        help_text="an endpoint of the message's team that gets its outcome record (message.delivered) once "
+                  "delivered (docs/guides/notifications.md)")
+    on_failed = serializers.CharField(
+        max_length=100, required=False, allow_null=True,
+        help_text="an endpoint of the message's team that gets its outcome record (message.failed) once its "
+                  "handler gave up")
 
     def to_item(self) -> dict:
         return message_item(self.validated_data)
@@ -245,6 +253,8 @@ def message_item(data: dict) -> dict:
         "delay": data.get("delay_seconds"),
         "deliver_at": data.get("deliver_at"),
         "idempotency_key": data.get("idempotency_key"),
+        "on_delivered": data.get("on_delivered"),
+        "on_failed": data.get("on_failed"),
     }
 
 
@@ -360,6 +370,23 @@ class BulkCreateSerializer(RefuseControlCharacters, serializers.Serializer):
         self.fields["messages"].max_length = conf().bulk_max
 
 
+class CallbackEndpointField(serializers.Field):
+    """A callback endpoint's name (or null), looked up once per endpoint for a whole page (on the
+    root serializer): a related field would query once per message."""
+
+    def __init__(self, **kwargs):
+        super().__init__(read_only=True, allow_null=True, **kwargs)
+
+    def get_attribute(self, instance):
+        return getattr(instance, f"{self.source}_id")
+
+    def to_representation(self, endpoint_id):
+        names = self.root.__dict__.setdefault("_callback_names", {})
+        if endpoint_id not in names:
+            names[endpoint_id] = Endpoint.objects.filter(pk=endpoint_id).values_list("name", flat=True).first()
+        return names[endpoint_id]
+
+
 class MessageSerializer(serializers.ModelSerializer):
     team = serializers.CharField(source="endpoint.team.name", read_only=True)
     endpoint = serializers.SlugRelatedField(slug_field="name", read_only=True)
@@ -367,13 +394,16 @@ class MessageSerializer(serializers.ModelSerializer):
     scheduled_in_past = serializers.SerializerMethodField(
         help_text="due_at (as requested) was before created_at: delivered at once, and lateness_ms "
                   "counts from created_at, not from the past due time")
+    on_delivered = CallbackEndpointField(help_text="the endpoint that gets its outcome record once delivered")
+    on_failed = CallbackEndpointField(
+        help_text="the endpoint that gets its outcome record once its handler gave up")
 
     class Meta:
         model = ScheduledMessage
         fields = ["id", "team", "endpoint", "topology", "status", "due_at", "requested_delay_ms", "routing_key",
                   "first_exchange", "created_at", "published_at", "delivered_at", "cancelled_at",
                   "lateness_ms", "scheduled_in_past", "delivery_count", "idempotency_key", "schedule",
-                  "due_history", "trigger", "last_error", "payload"]
+                  "due_history", "trigger", "last_error", "payload", "on_delivered", "on_failed", "notification"]
         fields += ["event"]  # the event whose fan-out made it (its id; null: scheduled alone)
         read_only_fields = fields
 

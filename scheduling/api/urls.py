@@ -5,6 +5,7 @@ from rest_framework.routers import APIRootView, DefaultRouter
 
 from scheduling.api.team_views import ApiKeyViewSet, AuditViewSet, InvitationViewSet, OwnApiKeyViewSet, TeamViewSet
 from scheduling.api.event_views import EventViewSet, SubscriptionViewSet
+from scheduling.api.notification_views import NotificationRouteViewSet
 from scheduling.api.views import BulkActionViewSet, EndpointViewSet, MessageViewSet, ScheduleViewSet
 
 
@@ -35,6 +36,7 @@ router.register("audit", AuditViewSet, basename="audit")
 router.register("bulk-actions", BulkActionViewSet, basename="bulkaction")
 router.register("subscriptions", SubscriptionViewSet, basename="subscription")
 router.register("events", EventViewSet, basename="event")
+router.register("notifications", NotificationRouteViewSet, basename="notificationroute")
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),

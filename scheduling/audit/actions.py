@@ -26,3 +26,6 @@ SUBSCRIPTION_CREATE = "subscription.create"
 SUBSCRIPTION_DELETE = "subscription.delete"
 EVENT_PUBLISH = "event.publish"
 EVENT_CANCEL = "event.cancel"
+# notification routes (issue 48): where a team hears what happened
+NOTIFICATION_ROUTE_CREATE = "notification_route.create"
+NOTIFICATION_ROUTE_DELETE = "notification_route.delete"

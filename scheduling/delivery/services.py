@@ -34,6 +34,7 @@ from scheduling.messages.queries import CANONICAL_UUID
 from scheduling.delivery.log import Delivered, delivery_log_on_commit
 from scheduling.delivery.minutes import delivery_minute_prune, delivery_minute_record, delivery_minute_upsert_sql
 from scheduling.delivery.flow_slots import endpoint_try_call_slot
+from scheduling.notifications.services import notification_attempt_failing, notification_emit_ended
 
 log = logging.getLogger(__name__)
 
@@ -163,9 +164,11 @@ def _deliver_set_based(items: list[tuple], outcomes: list, by: str) -> list[Deli
     rows = ScheduledMessage.objects.deliver_in_flight(
         [item for _, item in firsts], now=timezone.now(), by=by, handlers=RECORD_ONLY,
         counted_by=delivery_minute_upsert_sql(source="taken"))
-    delivered, counted = [], []
-    for n, endpoint_id, topology_id, lateness_ms, attempt, throttled_ms in rows:
+    delivered, counted, callbacks = [], [], []
+    for n, endpoint_id, topology_id, lateness_ms, attempt, throttled_ms, callback in rows:
         index = firsts[n][0]
+        if callback:
+            callbacks.append(items[index][0])
         outcomes[index] = _DELIVERED
         delivered.append(Delivered(items[index][0], endpoint_id, topology_id, lateness_ms, attempt))
         if attempt == 0:  # a retry's later attempt is not a new delivery (metrics.arrival)
@@ -173,6 +176,8 @@ def _deliver_set_based(items: list[tuple], outcomes: list, by: str) -> list[Deli
     metrics.deliveries_on_commit(counted)
     if rows:
         delivery_minute_prune()
+    if callbacks:  # only rows with an on_delivered endpoint: a batch without any costs no statement
+        notification_emit_ended(delivered=callbacks)
     return delivered
 
 
@@ -240,11 +245,31 @@ def _receive_one_by_one(left: list[tuple[int, tuple]], outcomes: list, *, defer_
             counted += metrics.handler_failed(message, retried=outcomes[index].result is Result.RETRY)
     ScheduledMessage.objects.save_delivery_state(list(changed.values()))
     delivered = [m for index, m in to_handle if outcomes[index].result is Result.DELIVERED]
+    _tell(to_handle, outcomes)
     delivery_minute_record(messages=delivered)
     metrics.record_on_commit(counted)
     if misrouted:
         transaction.on_commit(lambda: metrics.misrouted(misrouted))
     return delivered
+
+
+def _tell(handled: list[tuple[int, ScheduledMessage]], outcomes: list) -> None:
+    """The outcomes the notifications tell (one statement for the batch, none when nothing is to
+    be told): a handler that gave up, its ATTEMPT_FAILING_AT-th failure in a row followed by a
+    retry (one that gives up then says message.failed), a delivery with an on_delivered endpoint.
+    A notification or callback message tells nothing."""
+    delivered, failed, failing = [], [], []
+    for index, message in handled:
+        if message.notification:
+            continue
+        result = outcomes[index].result
+        if result is Result.DELIVERED and message.on_delivered_id is not None:
+            delivered.append(message.id)
+        elif result is Result.FAILED:
+            failed.append(message.id)
+        elif result is Result.RETRY and notification_attempt_failing(attempts=message.attempts):
+            failing.append(message.id)
+    notification_emit_ended(delivered=delivered, failed=failed, failing=failing)
 
 
 def delivery_drop_misrouted(*, message_id: str, queue: str) -> str:

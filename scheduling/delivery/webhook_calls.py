@@ -39,6 +39,10 @@ from scheduling.observability import metrics, webhook_metrics
 from scheduling.delivery.services import Outcome, Result, delivery_drop_misrouted
 from scheduling.delivery.log import delivery_log_on_commit
 from scheduling.delivery.minutes import delivery_minute_record
+from scheduling.notifications.models import NotificationType
+from scheduling.notifications.services import (
+    notification_attempt_failing, notification_endpoint_fact, notification_emit, notification_emit_ended,
+)
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +197,8 @@ SET status = 'delivered', finished_at = statement_timestamp(), call_lease_until 
 FROM unnest(%s::uuid[], %s::int[], %s::timestamptz[], %s::timestamptz[], %s::bigint[], %s::bigint[])
      AS c(id, attempt, lease, taken_at, lateness_ms, throttled_ms)
 WHERE m.id = c.id AND m.call_lease_until = c.lease AND m.status IN ('pending', 'published') AND m.attempts = c.attempt
-RETURNING m.id, m.endpoint_id, m.topology_id, m.delivered_at, m.lateness_ms, m.attempts, m.throttled_ms
+RETURNING m.id, m.endpoint_id, m.topology_id, m.delivered_at, m.lateness_ms, m.attempts, m.throttled_ms,
+          (m.on_delivered_id IS NOT NULL AND m.notification IS NULL)
 """
 
 _FAILED = f"""
@@ -260,8 +265,10 @@ def webhook_call_record(*, results: list[tuple[CallResult, Taken]], by: str = ""
             else:  # its lease passed and another call took it: that call's result stands
                 outcomes[t.message_id] = Outcome(Result.DUPLICATE)
         _record_attempts(called, by)
-        paused, disabled = _record_health(called, settings, now)
+        facts: list = []
+        paused, disabled = _record_health(called, settings, now, facts)
         rows = list(delivered.values())
+        _tell(delivered, failed_outcomes, facts)
         delivery_minute_record(messages=rows)
         metrics.record_on_commit([metrics.Counted(metrics.DELIVERIES, row, row.lateness_ms, row.throttled_ms)
                                   for row in rows if row.attempts == 0])
@@ -273,6 +280,7 @@ def webhook_call_record(*, results: list[tuple[CallResult, Taken]], by: str = ""
 @dataclass(frozen=True)
 class _Delivered(_Row):
     throttled_ms: int | None = None
+    callback: bool = False  # an on_delivered endpoint to tell (and no notification itself)
 
 
 def _record_delivered(pairs, by: str) -> dict[str, _Delivered]:
@@ -285,7 +293,7 @@ def _record_delivered(pairs, by: str) -> dict[str, _Delivered]:
                                          int_array(t.throttled_ms for _, t in pairs)])
     teams = {t.endpoint_id: t.team_id for _, t in pairs}
     return {str(r[0]): _Delivered(endpoint_id=r[1], topology_id=r[2], id=str(r[0]), delivered_at=r[3], lateness_ms=r[4],
-                                  attempts=r[5], throttled_ms=r[6], endpoint_team_id=teams.get(r[1]))
+                                  attempts=r[5], throttled_ms=r[6], endpoint_team_id=teams.get(r[1]), callback=r[7])
             for r in rows}
 
 
@@ -342,9 +350,21 @@ def _record_attempts(called, by: str) -> None:
             [r.excerpt.encode()[:excerpt_bytes].decode("utf-8", "ignore").replace("\x00", "") for r, _ in called]])
 
 
-def _record_health(called, settings, now: datetime) -> tuple[dict[int, datetime], list[int]]:
+def _tell(delivered: dict, failed: dict[str, Outcome], facts: list) -> None:
+    """What the notifications tell of this batch, in its transaction (notifications/services.py):
+    each statement only when there is something to tell."""
+    callbacks = [message_id for message_id, row in delivered.items() if row.callback]
+    gave_up = [message_id for message_id, o in failed.items() if o.result is Result.FAILED]
+    failing = [message_id for message_id, o in failed.items()
+               if o.result is Result.RETRY and notification_attempt_failing(attempts=o.attempt)]
+    notification_emit_ended(delivered=callbacks, failed=gave_up, failing=failing)
+    notification_emit(facts=facts)
+
+
+def _record_health(called, settings, now: datetime, facts: list) -> tuple[dict[int, datetime], list[int]]:
     """Fold each endpoint's results, in the order they ended, into its EndpointHealth; written only
-    where something changes (a healthy endpoint's successes write nothing)."""
+    where something changes (a healthy endpoint's successes write nothing). ``facts``: the endpoint
+    facts the notifications tell (a circuit opened, an endpoint disabled) are added to it."""
     by_endpoint: dict[int, list[CallResult]] = defaultdict(list)
     for result, t in sorted(called, key=lambda pair: pair[0].started_at + pair[0].duration_ms / 1000):
         by_endpoint[t.endpoint_id].append(result)
@@ -378,20 +398,26 @@ def _record_health(called, settings, now: datetime) -> tuple[dict[int, datetime]
             paused[endpoint_id] = health.paused_until
             if health.circuit_opened > (row.circuit_opened if row else 0):
                 webhook_metrics.circuit_opened(endpoint_id)
+                facts.append(notification_endpoint_fact(type=NotificationType.ENDPOINT_CIRCUIT_OPENED,
+                                           endpoint=Endpoint.objects.select_related("team").get(id=endpoint_id),
+                                           health=health))
                 log.warning("endpoint %s: circuit open after %d failed calls in a row; calls paused until %s",
                             endpoint_id, health.consecutive_failures, health.paused_until.isoformat())
         if pushback.should_disable(health, now=now, disable_after=settings.webhook_disable_after):
-            if endpoint_disable_failing(endpoint_id=endpoint_id, health=health, now=now):
+            if endpoint := endpoint_disable_failing(endpoint_id=endpoint_id, health=health, now=now):
                 disabled.append(endpoint_id)
+                facts.append(notification_endpoint_fact(type=NotificationType.ENDPOINT_DISABLED, endpoint=endpoint,
+                                                        health=health))
     return paused, disabled
 
 
-def endpoint_disable_failing(*, endpoint_id: int, health: pushback.Health, now: datetime) -> bool:
+def endpoint_disable_failing(*, endpoint_id: int, health: pushback.Health, now: datetime) -> Endpoint | None:
     """Disable an endpoint that has failed since ``health.failing_since``: no more calls, its
-    messages kept in its queue (the loops stop consuming it) until someone enables it."""
+    messages kept in its queue (the loops stop consuming it) until someone enables it. Returns it
+    (None: already disabled, or gone)."""
     endpoint = Endpoint.objects.select_for_update().filter(id=endpoint_id, is_active=True).first()
     if endpoint is None:
-        return False
+        return None
     since = health.failing_since
     reason = (f"disabled by the platform: every call failed since {since:%Y-%m-%d %H:%M} UTC "
               f"({health.consecutive_failures} in a row); its messages are kept; enable it to resume")
@@ -402,4 +428,4 @@ def endpoint_disable_failing(*, endpoint_id: int, health: pushback.Health, now: 
                      after={"is_active": False, "disabled_reason": reason})
     webhook_metrics.endpoint_disabled(endpoint_id)
     log.error("endpoint %s/%s %s", endpoint.team.name, endpoint.name, reason)
-    return True
+    return endpoint

@@ -149,7 +149,9 @@ class ScheduledMessageQuerySet(models.QuerySet):
 
     # created_at: lateness counts from the later of due_at and it (lifecycle.lateness_ms)
     # topology_id: the version a delivery is counted under (scheduling/observability/metrics.py)
-    LOCKED_FOR_DELIVERY = ("id", "endpoint_id", "topology_id", "due_at", "created_at", *DELIVERY_FIELDS)
+    # on_delivered_id, on_failed_id, notification: whether its outcome is told (notifications/services.py)
+    LOCKED_FOR_DELIVERY = ("id", "endpoint_id", "topology_id", "due_at", "created_at", *DELIVERY_FIELDS,
+                           "on_delivered_id", "on_failed_id", "notification")
 
     def locked_for_delivery(self, ids) -> list[models.Model]:
         """Lock a batch of rows (FOR UPDATE, one array parameter) and load only what delivering
@@ -230,8 +232,9 @@ class ScheduledMessageQuerySet(models.QuerySet):
             f"AND (v.due_ms IS NULL OR v.attempt <> 0 OR v.due_ms = floor(extract(epoch FROM m.due_at) * 1000)) "
             f"RETURNING v.n, m.endpoint_id, m.topology_id, m.lateness_ms, v.attempt, "
             f"CASE WHEN v.attempt = 0 AND v.throttled_ms <> 0 THEN v.throttled_ms END AS throttled_ms, "
-            f"m.delivered_at, e.team_id){counted} "
-            f"SELECT n, endpoint_id, topology_id, lateness_ms, attempt, throttled_ms FROM taken",
+            f"m.delivered_at, e.team_id, (m.on_delivered_id IS NOT NULL AND m.notification IS NULL) AS callback)"
+            f"{counted} "
+            f"SELECT n, endpoint_id, topology_id, lateness_ms, attempt, throttled_ms, callback FROM taken",
             [uuid_array(items[i][0] for i in order), int_array(items[i][1] for i in order),
              int_array(items[i][2] for i in order), int_array(items[i][3] for i in order),
              [(items[i][4] if len(items[i]) > 4 else None) for i in order], now, by])

@@ -38,6 +38,7 @@ from scheduling.teams.quotas import (
 from scheduling.teams.roles import Action
 from scheduling.messages import wire
 from scheduling.messages.relay import relay_claim_new, relay_publish_rows, relay_send_claimed
+from scheduling.notifications.services import notification_emit_quota_warnings
 from scheduling.retention.services import message_describe_gone
 
 # Idempotency keys of this prefix are the platform's: a recurring schedule's runs are keyed
@@ -175,12 +176,38 @@ def _endpoint_of(item: dict, endpoints: dict[str, list[Endpoint]], errors: dict)
     return None
 
 
+CALLBACKS = ("on_delivered", "on_failed")
+
+
+def _callback_of(item: dict, field: str, endpoint: Endpoint | None, endpoints: dict[str, list[Endpoint]],
+                 errors: dict) -> Endpoint | None:
+    """An item's ``on_delivered``/``on_failed``: an endpoint (a row, or its name) of the message's own
+    team that takes a notification's JSON (not a Celery queue's tasks); None when not given."""
+    given = item.get(field)
+    if given is None or endpoint is None:
+        return None
+    if isinstance(given, Endpoint):
+        found = [given] if given.team_id == endpoint.team_id else []
+    else:
+        name = _endpoint_name(given)
+        found = [e for e in endpoints.get(name, ()) if e.team_id == endpoint.team_id]
+    if not found:
+        errors[field] = f"unknown endpoint {_endpoint_name(given)!r} in team {endpoint.team.name!r}"
+        return None
+    if found[0].handler == Endpoint.Handler.CELERY_QUEUE:
+        errors[field] = (f"endpoint {found[0].name!r} is a Celery queue: a callback goes to a webhook or "
+                         "record-only endpoint")
+        return None
+    return found[0]
+
+
 def _build(item: dict, endpoints: dict[str, list[Endpoint]], now: datetime) -> ScheduledMessage:
     """Validate one request and return an unsaved row; every problem is a field error."""
     errors: dict[str, str] = {}
     endpoint = _endpoint_of(item, endpoints, errors)
     if endpoint is not None and not endpoint.is_active:
         errors["endpoint"] = f"endpoint {endpoint.name!r} is inactive"
+    callbacks = {field: _callback_of(item, field, endpoint, endpoints, errors) for field in CALLBACKS}
     delay, deliver_at = item.get("delay"), item.get("deliver_at")
     due_at = _due_at(delay, deliver_at, endpoint.topology if endpoint else None, now, errors)
     payload = item.get("payload")
@@ -218,6 +245,8 @@ def _build(item: dict, endpoints: dict[str, list[Endpoint]], now: datetime) -> S
         # a caller's W3C traceparent, kept if valid and ignored if not (W3C Trace Context's rule)
         traceparent=trace_context.parse(item.get("traceparent")),
         event_id=item.get("event_id"),  # an event's fan-out (events/services.py), its id
+        on_delivered_id=callbacks["on_delivered"].pk if callbacks["on_delivered"] else None,
+        on_failed_id=callbacks["on_failed"].pk if callbacks["on_failed"] else None,
     )
     row.payload_json = encoded  # what insert_many writes
     row.payload_bytes = len(encoded.encode())  # what the team's bytes quota sums
@@ -243,8 +272,8 @@ def _endpoint_name(value) -> str | None:
 
 def _endpoints_named(items: list[dict], caller: Caller) -> dict[str, list[Endpoint]]:
     """Name -> the endpoints of that name in the teams where ``caller`` may schedule (one query)."""
-    names = {n for n in (_endpoint_name(item.get("endpoint")) for item in items if not isinstance(
-        item.get("endpoint"), Endpoint)) if n and not _has_nul(n)}
+    names = {n for n in (_endpoint_name(item.get(field)) for item in items for field in ("endpoint", *CALLBACKS)
+                         if not isinstance(item.get(field), Endpoint)) if n and not _has_nul(n)}
     if not names:
         return {}
     rows = Endpoint.objects.select_related("topology", "team").filter(name__in=names)
@@ -358,7 +387,10 @@ def _save(rows: list[ScheduledMessage], *, check_quota: bool) -> list[Scheduled]
             for row in new:
                 per_team.setdefault(row.endpoint.team_id, []).append(row)
             for _, team_rows in sorted(per_team.items()):
-                team_check_in_flight(team=team_rows[0].endpoint.team, sizes=[r.payload_bytes for r in team_rows])
+                team = team_rows[0].endpoint.team
+                warnings = team_check_in_flight(team=team, sizes=[r.payload_bytes for r in team_rows])
+                if warnings:
+                    notification_emit_quota_warnings(team=team, warnings=list(warnings))
         for row in new:  # as built (a second attempt after an IntegrityError finds them claimed)
             row.status, row.published_at = Status.PENDING, None
         claimed = relay_claim_new(rows=new)  # written as published, sent after the commit
@@ -384,10 +416,13 @@ def message_schedule(
     team: str | None = None,
     caller: Caller = PLATFORM,
     traceparent: str | None = None,
+    on_delivered: str | Endpoint | None = None,
+    on_failed: str | Endpoint | None = None,
 ) -> ScheduledMessage:
     """Schedule one message for ``endpoint`` after ``delay`` (seconds or timedelta) or at
     ``deliver_at``. Raises ValidationError naming the field for bad input; stores nothing then.
-    ``traceparent``: a W3C traceparent the message continues (ignored unless valid)."""
+    ``traceparent``: a W3C traceparent the message continues (ignored unless valid).
+    ``on_delivered``/``on_failed``: endpoints of its team that get its outcome record."""
     try:
         (result,) = message_schedule_many(
             items=[
@@ -399,6 +434,8 @@ def message_schedule(
                     "deliver_at": deliver_at,
                     "idempotency_key": idempotency_key,
                     "traceparent": traceparent,
+                    "on_delivered": on_delivered,
+                    "on_failed": on_failed,
                 }
             ],
             caller=caller,

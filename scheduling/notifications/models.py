@@ -39,3 +39,18 @@ class NotificationRoute(models.Model):
 
     def __str__(self) -> str:
         return f"{', '.join(self.events)} → {self.endpoint_id}"
+
+
+class QuotaWarning(models.Model):
+    """When a team was last told (quota.warning) that one of its in-flight quotas passed 80 %: at
+    most once an hour per team and quota, across every process (notifications/services.py)."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    quota = models.CharField(max_length=32)
+    warned_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "quota"], name="unique_quota_warning_per_team")]
+
+    def __str__(self) -> str:
+        return f"{self.quota} at {self.warned_at:%Y-%m-%d %H:%M}"

@@ -262,3 +262,26 @@ def event_published(team: str, *, matched: bool) -> None:
 
 def held(count: int) -> None:
     HELD.set(count)
+
+
+NOTIFICATIONS = Counter(
+    "delay_notifications", "Notifications and callbacks (issue 48) by type and outcome: made (a message to the "
+    "team's endpoint), dropped (refused by the team's in-flight quota), error (not made: logged).",
+    ("type", "outcome"))
+
+
+def notifications_counted(counts: list[tuple[str, str]]) -> None:
+    """(type, outcome) per notification, once its transaction has committed (made, dropped) or at
+    once (error: nothing was written)."""
+    if not counts:
+        return
+    tally = Tally(counts)
+
+    def count() -> None:
+        for (kind, outcome), n in tally.items():
+            NOTIFICATIONS.labels(str(kind), outcome).inc(n)
+
+    if transaction.get_connection().in_atomic_block and not all(o == "error" for _, o in counts):
+        transaction.on_commit(count)
+    else:
+        count()

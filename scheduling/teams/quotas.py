@@ -57,20 +57,23 @@ class _Warned:
     at: dict[tuple[int, str], float] = {}
 
 
-def _watch(team: Team, quota: str, used: int, limit: int) -> None:
+def _watch(team: Team, quota: str, used: int, limit: int) -> tuple[str, int, int] | None:
+    """Show the team's use of ``quota``; from 80 %, log it (once a minute per team and quota) and
+    return (quota, used, limit): what a caller may tell the team (notifications: quota.warning)."""
     from scheduling.observability import metrics
 
     ratio = used / limit if limit else 1.0
     metrics.quota_usage(team.name, quota, ratio)
     if ratio < WARN_AT:
-        return
+        return None
     now = time.monotonic()
     with _Warned.lock:
         if now - _Warned.at.get((team.pk, quota), -60.0) < 60.0:
-            return
+            return (quota, used, limit)
         _Warned.at[(team.pk, quota)] = now
     log.warning("team %s uses %d of its %d %s (%d %%)", team.name, used, limit, quota.replace("_", " "),
                 100 * ratio)
+    return (quota, used, limit)
 
 
 def team_check_count(*, team: Team, quota: str, used: int, adding: int = 1) -> None:
@@ -107,6 +110,7 @@ class Admitted:
 
     count: int
     refusal: str = ""
+    warnings: tuple = ()  # (quota, used, limit) of each in-flight quota at 80 % or more with them
 
 
 def _count_in_flight(team_id: int, cap: int) -> InFlight:
@@ -164,14 +168,15 @@ class _Recent:
     of: dict[int, list] = {}
 
 
-def _far_below(team: Team, sizes: list[int], limit: int, byte_limit: int) -> bool:
-    """True (and counted as admitted here) when the recent count leaves the messages below both
-    quotas by more than their margins; False when the exact, locked count must decide."""
+def _far_below(team: Team, sizes: list[int], limit: int, byte_limit: int) -> tuple | None:
+    """The warnings (_watch), as a tuple, when the recent count leaves the messages below both
+    quotas by more than their margins (and counted as admitted here); None when the exact, locked
+    count must decide."""
     adding, adding_bytes = len(sizes), sum(sizes)
     room = limit - max(limit // 10, EXACT_WITHIN_MESSAGES)
     byte_room = byte_limit - max(byte_limit // 10, EXACT_WITHIN_BYTES)
     if adding > room or adding_bytes > byte_room:  # small quotas are always counted exactly
-        return False
+        return None
     now = time.monotonic()
     with _Recent.lock:
         entry = _Recent.of.get(team.pk)
@@ -181,11 +186,10 @@ def _far_below(team: Team, sizes: list[int], limit: int, byte_limit: int) -> boo
             _Recent.of[team.pk] = entry
     with _Recent.lock:
         if entry[0].messages + entry[2] + adding > room or entry[0].bytes + entry[3] + adding_bytes > byte_room:
-            return False
+            return None
         entry[2], entry[3] = entry[2] + adding, entry[3] + adding_bytes
-    _watch(team, "messages_in_flight", entry[0].messages + entry[2], limit)
-    _watch(team, "bytes_in_flight", entry[0].bytes + entry[3], byte_limit)
-    return True
+    return tuple(w for w in (_watch(team, "messages_in_flight", entry[0].messages + entry[2], limit),
+                             _watch(team, "bytes_in_flight", entry[0].bytes + entry[3], byte_limit)) if w)
 
 
 def team_admit_in_flight(*, team: Team, sizes: list[int], partial: bool = False) -> Admitted:
@@ -197,18 +201,19 @@ def team_admit_in_flight(*, team: Team, sizes: list[int], partial: bool = False)
     ones that fit, and why the others do not (counted in the refusals' metric)."""
     limit = team_limit(team=team, quota="messages_in_flight")
     byte_limit = team_limit(team=team, quota="bytes_in_flight")
-    if _far_below(team, sizes, limit, byte_limit):
-        return Admitted(count=len(sizes))
+    warnings = _far_below(team, sizes, limit, byte_limit)
+    if warnings is not None:
+        return Admitted(count=len(sizes), warnings=warnings)
     used = team_in_flight(team=team)
-    _watch(team, "messages_in_flight", used.messages + len(sizes), limit)
-    _watch(team, "bytes_in_flight", used.bytes + sum(sizes), byte_limit)
+    warnings = tuple(w for w in (_watch(team, "messages_in_flight", used.messages + len(sizes), limit),
+                                 _watch(team, "bytes_in_flight", used.bytes + sum(sizes), byte_limit)) if w)
     fit, total = 0, used.bytes
     for size in sizes:
         if used.messages + fit + 1 > limit or total + size > byte_limit:
             break
         fit, total = fit + 1, total + size
     if fit == len(sizes):
-        return Admitted(count=fit)
+        return Admitted(count=fit, warnings=warnings)
     quota = "messages_in_flight" if used.messages + fit + 1 > limit else "bytes_in_flight"
     if not partial:  # the error names the whole request
         team_check_count(team=team, quota=quota, used=used.messages if quota == "messages_in_flight" else used.bytes,
@@ -216,7 +221,8 @@ def team_admit_in_flight(*, team: Team, sizes: list[int], partial: bool = False)
     from scheduling.observability import metrics
 
     metrics.quota_refused(team.name, quota)
-    return Admitted(count=fit, refusal=_refusal(team, quota, InFlight(messages=used.messages + fit, bytes=total)))
+    return Admitted(count=fit, refusal=_refusal(team, quota, InFlight(messages=used.messages + fit, bytes=total)),
+                    warnings=warnings)
 
 
 def _refusal(team: Team, quota: str, used: InFlight) -> str:
@@ -227,9 +233,9 @@ def _refusal(team: Team, quota: str, used: InFlight) -> str:
             f" ({quota}; the platform's default is {_variable(quota)}, an operator may raise the team's own)")
 
 
-def team_check_in_flight(*, team: Team, sizes: list[int]) -> None:
-    """QuotaExceeded unless all of ``sizes`` fit (team_admit_in_flight, whole)."""
-    team_admit_in_flight(team=team, sizes=sizes)
+def team_check_in_flight(*, team: Team, sizes: list[int]) -> tuple:
+    """QuotaExceeded unless all of ``sizes`` fit (team_admit_in_flight, whole); the warnings."""
+    return team_admit_in_flight(team=team, sizes=sizes).warnings
 
 
 def team_forget_counts() -> None:

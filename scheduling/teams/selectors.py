@@ -18,7 +18,7 @@ from scheduling.teams.roles import ALL_SCOPES, Action
 _TEAM_COLUMN = {
     "Team": "id", "Membership": "team_id", "ApiKey": "team_id", "Endpoint": "team_id", "Schedule": "team_id",
     "BulkAction": "team_id", "AuditEvent": "team_id", "DeliveryMinute": "team_id", "Invitation": "team_id",
-    "OrphanCopy": "team_id",
+    "OrphanCopy": "team_id", "NotificationRoute": "team_id",
     "Subscription": "team_id", "Event": "team_id",  # issue 48: fan-out
 }
 

@@ -440,3 +440,28 @@ def test_preview_an_interval_as_json(api, run):
 def test_preview_refuses_a_timezone_for_an_interval(api, run):
     status, _, err = run("preview", "--interval", "60", "--timezone", "Europe/Paris")
     assert status == 2 and "--timezone reads a --cron rule" in err and api.requests == []
+
+
+ROUTE = {"id": "0190f2a0-0000-7000-8000-000000000001", "team": "billing", "endpoint": "ops",
+         "events": ["message.failed", "quota.warning"], "created_at": "2026-11-21T12:00:00Z"}
+
+
+def test_schedule_with_callbacks_sends_them(api, run):
+    api.on("POST", "/api/messages/", message(on_delivered="outcomes", on_failed="ops"), status=201)
+    assert run("schedule", "billing", "--delay", "5", "--on-delivered", "outcomes", "--on-failed", "ops")[0] == 0
+    assert api.body["on_delivered"] == "outcomes" and api.body["on_failed"] == "ops"
+
+
+def test_notifications_add_list_show_and_remove(api, run):
+    api.on("POST", "/api/notifications/", ROUTE, status=201)
+    assert run("notifications", "add", "ops", "message.failed", "quota.warning")[:2] == (0, f"{ROUTE['id']}\n")
+    assert api.body == {"endpoint": "ops", "events": ["message.failed", "quota.warning"]}
+    api.requests.clear()
+    api.on("GET", "/api/notifications/", {"next": None, "previous": None, "results": [ROUTE]})
+    status, out, _ = run("notifications")
+    assert status == 0 and out.splitlines()[1].split() == [ROUTE["id"], "ops", "message.failed,quota.warning"]
+    api.on("GET", f"/api/notifications/{ROUTE['id']}/", ROUTE)
+    assert "quota.warning" in run("notifications", "show", ROUTE["id"])[1]
+    api.on("DELETE", f"/api/notifications/{ROUTE['id']}/", None, status=204)
+    assert run("notifications", "remove", ROUTE["id"])[:2] == (0, f"{ROUTE['id']} deleted\n")
+    assert run("notifications", "add", "ops")[0] == 2  # a type is needed: nothing sent

@@ -52,6 +52,7 @@ from scheduling.delivery.models import MessageAttempt
 from scheduling.endpoints.services import endpoint_create
 from scheduling.events.services import event_publish, subscription_create
 from scheduling.models import BulkAction, Endpoint, ScheduledMessage
+from scheduling.notifications.models import NotificationRoute
 from scheduling.schedules.services import schedule_upsert
 from scheduling.teams.caller import caller_for_command
 from scheduling.teams.invitations import invitation_create
@@ -74,6 +75,7 @@ PATH_KINDS = {
     ("keys", "prefix"): "key",
     ("teams", "name"): "team",
     ("bulk-actions", "id"): "bulk action",
+    ("notifications", "id"): "notification route",
     # a person's own: theirs (or another person's, of the team or not: a 404 as no such thing)
     ("invitations", "id"): "invitation",  # /api/invitations/{id}/accept/: the invited person answers
     ("invitations", "invitation_id"): "invitation",  # /api/teams/{name}/invitations/{id}/revoke/
@@ -211,6 +213,8 @@ def _build_world(label: str) -> World:
     hook = endpoint_create(name=f"hook-{tag}", team=team, handler=Endpoint.Handler.WEBHOOK,
                            handler_target=f"http://127.0.0.1:9/hook?token={url_token}")
     tasks = endpoint_create(name=f"tasks-{tag}", team=team, handler=Endpoint.Handler.CELERY_QUEUE)
+    notes = endpoint_create(name=f"notes-{tag}", team=team)  # its notification route's (record-only)
+    route = NotificationRoute.objects.create(team=team, endpoint=notes, events=["message.failed"])
     task_id = f"task-{tag}"
     now = timezone.now()
     messages = {
@@ -242,6 +246,7 @@ def _build_world(label: str) -> World:
         "key": {"spare": spare.row.prefix},
         "team": {"own": team.name},
         "bulk action": {"done": str(bulk.pk)},
+        "notification route": {"own": str(route.pk)},
         "invitation": invitations,
         "own key": {"own": own.row.prefix},
         "subscription": {"hook": str(subscription.pk)},
@@ -276,6 +281,7 @@ def ghost_world() -> World:
         "key": {"spare": "dpk_Gh0st" + tag[:3]},
         "team": {"own": f"ghost-{tag}"},
         "bulk action": {"done": str(random.randrange(*BIG_ID))},
+        "notification route": {"own": str(uuid.uuid4())},
         "invitation": {variant: str(random.randrange(*BIG_ID)) for variant in ("to admin", "to guest")},
         "own key": {"own": "dpk_Gh0st" + tag[3:]},
         "subscription": {"hook": str(uuid.uuid4())},
@@ -306,6 +312,7 @@ BODY_VALUES = {
     "EndpointRequest.handler": lambda w: Endpoint.Handler.WEBHOOK,  # its answer carries its new secret
     "EndpointRequest.handler_target": lambda w: "http://127.0.0.1:9/walked",
     "payload": lambda w: {"n": 1},
+    "events": lambda w: ["message.failed"],
     "delay_seconds": lambda w: "3600",
     "interval_seconds": lambda w: "7200",
     "scopes": lambda w: ["read"],
@@ -434,6 +441,7 @@ CHANGE_SCOPES = {
     "Subscription": {"endpoints"}, "Event": {"write"},  # an event's messages are judged as messages
     "Team": {PERSON}, "Membership": {PERSON}, "ApiKey": {PERSON}, "User": {PERSON}, "Invitation": {PERSON},
     "BulkAction": {"cancel"},
+    "NotificationRoute": {"endpoints"},
     "AuditEvent": None, "MessageAttempt": None, "DeliveryMinute": None,
     # a copy left in the cascade by a cancel or a reschedule: it needs what that change of its message
     # needs (cancel, write; nothing of its own for a schedule's run); a copy whose message did not change

@@ -29,7 +29,8 @@ def test_a_message_maps_to_the_services_arguments():
     serializer = MessageCreateSerializer(data=item(idempotency_key="k"))
     assert serializer.is_valid(), serializer.errors
     assert serializer.to_item() == {"team": None, "endpoint": "billing", "payload": {"n": 1}, "delay": Decimal("2.5"),
-                                    "deliver_at": None, "idempotency_key": "k"}
+                                    "deliver_at": None, "idempotency_key": "k", "on_delivered": None,
+                                    "on_failed": None}
 
 
 @pytest.mark.parametrize(("data", "field"), [

@@ -205,7 +205,8 @@ def fields(record: dict) -> str:
 def cmd_schedule(client: Client, args):
     payload = read_payload(args)
     message = client.messages.schedule(args.endpoint, payload, delay=args.delay, deliver_at=args.at,
-                                       idempotency_key=args.idempotency_key, team=args.team)
+                                       idempotency_key=args.idempotency_key, team=args.team,
+                                       on_delivered=args.on_delivered, on_failed=args.on_failed)
     if message.created is False:  # on stderr: `ID=$(delayctl schedule ...)` still gets the id alone
         print(f"{PROG}: idempotency key already used: this is the existing message", file=sys.stderr)
     return message.raw, message.id
@@ -246,6 +247,31 @@ def cmd_preview(client: Client, args):
         cron=args.cron, timezone=args.timezone, interval=args.interval, start_at=args.start_at, after=args.after,
         count=args.count)]
     return {"runs": runs}, "\n".join(runs)
+
+
+def _route_row(route: dict) -> list[str]:
+    return [_cell(route.get("id")), _cell(route.get("endpoint")), ",".join(route.get("events") or ())]
+
+
+def cmd_notifications(client: Client, args):
+    """The notification routes: list (the default), add ENDPOINT TYPE..., show ID, remove ID."""
+    if args.action == "add":
+        if not args.args or len(args.args) < 2:
+            raise UsageError("notifications add ENDPOINT TYPE [TYPE ...]")
+        route = client.notifications.create(args.args[0], args.args[1:], team=args.team)
+        return route.raw, route.id
+    if args.action in ("show", "remove"):
+        if len(args.args) != 1:
+            raise UsageError(f"notifications {args.action} ID")
+        if args.action == "remove":
+            client.notifications.delete(args.args[0])
+            return {"id": args.args[0], "deleted": True}, f"{args.args[0]} deleted"
+        route = client.notifications.get(args.args[0])
+        return route.raw, fields(route.raw)
+    if args.args:
+        raise UsageError("notifications list takes no arguments")
+    routes = [r.raw for r in client.notifications.list(team=args.team)]
+    return routes, table(["ID", "ENDPOINT", "TYPES"], [_route_row(r) for r in routes])
 
 
 def cmd_cancel_task(client: Client, args):
@@ -344,6 +370,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--idempotency-key", metavar="KEY",
                    help="the platform answers the existing message for a key it has seen on the endpoint: "
                         "give one to make re-running safe (default: a new one each run)")
+    p.add_argument("--on-delivered", metavar="ENDPOINT",
+                   help="an endpoint of the same team that gets the message's outcome record once delivered")
+    p.add_argument("--on-failed", metavar="ENDPOINT",
+                   help="an endpoint of the same team that gets its outcome record once its handler gave up")
 
     for name, run, help in (("get", cmd_get, "show one message"),
                             ("cancel", cmd_cancel, "cancel a pending or published message"),
@@ -368,6 +398,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--start-at", type=aware_time, metavar="ISO8601", help="no run before (an interval's first run)")
     p.add_argument("--after", type=aware_time, metavar="ISO8601", help="runs after this time (default: now)")
     p.add_argument("--count", type=int, default=10, metavar="N", help="how many, 1 to 100 (default: 10)")
+
+    p = _command(sub, "notifications", cmd_notifications,
+                 "notification routes: list; add ENDPOINT TYPE...; show ID; remove ID")
+    p.add_argument("action", nargs="?", default="list", choices=["list", "add", "show", "remove"])
+    p.add_argument("args", nargs="*", metavar="ARG")
 
     p = _command(sub, "cancel-task", cmd_cancel_task, "cancel every waiting run of a Celery task id; prints how many")
     p.add_argument("task_id", metavar="TASK_ID")

@@ -20,8 +20,8 @@ import os
 from ._pages import AsyncPages, Pages
 from ._transport import AsyncTransport, Call, SyncTransport
 from .resources import (
-    RESOURCES, Audit, BulkActions, Endpoints, Events, Invitations, Keys, Messages, Platform, Schedules,
-    Subscriptions, Teams,
+    RESOURCES, Audit, BulkActions, Endpoints, Events, Invitations, Keys, Messages, Notifications, Platform,
+    Schedules, Subscriptions, Teams,
 )
 
 URL_ENV, KEY_ENV = "DELAY_PLATFORM_URL", "DELAY_PLATFORM_KEY"
@@ -42,6 +42,7 @@ class _Resources:
     bulk_actions: BulkActions
     subscriptions: Subscriptions
     events: Events
+    notifications: Notifications
     platform: Platform
 
     def _attach(self) -> None:

@@ -69,6 +69,9 @@ class Message(Model):
     trigger: str | None = None
     last_error: str | None = None
     payload: Any = None
+    on_delivered: str | None = None  # the endpoint that gets its outcome record once delivered
+    on_failed: str | None = None  # ... once its handler gave up
+    notification: str | None = None  # the type a platform-made notification or callback carries
     created: bool | None = None  # scheduling answered 201 (True) or found the idempotency key's message (False)
     event: str | None = None  # the event whose fan-out made it (its id), or None
 
@@ -174,6 +177,17 @@ class Schedule(Model):
     created_at: datetime | None = None
     updated_at: datetime | None = None
     created: bool | None = None  # the upsert created it (True) or updated it (False)
+
+
+@dataclass(frozen=True)
+class NotificationRoute(Model):
+    """Where the platform tells a team what happened: one of its endpoints and the types it takes."""
+
+    id: str = ""
+    team: str | None = None
+    endpoint: str | None = None
+    events: list | None = None
+    created_at: datetime | None = None
 
 
 @dataclass(frozen=True)

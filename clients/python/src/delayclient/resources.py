@@ -103,14 +103,16 @@ class Resource:
 class Messages(Resource):
     @route("POST", "/api/messages/")
     def schedule(self, endpoint: str, payload: Any, *, delay=None, deliver_at=None, idempotency_key: str | None = None,
-                 team: str | None = None, traceparent: str | None = None):
+                 team: str | None = None, traceparent: str | None = None, on_delivered: str | None = None,
+                 on_failed: str | None = None):
         """Schedule one message ``delay`` seconds from now (int, float, Decimal, timedelta) or at
         ``deliver_at`` (an aware datetime). The idempotency key is made here when not given and
         kept across retries, so a retried call never schedules twice. ``created`` on the result
         says whether this call made it. ``traceparent``: the W3C trace the message continues up to
         its webhook or task; by default the current OpenTelemetry span's, when opentelemetry is
-        installed and a span is current."""
-        body = _fields(endpoint=endpoint, payload=payload, team=team,
+        installed and a span is current. ``on_delivered``/``on_failed``: endpoints of the same team
+        that get the message's outcome record once it ends (callbacks)."""
+        body = _fields(endpoint=endpoint, payload=payload, team=team, on_delivered=on_delivered, on_failed=on_failed,
                        idempotency_key=idempotency_key or new_idempotency_key(), **_when(delay, deliver_at))
         return self._send(Call("POST", "/api/messages/", json=body, idempotent=True,
                                parse=_created(models.Message), headers=trace_headers(traceparent)))
@@ -119,13 +121,14 @@ class Messages(Resource):
     def schedule_many(self, messages: Iterable[dict], *, traceparent: str | None = None):
         """Schedule up to the platform's bulk maximum (1,000 by default) at once, all or nothing.
         Each item takes ``schedule``'s arguments as keys (``endpoint``, ``payload``, ``delay`` or
-        ``deliver_at``, ``idempotency_key``, ``team``); keys are made for items without one.
+        ``deliver_at``, ``idempotency_key``, ``team``, ``on_delivered``, ``on_failed``); keys are
+        made for items without one.
         ``traceparent`` (or the current span's) is every message's, as in ``schedule``."""
         items = []
         for item in messages:
             item = dict(item)
             when = _when(item.pop("delay", None), item.pop("deliver_at", None))
-            unknown = set(item) - {"endpoint", "payload", "idempotency_key", "team"}
+            unknown = set(item) - {"endpoint", "payload", "idempotency_key", "team", "on_delivered", "on_failed"}
             if unknown:
                 raise TypeError(f"unknown message field(s): {', '.join(sorted(unknown))}")
             items.append(_fields(**item, **when) | {"payload": item.get("payload"),
@@ -497,6 +500,31 @@ class Events(Resource):
                                parse=lambda data, status: int(data["cancelled"])))
 
 
+class Notifications(Resource):
+    """Notification routes: which of a team's endpoints take which notification types
+    (message.failed, message.attempt_failing, endpoint.disabled, endpoint.circuit_opened, quota.warning)."""
+
+    @route("POST", "/api/notifications/")
+    def create(self, endpoint: str, events: Iterable[str], *, team: str | None = None):
+        return self._send(Call("POST", "/api/notifications/", json=_fields(endpoint=endpoint, events=list(events),
+                                                                           team=team),
+                               parse=_one(models.NotificationRoute)))
+
+    @route("GET", "/api/notifications/{id}/")
+    def get(self, route_id: str):
+        return self._send(Call("GET", f"/api/notifications/{_seg(route_id)}/", idempotent=True,
+                               parse=_one(models.NotificationRoute)))
+
+    @route("GET", "/api/notifications/")
+    def list(self, *, team: str | None = None):
+        return self._list(Call("GET", "/api/notifications/", params={"team": team}, idempotent=True),
+                          models.NotificationRoute)
+
+    @route("DELETE", "/api/notifications/{id}/")
+    def delete(self, route_id: str) -> None:
+        return self._send(Call("DELETE", f"/api/notifications/{_seg(route_id)}/", parse=lambda data, status: None))
+
+
 class Platform(Resource):
     @route("GET", "/api/schema/")
     def openapi(self) -> dict:
@@ -506,7 +534,7 @@ class Platform(Resource):
 
 RESOURCES = {"platform": Platform, "messages": Messages, "schedules": Schedules, "endpoints": Endpoints, "teams": Teams, "keys": Keys,
              "invitations": Invitations, "audit": Audit, "bulk_actions": BulkActions,
-             "subscriptions": Subscriptions, "events": Events}
+             "subscriptions": Subscriptions, "events": Events, "notifications": Notifications}
 
 
 def routes() -> dict[tuple[str, str], str]:
