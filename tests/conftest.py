@@ -158,6 +158,9 @@ def provisioned(rabbit_vhost):
     with broker().session() as session:
         for name in VERSION_NAMES:
             session.declare(cascade.cascade_plan(cascade.get_version(name)))
+            if cascade.get_version(name).envelopes:  # as provision_delays does (versions/services.py)
+                session.declare_queue(cascade.fanout_queue())
+                session.bind(cascade.fanout_binding(cascade.get_version(name)))
         redelivery_policy_ensure(management=broker().management, vhost=rabbit_vhost, version=session.server_version)
     return rabbit_vhost
 

@@ -44,6 +44,7 @@ from scheduling.endpoints.selectors import (
 from scheduling.delivery.services import Outcome, Result, delivery_receive_many, delivery_retry_unsent
 from scheduling.delivery.flow_slots import endpoint_release_call_slots, endpoint_take_call_slots, endpoint_take_slots
 from scheduling.messages.rescue import message_rescue_overdue, message_rescue_overdue_tasks
+from scheduling.messages.fanout import message_fan_out
 from scheduling.delivery.webhook_calls import webhook_call_take
 from scheduling.delivery.orphans import Carried, orphan_copy_set_aside
 from scheduling.core.flow_gate import FlowGate, Limit
@@ -90,6 +91,7 @@ class DeliveryLoop(threading.Thread):
         self.in_webhooks: set[str] = set()  # ids taken for a call or parked for one, not yet settled
         self.parts: dict[int, int] = {}  # delivery tag of an envelope -> its messages not yet settled
         self.given_back: set[int] = set()  # envelopes rejected whole while a message of theirs was at a webhook
+        self.event_copies: dict[int, wire.EventCopy] = {}  # delivery tag -> the event copy held until due
         # tracing on only (observability/tracing.py): queue -> (team, endpoint) names, and the spans
         # of webhook deliveries out (message id -> (deliver span, attempt span))
         self.labels: dict[str, tuple[str, str]] = {}
@@ -146,6 +148,7 @@ class DeliveryLoop(threading.Thread):
                 self.holding.clear()  # unacked: the broker hands them back on the next connection
                 self.parts.clear()
                 self.given_back.clear()
+                self.event_copies.clear()
                 self.parked.clear()
                 self.in_webhooks.clear()  # calls still out are recorded under their lease, then not acked
                 metrics.held(0)
@@ -183,6 +186,8 @@ class DeliveryLoop(threading.Thread):
             if not any(self.call_slots.values()):  # max_concurrent's slots are this connection's session locks:
                 close_old_connections()  # closed (CONN_MAX_AGE) while calls were out, they went to other workers
             wanted = {name for name, active in endpoint_get_consumption().items() if active}
+            if wire.FANOUT_QUEUE in self.consumer.queues or self.consumer.queue_exists(wire.FANOUT_QUEUE):
+                wanted.add(wire.FANOUT_QUEUE)  # events' copies (docs/concepts/fan-out.md), once provisioned
             self.flow.set_limits(endpoint_get_flow_limits())
             self.profiles = webhook_profiles()
             if tracing.ENABLED:
@@ -223,6 +228,10 @@ class DeliveryLoop(threading.Thread):
     # --- messages -----------------------------------------------------------------------------
 
     def _on_message(self, message: rabbit.Received) -> None:
+        if (event := wire.read_event_copy(message.headers, message.body)) is not None:
+            self.event_copies[message.tag] = event  # held until due, then fanned out (_fan_out)
+            self.holding.hold(message, wire.Delivery(f"event:{event.event_id}", 0, event.due_ms))
+            return
         deliveries = wire.read_deliveries(message.headers, message.body, now_ms())
         if deliveries is None:  # not ours: keep it unacked (never dropped) and say so
             log.error("endpoint queue %s holds a message that is not a scheduling.deliver task or envelope; "
@@ -235,6 +244,9 @@ class DeliveryLoop(threading.Thread):
 
     def _deliver_due(self) -> None:
         ready = self.holding.due(now_ms(), self.settings.delivery_batch)
+        if self.event_copies and ready:
+            self._fan_out([held for held in ready if held.message.tag in self.event_copies])
+            ready = [held for held in ready if held.message.tag not in self.event_copies]
         if not ready:
             return
         ready = self._bulkheads(ready, now_ms())
@@ -284,6 +296,33 @@ class DeliveryLoop(threading.Thread):
             else:
                 decided.append((held, outcome))
         self._settle_all(decided)
+
+    def _fan_out(self, due: list[Held]) -> None:
+        """Due event copies: each row's own copy to its endpoint (messages/fanout.py), then the
+        event copy is acked. With the database away, or copies the broker did not confirm, the
+        event copy is held again with backoff, unacked (never lost: the rows stamped are skipped
+        the next time); a connection lost ends the session and the broker hands it back."""
+        done = []
+        for held in due:
+            event = self.event_copies[held.message.tag]
+            try:
+                result = message_fan_out(event_id=event.event_id, ids=event.ids, published_at_ms=event.published_at_ms,
+                                         publish=lambda copies: self.consumer.publish(copies))
+            except DatabaseError as exc:
+                close_old_connections()
+                wait = self.holding.database_failed(held, now_ms())
+                log.warning("fan-out of event %s postponed: database unavailable (%s); retry in %gs, unacked",
+                            event.event_id, exc, wait)
+                continue
+            metrics.fanned_out(result.published)
+            if not result.done:
+                wait = self.holding.broker_failed(held, now_ms())
+                log.warning("fan-out of event %s: %d cop(ies) not confirmed (%s); retry in %gs, unacked",
+                            event.event_id, result.unconfirmed, result.errors[:1], wait)
+                continue
+            del self.event_copies[held.message.tag]
+            done.append(held.message)
+        self.consumer.ack_many(done)
 
     def _bulkheads(self, ready: list[Held], now: int) -> list[Held]:
         """Of the due messages, those whose call may be handed over now: a paused endpoint's wait
