@@ -244,9 +244,10 @@ class DeliveryLoop(threading.Thread):
 
     def _deliver_due(self) -> None:
         ready = self.holding.due(now_ms(), self.settings.delivery_batch)
-        if self.event_copies and ready:
-            self._fan_out([held for held in ready if held.message.tag in self.event_copies])
+        if self.event_copies and ready:  # events' copies (docs/concepts/fan-out.md): fanned out, not delivered
+            copies = [held for held in ready if held.message.tag in self.event_copies]
             ready = [held for held in ready if held.message.tag not in self.event_copies]
+            self._fan_out(copies)
         if not ready:
             return
         ready = self._bulkheads(ready, now_ms())
