@@ -191,3 +191,46 @@ def test_a_fan_out_cut_short_is_finished_by_the_next_copy_each_handler_once(make
     celery_drained()
     time.sleep(1)
     assert sorted(Receipt.objects.values_list("message_id", flat=True)) == sorted(str(r.id) for r in rows)
+
+
+# --- moves: migrate_delays, transfer_delays (versions/moves.py) --------------------------------------
+
+
+def event_copies_in(amqp, version: str) -> int:
+    from scheduling.versions.broker import topology_count_by_level
+
+    return sum(topology_count_by_level(session=amqp, version=cascade.get_version(version)).values())
+
+
+def test_a_killed_migration_to_v2_splits_each_event_copy_into_its_rows_losing_nothing(make_endpoint, amqp,
+                                                                                      worker_env):
+    """v3 -> v2: v2 carries no event copies: each is split into its rows' own copies (a Celery queue's
+    a task message, like the relay's), each with its remaining delay; a run killed between a split's
+    publish and its ack moves it again, and each handler still runs once."""
+    import random
+    import subprocess
+    import sys
+
+    from harness.paths import ROOT
+    from tests.e2e.test_moves import assert_each_delivered_once_on_time, run_killed
+
+    handled = make_endpoint("moved", handler="celery_task", handler_target="testapp.record_receipt")
+    other = make_endpoint("moved-too", handler="celery_task", handler_target="testapp.record_receipt")
+    rng, ids = random.Random(5), []
+    for _ in range(120):
+        _, rows = publish_event([handled, other, handled], seconds=round(rng.uniform(12, 22), 3))
+        ids += [r.id for r in rows]
+    wait_until(lambda: ScheduledMessage.objects.filter(id__in=ids, status=Status.PUBLISHED).count() == len(ids), 30,
+               0.2, "all published")
+    assert event_copies_in(amqp, "v3") >= 120  # one broker message per event
+    command = [sys.executable, "manage.py", "migrate_delays", "--from", "v3", "--to", "v2", "--batch", "1"]
+    run_killed(command, worker_env, 0.02,
+               lambda: ScheduledMessage.objects.filter(id__in=ids, topology__name="v2").count() >= 60)
+    second = subprocess.run(command, cwd=ROOT, env=worker_env, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr
+    assert event_copies_in(amqp, "v3") == 0
+    # (a copy between two levels at the last look, in no queue, stays in v3 and is fanned out there)
+    moved = ScheduledMessage.objects.filter(id__in=ids, topology__name="v2")
+    assert moved.count() >= len(ids) * 0.9
+    assert cascade.FANOUT_QUEUE not in set(moved.values_list("routing_key", flat=True))  # each row on its own
+    assert_each_delivered_once_on_time(ids, timeout=90)
