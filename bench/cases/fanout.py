@@ -20,7 +20,7 @@ from bench.broker_cpu import broker_cpu
 from bench.measure import idle_share, percentiles
 from harness.waiting import wait_until
 
-DELAY_S = 2.0  # every event's delay: long enough to cross a few levels, short enough to drain fast
+DELAY_S = 7.5  # every event's delay: 7 units after the margin (3 levels, as a short real delay), short enough to drain fast
 
 
 def _endpoints(b, version: str, count: int) -> list:

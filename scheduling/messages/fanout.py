@@ -42,6 +42,7 @@ class FanOut:
     unbuildable: int = 0
     unconfirmed: int = 0
     skipped: int = 0  # rows not waiting any more (delivered, cancelled, fanned out by an earlier copy)
+    tasks_waiting: int = 0  # Celery-queue rows left for the fan-out at due (``tasks`` False)
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -59,11 +60,16 @@ def _load_task_payloads(rows: list[ScheduledMessage]) -> None:
 
 
 def message_fan_out(*, event_id: str, ids: list[str], published_at_ms: int | None,
-                    publish: Callable[[list[Outgoing]], Outcome]) -> FanOut:
+                    publish: Callable[[list[Outgoing]], Outcome], tasks: bool = True) -> FanOut:
     """Publish a copy of each of the event's rows ``ids`` still waiting for this event copy
     (``published``, no attempt yet, published no later than the copy's ``published_at_ms``), each
     through its version's delivery exchange, with confirms, and stamp the confirmed ones. Raises
-    what ``publish`` raises (BrokerUnavailable) and DatabaseError: nothing is stamped then."""
+    what ``publish`` raises (BrokerUnavailable) and DatabaseError: nothing is stamped then.
+
+    ``tasks`` False (the loop's fan-out before due, as the event copy arrives): only the rows whose
+    copy the delivery loop holds until due (every handler but a Celery queue's), so the fan-out's
+    own time is not added to their lateness; a Celery queue's task message runs the moment it
+    arrives, so those rows are left for the fan-out at due (counted in ``tasks_waiting``)."""
     result = FanOut()
     now = timezone.now()
     with transaction.atomic():
@@ -74,6 +80,9 @@ def message_fan_out(*, event_id: str, ids: list[str], published_at_ms: int | Non
             qs = qs.filter(published_at__lt=from_epoch_ms(published_at_ms) + timedelta(milliseconds=1))
         rows = list(qs.order_by("id"))
         result.skipped = len(ids) - len(rows)
+        if not tasks:
+            result.tasks_waiting = sum(1 for row in rows if row.endpoint.handler == Endpoint.Handler.CELERY_QUEUE)
+            rows = [row for row in rows if row.endpoint.handler != Endpoint.Handler.CELERY_QUEUE]
         if not rows:
             return result
         _load_task_payloads(rows)

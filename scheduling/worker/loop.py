@@ -91,7 +91,7 @@ class DeliveryLoop(threading.Thread):
         self.in_webhooks: set[str] = set()  # ids taken for a call or parked for one, not yet settled
         self.parts: dict[int, int] = {}  # delivery tag of an envelope -> its messages not yet settled
         self.given_back: set[int] = set()  # envelopes rejected whole while a message of theirs was at a webhook
-        self.event_copies: dict[int, wire.EventCopy] = {}  # delivery tag -> the event copy held until due
+        self.event_copies: dict[int, wire.EventCopy] = {}  # delivery tag -> an event copy held for its fan-out
         # tracing on only (observability/tracing.py): queue -> (team, endpoint) names, and the spans
         # of webhook deliveries out (message id -> (deliver span, attempt span))
         self.labels: dict[str, tuple[str, str]] = {}
@@ -229,8 +229,9 @@ class DeliveryLoop(threading.Thread):
 
     def _on_message(self, message: rabbit.Received) -> None:
         if (event := wire.read_event_copy(message.headers, message.body)) is not None:
-            self.event_copies[message.tag] = event  # held until due, then fanned out (_fan_out)
-            self.holding.hold(message, wire.Delivery(f"event:{event.event_id}", 0, event.due_ms))
+            self.event_copies[message.tag] = event  # fanned out as it arrives, the margin before due (_fan_out)
+            fan_out_ms = event.due_ms - self.settings.arrival_margin_ms  # no earlier, if it came earlier
+            self.holding.hold(message, wire.Delivery(f"event:{event.event_id}", 0, fan_out_ms, stamped=False))
             return
         deliveries = wire.read_deliveries(message.headers, message.body, now_ms())
         if deliveries is None:  # not ours: keep it unacked (never dropped) and say so
@@ -299,16 +300,20 @@ class DeliveryLoop(threading.Thread):
         self._settle_all(decided)
 
     def _fan_out(self, due: list[Held]) -> None:
-        """Due event copies: each row's own copy to its endpoint (messages/fanout.py), then the
-        event copy is acked. With the database away, or copies the broker did not confirm, the
-        event copy is held again with backoff, unacked (never lost: the rows stamped are skipped
-        the next time); a connection lost ends the session and the broker hands it back."""
+        """Event copies come the arrival margin before due: each row's own copy goes to its endpoint
+        at once (messages/fanout.py), where this loop or another holds it until due as any copy, so
+        the fan-out adds nothing to its lateness; a Celery queue's rows (their task runs on arrival)
+        go at due. Then the event copy is acked. With the database away, or copies the broker did
+        not confirm, the event copy is held again with backoff, unacked (never lost: the rows
+        stamped are skipped the next time); a connection lost ends the session and the broker
+        hands it back."""
         done = []
         for held in due:
             event = self.event_copies[held.message.tag]
+            at_due = now_ms() >= event.due_ms
             try:
                 result = message_fan_out(event_id=event.event_id, ids=event.ids, published_at_ms=event.published_at_ms,
-                                         publish=lambda copies: self.consumer.publish(copies))
+                                         publish=lambda copies: self.consumer.publish(copies), tasks=at_due)
             except DatabaseError as exc:
                 close_old_connections()
                 wait = self.holding.database_failed(held, now_ms())
@@ -320,6 +325,9 @@ class DeliveryLoop(threading.Thread):
                 wait = self.holding.broker_failed(held, now_ms())
                 log.warning("fan-out of event %s: %d cop(ies) not confirmed (%s); retry in %gs, unacked",
                             event.event_id, result.unconfirmed, result.errors[:1], wait)
+                continue
+            if result.tasks_waiting:  # a Celery queue's rows: at due (never before)
+                self.holding.hold_until(held, event.due_ms)
                 continue
             del self.event_copies[held.message.tag]
             done.append(held.message)
