@@ -43,6 +43,7 @@ class FanOut:
     unconfirmed: int = 0
     skipped: int = 0  # rows not waiting any more (delivered, cancelled, fanned out by an earlier copy)
     tasks_waiting: int = 0  # Celery-queue rows left for the fan-out at due (``tasks`` False)
+    missing: list[str] = field(default_factory=list)  # ids the copy carries with no row at all (a restore)
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -80,6 +81,9 @@ def message_fan_out(*, event_id: str, ids: list[str], published_at_ms: int | Non
             qs = qs.filter(published_at__lt=from_epoch_ms(published_at_ms) + timedelta(milliseconds=1))
         rows = list(qs.order_by("id"))
         result.skipped = len(ids) - len(rows)
+        if result.skipped:  # not waiting, or no row at all: the latter are orphans (delivery/orphans.py)
+            found = {str(i) for i in ScheduledMessage.objects.filter(id__in=ids).values_list("id", flat=True)}
+            result.missing = [i for i in ids if i not in found]
         if not tasks:
             result.tasks_waiting = sum(1 for row in rows if row.endpoint.handler == Endpoint.Handler.CELERY_QUEUE)
             rows = [row for row in rows if row.endpoint.handler != Endpoint.Handler.CELERY_QUEUE]

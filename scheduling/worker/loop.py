@@ -326,12 +326,29 @@ class DeliveryLoop(threading.Thread):
                 log.warning("fan-out of event %s: %d cop(ies) not confirmed (%s); retry in %gs, unacked",
                             event.event_id, result.unconfirmed, result.errors[:1], wait)
                 continue
+            if result.missing and not self._event_orphans(held, event, result.missing):
+                continue
             if result.tasks_waiting:  # a Celery queue's rows: at due (never before)
                 self.holding.hold_until(held, event.due_ms)
                 continue
             del self.event_copies[held.message.tag]
             done.append(held.message)
         self.consumer.ack_many(done)
+
+    def _event_orphans(self, held: Held, event: wire.EventCopy, missing: list[str]) -> bool:
+        """Rows an event copy carries that do not exist (a restore from a backup) are kept for the
+        operator as any copy naming no row (delivery/orphans.py); False: the database is away (the
+        copy is held again, unacked)."""
+        try:
+            orphan_copy_set_aside(copies=[Carried(i, 0, held.message.queue, event.due_ms, held.message.headers,
+                                                  held.message.body) for i in missing], by=self.worker_name)
+        except DatabaseError as exc:
+            close_old_connections()
+            wait = self.holding.database_failed(held, now_ms())
+            log.warning("event %s: %d row(s) naming none not set aside yet: database unavailable (%s); retry in %gs",
+                        event.event_id, len(missing), exc, wait)
+            return False
+        return True
 
     def _bulkheads(self, ready: list[Held], now: int) -> list[Held]:
         """Of the due messages, those whose call may be handed over now: a paused endpoint's wait

@@ -131,3 +131,28 @@ def test_an_unbound_endpoints_copy_ends_in_the_unroutable_queue(endpoints, amqp)
     amqp.unbind(cascade.endpoint_binding(cascade.V3, endpoints[0].queue))
     assert fan_out(event, rows).published == 1
     assert wait_get(amqp, "dp.v3.delay-unroutable", timeout=3)[0].headers[wire.H_MESSAGE_ID] == str(rows[0].id)
+
+
+def test_ids_with_no_row_at_all_are_named_missing(endpoints, amqp):
+    import uuid
+
+    event, rows = event_rows(endpoints[:1])
+    gone = str(uuid.uuid4())
+    result = message_fan_out(event_id=str(event.id), ids=[str(rows[0].id), gone], published_at_ms=None,
+                             publish=broker().publish)
+    assert (result.published, result.skipped, result.missing) == (1, 1, [gone])
+
+
+def test_before_due_a_celery_queues_rows_wait_for_the_fan_out_at_due(endpoints, amqp):
+    Endpoint.objects.filter(pk=endpoints[1].pk).update(handler=Endpoint.Handler.CELERY_QUEUE)
+    event, rows = event_rows(endpoints[:2])
+    ScheduledMessage.objects.filter(pk=rows[1].pk).update(payload={"task": "testapp.plain_receipt", "args": [1]})
+    early = message_fan_out(
+        event_id=str(event.id), ids=[str(r.id) for r in rows], published_at_ms=to_epoch_ms(rows[0].published_at),
+        publish=broker().publish, tasks=False)
+    assert (early.published, early.tasks_waiting) == (1, 1)
+    assert get(amqp, endpoints[1].queue) is None  # its task would run the moment it arrived
+    at_due = fan_out(event, rows, to_epoch_ms(rows[0].published_at))
+    assert (at_due.published, at_due.skipped) == (1, 1)  # the other was fanned out already
+    got, _ = wait_get(amqp, endpoints[1].queue, timeout=3)
+    assert got.headers["task"] == "testapp.plain_receipt"
