@@ -19,7 +19,7 @@ def schedule_event(*, endpoints: list, payload, deliver_at: datetime, topic: str
     the same messages with no event (the load "sent as separate messages")."""
     from scheduling.core.clock import ceil_ms
     from scheduling.events.models import Event
-    from scheduling.messages import services
+    from scheduling.messages.services import _build, _save  # the service's own steps, an event on each row
 
     now = ceil_ms(timezone.now())
     items = [{"endpoint": endpoint, "payload": payload(endpoint) if callable(payload) else payload,
@@ -27,8 +27,8 @@ def schedule_event(*, endpoints: list, payload, deliver_at: datetime, topic: str
     with transaction.atomic():
         made = Event.objects.create(team=endpoints[0].team, topic=topic, payload=items[0]["payload"], due_at=deliver_at,
                                     message_count=len(endpoints)) if event else None
-        rows = [services._build(item, {}, now) for item in items]
+        rows = [_build(item, {}, now) for item in items]
         for row in rows:
             row.event = made
-        results = services._save(rows, check_quota=False)
+        results = _save(rows, check_quota=False)
     return made, [result.message for result in results]
