@@ -79,6 +79,14 @@ def _lateness(b, targets: list, since) -> list[float]:
     return [float(r[0]) for r in rows]
 
 
+def _fanned_out_at(b, targets: list, since) -> list[float]:
+    """When each event's rows were fanned out (their last stamp), ms after due (negative: before)."""
+    rows = b.p.sql(
+        "SELECT EXTRACT(EPOCH FROM published_at - due_at) * 1000 FROM scheduling_scheduledmessage "
+        "WHERE endpoint_id = ANY(%s) AND event_id IS NOT NULL AND created_at >= %s", [t.id for t in targets], since)
+    return [float(r[0]) for r in rows if r[0] is not None]
+
+
 def _delivered(b, targets: list, since) -> int:
     return b.p.sql("SELECT count(*) FROM scheduling_scheduledmessage WHERE endpoint_id = ANY(%s) "
                    "AND status = 'delivered' AND created_at >= %s", [t.id for t in targets], since)[0][0]
@@ -105,12 +113,14 @@ def one(b, targets: list, per_s: float, seconds: float, *, as_event: bool, versi
     sampler.join()
     rows_after, messages_after = _counted(version)
     late = _lateness(b, targets, since)
+    fanned = _fanned_out_at(b, targets, since) if as_event and len(targets) > 1 else []
     return {"events": events, "messages": n, "events_per_s_asked": per_s, "events_per_s": round(events / took, 1),
             "deliveries_per_s": round(n / took, 1), "broker_cpu_s": round(cpu.seconds, 3),
             "broker_us_per_event": cpu.per(events), "broker_us_per_message": cpu.per(n),
             "relay_rows": rows_after - rows_before, "cascade_messages": messages_after - messages_before,
             "machine_busy": round(1 - busy.get("idle", 1.0), 2), **percentiles(late),
-            "early": sum(1 for ms in late if ms < 0)}
+            "early": sum(1 for ms in late if ms < 0),
+            **({"fanned_out_after_due_ms": percentiles(fanned)} if fanned else {})}
 
 
 def run(b, version: str = "v3", rates: tuple[tuple[int, float], ...] | None = None) -> dict:
@@ -119,6 +129,8 @@ def run(b, version: str = "v3", rates: tuple[tuple[int, float], ...] | None = No
     seconds = 4.0 if b.quick else 10.0
     rates = rates or (((1, 1000.0), (50, 20.0)) if b.quick else ((1, 1000.0), (50, 20.0), (50, 60.0), (50, 100.0)))
     endpoints = _endpoints(b, version, max(fan for fan, _ in rates))
+    # unmeasured: a message to each new endpoint, delivered, so the worker's loops consume every queue
+    one(b, endpoints, 1.0, 1.0, as_event=False, version=version)
     result = {}
     for fan, per_s in rates:
         targets = endpoints[:fan]

@@ -126,7 +126,8 @@ def fan_out_event(self, event_id: str, items: list) -> int:
     """The fallback for an event copy (docs/concepts/fan-out.md), run at its eta by a worker
     without the delivery loop: each of the event's rows still waiting gets its own copy to its
     endpoint, as the loop does (messages/fanout.py). Database or broker away: tried again later."""
-    published_at_ms = self.request.get(wire.H_PUBLISHED_AT_MS)
+    # a worker puts a message's headers on the request; an eager apply keeps them under ``headers``
+    published_at_ms = self.request.get(wire.H_PUBLISHED_AT_MS, (self.request.headers or {}).get(wire.H_PUBLISHED_AT_MS))
     try:
         result = message_fan_out(event_id=event_id, ids=[str(message_id) for message_id, _ in items],
                                  published_at_ms=published_at_ms if isinstance(published_at_ms, int) else None,

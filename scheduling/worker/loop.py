@@ -44,11 +44,11 @@ from scheduling.endpoints.selectors import (
 from scheduling.delivery.services import Outcome, Result, delivery_receive_many, delivery_retry_unsent
 from scheduling.delivery.flow_slots import endpoint_release_call_slots, endpoint_take_call_slots, endpoint_take_slots
 from scheduling.messages.rescue import message_rescue_overdue, message_rescue_overdue_tasks
-from scheduling.messages.fanout import message_fan_out
 from scheduling.delivery.webhook_calls import webhook_call_take
 from scheduling.delivery.orphans import Carried, orphan_copy_set_aside
 from scheduling.core.flow_gate import FlowGate, Limit
 from scheduling.delivery.handlers import WebhookProfile, payload_body, signed_headers, webhook_profiles
+from scheduling.worker.fanning import Fanning, FanOutThread
 from scheduling.worker.holding import Held, Holding
 from scheduling.delivery.recorder import Recorder
 from scheduling.delivery.webhooks import Call, CallResult, EngineSettings, WebhookEngine
@@ -92,6 +92,8 @@ class DeliveryLoop(threading.Thread):
         self.parts: dict[int, int] = {}  # delivery tag of an envelope -> its messages not yet settled
         self.given_back: set[int] = set()  # envelopes rejected whole while a message of theirs was at a webhook
         self.event_copies: dict[int, wire.EventCopy] = {}  # delivery tag -> an event copy held for its fan-out
+        self.fanning = FanOutThread(worker_name)  # fans them out (fanning.py)
+        self.fanning_out: set[int] = set()  # event copies at the fan-out thread
         # tracing on only (observability/tracing.py): queue -> (team, endpoint) names, and the spans
         # of webhook deliveries out (message id -> (deliver span, attempt span))
         self.labels: dict[str, tuple[str, str]] = {}
@@ -114,6 +116,7 @@ class DeliveryLoop(threading.Thread):
     def start(self) -> None:
         self.engine.start()
         self.recorder.start()
+        self.fanning.start()
         super().start()
 
     def stop(self, timeout: float = 10) -> None:
@@ -128,6 +131,7 @@ class DeliveryLoop(threading.Thread):
         if ended:
             self.recorder.submit(ended)
         self.recorder.stop(timeout)
+        self.fanning.stop(timeout)
 
     def run(self) -> None:
         while not self.stopping.is_set():
@@ -149,6 +153,7 @@ class DeliveryLoop(threading.Thread):
                 self.parts.clear()
                 self.given_back.clear()
                 self.event_copies.clear()
+                self.fanning_out.clear()  # their results are dropped: the copies come back on the next connection
                 self.parked.clear()
                 self.in_webhooks.clear()  # calls still out are recorded under their lease, then not acked
                 metrics.held(0)
@@ -168,14 +173,15 @@ class DeliveryLoop(threading.Thread):
                     next_sync = time.monotonic() + self.settings.consumer_sync_seconds
                 self._calls_ended()
                 self._settle_recorded()
+                self._fanned()
                 self._deliver_due()
                 if self.rescues and self.settings.rescue_after_ms and time.monotonic() >= next_rescue:
                     found = self._rescue()
                     # 4 looks a rescue while it finds some, 2 while it finds none
                     next_rescue = time.monotonic() + self.settings.rescue_after_ms / (4000 if found else 2000)
                 metrics.held(len(self.holding))
-                longest = CALLS_WAIT_SECONDS if self.in_webhooks else LONGEST_WAIT_SECONDS
-                ready = not (self.finished.empty() and self.recorder.done.empty())
+                longest = CALLS_WAIT_SECONDS if self.in_webhooks or self.fanning_out else LONGEST_WAIT_SECONDS
+                ready = not (self.finished.empty() and self.recorder.done.empty() and self.fanning.done.empty())
                 wait_s = 0.0 if ready else self.holding.wait_seconds(now_ms(), longest)
                 self.consumer.wait(max(wait_s, 0.0005), then_take=self.settings.delivery_batch * 4)
 
@@ -229,9 +235,8 @@ class DeliveryLoop(threading.Thread):
 
     def _on_message(self, message: rabbit.Received) -> None:
         if (event := wire.read_event_copy(message.headers, message.body)) is not None:
-            self.event_copies[message.tag] = event  # fanned out as it arrives, the margin before due (_fan_out)
-            fan_out_ms = event.due_ms - self.settings.arrival_margin_ms  # no earlier, if it came earlier
-            self.holding.hold(message, wire.Delivery(f"event:{event.event_id}", 0, fan_out_ms, stamped=False))
+            self.event_copies[message.tag] = event  # fanned out as it arrives (_fan_out)
+            self.holding.hold(message, wire.Delivery(f"event:{event.event_id}", 0, now_ms(), stamped=False))
             return
         deliveries = wire.read_deliveries(message.headers, message.body, now_ms())
         if deliveries is None:  # not ours: keep it unacked (never dropped) and say so
@@ -300,55 +305,39 @@ class DeliveryLoop(threading.Thread):
         self._settle_all(decided)
 
     def _fan_out(self, due: list[Held]) -> None:
-        """Event copies come the arrival margin before due: each row's own copy goes to its endpoint
-        at once (messages/fanout.py), where this loop or another holds it until due as any copy, so
-        the fan-out adds nothing to its lateness; a Celery queue's rows (their task runs on arrival)
-        go at due. Then the event copy is acked. With the database away, or copies the broker did
-        not confirm, the event copy is held again with backoff, unacked (never lost: the rows
-        stamped are skipped the next time); a connection lost ends the session and the broker
-        hands it back."""
-        done = []
+        """Event copies leave the cascade the arrival margin (or up to a unit more) before due: as
+        one arrives, the fan-out thread (fanning.py) sends each of its rows' own copy to its endpoint,
+        where this loop or another holds it until due as any copy, so the fan-out's time is not
+        added to its lateness; a Celery queue's rows (their task runs on arrival) go at due."""
         for held in due:
             event = self.event_copies[held.message.tag]
-            at_due = now_ms() >= event.due_ms
-            try:
-                result = message_fan_out(event_id=event.event_id, ids=event.ids, published_at_ms=event.published_at_ms,
-                                         publish=lambda copies: self.consumer.publish(copies), tasks=at_due)
-            except DatabaseError as exc:
-                close_old_connections()
-                wait = self.holding.database_failed(held, now_ms())
-                log.warning("fan-out of event %s postponed: database unavailable (%s); retry in %gs, unacked",
-                            event.event_id, exc, wait)
-                continue
-            metrics.fanned_out(result.published)
-            if not result.done:
-                wait = self.holding.broker_failed(held, now_ms())
-                log.warning("fan-out of event %s: %d cop(ies) not confirmed (%s); retry in %gs, unacked",
-                            event.event_id, result.unconfirmed, result.errors[:1], wait)
-                continue
-            if result.missing and not self._event_orphans(held, event, result.missing):
-                continue
-            if result.tasks_waiting:  # a Celery queue's rows: at due (never before)
-                self.holding.hold_until(held, event.due_ms)
-                continue
-            del self.event_copies[held.message.tag]
-            done.append(held.message)
-        self.consumer.ack_many(done)
+            self.fanning_out.add(held.message.tag)
+            self.fanning.submit(Fanning(held, event, self.session_no, tasks=now_ms() >= event.due_ms))
 
-    def _event_orphans(self, held: Held, event: wire.EventCopy, missing: list[str]) -> bool:
-        """Rows an event copy carries that do not exist (a restore from a backup) are kept for the
-        operator as any copy naming no row (delivery/orphans.py); False: the database is away (the
-        copy is held again, unacked)."""
-        try:
-            orphan_copy_set_aside(copies=[Carried(i, 0, held.message.queue, event.due_ms, held.message.headers,
-                                                  held.message.body) for i in missing], by=self.worker_name)
-        except DatabaseError as exc:
-            close_old_connections()
-            wait = self.holding.database_failed(held, now_ms())
-            log.warning("event %s: %d row(s) naming none not set aside yet: database unavailable (%s); retry in %gs",
-                        event.event_id, len(missing), exc, wait)
-            return False
-        return True
+    def _fanned(self) -> None:
+        """Settle what the fan-out thread did: the event copy acked; held again with the backoff
+        when the database was away or copies were not confirmed (never lost: the rows stamped are
+        skipped the next time); a Celery queue's rows waiting: held until due. A result of an
+        earlier connection is dropped: its event copy came back on this one."""
+        acks = []
+        while not self.fanning.done.empty():
+            item = self.fanning.done.get()
+            held, event = item.held, item.event
+            if item.session != self.session_no:
+                continue
+            self.fanning_out.discard(held.message.tag)
+            result = item.result
+            if item.failed or not result.done:
+                backoff = self.holding.database_failed if item.failed == "database" else self.holding.broker_failed
+                wait = backoff(held, now_ms())
+                log.warning("fan-out of event %s postponed (%s); retry in %gs, unacked", event.event_id,
+                            item.errors[:1] or f"{result.unconfirmed} cop(ies) not confirmed", wait)
+            elif result.tasks_waiting:  # a Celery queue's rows: at due (never before)
+                self.holding.hold_until(held, event.due_ms)
+            else:
+                del self.event_copies[held.message.tag]
+                acks.append(held.message)
+        self.consumer.ack_many(acks)
 
     def _bulkheads(self, ready: list[Held], now: int) -> list[Held]:
         """Of the due messages, those whose call may be handed over now: a paused endpoint's wait

@@ -156,3 +156,16 @@ def test_before_due_a_celery_queues_rows_wait_for_the_fan_out_at_due(endpoints, 
     assert (at_due.published, at_due.skipped) == (1, 1)  # the other was fanned out already
     got, _ = wait_get(amqp, endpoints[1].queue, timeout=3)
     assert got.headers["task"] == "testapp.plain_receipt"
+
+
+def test_a_worker_without_the_loop_fans_out_with_the_task(endpoints, amqp):
+    """scheduling.fan_out_event, the fallback (run at the copy's eta): the loop's fan-out, once."""
+    from scheduling.celery.tasks import fan_out_event
+
+    event, rows = event_rows(endpoints)
+    items = [[str(r.id), r.due_at_ms] for r in rows]
+    copy_time = to_epoch_ms(max(r.published_at for r in rows))
+    assert fan_out_event.apply(args=(str(event.id), items), headers={wire.H_PUBLISHED_AT_MS: copy_time}).get() == 3
+    assert fan_out_event.apply(args=(str(event.id), items), headers={wire.H_PUBLISHED_AT_MS: copy_time}).get() == 0
+    for endpoint in endpoints:
+        assert wait_get(amqp, endpoint.queue, timeout=3)[0] is not None and get(amqp, endpoint.queue) is None
