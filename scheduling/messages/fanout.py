@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from rabbit import Outcome, Outgoing
@@ -71,35 +72,76 @@ def message_fan_out(*, event_id: str, ids: list[str], published_at_ms: int | Non
     copy the delivery loop holds until due (every handler but a Celery queue's), so the fan-out's
     own time is not added to their lateness; a Celery queue's task message runs the moment it
     arrives, so those rows are left for the fan-out at due (counted in ``tasks_waiting``)."""
-    result = FanOut()
+    event = wire.EventCopy(str(event_id), tuple(wire.Delivery(str(i), 0, 0) for i in ids), published_at_ms)
+    return message_fan_out_many(copies=[(event, tasks)], publish=publish)[0]
+
+
+def _waiting(event: wire.EventCopy) -> Q:
+    """The rows of the event copy still waiting for it (see message_fan_out)."""
+    condition = Q(event_id=event.event_id, id__in=event.ids)
+    if event.published_at_ms is not None:  # a row stamped after this copy left was fanned out by another
+        condition &= Q(published_at__lt=from_epoch_ms(event.published_at_ms) + timedelta(milliseconds=1))
+    return condition
+
+
+def message_fan_out_many(*, copies: list[tuple[wire.EventCopy, bool]],
+                         publish: Callable[[list[Outgoing]], Outcome]) -> list[FanOut]:
+    """message_fan_out for several event copies (each with its ``tasks``) at once: one transaction,
+    one publish and one stamp for all, so a fan-out thread keeps up with many small events (its
+    time is round trips: the lock, the confirms, the stamp). One result per copy, in order; a second
+    copy of an event in the same call finds its rows taken by the first."""
+    results = [FanOut() for _ in copies]
     now = timezone.now()
+    condition = Q()
+    for event, _ in copies:
+        condition |= _waiting(event)
     with transaction.atomic():
-        qs = (ScheduledMessage.objects.select_for_update(skip_locked=True, of=("self",))
-              .select_related("endpoint", "topology").only(*wire.PUBLISH_FIELDS)
-              .filter(id__in=ids, event_id=event_id, status=Status.PUBLISHED, attempts=0))
-        if published_at_ms is not None:  # a row stamped after this copy left was fanned out by another
-            qs = qs.filter(published_at__lt=from_epoch_ms(published_at_ms) + timedelta(milliseconds=1))
-        rows = list(qs.order_by("id"))
-        result.skipped = len(ids) - len(rows)
-        if result.skipped:  # not waiting, or no row at all: the latter are orphans (delivery/orphans.py)
-            found = {str(i) for i in ScheduledMessage.objects.filter(id__in=ids).values_list("id", flat=True)}
-            result.missing = [i for i in ids if i not in found]
-        if not tasks:
-            result.tasks_waiting = sum(1 for row in rows if row.endpoint.handler == Endpoint.Handler.CELERY_QUEUE)
-            rows = [row for row in rows if row.endpoint.handler != Endpoint.Handler.CELERY_QUEUE]
-        if not rows:
-            return result
-        _load_task_payloads(rows)
-        rows, copies, result.unbuildable = message_build_copies(
-            rows=rows, build=lambda row: wire.outgoing(row, row.topology.cascade, now, margin_ms=0)[0])
-        if not rows:
-            return result
-        outcome = publish(copies)
-        confirmed = [row for index, row in enumerate(rows) if index in outcome.confirmed]
-        result.published, result.unconfirmed = len(confirmed), len(rows) - len(confirmed)
-        if outcome.error:
-            result.errors.append(outcome.error)
+        rows = list(ScheduledMessage.objects.select_for_update(skip_locked=True, of=("self",))
+                    .select_related("endpoint", "topology").only(*wire.PUBLISH_FIELDS)
+                    .filter(condition, status=Status.PUBLISHED, attempts=0).order_by("id"))
+        by_event: dict[str, list[ScheduledMessage]] = {}
+        for row in rows:
+            by_event.setdefault(str(row.event_id), []).append(row)
+        chosen: list[tuple[FanOut, ScheduledMessage]] = []
+        skipped_ids = []
+        for (event, tasks), result in zip(copies, results):
+            mine = by_event.pop(event.event_id, [])
+            result.skipped = len(event.ids) - len(mine)
+            if result.skipped:
+                skipped_ids += event.ids
+            if not tasks:
+                result.tasks_waiting = sum(1 for row in mine if row.endpoint.handler == Endpoint.Handler.CELERY_QUEUE)
+                mine = [row for row in mine if row.endpoint.handler != Endpoint.Handler.CELERY_QUEUE]
+            chosen += [(result, row) for row in mine]
+        if skipped_ids:  # not waiting, or no row at all: the latter are orphans (delivery/orphans.py)
+            found = {str(i) for i in ScheduledMessage.objects.filter(id__in=skipped_ids).values_list("id", flat=True)}
+            for (event, _), result in zip(copies, results):
+                if result.skipped:
+                    result.missing = [i for i in event.ids if i not in found]
+        if not chosen:
+            return results
+        owner = {id(row): result for result, row in chosen}
+        built_rows = [row for _, row in chosen]
+        _load_task_payloads(built_rows)
+        built, outgoing, _ = message_build_copies(
+            rows=built_rows, build=lambda row: wire.outgoing(row, row.topology.cascade, now, margin_ms=0)[0])
+        built_ids = {id(row) for row in built}
+        for result, row in chosen:
+            if id(row) not in built_ids:
+                result.unbuildable += 1
+        if not built:
+            return results
+        outcome = publish(outgoing)
+        confirmed = []
+        for index, row in enumerate(built):
+            if index in outcome.confirmed:
+                owner[id(row)].published += 1
+                confirmed.append(row)
+            else:
+                owner[id(row)].unconfirmed += 1
+                if outcome.error and outcome.error not in owner[id(row)].errors:
+                    owner[id(row)].errors.append(outcome.error)
         if confirmed:
             ScheduledMessage.objects.filter(id__in=[row.id for row in confirmed], status=Status.PUBLISHED) \
                 .update(published_at=now)
-    return result
+    return results

@@ -84,7 +84,9 @@ def _envelopes(rows: list[ScheduledMessage], versions: dict, *, direct: bool, en
         key = wire.event_key(row, versions[row.topology_id])
         if key is not None:
             events.setdefault(key, []).append(row)
-    copies = [group for group in events.values() if len(group) > 1]
+    size = conf().publish_batch  # a copy carries at most a batch: its fan-out is one transaction and one publish
+    copies = [group[start:start + size] for group in events.values() if len(group) > 1
+              for start in range(0, len(group), size)]
     in_copies = {id(row) for group in copies for row in group}
     groups: dict[object, list[ScheduledMessage]] = {}
     for row in rows:

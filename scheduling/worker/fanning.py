@@ -21,12 +21,13 @@ import rabbit
 from scheduling.config.conf import broker
 from scheduling.delivery.orphans import Carried, orphan_copy_set_aside
 from scheduling.messages import wire
-from scheduling.messages.fanout import FanOut, message_fan_out
+from scheduling.messages.fanout import FanOut, message_fan_out_many
 from scheduling.observability import metrics
 from scheduling.worker.holding import Held
 
 log = logging.getLogger(__name__)
 CONFIRM_SECONDS = 5.0  # a broker slower than this leaves the copies unconfirmed: tried again after the backoff
+BATCH = 32  # event copies fanned out together: one transaction, one publish (its time is round trips)
 
 
 @dataclass(eq=False)
@@ -61,31 +62,41 @@ class FanOutThread(threading.Thread):
         try:
             while not self.stopping.is_set():
                 try:
-                    item = self.todo.get(timeout=0.1)
+                    batch = [self.todo.get(timeout=0.1)]
                 except queue.Empty:
                     continue
-                self._fan_out(item)
-                self.done.put(item)
+                while len(batch) < BATCH and not self.todo.empty():
+                    batch.append(self.todo.get())
+                self._fan_out(batch)
+                for item in batch:
+                    self.done.put(item)
         finally:
             connections.close_all()
 
-    def _fan_out(self, item: Fanning) -> None:
-        event = item.event
+    def _fan_out(self, batch: list[Fanning]) -> None:
         try:
-            item.result = message_fan_out(
-                event_id=event.event_id, ids=event.ids, published_at_ms=event.published_at_ms, tasks=item.tasks,
-                publish=lambda copies: broker().publish(copies, timeout=CONFIRM_SECONDS))
-            metrics.fanned_out(item.result.published)
-            if item.result.missing and item.result.done and not item.result.tasks_waiting:
-                # rows it names that do not exist (a restore): kept for the operator as any copy naming no row
-                orphan_copy_set_aside(copies=[Carried(i, 0, item.held.message.queue, event.due_ms,
-                                                      item.held.message.headers, item.held.message.body)
-                                              for i in item.result.missing], by=self.worker_name)
+            results = message_fan_out_many(copies=[(item.event, item.tasks) for item in batch],
+                                           publish=lambda copies: broker().publish(copies, timeout=CONFIRM_SECONDS))
+            orphans = []
+            for item, result in zip(batch, results, strict=True):
+                item.result = result
+                metrics.fanned_out(result.published)
+                if result.missing and result.done and not result.tasks_waiting:
+                    # rows it names that do not exist (a restore): kept for the operator as any copy naming no row
+                    orphans += [Carried(i, 0, item.held.message.queue, item.event.due_ms, item.held.message.headers,
+                                        item.held.message.body) for i in result.missing]
+            if orphans:
+                orphan_copy_set_aside(copies=orphans, by=self.worker_name)
         except DatabaseError as exc:
             close_old_connections()
-            item.failed, item.errors = "database", [str(exc)]
+            self._failed(batch, "database", exc)
         except rabbit.BrokerUnavailable as exc:
-            item.failed, item.errors = "broker", [str(exc)]
-        except Exception as exc:  # noqa: BLE001 (never let the thread die: the copy is held again, unacked)
-            log.exception("fan-out of event %s failed", event.event_id)
-            item.failed, item.errors = "broker", [str(exc)]
+            self._failed(batch, "broker", exc)
+        except Exception as exc:  # noqa: BLE001 (never let the thread die: the copies are held again, unacked)
+            log.exception("fan-out of %d event(s) failed", len(batch))
+            self._failed(batch, "broker", exc)
+
+    @staticmethod
+    def _failed(batch: list[Fanning], why: str, exc: Exception) -> None:
+        for item in batch:
+            item.failed, item.errors = why, [str(exc)]

@@ -169,3 +169,22 @@ def test_a_worker_without_the_loop_fans_out_with_the_task(endpoints, amqp):
     assert fan_out_event.apply(args=(str(event.id), items), headers={wire.H_PUBLISHED_AT_MS: copy_time}).get() == 0
     for endpoint in endpoints:
         assert wait_get(amqp, endpoint.queue, timeout=3)[0] is not None and get(amqp, endpoint.queue) is None
+
+
+def test_several_event_copies_fan_out_together_each_counted_apart(endpoints, amqp):
+    """The fan-out thread's batch: one transaction and one publish; a second copy of an event in the
+    same batch finds its rows taken by the first."""
+    from scheduling.messages.fanout import message_fan_out_many
+
+    first, first_rows = event_rows(endpoints[:2])
+    second, second_rows = event_rows(endpoints[2:])
+
+    def copy(event, rows):
+        return wire.EventCopy(str(event.id), tuple(wire.Delivery(str(r.id), 0, r.due_at_ms) for r in rows),
+                              to_epoch_ms(rows[0].published_at))
+
+    results = message_fan_out_many(copies=[(copy(first, first_rows), True), (copy(second, second_rows), True),
+                                           (copy(first, first_rows), True)], publish=broker().publish)
+    assert [(r.published, r.skipped) for r in results] == [(2, 0), (1, 0), (0, 2)]
+    for endpoint in endpoints:
+        assert wait_get(amqp, endpoint.queue, timeout=3)[0] is not None and get(amqp, endpoint.queue) is None
