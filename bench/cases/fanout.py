@@ -127,7 +127,7 @@ def run(b, version: str = "v3", rates: tuple[tuple[int, float], ...] | None = No
     """Fan-out 1 at 1,000 events/s asked, fan-out 50 at each rate of ``rates`` (events/s), each as
     events and as separate messages. ``b.quick``: shorter loads and fewer rates."""
     seconds = 4.0 if b.quick else 10.0
-    rates = rates or (((1, 1000.0), (50, 20.0)) if b.quick else ((1, 1000.0), (50, 20.0), (50, 40.0), (50, 60.0)))
+    rates = rates or (((1, 1000.0), (50, 20.0)) if b.quick else ((1, 1000.0), (50, 20.0), (50, 40.0), (50, 60.0), (50, 80.0), (50, 100.0)))
     endpoints = _endpoints(b, version, max(fan for fan, _ in rates))
     # unmeasured: a message to each new endpoint, delivered, so the worker's loops consume every queue
     one(b, endpoints, 1.0, 1.0, as_event=False, version=version)
