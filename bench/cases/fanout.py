@@ -17,7 +17,7 @@ import time
 from datetime import timedelta
 
 from bench.broker_cpu import broker_cpu
-from bench.measure import idle_share, percentiles
+from bench.measure import percentiles
 from harness.waiting import wait_until
 
 DELAY_S = 7.5  # every event's delay: 7 units after the margin (3 levels, as a short real delay), short enough to drain fast
@@ -71,6 +71,12 @@ def _produce(targets: list, events: int, per_s: float, *, as_event: bool, thread
     return time.monotonic() - started
 
 
+def _cpu_times() -> tuple[int, int]:
+    """(idle, total) jiffies of the machine so far (/proc/stat): how busy it was over a whole load."""
+    fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    return fields[3] + fields[4], sum(fields)
+
+
 def _lateness(b, targets: list, since) -> list[float]:
     rows = b.p.sql(
         "SELECT EXTRACT(EPOCH FROM delivered_at - due_at) * 1000 FROM scheduling_scheduledmessage "
@@ -100,17 +106,12 @@ def one(b, targets: list, per_s: float, seconds: float, *, as_event: bool, versi
     n = events * len(targets)
     since = timezone.now()
     rows_before, messages_before = _counted(version)
-    busy = {}
-
-    def sample():  # how busy the machine is while the load runs
-        busy["idle"] = idle_share(min(seconds, 5.0))
-
-    sampler = threading.Thread(target=sample, daemon=True)
     with broker_cpu(b.broker_pid) as cpu:
-        sampler.start()
+        idle_before = _cpu_times()
         took = _produce(targets, events, per_s, as_event=as_event)
         wait_until(lambda: _delivered(b, targets, since) >= n, 300 + n / 1000, 0.2, "fan-out deliveries")
-    sampler.join()
+        idle_after = _cpu_times()
+    busy = {"idle": (idle_after[0] - idle_before[0]) / max(1, idle_after[1] - idle_before[1])}
     rows_after, messages_after = _counted(version)
     late = _lateness(b, targets, since)
     fanned = _fanned_out_at(b, targets, since) if as_event and len(targets) > 1 else []
