@@ -82,7 +82,7 @@ soak: venv
 test-fast: venv
 	$(BIN)/python -m pytest -m "not broker and not e2e and not browser and not reliability and not django_db" $(PYTEST_ARGS)
 
-## bench: the performance cases of the default deployment (v3, envelopes on; v2 beside it), each beside its floor in the same run: idle, bursts, rate, head of line, throughput, holding, webhooks, isolation (tarpit, flood); the 20,000 burst also with envelopes off, idle and burst also on RabbitMQ 4.0.5; one table, artifacts/bench.json; BENCH_ARGS="--cases webhooks" for a part
+## bench: the performance cases of the default deployment (v3, envelopes on; v2 beside it), each beside its floor in the same run: idle, bursts, rate, head of line, throughput, holding, webhooks, isolation (tarpit, flood), fan-out; the 20,000 burst also with envelopes off, idle and burst also on RabbitMQ 4.0.5; one table, artifacts/bench.json; BENCH_ARGS="--cases webhooks" for a part
 bench: venv
 	scripts/services.sh rabbitmq postgres rabbitmq4-root
 	$(BIN)/python -m bench.suite $(BENCH_ARGS)

@@ -13,8 +13,8 @@ publisher into the same cascade ("raw"), Celery's own native delayed delivery (q
 bench/celery_native.py), a stock Celery worker taking ``apply_async(countdown=…)`` (delivery loop
 off), and for webhooks a bare async client against the same receiver (bench/http_clients.py).
 Timings on these 2-core machines are noisy: idle, the bursts, rate, head of line, webhooks and
-the tarpit report the median of --runs runs; holding cost, throughput and the flood (minutes
-each) run once. Broker CPU is the node's own (bench/broker_cpu.py).
+the tarpit report the median of --runs runs; holding cost, throughput, the flood and fan-out
+(minutes each) run once. Broker CPU is the node's own (bench/broker_cpu.py).
 
 The cases named by --other-envelopes (the 20,000 burst by default) run again with the other
 ``DELAY_ENVELOPES`` setting, v3 only, in a child run with a platform of its own: extra rows marked
@@ -39,14 +39,14 @@ import subprocess
 import sys
 import time
 
-from bench.cases import burst, hol, holding, idle, isolation, rate, throughput, webhooks
+from bench.cases import burst, fanout, hol, holding, idle, isolation, rate, throughput, webhooks
 from bench.cases.base import Bench
 from bench.measure import idle_share
 from bench.table import print_table, table_rows
 from harness.paths import ARTIFACTS
 from harness.platform import MANAGEMENT, platform
 
-CASES = ("idle", "burst", "burst100k", "rate", "hol", "throughput", "holding", "webhooks", "tarpit", "flood")
+CASES = ("idle", "burst", "burst100k", "rate", "hol", "throughput", "holding", "webhooks", "tarpit", "flood", "fanout")
 VERSIONS = ("v2", "v3")
 SERIES_CASES = ("idle", "burst")  # what also runs on RabbitMQ 4.0.5
 # the platform's webhook SSRF guard refuses loopback: the local receivers of the webhook cases need it
@@ -174,6 +174,8 @@ def run_cases(p, args, cases, versions, runs, results, step, comparisons: bool =
         results["tarpit"] = [isolation.tarpit(b, engine) for _ in range(runs)]
     if "flood" in cases:
         step(f"8b isolation: one team's flood ({engine})"); results["flood"] = isolation.flood(b, engine)
+    if "fanout" in cases and "v3" in versions:  # events' one copy needs envelopes: v3 only
+        step("9 fan-out 1 and 50, beside separate messages (v3)"); results["fanout"] = fanout.run(b, "v3")
 
 
 def child(args, cases, versions, runs) -> None:

@@ -160,6 +160,30 @@ def table_rows(r: dict) -> list[tuple]:
                      f"team A: {f['flood_called']:,} of {f['flood']:,} called (200 ms receiver, "
                      f"{fmt(f['flood_rate'], '/s')}); B: {late['missing']} of {late['messages']} never called",
                      "≤ 1 s", late["p99"] is not None and late["p99"] <= 1000 and not late["missing"]))
+    rows += fanout_rows(r.get("fanout") or {})
+    return rows
+
+
+def fanout_rows(f: dict) -> list[tuple]:
+    """Case 9: per load (fan-out x events/s asked), the event's figures beside the same load sent
+    as separate messages: broker CPU per event and per delivered message, cascade messages per
+    event, p99. No target: the issue asks for the figures side by side."""
+    rows = []
+    for key, event in f.items():
+        if not key.startswith("event_"):
+            continue
+        load = key.removeprefix("event_")
+        fan = int(load.split("x")[0])
+        separate = f.get(f"separate_{load}", {})
+        per_event = event["cascade_messages"] / event["events"] if event.get("events") else None
+        rows.append((f"9 fan-out {fan} at {fmt(event['events_per_s_asked'], '/s')} events: broker CPU per event", "—",
+                     f"{fmt(event['broker_us_per_event'], ' µs')} ({fmt(event['events_per_s'], '/s')} reached, "
+                     f"p99 {fmt(event['p99'], ' ms')}, {fmt(per_event)} cascade msg/event)",
+                     f"separate: {fmt(separate.get('broker_us_per_event'), ' µs')} "
+                     f"({fmt(separate.get('events_per_s'), '/s')}, p99 {fmt(separate.get('p99'), ' ms')}); "
+                     f"per delivered msg {fmt(event['broker_us_per_message'], ' µs')} vs "
+                     f"{fmt(separate.get('broker_us_per_message'), ' µs')}; machine "
+                     f"{event['machine_busy']:.0%} busy", "—", None))
     return rows
 
 

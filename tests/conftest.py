@@ -77,7 +77,7 @@ SECONDS = {
     "reliability/test_worker_killed.py": 60, "reliability/test_restore.py": 60, "e2e/test_tracing.py": 60,
     "reliability/test_topology_properties.py": 60,
     "scheduling/versions/test_moves.py": 55, "reliability/test_database_unavailable.py": 55,
-    "e2e/test_loop_processes.py": 55, "e2e/test_envelopes.py": 50, "scheduling/versions/test_shards.py": 45,
+    "e2e/test_loop_processes.py": 55, "e2e/test_fanout.py": 90, "e2e/test_envelopes.py": 50, "scheduling/versions/test_shards.py": 45,
     "scheduling/retention/test_services.py": 45, "scheduling/management/test_migrate.py": 45,
     "scheduling/management/test_provision_delays.py": 40,
     "scheduling/config/test_conf.py": 40, "reliability/test_security.py": 35, "e2e/test_relay_gather.py": 35,
@@ -158,6 +158,9 @@ def provisioned(rabbit_vhost):
     with broker().session() as session:
         for name in VERSION_NAMES:
             session.declare(cascade.cascade_plan(cascade.get_version(name)))
+            if cascade.get_version(name).envelopes:  # as provision_delays does (versions/services.py)
+                session.declare_queue(cascade.fanout_queue())
+                session.bind(cascade.fanout_binding(cascade.get_version(name)))
         redelivery_policy_ensure(management=broker().management, vhost=rabbit_vhost, version=session.server_version)
     return rabbit_vhost
 

@@ -199,6 +199,22 @@ def endpoint_binding(version: Version, destination: str) -> Binding:
                    endpoint_binding_key(version, destination))
 
 
+# The platform's fan-out queue (docs/concepts/fan-out.md): an event's one copy in the cascade
+# arrives here, and the delivery loops fan it out to its messages' endpoints. One name for every
+# version with envelopes; "dp." is reserved to the platform, so no endpoint or team user reaches it.
+FANOUT_QUEUE = "dp.delay-fanout"
+
+
+def fanout_queue(queue_type: str = "classic") -> Queue:
+    """Declared like an endpoint's queue (DELAY_QUEUE_TYPE): it is one, of the platform's."""
+    return endpoint_queue(FANOUT_QUEUE, queue_type)
+
+
+def fanout_binding(version: Version) -> Binding:
+    """The fan-out queue bound on a version's delivery exchange, as an endpoint's queue is."""
+    return endpoint_binding(version, FANOUT_QUEUE)
+
+
 def carries(version: Version, destination: str) -> bool:
     """Whether this version can deliver to the destination: a dotted name only travels where
     routing is direct (on a topic version, ``#.b`` of an endpoint ``b`` would also catch ``a.b``)."""

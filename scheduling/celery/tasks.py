@@ -14,6 +14,8 @@ from scheduling.messages.bulk import message_apply_matching
 from scheduling.delivery.services import Result, delivery_receive
 from scheduling.delivery.orphans import orphan_copy_carried_by_task, orphan_copy_set_aside
 from scheduling.messages.relay import relay_sweep, timeout_publish_due
+from scheduling.messages.fanout import message_fan_out
+from scheduling.config.conf import broker, conf
 from scheduling.retention.services import message_prune
 from scheduling.schedules.services import schedule_create_runs
 from scheduling.messages.unroutable import unroutable_drain
@@ -117,6 +119,25 @@ def deliver_envelope(self, items: list) -> int:
         deliver.apply_async(args=(message_id,), eta=from_epoch_ms(due_ms),
                             headers={wire.H_TRACEPARENT: traceparent} if traceparent else None)
     return len(items)
+
+
+@shared_task(bind=True, name=task_names.FAN_OUT_EVENT, acks_late=True, reject_on_worker_lost=True, max_retries=None)
+def fan_out_event(self, event_id: str, items: list) -> int:
+    """The fallback for an event copy (docs/concepts/fan-out.md), run at its eta by a worker
+    without the delivery loop: each of the event's rows still waiting gets its own copy to its
+    endpoint, as the loop does (messages/fanout.py). Database or broker away: tried again later."""
+    # a worker puts a message's headers on the request; an eager apply keeps them under ``headers``
+    published_at_ms = self.request.get(wire.H_PUBLISHED_AT_MS, (self.request.headers or {}).get(wire.H_PUBLISHED_AT_MS))
+    try:
+        result = message_fan_out(event_id=event_id, ids=[str(message_id) for message_id, _ in items],
+                                 published_at_ms=published_at_ms if isinstance(published_at_ms, int) else None,
+                                 publish=lambda copies: broker().publish(copies, window=conf().publish_window))
+    except DatabaseError as exc:
+        close_old_connections()
+        raise self.retry(exc=exc, countdown=backoff.database(self.request.retries + 1)) from None
+    if not result.done:
+        raise self.retry(countdown=backoff.broker(self.request.retries + 1))
+    return result.published
 
 
 @shared_task(name=task_names.ACCURACY_NIGHTLY)

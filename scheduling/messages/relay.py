@@ -73,15 +73,37 @@ def _fail_unbuilt(rows: list[ScheduledMessage], result: RelayResult) -> None:
 
 
 def _envelopes(rows: list[ScheduledMessage], versions: dict, *, direct: bool, enabled: bool) -> list[list[ScheduledMessage]]:
-    """The rows of a batch as broker messages: rows of one wire.envelope_key share one (when
-    DELAY_ENVELOPES is on and the publish goes through a cascade), every other row goes alone."""
+    """The rows of a batch as broker messages: the rows of one event share one event copy
+    (wire.event_key; docs/concepts/fan-out.md), then rows of one wire.envelope_key share an
+    envelope (when DELAY_ENVELOPES is on and the publish goes through a cascade); every other row
+    goes alone. An event's lone row in the batch is an ordinary row (it may share an envelope)."""
     if direct or not enabled:
         return [[row] for row in rows]
+    events: dict[object, list[ScheduledMessage]] = {}
+    for row in rows:
+        key = wire.event_key(row, versions[row.topology_id])
+        if key is not None:
+            events.setdefault(key, []).append(row)
+    size = conf().publish_batch  # a copy carries at most a batch: its fan-out is one transaction and one publish
+    copies = [group[start:start + size] for group in events.values() if len(group) > 1
+              for start in range(0, len(group), size)]
+    in_copies = {id(row) for group in copies for row in group}
     groups: dict[object, list[ScheduledMessage]] = {}
     for row in rows:
+        if id(row) in in_copies:
+            continue
         key = wire.envelope_key(row, versions[row.topology_id])
         groups.setdefault(key if key is not None else ("alone", row.id), []).append(row)
-    return list(groups.values())
+    return copies + list(groups.values())
+
+
+def _build(group: list[ScheduledMessage], version, now, *, margin_ms: int, direct: bool):
+    """A group's broker message: a row alone, an event copy, or an envelope."""
+    if len(group) == 1:
+        return wire.outgoing(group[0], version, now, margin_ms=margin_ms, direct=direct)
+    if wire.is_event_group(group):
+        return wire.outgoing_event(group, version, now, margin_ms=margin_ms)
+    return wire.outgoing_envelope(group, version, now, margin_ms=margin_ms)
 
 
 @dataclass
@@ -105,9 +127,7 @@ def _prepare(rows: list[ScheduledMessage], now, *, direct: bool) -> Prepared:
     for group in _envelopes(rows, versions, direct=direct, enabled=settings.envelopes):
         version = versions[group[0].topology_id]
         try:
-            built = (wire.outgoing(group[0], version, now, margin_ms=settings.arrival_margin_ms, direct=direct)
-                     if len(group) == 1 else
-                     wire.outgoing_envelope(group, version, now, margin_ms=settings.arrival_margin_ms))
+            built = _build(group, version, now, margin_ms=settings.arrival_margin_ms, direct=direct)
         except wire.Unbuildable as exc:
             for row in group:
                 row.last_error = str(exc)
@@ -353,8 +373,9 @@ def _units(parts: list[_Part], now) -> list[_Unit]:
         if part.claimed is None:
             continue
         for group, (out, route) in zip(part.claimed.groups, part.claimed.prepared, strict=True):
-            key = wire.envelope_key(group[0], group[0].topology.cascade) if settings.envelopes else None
-            if key is None:
+            key = (wire.envelope_key(group[0], group[0].topology.cascade)
+                   if settings.envelopes and not wire.is_event_group(group) else None)
+            if key is None:  # alone: a row, or an event copy (its rows are one request's)
                 units.append(_Unit([(part, group)], out, route))
                 continue
             chunks = merging.setdefault((key, route), [[]])

@@ -20,7 +20,7 @@ from topology import cascade
 from scheduling.core import lifecycle
 from scheduling.messages import wire
 from scheduling.core.clock import from_epoch_ms
-from scheduling.config.conf import broker
+from scheduling.config.conf import broker, conf
 from scheduling.core.lifecycle import Event
 from scheduling.models import ScheduledMessage
 from scheduling.versions.selectors import topology_version_list_provisioned
@@ -79,6 +79,19 @@ def _mark_failed(message_id: str, destination: str, prefix: str, copy_published_
     ))
 
 
+def _event_copy_left_to_rescue(event: wire.EventCopy) -> bool:
+    """An event copy the delivery exchange could not route: the fan-out queue is not bound there
+    (``provision_delays`` not run since the upgrade, or the queue deleted). Its rows are not the
+    ones at fault: with the rescue on they stay ``published`` and each is sent alone once overdue
+    (DELAY_RESCUE_AFTER_MS; an unbound endpoint's copy then comes back here on its own, and fails
+    alone). Off, they are failed with the reason, as any unroutable copy's."""
+    if not conf().rescue_after_ms:
+        return False
+    log.warning("event %s's copy was unroutable (is %s bound? run provision_delays): its %d message(s) are "
+                "left to the rescue, each alone", event.event_id, cascade.FANOUT_QUEUE, len(event.ids))
+    return True
+
+
 def unroutable_drain(*, limit: int = 1000) -> int:
     """Read each provisioned version's unroutable queue; returns how many rows were marked."""
     marked = 0
@@ -86,6 +99,10 @@ def unroutable_drain(*, limit: int = 1000) -> int:
         for version in topology_version_list_provisioned():
             with session.reader(cascade.unroutable_name(version.prefix)) as reader:
                 for message in reader.get(limit):
+                    event = wire.read_event_copy(message.headers, message.body)
+                    if event is not None and _event_copy_left_to_rescue(event):
+                        reader.ack(message)
+                        continue
                     ids = wire.carried_ids(message.headers, message.body)
                     if not ids:  # not one of ours: leave it (unacked) for an operator
                         continue

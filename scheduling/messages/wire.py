@@ -37,6 +37,9 @@ H_DELAY_MS = "x-dp-delay-ms"  # time the message was set to spend in the cascade
 H_PUBLISHED_AT_MS = "x-dp-published-at-ms"
 H_POISON_REASON = "x-dp-poison-reason"
 H_ENVELOPE = "x-dp-envelope"  # how many messages the envelope carries
+FAN_OUT_TASK = task_names.FAN_OUT_EVENT  # an event's one copy in the cascade (docs/concepts/fan-out.md)
+H_EVENT = "x-dp-event"  # the event an event copy carries the messages of
+FANOUT_QUEUE = cascade.FANOUT_QUEUE
 # W3C Trace Context (docs/observability/tracing.md): added only to a message that has one, so a
 # message without stays byte for byte what it was (v1/v2 copies are NServiceBus's shape).
 H_TRACEPARENT = "traceparent"
@@ -56,7 +59,7 @@ class Unbuildable(ValueError):
 # What building a row reads of it (with its topology's cascade): the relay and the rescue load only
 # these (decoding payloads cost ~0.1 ms a row; a Celery queue's rows load theirs apart).
 PUBLISH_FIELDS = ("id", "due_at", "topology", "endpoint__queue", "endpoint__handler", "captured_task",
-                  "idempotency_key", "traceparent")
+                  "idempotency_key", "traceparent", "event")
 
 # What building a row from a payload that is not what its path expects raises (a missing key, a
 # value of another type, an unknown encoding, a destination the cascade cannot carry).
@@ -257,6 +260,45 @@ def outgoing_envelope(messages: list[ScheduledMessage], version: cascade.Version
     return Outgoing(r.exchange, r.routing_key, body, headers, properties), r
 
 
+def event_key(message: ScheduledMessage, version: cascade.Version) -> tuple | None:
+    """What the rows of one event copy share: the event and the version (the shard is the event's).
+    None: the row is no event's, or its version keeps one broker message per message (v1, v2)."""
+    event_id = message.__dict__.get("event_id")
+    if event_id is None or not version.envelopes:
+        return None
+    return ("event", version.name, str(event_id))
+
+
+def is_event_group(messages: list[ScheduledMessage]) -> bool:
+    """Whether a relay group is an event copy's rows (several rows of one event; the relay makes
+    no other group whose rows all name one event, since it takes those first)."""
+    first = messages[0].__dict__.get("event_id")
+    return len(messages) > 1 and first is not None and all(m.__dict__.get("event_id") == first for m in messages)
+
+
+def outgoing_event(messages: list[ScheduledMessage], version: cascade.Version, now: datetime, *,
+                   margin_ms: int) -> tuple[Outgoing, Route]:
+    """An event's one broker message through the cascade, whatever its number of messages: into the
+    shard the event's id picks, to the fan-out queue, leaving ``margin_ms`` before the earliest row
+    is due (an event's rows share a due time). It carries each row's id and due time; the delivery
+    loop holds it until due and publishes each row's own copy to its endpoint (messages/fanout.py)."""
+    first = min(messages, key=lambda m: m.due_at_ms)
+    event_id = str(first.event_id)
+    now_ms = to_epoch_ms(now)
+    r = route(first.due_at_ms, now_ms, version, FANOUT_QUEUE, margin_ms=margin_ms, message_id=event_id)
+    copy_id = str(uuid.uuid4())
+    items = json.dumps([[str(m.id), m.due_at_ms] for m in messages], separators=(",", ":"))
+    body, headers, properties = _task_message(FAN_OUT_TASK, copy_id, first.due_at,
+                                              f"[{json.dumps(event_id)},{items}]", "{}")
+    headers.update(_x_dp_headers(first, version, r, now_ms), **r.headers)
+    del headers[H_MESSAGE_ID]  # the ids are in the body
+    headers.pop(H_TRACEPARENT, None)  # the rows' copies carry their own (each row's column)
+    headers[H_DESTINATION] = FANOUT_QUEUE
+    headers[H_EVENT] = event_id
+    headers[H_ENVELOPE] = len(messages)
+    return Outgoing(r.exchange, r.routing_key, body, headers, properties), r
+
+
 # --- how a message travels, for people (the admin's message page) --------------------------------
 
 
@@ -347,15 +389,49 @@ def read_envelope(headers: dict, body: bytes) -> list[Delivery] | None:
     return deliveries or None
 
 
+@dataclass(frozen=True)
+class EventCopy:
+    """A ``scheduling.fan_out_event`` message: the event, its rows with their due times, when the
+    relay published it (rows published later were fanned out already: a duplicate skips them)."""
+
+    event_id: str
+    items: tuple[Delivery, ...]
+    published_at_ms: int | None
+
+    @property
+    def due_ms(self) -> int:
+        return min(item.due_ms for item in self.items)
+
+    @property
+    def ids(self) -> list[str]:
+        return [item.message_id for item in self.items]
+
+
+def read_event_copy(headers: dict, body: bytes) -> EventCopy | None:
+    """The event copy a broker message is; None if it is not one (or it is malformed)."""
+    if headers.get("task") != FAN_OUT_TASK:
+        return None
+    try:
+        (event_id, items), _, _ = json.loads(body)
+        deliveries = tuple(Delivery(str(message_id), 0, int(due_ms)) for message_id, due_ms in items)
+    except (ValueError, TypeError, IndexError, KeyError, AttributeError):
+        return None
+    if not deliveries or not is_row_id(event_id) or not all(is_row_id(d.message_id) for d in deliveries):
+        return None
+    return EventCopy(str(event_id), deliveries, int_header(headers, H_PUBLISHED_AT_MS))
+
+
 def envelope_ids(headers: dict, body: bytes) -> list[str]:
     """The ids an envelope carries ([] if it is not one): what a tool that meets it acts on."""
     return [d.message_id for d in read_envelope(headers, body) or []]
 
 
 def carried_ids(headers: dict, body: bytes) -> list[str]:
-    """The rows a broker message stands for: an envelope's, or its own ``x-dp-message-id`` when that
-    can name a row ([] for a foreign message)."""
+    """The rows a broker message stands for: an envelope's, an event copy's, or its own
+    ``x-dp-message-id`` when that can name a row ([] for a foreign message)."""
     own = headers.get(H_MESSAGE_ID)
+    if (event := read_event_copy(headers, body)) is not None:
+        return event.ids
     return envelope_ids(headers, body) or ([own] if is_row_id(own) else [])
 
 

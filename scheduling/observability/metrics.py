@@ -63,6 +63,9 @@ RELAY_PUBLISHED = Counter(
 RELAY_BROKER_MESSAGES = Counter(
     "delay_relay_broker_messages", "Broker messages the relay published into a cascade (confirmed): an envelope "
     "counts once, however many rows it carries.", ("version",))
+FANNED_OUT = Counter(
+    "delay_fanned_out_messages", "Messages the delivery loops published to their endpoints from an event's one "
+    "copy in the cascade (docs/concepts/fan-out.md), confirmed.")
 RELAY_FAILURES = Counter(
     "delay_relay_failures", "Rows the relay could not publish (left pending for the sweeper).", ("version",))
 RESCUED = Counter(
@@ -241,6 +244,12 @@ def relay_outcome(published, failed, broker_messages=()) -> None:
                          (RELAY_BROKER_MESSAGES, broker_messages)):
         for version, n in Tally(row.topology.name for row in rows).items():
             metric.labels(version).inc(n)
+
+
+def fanned_out(count: int) -> None:
+    """Copies an event copy's fan-out published (confirmed)."""
+    if count:
+        FANNED_OUT.inc(count)
 
 
 def rescued(rows) -> None:

@@ -13,7 +13,7 @@ from rabbit.requirements import Requirement, broker_facts, requirements_check
 from topology import cascade
 from topology.diff import diff_plan, diff_warnings, leftover_shards, leftover_warning, replication_check
 
-from scheduling.config.conf import broker
+from scheduling.config.conf import broker, conf
 from scheduling.models import Endpoint, TopologyVersion
 
 
@@ -36,12 +36,22 @@ def topology_check(*, version: cascade.Version, url: str | None = None) -> Verif
     exchanges, queues, bindings = target.management.listings(target.vhost)
     replication = _replication(target.management, target.vhost, plan, queues)
     return Verification(
-        diff_plan(plan, exchanges, queues, bindings) + replication.problems,
+        diff_plan(plan, exchanges, queues, bindings) + replication.problems
+        + _fanout_problems(version, exchanges, queues, bindings),
         diff_warnings(plan, exchanges) + [leftover_warning(version, left)
                                           for left in leftover_shards(version, exchanges, queues)],
         replication.summary,
         len(replication.problems),
     )
+
+
+def _fanout_problems(version: cascade.Version, exchanges, queues, bindings) -> list[str]:
+    """A version with envelopes needs the fan-out queue, bound on its delivery exchange (its events'
+    copies end there: docs/concepts/fan-out.md); provision_delays declares both."""
+    if not version.envelopes:
+        return []
+    wanted = cascade.Plan(version, (), (cascade.fanout_queue(conf().queue_type),), (cascade.fanout_binding(version),))
+    return diff_plan(wanted, exchanges, queues, bindings)
 
 
 def topology_check_broker(*, quorum: bool, url: str | None = None) -> list[Requirement]:

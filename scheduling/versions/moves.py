@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from django.db import transaction
 
@@ -25,7 +25,7 @@ from scheduling.messages import wire
 from scheduling.core.clock import from_epoch_ms, now_ms, to_epoch_ms
 from scheduling.config.conf import broker, conf
 from scheduling.core.lifecycle import IN_FLIGHT
-from scheduling.models import ScheduledMessage, TopologyVersion
+from scheduling.models import Endpoint, ScheduledMessage, TopologyVersion
 from scheduling.versions.broker import topology_count_by_shard, topology_list_shards
 from scheduling.messages.relay import message_mark_published
 from scheduling.messages.unroutable import message_mark_unroutable
@@ -89,14 +89,46 @@ class _Mover:
                 yield message, found, "drop"
             elif found.due_at_ms is None:
                 yield message, found, POISON_REASON
+            elif self._splits_event(message):  # each row's own copy: built (or failed) row by row
+                yield message, found, "move"
             elif not cascade.carries(self.target_version, found.destination):
                 yield message, found, f"{self.target_version.name} cannot carry destination {found.destination!r}"
             else:
                 yield message, found, "move"
 
+    def _splits_event(self, message: rabbit.Received) -> bool:
+        return not self.target_version.envelopes and wire.read_event_copy(message.headers, message.body) is not None
+
+    def _split_event(self, event: wire.EventCopy, at_ms: int):
+        """An event copy moved into a version without envelopes (v3 -> v2): each of its rows still
+        in flight as its own ordinary copy (any handler's, built from the row as the relay builds
+        it), with its remaining delay; a row none can be built of there is failed, with the reason."""
+        rows = list(ScheduledMessage.objects.select_related("endpoint", "topology").only(*wire.PUBLISH_FIELDS, "status")
+                    .filter(id__in=event.ids, status__in=IN_FLIGHT))
+        tasks = {r.id: r for r in rows if r.endpoint.handler == Endpoint.Handler.CELERY_QUEUE}
+        for row_id, payload in ScheduledMessage.objects.filter(id__in=list(tasks)).values_list("id", "payload"):
+            tasks[row_id].payload = payload
+        singles = []
+        for row in rows:
+            try:
+                out, r = wire.outgoing(row, self.target_version, from_epoch_ms(at_ms), margin_ms=self.margin_ms)
+            except wire.Unbuildable as exc:
+                message_mark_unroutable(message_id=str(row.id), reason=f"not moved to {self.target_version.name}: {exc}")
+                continue
+            singles.append((out, r, str(row.id)))
+        return singles
+
     def _route(self, message: rabbit.Received, found: wire.Found, at_ms: int):
-        """[(out, route, id)]: the publishes that move the message (several where an envelope is
-        split for a version without envelopes); id None: the publish carries every row of ``message``."""
+        """[(out, route, id)]: the publishes that move the message (several where an envelope or an
+        event copy is split for a version without envelopes); id None: the publish carries every row
+        of ``message``."""
+        if (event := wire.read_event_copy(message.headers, message.body)) is not None:
+            if not self.target_version.envelopes:
+                return self._split_event(event, at_ms)
+            out, r = wire.moved(message.headers, message.properties, message.body,
+                                replace(found, message_id=event.event_id), self.target_version, at_ms,
+                                margin_ms=self.margin_ms)
+            return [(out, r, None)]
         parts = wire.read_envelope(message.headers, message.body)
         if parts:
             return wire.moved_envelope(message, found, parts, self.target_version, at_ms, margin_ms=self.margin_ms)
@@ -117,7 +149,8 @@ class _Mover:
         outs = [(index, publish) for index, (_, _, publishes) in enumerate(moves) for publish in publishes]
         moved_outcome = self.target.publish([out for _, (out, _, _) in outs])
         poison_outcome = self.source.publish([out for _, out in poisons])
-        whole = {index for index, _ in outs} - {index for n, (index, _) in enumerate(outs) if n not in moved_outcome.confirmed}
+        # a move is whole when every publish of it was confirmed (an event copy split into none: its rows failed)
+        whole = set(range(len(moves))) - {index for n, (index, _) in enumerate(outs) if n not in moved_outcome.confirmed}
         with transaction.atomic():
             rows = []
             for n in sorted(moved_outcome.confirmed):  # the row says where its message went
@@ -140,7 +173,7 @@ class _Mover:
         s = self.summary
         s.found += len(messages)
         s.moved += len(confirmed)
-        s.immediate += sum(1 for *_, publishes in confirmed if publishes[0][1].delay_units == 0)
+        s.immediate += sum(1 for *_, publishes in confirmed if publishes and publishes[0][1].delay_units == 0)
         s.poisoned += len(poison_outcome.confirmed)
         s.dropped += len(drops)
         s.failed += len(unconfirmed)
@@ -157,7 +190,8 @@ class _Mover:
                     self.summary.dropped += 1
                 elif action == "move":
                     self.summary.moved += 1
-                    self.summary.immediate += self._route(message, found, at_ms)[0][1].delay_units == 0
+                    publishes = self._route(message, found, at_ms) if not self._splits_event(message) else []
+                    self.summary.immediate += bool(publishes) and publishes[0][1].delay_units == 0
                 else:
                     self.summary.poisoned += 1
             self.summary.found += len(messages)

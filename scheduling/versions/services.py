@@ -14,7 +14,7 @@ from rabbit.redelivery import redelivery_policy_ensure
 from topology import cascade
 
 from scheduling.audit.services import audit_record
-from scheduling.config.conf import broker
+from scheduling.config.conf import broker, conf
 from scheduling.models import TopologyVersion
 from scheduling.versions.broker import Verification, topology_check
 from scheduling.endpoints.services import endpoint_bind_all
@@ -40,12 +40,16 @@ def _record(version: cascade.Version, **fields) -> bool:
 
 def topology_declare(*, session: rabbit.Session, version: cascade.Version) -> list[str]:
     """Declare every shard of the version, shard 0 first (it holds the delivery exchange the
-    others pass into). Shard s's queues are declared from node s on, so on a cluster the same
-    level of different shards has its quorum leader on a different node. Returns the lines of
+    others pass into), and on a version with envelopes the fan-out queue and its binding (idempotent:
+    one queue, bound on every such version). Shard s's queues are declared from node s on, so on a
+    cluster the same level of different shards has its quorum leader on a different node. Returns the lines of
     exchanges kept as another system declared them."""
     kept = []
     for shard, plan in enumerate(cascade.shard_plans(version)):
         kept += session.declare(plan, first_node=shard)
+    if version.envelopes:  # events' one copy arrives in the fan-out queue (docs/concepts/fan-out.md)
+        session.declare_queue(cascade.fanout_queue(conf().queue_type))
+        session.bind(cascade.fanout_binding(version))
     return kept
 
 

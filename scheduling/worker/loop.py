@@ -48,6 +48,7 @@ from scheduling.delivery.webhook_calls import webhook_call_take
 from scheduling.delivery.orphans import Carried, orphan_copy_set_aside
 from scheduling.core.flow_gate import FlowGate, Limit
 from scheduling.delivery.handlers import WebhookProfile, payload_body, signed_headers, webhook_profiles
+from scheduling.worker.fanning import Fanning, FanOutThread
 from scheduling.worker.holding import Held, Holding
 from scheduling.delivery.recorder import Recorder
 from scheduling.delivery.webhooks import Call, CallResult, EngineSettings, WebhookEngine
@@ -90,6 +91,9 @@ class DeliveryLoop(threading.Thread):
         self.in_webhooks: set[str] = set()  # ids taken for a call or parked for one, not yet settled
         self.parts: dict[int, int] = {}  # delivery tag of an envelope -> its messages not yet settled
         self.given_back: set[int] = set()  # envelopes rejected whole while a message of theirs was at a webhook
+        self.event_copies: dict[int, wire.EventCopy] = {}  # delivery tag -> an event copy held for its fan-out
+        self.fanning = FanOutThread(worker_name)  # fans them out (fanning.py)
+        self.fanning_out: set[int] = set()  # event copies at the fan-out thread
         # tracing on only (observability/tracing.py): queue -> (team, endpoint) names, and the spans
         # of webhook deliveries out (message id -> (deliver span, attempt span))
         self.labels: dict[str, tuple[str, str]] = {}
@@ -112,6 +116,7 @@ class DeliveryLoop(threading.Thread):
     def start(self) -> None:
         self.engine.start()
         self.recorder.start()
+        self.fanning.start()
         super().start()
 
     def stop(self, timeout: float = 10) -> None:
@@ -126,6 +131,7 @@ class DeliveryLoop(threading.Thread):
         if ended:
             self.recorder.submit(ended)
         self.recorder.stop(timeout)
+        self.fanning.stop(timeout)
 
     def run(self) -> None:
         while not self.stopping.is_set():
@@ -146,6 +152,8 @@ class DeliveryLoop(threading.Thread):
                 self.holding.clear()  # unacked: the broker hands them back on the next connection
                 self.parts.clear()
                 self.given_back.clear()
+                self.event_copies.clear()
+                self.fanning_out.clear()  # their results are dropped: the copies come back on the next connection
                 self.parked.clear()
                 self.in_webhooks.clear()  # calls still out are recorded under their lease, then not acked
                 metrics.held(0)
@@ -166,14 +174,15 @@ class DeliveryLoop(threading.Thread):
                     next_sync = time.monotonic() + self.settings.consumer_sync_seconds
                 self._calls_ended()
                 self._settle_recorded()
+                self._fanned()
                 self._deliver_due()
                 if self.rescues and self.settings.rescue_after_ms and time.monotonic() >= next_rescue:
                     found = self._rescue()
                     # 4 looks a rescue while it finds some, 2 while it finds none
                     next_rescue = time.monotonic() + self.settings.rescue_after_ms / (4000 if found else 2000)
                 metrics.held(len(self.holding))
-                longest = CALLS_WAIT_SECONDS if self.in_webhooks else LONGEST_WAIT_SECONDS
-                ready = not (self.finished.empty() and self.recorder.done.empty())
+                longest = CALLS_WAIT_SECONDS if self.in_webhooks or self.fanning_out else LONGEST_WAIT_SECONDS
+                ready = not (self.finished.empty() and self.recorder.done.empty() and self.fanning.done.empty())
                 wait_s = 0.0 if ready else self.holding.wait_seconds(now_ms(), longest)
                 self.consumer.wait(max(wait_s, 0.0005), then_take=self.settings.delivery_batch * 4)
 
@@ -184,6 +193,8 @@ class DeliveryLoop(threading.Thread):
             if not any(self.call_slots.values()):  # max_concurrent's slots are this connection's session locks:
                 close_old_connections()  # closed (CONN_MAX_AGE) while calls were out, they went to other workers
             wanted = {name for name, active in endpoint_get_consumption().items() if active}
+            if wire.FANOUT_QUEUE in self.consumer.queues or self.consumer.queue_exists(wire.FANOUT_QUEUE):
+                wanted.add(wire.FANOUT_QUEUE)  # events' copies (docs/concepts/fan-out.md), once provisioned
             self.flow.set_limits(endpoint_get_flow_limits())
             self.profiles = webhook_profiles()
             if tracing.ENABLED:
@@ -224,6 +235,10 @@ class DeliveryLoop(threading.Thread):
     # --- messages -----------------------------------------------------------------------------
 
     def _on_message(self, message: rabbit.Received) -> None:
+        if (event := wire.read_event_copy(message.headers, message.body)) is not None:
+            self.event_copies[message.tag] = event  # fanned out as it arrives (_fan_out)
+            self.holding.hold(message, wire.Delivery(f"event:{event.event_id}", 0, now_ms(), stamped=False))
+            return
         deliveries = wire.read_deliveries(message.headers, message.body, now_ms())
         if deliveries is None:  # not ours: keep it unacked (never dropped) and say so
             log.error("endpoint queue %s holds a message that is not a scheduling.deliver task or envelope; "
@@ -236,6 +251,10 @@ class DeliveryLoop(threading.Thread):
 
     def _deliver_due(self) -> None:
         ready = self.holding.due(now_ms(), self.settings.delivery_batch)
+        if self.event_copies and ready:  # events' copies (docs/concepts/fan-out.md): fanned out, not delivered
+            copies = [held for held in ready if held.message.tag in self.event_copies]
+            ready = [held for held in ready if held.message.tag not in self.event_copies]
+            self._fan_out(copies)
         if not ready:
             return
         ready = self._bulkheads(ready, now_ms())
@@ -285,6 +304,41 @@ class DeliveryLoop(threading.Thread):
             else:
                 decided.append((held, outcome))
         self._settle_all(decided)
+
+    def _fan_out(self, due: list[Held]) -> None:
+        """Event copies leave the cascade the arrival margin (or up to a unit more) before due: as
+        one arrives, the fan-out thread (fanning.py) sends each of its rows' own copy to its endpoint,
+        where this loop or another holds it until due as any copy, so the fan-out's time is not
+        added to its lateness; a Celery queue's rows (their task runs on arrival) go at due."""
+        for held in due:
+            event = self.event_copies[held.message.tag]
+            self.fanning_out.add(held.message.tag)
+            self.fanning.submit(Fanning(held, event, self.session_no, tasks=now_ms() >= event.due_ms))
+
+    def _fanned(self) -> None:
+        """Settle what the fan-out thread did: the event copy acked; held again with the backoff
+        when the database was away or copies were not confirmed (never lost: the rows stamped are
+        skipped the next time); a Celery queue's rows waiting: held until due. A result of an
+        earlier connection is dropped: its event copy came back on this one."""
+        acks = []
+        while not self.fanning.done.empty():
+            item = self.fanning.done.get()
+            held, event = item.held, item.event
+            if item.session != self.session_no:
+                continue
+            self.fanning_out.discard(held.message.tag)
+            result = item.result
+            if item.failed or not result.done:
+                backoff = self.holding.database_failed if item.failed == "database" else self.holding.broker_failed
+                wait = backoff(held, now_ms())
+                log.warning("fan-out of event %s postponed (%s); retry in %gs, unacked", event.event_id,
+                            item.errors[:1] or f"{result.unconfirmed} cop(ies) not confirmed", wait)
+            elif result.tasks_waiting:  # a Celery queue's rows: at due (never before)
+                self.holding.hold_until(held, event.due_ms)
+            else:
+                del self.event_copies[held.message.tag]
+                acks.append(held.message)
+        self.consumer.ack_many(acks)
 
     def _bulkheads(self, ready: list[Held], now: int) -> list[Held]:
         """Of the due messages, those whose call may be handed over now: a paused endpoint's wait

@@ -63,3 +63,14 @@ def test_todays_targets():
     assert rows["1 idle lateness p99"][4:] == ("≤ 10 ms", True)
     assert rows["1 idle: early deliveries"][1:3] == ("—", "0")
     assert rows["3 scheduling rate"][4:] == ("≥ 20,000/s and ≥ raw's", True)
+
+
+def test_fan_out_rows_put_the_event_beside_separate_messages():
+    load = {"events": 200, "messages": 10000, "events_per_s_asked": 20.0, "events_per_s": 19.8, "p99": 120,
+            "broker_us_per_event": 900.0, "broker_us_per_message": 18.0, "cascade_messages": 200,
+            "machine_busy": 0.7}
+    separate = {**load, "broker_us_per_event": 9000.0, "broker_us_per_message": 180.0, "cascade_messages": 10000}
+    (row,) = rows_of({"fanout": {"event_50x20": load, "separate_50x20": separate}}).values()
+    assert row[0] == "9 fan-out 50 at 20/s events: broker CPU per event"
+    assert row[2] == "900 µs (20/s reached, p99 120 ms, 1.0 cascade msg/event)"
+    assert "separate: 9,000 µs" in row[3] and "per delivered msg 18 µs vs 180 µs" in row[3] and row[5] is None

@@ -39,6 +39,9 @@ def module_cascades(module_broker_url):
     with vhost_lifecycle_lock(), rabbit.Broker(module_broker_url).session() as session:
         for version in cascade.VERSIONS.values():
             session.declare(cascade.cascade_plan(version))
+            if version.envelopes:  # the fan-out queue, as provision_delays declares it (versions/services.py)
+                session.declare_queue(cascade.fanout_queue())
+                session.bind(cascade.fanout_binding(version))
     return module_broker_url
 
 

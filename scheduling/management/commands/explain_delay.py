@@ -74,7 +74,9 @@ class Command(VersionedCommand):
             self.stdout.write(
                 f"Envelopes ({setting_name('envelopes')} on): messages to {destination} that the relay publishes "
                 f"together and that fall due in the same second take this path as one broker message; the "
-                f"consumer holds each to its own due time."
+                f"consumer holds each to its own due time. An event's messages (one per subscription) take it as "
+                f"one broker message for the whole event, to {cascade.FANOUT_QUEUE}, fanned out to each endpoint "
+                f"the arrival margin before due (docs/concepts/fan-out.md)."
             )
 
     def queue_of(self, destination: str, team: str | None) -> str:

@@ -330,3 +330,112 @@ def test_a_caller_s_raw_celery_payload_never_takes_the_raw_path(endpoint, amqp):
     assert (result.published, result.unbuildable) == (1, 1)
     crafted.refresh_from_db()
     assert crafted.status == Status.FAILED and "its payload is not a Celery task" in crafted.last_error
+
+
+# --- an event's rows: one event copy in the cascade (docs/concepts/fan-out.md) ----------------------
+
+
+@pytest.fixture
+def fan_endpoints(platform, amqp):
+    """Three endpoints on v3 (a record-only, a webhook-less celery_task and a Celery queue's), bound."""
+    from harness.endpoints import bind_endpoint
+
+    made = []
+    for handler in (Endpoint.Handler.NONE, Endpoint.Handler.CELERY_TASK, Endpoint.Handler.CELERY_QUEUE):
+        name = f"fan-{handler.replace('_', '-')}-{uuid.uuid4().hex[:6]}"
+        bind_endpoint(amqp, cascade.V3, name)
+        made.append(Endpoint.objects.create(name=name, queue=name, topology=platform["v3"], handler=handler,
+                                            handler_target="testapp.record_receipt"
+                                            if handler == Endpoint.Handler.CELERY_TASK else ""))
+    yield made
+    for endpoint in made:
+        amqp.delete_queue(endpoint.queue)
+
+
+def fan_payload(endpoint):
+    return {"task": "testapp.record_receipt", "args": [1]} if endpoint.handler == Endpoint.Handler.CELERY_QUEUE \
+        else {"n": 1}
+
+
+def counted():
+    return [REGISTRY.get_sample_value(f"delay_relay_{name}_total", {"version": "v3"}) or 0
+            for name in ("published", "broker_messages")]
+
+
+def level_messages(amqp, rows):
+    """The broker messages carrying these rows, from their levels' queues (other tests' messages
+    of the module's vhost left out)."""
+    ids = {str(r.id) for r in rows}
+    levels = {r.first_exchange for r in ScheduledMessage.objects.filter(id__in=[r.id for r in rows])}
+    return [m for level in levels for m in iter(lambda level=level: get(amqp, level), None)
+            if ids & set(wire.carried_ids(m.headers, m.body))]
+
+
+def test_an_events_rows_cross_the_cascade_as_one_event_copy_after_the_commit(fan_endpoints, amqp, settings,
+                                                                            monkeypatch):
+    """50 rows of one event (record-only, celery_task and Celery-queue endpoints): one broker message
+    to the fan-out queue, every row published with its route, the metrics say 50 rows in 1."""
+    from harness.events import schedule_event
+
+    settings.DELAY_ENVELOPES = True
+    monkeypatch.setattr("scheduling.messages.relay._Pause.until", 0.0)
+    targets = [fan_endpoints[n % 3] for n in range(50)]
+    before = counted()
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        event, _ = schedule_event(endpoints=targets, payload=fan_payload, deliver_at=timezone.now() + timedelta(seconds=30))
+    assert [after - b for after, b in zip(counted(), before)] == [50, 1]
+    stored = list(ScheduledMessage.objects.filter(event=event))
+    assert len(stored) == 50 and {r.status for r in stored} == {Status.PUBLISHED}
+    assert len({(r.first_exchange, r.routing_key) for r in stored}) == 1
+    assert stored[0].routing_key == cascade.FANOUT_QUEUE
+    (copy,) = level_messages(amqp, stored)
+    assert copy.headers["task"] == wire.FAN_OUT_TASK and copy.headers[wire.H_EVENT] == str(event.id)
+    read = wire.read_event_copy(copy.headers, copy.body)
+    assert sorted(read.ids) == sorted(str(r.id) for r in stored) and read.event_id == str(event.id)
+    assert read.published_at_ms == wire.to_epoch_ms(stored[0].published_at)
+    assert sorted(wire.carried_ids(copy.headers, copy.body)) == sorted(read.ids)  # the drain and the moves' view
+    assert copy.headers[wire.H_DUE_AT_MS] == stored[0].due_at_ms and copy.headers[wire.H_VERSION] == "v3"
+
+
+def test_the_sweeper_sends_an_events_pending_rows_as_one_event_copy(fan_endpoints, amqp, settings):
+    from scheduling.events.models import Event
+
+    settings.DELAY_ENVELOPES = True
+    due = timezone.now() + timedelta(seconds=20)
+    event = Event.objects.create(team=fan_endpoints[0].team, topic="t", payload={}, due_at=due, message_count=6)
+    rows = [ScheduledMessage.objects.create(endpoint=e, topology=e.topology, event=event, payload=fan_payload(e),
+                                            due_at=due, requested_delay_ms=20000) for e in fan_endpoints * 2]
+    alone = row(fan_endpoints[0], 20)
+    before = counted()
+    assert relay_publish(ids=[str(r.id) for r in [*rows, alone]]).published == 7
+    assert [after - b for after, b in zip(counted(), before)] == [7, 2]
+    messages = level_messages(amqp, [*rows, alone])
+    assert sorted(m.headers["task"] for m in messages) == sorted([wire.FAN_OUT_TASK, wire.DELIVER_TASK])
+
+
+def test_an_events_row_alone_in_its_batch_and_v2_events_go_one_message_per_row(fan_endpoints, amqp, settings,
+                                                                               endpoint):
+    from scheduling.events.models import Event
+
+    settings.DELAY_ENVELOPES = True
+    due = timezone.now() + timedelta(seconds=20)
+    event = Event.objects.create(team=endpoint.team, topic="t", payload={}, due_at=due, message_count=4)
+    v2_rows = [ScheduledMessage.objects.create(endpoint=endpoint, topology=endpoint.topology, event=event, payload={},
+                                               due_at=due, requested_delay_ms=20000) for _ in range(3)]
+    lone = ScheduledMessage.objects.create(endpoint=fan_endpoints[0], topology=fan_endpoints[0].topology, event=event,
+                                           payload={}, due_at=due, requested_delay_ms=20000)
+    assert relay_publish(ids=[str(r.id) for r in [*v2_rows, lone]]).published == 4
+    messages = level_messages(amqp, [*v2_rows, lone])
+    assert [m.headers["task"] for m in messages] == [wire.DELIVER_TASK] * 4  # v2 byte-compatible; one row alone
+
+
+def test_with_envelopes_off_an_events_rows_go_one_message_per_row(fan_endpoints, amqp, settings):
+    from scheduling.events.models import Event
+
+    settings.DELAY_ENVELOPES = False
+    due = timezone.now() + timedelta(seconds=20)
+    event = Event.objects.create(team=fan_endpoints[0].team, topic="t", payload={}, due_at=due, message_count=2)
+    rows = [ScheduledMessage.objects.create(endpoint=fan_endpoints[0], topology=fan_endpoints[0].topology, event=event,
+                                            payload={}, due_at=due, requested_delay_ms=20000) for _ in range(2)]
+    assert relay_publish(ids=[str(r.id) for r in rows]).published == 2
+    assert [m.headers["task"] for m in level_messages(amqp, rows)] == [wire.DELIVER_TASK] * 2

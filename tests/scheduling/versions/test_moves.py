@@ -297,3 +297,35 @@ def test_a_stale_envelope_is_dropped_only_when_every_message_in_it_is(envelope_s
     back = delays_move(source=broker(), target=broker(), source_version=targets["v3"], target_version=old,
                        target_row=versions["v3"])
     assert (back.moved, back.dropped) == (1, 1)
+
+
+def test_an_event_copy_moves_whole_into_a_version_with_envelopes_and_its_rows_follow(versions, declared, unique_prefix,
+                                                                                     endpoint_name, amqp, settings):
+    """What transfer_delays does on v3 (another cascade of the same version): the event's one copy
+    moves whole, still for the fan-out queue, with its remaining delay."""
+    from scheduling.events.models import Event
+
+    settings.DELAY_ENVELOPES = True
+    old = declared(cascade.V3, prefix=unique_prefix + "v3.")
+    new = declared(cascade.V3, prefix=unique_prefix + "v3b.")
+    versions["v3"].prefix = old.version.prefix
+    versions["v3"].provisioned_at = timezone.now()
+    versions["v3"].save()
+    endpoint = Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=versions["v3"])
+    due = timezone.now() + timedelta(hours=1)
+    event = Event.objects.create(team=endpoint.team, topic="t", payload={}, due_at=due, message_count=3)
+    rows = [ScheduledMessage.objects.create(endpoint=endpoint, topology=versions["v3"], event=event, payload={},
+                                            due_at=due, requested_delay_ms=3_600_000) for _ in range(3)]
+    assert relay_publish(ids=[str(r.id) for r in rows]).published == 3
+    summary = delays_move(source=broker(), target=broker(), source_version=old.version, target_version=new.version,
+                          target_row=versions["v3"])
+    assert (summary.found, summary.moved, summary.rows_updated, summary.left_in_source) == (1, 1, 3, 0)
+    moved = [m for level, depth in topology_count_by_level(session=amqp, version=new.version).items() if depth
+             for m in iter(lambda level=level: get(amqp, cascade.level_name(new.version.prefix, level)), None)]
+    (copy,) = moved
+    assert copy.headers["task"] == wire.FAN_OUT_TASK and copy.headers[wire.H_DESTINATION] == cascade.FANOUT_QUEUE
+    assert sorted(wire.read_event_copy(copy.headers, copy.body).ids) == sorted(str(r.id) for r in rows)
+    assert copy.headers[wire.H_DUE_AT_MS] == rows[0].due_at_ms
+    for row in rows:
+        row.refresh_from_db()
+        assert row.first_exchange.startswith(new.version.prefix) and row.routing_key == cascade.FANOUT_QUEUE
