@@ -370,6 +370,7 @@ class BulkCreateSerializer(RefuseControlCharacters, serializers.Serializer):
         self.fields["messages"].max_length = conf().bulk_max
 
 
+@extend_schema_field({"type": "string", "nullable": True, "description": "an endpoint's name"})
 class CallbackEndpointField(serializers.Field):
     """A callback endpoint's name (or null), looked up once per endpoint for a whole page (on the
     root serializer): a related field would query once per message."""
