@@ -30,9 +30,6 @@ os.environ.setdefault("BROKER_URL", f"amqp://guest:guest@127.0.0.1:5672/dp-test-
 # tests' webhook receivers listen on 127.0.0.1, and their celery_task endpoints run harness/testapp's tasks
 os.environ.setdefault("DELAY_WEBHOOK_ALLOWED_NETWORKS", "127.0.0.1/32")
 os.environ.setdefault("DELAY_CELERY_TASK_ALLOWLIST", "testapp.*")
-# three test processes, their workers and RabbitMQ nodes share 2 cores: a node may take longer than
-# the 5 s default to answer a connection while the machine is that busy (a dead node is refused at once)
-os.environ.setdefault("DELAY_BROKER_CONNECT_TIMEOUT_MS", "20000")
 # tests and benchmarks post thousands of messages; tests/scheduling/api/test_throttles.py turns it on
 os.environ.setdefault("DELAY_API_RATE", "off")
 os.environ.setdefault("DELAY_TEAM_API_RATE", "off")

@@ -66,6 +66,25 @@ class RecordingServer:
         self.server.shutdown()
         self.server.server_close()
 
+    def unread_by_kernel(self) -> int:
+        """Bytes and connections the kernel holds for this server that it has not taken yet: the
+        listening socket's accept queue plus what its connections have received and it has not read
+        (Linux's /proc/net/tcp). A request a sender wrote before it died sits there until the
+        server's threads get a core, for as long as a busy machine keeps them from one."""
+        port = f"{self.server.server_port:04X}"
+        waiting = 0
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            try:
+                lines = open(table).read().splitlines()[1:]
+            except OSError:
+                continue
+            for line in lines:
+                fields = line.split()
+                local, state, queues = fields[1], fields[3], fields[4]
+                if local.rsplit(":", 1)[1] == port and state in ("0A", "01"):  # LISTEN, ESTABLISHED
+                    waiting += int(queues.split(":")[1], 16)  # rx_queue: the accept queue, or unread bytes
+        return waiting
+
     def connections(self) -> int:
         return len({r["peer"] for r in self.requests})
 

@@ -34,12 +34,14 @@ def own_worker(worker_env, label: str, **settings) -> Worker:
 
 
 def quiet(server: RecordingServer, seconds: float = 1.0):
-    """A wait condition: the server holds no request and has taken none for ``seconds``."""
+    """A wait condition: the server holds no request, has taken none for ``seconds``, and the kernel
+    holds nothing for it (no connection waiting to be accepted, no request bytes unread): a request
+    a killed worker wrote may wait there longer than any fixed time on a busy machine."""
     seen = {"count": -1, "since": 0.0}
 
     def check() -> bool:
         count, now = len(server.requests), time.monotonic()
-        if count != seen["count"] or server.in_flight:
+        if count != seen["count"] or server.in_flight or server.unread_by_kernel():
             seen["count"], seen["since"] = count, now
             return False
         return now - seen["since"] >= seconds
