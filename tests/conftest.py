@@ -67,7 +67,7 @@ SECONDS = {
     "e2e/test_moves.py": 350, "e2e/test_accuracy_report.py": 300, "e2e/test_delivery.py": 275,
     "reliability/test_soak.py": 270, "reliability/test_cluster.py": 205,
     "reliability/test_peer_failure_modes.py": 190, "e2e/test_spark_standalone.py": 185,
-    "e2e/test_webhook_engine.py": 185, "e2e/test_python_client.py": 175, "e2e/test_events.py": 45, "reliability/test_broker_faults.py": 170,
+    "e2e/test_webhook_engine.py": 215, "e2e/test_python_client.py": 175, "e2e/test_events.py": 45, "reliability/test_broker_faults.py": 170,
     "reliability/test_broker_loss.py": 140,
     "reliability/test_fuzz_api.py": 150, "scheduling/reports/test_accuracy.py": 140,
     "e2e/test_celery_integration.py": 135, "e2e/test_flow_control.py": 115,

@@ -151,8 +151,11 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_calls_again_only_what_was_i
     and ended calls its recorder had not written: how many depends on the machine's speed, so the
     test names them rather than counting them)."""
     first = own_worker(worker_env, "killed")
-    with RecordingServer(hold_seconds=0.02) as server:
-        name = endpoint(api, endpoint_name, server.url)
+    with RecordingServer(hold_seconds=0.1) as server:
+        # a deadline of 20 s: a take's lease (twice the deadline) outlasts any stall of a loop on a
+        # machine this busy, so a second call here is the kill's, never a lease run out under load
+        # (the killed worker's leases then end 40 s after the kill, well inside the wait below)
+        name = endpoint(api, endpoint_name, server.url, webhook_timeout_seconds=20)
         ids = schedule_many(api, name, [1.0] * 1000)
         wait_until(lambda: len(server.requests) >= 200, 60, 0.05, "a part of the batch called")
         first.kill()
