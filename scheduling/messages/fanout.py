@@ -30,6 +30,7 @@ from rabbit import Outcome, Outgoing
 from scheduling.core.clock import from_epoch_ms
 from scheduling.core.lifecycle import Status
 from scheduling.messages import wire
+from scheduling.messages.selectors import message_load_task_payloads
 from scheduling.messages.unroutable import message_build_copies
 from scheduling.models import Endpoint, ScheduledMessage
 
@@ -50,15 +51,6 @@ class FanOut:
     @property
     def done(self) -> bool:
         return not self.unconfirmed
-
-
-def _load_task_payloads(rows: list[ScheduledMessage]) -> None:
-    """A Celery queue's row carries its task message in the payload (the lock loaded no payloads)."""
-    tasks = [row for row in rows if row.endpoint.handler == Endpoint.Handler.CELERY_QUEUE]
-    if tasks:
-        payloads = dict(ScheduledMessage.objects.filter(id__in=[r.id for r in tasks]).values_list("id", "payload"))
-        for row in tasks:
-            row.payload = payloads[row.id]
 
 
 def message_fan_out(*, event_id: str, ids: list[str], published_at_ms: int | None,
@@ -122,7 +114,7 @@ def message_fan_out_many(*, copies: list[tuple[wire.EventCopy, bool]],
             return results
         owner = {id(row): result for result, row in chosen}
         built_rows = [row for _, row in chosen]
-        _load_task_payloads(built_rows)
+        message_load_task_payloads(rows=built_rows)
         built, outgoing, _ = message_build_copies(
             rows=built_rows, build=lambda row: wire.outgoing(row, row.topology.cascade, now, margin_ms=0)[0])
         built_ids = {id(row) for row in built}

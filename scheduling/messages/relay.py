@@ -34,10 +34,11 @@ from rabbit.gather import Gatherer, GatherTimeout
 
 from scheduling.core import lifecycle
 from scheduling.messages import wire
+from scheduling.messages.selectors import message_load_task_payloads
 from scheduling.core.clock import to_epoch_ms
 from scheduling.config.conf import broker, conf
 from scheduling.core.lifecycle import Event, Status
-from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage
+from scheduling.models import DeliveryMode, ScheduledMessage
 from scheduling.observability import metrics, tracing
 from scheduling.messages.rescue import message_rescue_covers
 from scheduling.messages.unroutable import message_mark_unbuildable
@@ -486,15 +487,6 @@ def relay_gather_stats() -> tuple[int, int]:
     return _GATHERER.batches, _GATHERER.items
 
 
-def _load_task_messages(rows: list[ScheduledMessage]) -> None:
-    """A Celery task's row carries its task message in the payload: load those in one query."""
-    tasks = [row for row in rows if row.endpoint.handler == Endpoint.Handler.CELERY_QUEUE]
-    if tasks:
-        payloads = dict(ScheduledMessage.objects.filter(id__in=[r.id for r in tasks]).values_list("id", "payload"))
-        for row in tasks:
-            row.payload = payloads[row.id]
-
-
 def _relay(select, *, direct: bool, limit_ids: int | None = None) -> RelayResult:
     """Lock a batch of pending rows (SKIP LOCKED), publish, mark, commit; until none is left."""
     result = RelayResult()
@@ -510,7 +502,7 @@ def _relay(select, *, direct: bool, limit_ids: int | None = None) -> RelayResult
             rows = list(select(qs).order_by("due_at")[: conf().publish_batch])
             if not rows:
                 return result
-            _load_task_messages(rows)
+            message_load_task_payloads(rows=rows)
             _publish_batch(rows, result, direct)
         if limit_ids is not None and len(rows) >= limit_ids:
             return result

@@ -256,3 +256,14 @@ def message_count_overdue_by_version(*, now: datetime, grace: timedelta) -> dict
     grouped = (ScheduledMessage.objects.filter(status__in=IN_FLIGHT, due_at__lt=now - grace)
                .order_by().values("topology__name").annotate(n=Count("id")))
     return {row["topology__name"]: row["n"] for row in grouped}
+
+
+def message_load_task_payloads(*, rows: list[ScheduledMessage]) -> None:
+    """A Celery queue's row carries its task message in the payload, which the publishers lock
+    without (wire.PUBLISH_FIELDS: decoding payloads costs ~0.1 ms a row): load those rows' payloads
+    in one query. The relay and the fan-out share it."""
+    tasks = [row for row in rows if row.endpoint.handler == Endpoint.Handler.CELERY_QUEUE]
+    if tasks:
+        payloads = dict(ScheduledMessage.objects.filter(id__in=[r.id for r in tasks]).values_list("id", "payload"))
+        for row in tasks:
+            row.payload = payloads[row.id]
