@@ -16,7 +16,7 @@ from scheduling.core.clock import to_epoch_ms
 from scheduling.config.conf import conf, configured_version, setting_name
 from scheduling.core.flow_gate import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
 from scheduling.delivery.models import EndpointHealth, MessageAttempt, OrphanCopy, Trigger  # noqa: F401  (registers them)
-from scheduling.core.lifecycle import IN_FLIGHT_VALUES, Status
+from scheduling.core.lifecycle import IN_FLIGHT_VALUES, LATER_FINISHED_VALUES, Status
 from scheduling.messages.queries import ScheduledMessageQuerySet, loaded_instance
 from scheduling.retention.listing import ParquetFileListing
 from scheduling.teams.models import ApiKey, Invitation, Membership, Team, default_team_id  # noqa: F401  (registers them)
@@ -25,6 +25,7 @@ from scheduling.events.models import Event, Subscription  # noqa: F401  (registe
 from scheduling.notifications.models import NotificationRoute, QuotaWarning  # noqa: F401  (registers them)
 
 IN_FLIGHT_SORTED = sorted(IN_FLIGHT_VALUES)  # the partial indexes' condition, in a stable order
+LATER_FINISHED_SORTED = sorted(LATER_FINISHED_VALUES)  # message_endpoint_ended's condition
 
 
 class TopologyVersion(models.Model):
@@ -273,6 +274,11 @@ class ScheduledMessage(models.Model):
         max_length=32, null=True, blank=True, editable=False,
         help_text="the notification or callback type it carries (made by the platform; never notified about)")
 
+    # Expiry (issue 49; 0030): never handed over from then on, it ends expired. Nullable, no default:
+    # adding it rewrites nothing and the previous release's INSERTs leave it NULL (never expires).
+    expires_at = models.DateTimeField(
+        null=True, blank=True, help_text="not handed over from then on: it ends expired (empty: never expires)")
+
     objects = ScheduledMessageQuerySet.as_manager()
 
     class Meta:
@@ -299,6 +305,10 @@ class ScheduledMessage(models.Model):
                          condition=models.Q(status__in=IN_FLIGHT_SORTED)),
             models.Index(fields=["endpoint", "status", "topology", "created_at", "id"], name="message_endpoint_history",
                          condition=models.Q(status__in=["cancelled", "delivered", "failed"])),
+            # the same for the final statuses added since (expired, superseded; 0030, CONCURRENTLY):
+            # the history index's condition stays as built, by value, and the lists read both
+            models.Index(fields=["endpoint", "status", "topology", "created_at", "id"], name="message_endpoint_ended",
+                         condition=models.Q(status__in=LATER_FINISHED_SORTED)),
             models.Index(
                 fields=["due_at"], name="message_timeouts_due",
                 condition=models.Q(status="pending", delivery_mode="timeout_manager"),
@@ -544,6 +554,8 @@ class AccuracyReport(models.Model):
     throttled = models.PositiveBigIntegerField(
         default=0, help_text="delivered after waiting for their endpoint's flow control; the wait is not lateness")
     throttled_max_ms = models.BigIntegerField(null=True, blank=True, help_text="the longest such wait")
+    expired = models.PositiveBigIntegerField(
+        default=0, db_default=0, help_text="not handed over by their expires_at: ended expired, never delivered")
     lateness_min_ms = models.BigIntegerField(null=True, blank=True)
     lateness_p50_ms = models.FloatField(null=True, blank=True)
     lateness_p95_ms = models.FloatField(null=True, blank=True)

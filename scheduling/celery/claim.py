@@ -77,8 +77,8 @@ def _claim_traced(task, message_id: str, redelivered: bool, parent: str, carried
         tracing.task_label(started, team=message.endpoint.team.name, endpoint=message.endpoint.name,
                            lateness_ms=message.lateness_ms if claim.run else None)
     if not claim.run:
-        tracing.task_end(started, "cancelled" if message is not None and message.status == Status.CANCELLED
-                         else "duplicate")
+        ended = message.status if message is not None else None
+        tracing.task_end(started, ended if ended in (Status.CANCELLED, Status.EXPIRED) else "duplicate")
         return False
     setattr(task.request, _SPAN, started)
     return True

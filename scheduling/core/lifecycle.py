@@ -13,6 +13,9 @@ loop, Celery tasks, the migration tools and the unroutable drain.
     relay and the timeout manager fail it alone, with the reason, and publish the rest of the batch)
     reschedule: pending or published ──► pending, due at its new time (published again)
     resend: delivered or failed ──► pending (a person sends it again: a new attempt)
+    expire: pending or published ──► expired (past its ``expires_at``: never handed over after it),
+    also delivered ──► expired when its handler failed and the retry would land after it
+    superseded: a newer message with its debounce key replaced it (debounce's transitions)
 
 ``deliver`` is taken *before* the handler runs, so a second copy of the message in the same
 batch (or transaction) already sees ``delivered`` and is a duplicate: the handler runs once per
@@ -36,6 +39,8 @@ class Status(enum.StrEnum):
     DELIVERED = "delivered"  # handed to its endpoint; the handler ran or is running
     CANCELLED = "cancelled"
     FAILED = "failed"  # the handler gave up, or the broker could not route it
+    EXPIRED = "expired"  # not handed over by its expires_at: never will be (never retried)
+    SUPERSEDED = "superseded"  # replaced by a newer message with its debounce key
 
 
 # Waiting to be delivered: what the relay may still publish, a cancel may still stop, and the
@@ -43,10 +48,17 @@ class Status(enum.StrEnum):
 IN_FLIGHT = frozenset({Status.PENDING, Status.PUBLISHED})
 # Done, for now: ``finished_at`` says since when, and the prune archives and removes the row once
 # its retention has passed (a failed one can still be republished until then).
-FINISHED = frozenset({Status.DELIVERED, Status.CANCELLED, Status.FAILED})
+FINISHED = frozenset({Status.DELIVERED, Status.CANCELLED, Status.FAILED, Status.EXPIRED, Status.SUPERSEDED})
+# The final statuses added after the history index (message_endpoint_history lists the first three
+# by value): their rows have an index of their own with the same fields (message_endpoint_ended).
+LATER_FINISHED = frozenset({Status.EXPIRED, Status.SUPERSEDED})
 # As stored: the partial indexes' conditions (models.py) and the reads that pick an index by them.
 IN_FLIGHT_VALUES = frozenset(status.value for status in IN_FLIGHT)
 FINISHED_VALUES = frozenset(status.value for status in FINISHED)
+LATER_FINISHED_VALUES = frozenset(status.value for status in LATER_FINISHED)
+# The finished statuses grouped by the partial index that holds their rows (message_endpoint_history,
+# message_endpoint_ended): a read that states its statuses states one group per part.
+FINISHED_BY_INDEX = (FINISHED_VALUES - LATER_FINISHED_VALUES, LATER_FINISHED_VALUES)
 
 
 class Event(enum.StrEnum):
@@ -62,10 +74,12 @@ class Event(enum.StrEnum):
     REPUBLISH = "republish"
     RESCHEDULE = "reschedule"
     RESEND = "resend"
+    EXPIRE = "expire"
 
 
 NEW = None  # the "status" of a message before it exists
 P, U, D, C, F = Status.PENDING, Status.PUBLISHED, Status.DELIVERED, Status.CANCELLED, Status.FAILED
+X = Status.EXPIRED
 TRANSITIONS: dict[Event, dict[Status | None, Status]] = {
     Event.SCHEDULE: {NEW: P},
     Event.PUBLISH: {P: U, U: U},  # published again: moved to another cascade or broker
@@ -79,6 +93,7 @@ TRANSITIONS: dict[Event, dict[Status | None, Status]] = {
     Event.REPUBLISH: {F: P},
     Event.RESCHEDULE: {P: P, U: P},  # pending again: its copy for the new time is published anew
     Event.RESEND: {D: P, F: P},  # a person's resend: delivered (or failed) once more, a new attempt
+    Event.EXPIRE: {P: X, U: X, D: X},  # delivered: its handler failed and the retry would be too late
 }
 
 
@@ -122,6 +137,7 @@ class Arrival(enum.Enum):
     DUPLICATE = "duplicate"  # already delivered (or another attempt is current): drop it
     CANCELLED = "cancelled"  # cancelled while it waited: drop it
     SUPERSEDED = "superseded"  # a copy for a due time the message no longer has (rescheduled): drop it
+    EXPIRED = "expired"  # past its expires_at (expired now, or already): drop it, never hand it over
 
 
 @dataclass(frozen=True)
@@ -133,6 +149,7 @@ class State:
     attempts: int = 0
     delivery_count: int = 0
     created_at: datetime | None = None  # when the platform accepted it; None: at due_at
+    expires_at: datetime | None = None  # never handed over from then on; None: never expires
 
 
 def arrive(state: State, *, attempt: int, now: datetime, redelivered: bool = False,
@@ -151,6 +168,10 @@ def arrive(state: State, *, attempt: int, now: datetime, redelivered: bool = Fal
     how long its endpoint's flow control held it back, recorded so that the wait is told apart
     from lateness (the report and the metrics subtract it). A copy for a
     due time the message no longer has is told apart before this, by ``superseded``."""
+    if state.status in (Status.EXPIRED, Status.SUPERSEDED):
+        return Arrival.EXPIRED if state.status == Status.EXPIRED else Arrival.SUPERSEDED, {}  # acked, nothing else
+    if state.status in _DELIVERABLE and attempt == state.attempts and expired(state, now=now):
+        return Arrival.EXPIRED, expire(state, now=now)
     counted = {"delivery_count": state.delivery_count + 1} if attempt == 0 else {}
     if state.status == Status.CANCELLED:
         return Arrival.CANCELLED, counted
@@ -182,14 +203,43 @@ def superseded(state: State, *, attempt: int, due_ms: int | None) -> bool:
     return attempt == 0 and due_ms is not None and due_ms != to_epoch_ms(state.due_at)
 
 
-def handler_failed(state: State, *, error: str, max_retries: int, now: datetime) -> tuple[Event, dict]:
-    """After a delivered message's handler raised: another attempt (RETRY: in flight again) or
-    GIVE_UP (finished now)."""
+def handler_failed(state: State, *, error: str, max_retries: int, now: datetime,
+                   retry_at: datetime | None = None) -> tuple[Event, dict]:
+    """After a delivered message's handler raised: another attempt (RETRY: in flight again),
+    GIVE_UP (finished now), or EXPIRE when the retry, due at ``retry_at`` (None: now), would come
+    at or after the message's ``expires_at``: an expired message is never retried."""
     attempts = state.attempts + 1
     event = Event.GIVE_UP if attempts > max_retries else Event.RETRY
-    return event, {"status": transition(state.status, event), "attempts": attempts,
-                   "last_error": f"handler attempt {attempts}: {error}"[:2000],
+    last_error = f"handler attempt {attempts}: {error}"[:2000]
+    if event is Event.RETRY and expired(state, now=retry_at or now):
+        return Event.EXPIRE, {**expire(state, now=now), "attempts": attempts,
+                              "last_error": f"{last_error}; {_expired_reason(state)}"[:2000]}
+    return event, {"status": transition(state.status, event), "attempts": attempts, "last_error": last_error,
                    "finished_at": now if event is Event.GIVE_UP else None}
+
+
+# --- expiry -------------------------------------------------------------------------------------
+
+
+def expired(state: State, *, now: datetime) -> bool:
+    """Past its ``expires_at`` (at it counts as past: "not handed over after it" leaves no instant)."""
+    expires_at = getattr(state, "expires_at", None)
+    return expires_at is not None and now >= expires_at
+
+
+def _expired_reason(state: State) -> str:
+    return f"expired at {state.expires_at.isoformat().replace('+00:00', 'Z')} before it was handed over"
+
+
+def expire(state: State, *, now: datetime) -> dict:
+    """Past its ``expires_at`` before it was handed over: expired, final, the reason in last_error
+    (from pending, published, or delivered whose retry would be too late)."""
+    return {"status": transition(state.status, Event.EXPIRE), "finished_at": now, "last_error": _expired_reason(state)}
+
+
+def expiry_valid(*, due_at: datetime, expires_at: datetime | None) -> bool:
+    """An expiry must come after the due time (one at or before it could never be delivered)."""
+    return expires_at is None or expires_at > due_at
 
 
 def retry_unsent(state: State, *, attempt: int) -> dict:

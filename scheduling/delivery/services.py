@@ -17,7 +17,7 @@ from __future__ import annotations
 import enum
 import logging
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.utils import timezone
@@ -44,6 +44,7 @@ class Result(enum.Enum):
     DUPLICATE = "duplicate"
     CANCELLED = "cancelled"
     SUPERSEDED = "superseded"  # a copy for the due time before a reschedule: dropped
+    EXPIRED = "expired"  # past its expires_at (expired now or before): dropped, never handed over
     EARLY = "early"
     RETRY = "retry"
     DEFERRED = "deferred"  # left for the one-by-one path (webhooks)
@@ -62,7 +63,8 @@ class Outcome:
     eta: datetime | None = None
 
 
-_DROPPED = {Arrival.DUPLICATE: Result.DUPLICATE, Arrival.CANCELLED: Result.CANCELLED}
+_DROPPED = {Arrival.DUPLICATE: Result.DUPLICATE, Arrival.CANCELLED: Result.CANCELLED,
+            Arrival.EXPIRED: Result.EXPIRED, Arrival.SUPERSEDED: Result.SUPERSEDED}
 _DELIVERED = Outcome(Result.DELIVERED)
 # Handlers whose deliveries are recorded set-based: nothing runs but the record itself.
 RECORD_ONLY = (Endpoint.Handler.NONE.value,)
@@ -79,9 +81,13 @@ def _handle(message: ScheduledMessage) -> Outcome:
 
 def _handler_failed(message: ScheduledMessage, error: str) -> Outcome:
     settings = conf()
+    now = timezone.now()
+    retry_at = now + timedelta(seconds=backoff.exponential(message.attempts + 1, first=settings.handler_backoff_seconds))
     event, change = lifecycle.handler_failed(message, error=error, max_retries=settings.handler_max_retries,
-                                             now=timezone.now())
+                                             now=now, retry_at=retry_at)
     lifecycle.apply(message, change)
+    if event is Event.EXPIRE:  # the retry would come after its expires_at: never retried
+        return Outcome(Result.EXPIRED)
     if event is Event.GIVE_UP:
         log.error("message %s failed after %d attempts: %s", message.id, message.attempts, error,
                   extra={"traceparent": handover_traceparent(message)})  # its trace ids (delayplatform/logs.py)
@@ -241,8 +247,10 @@ def _receive_one_by_one(left: list[tuple[int, tuple]], outcomes: list, *, defer_
             del changed[message.id]
     counted += [count for _, count in arrived.values()]
     for index, message in to_handle:
-        if outcomes[index].result in (Result.RETRY, Result.FAILED):
+        if outcomes[index].result in (Result.RETRY, Result.FAILED, Result.EXPIRED):
             counted += metrics.handler_failed(message, retried=outcomes[index].result is Result.RETRY)
+        if outcomes[index].result is Result.EXPIRED:
+            counted.append(metrics.Counted(metrics.EXPIRED, message))
     ScheduledMessage.objects.save_delivery_state(list(changed.values()))
     delivered = [m for index, m in to_handle if outcomes[index].result is Result.DELIVERED]
     _tell(to_handle, outcomes)

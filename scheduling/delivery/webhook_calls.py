@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import orjson
 from django.db import connection, transaction
@@ -67,6 +67,7 @@ class Taken:
     created_at: datetime
     trigger: str
     throttled_ms: int | None
+    expires_at: datetime | None = None  # a failed call's retry after it: expired instead
     team_id: int | None = None  # the endpoint's team: the caller fills it in from its endpoint profile
 
 
@@ -80,9 +81,10 @@ WHERE m.id = c.id AND m.status IN ('pending', 'published') AND m.attempts = c.at
   AND e.id = m.endpoint_id AND (c.queue IS NULL OR e.queue = c.queue)
   AND (c.attempt > 0 OR c.due_ms IS NULL OR floor(extract(epoch FROM m.due_at) * 1000)::bigint = c.due_ms)
   AND m.due_at <= statement_timestamp()
+  AND (m.expires_at IS NULL OR m.expires_at > statement_timestamp())
   AND (m.call_lease_until IS NULL OR m.call_lease_until < statement_timestamp())
 RETURNING m.id, c.attempt, m.call_lease_until, statement_timestamp(), m.endpoint_id, m.topology_id, m.payload,
-          m.due_at, m.created_at, m.trigger, c.throttled_ms
+          m.due_at, m.created_at, m.trigger, c.throttled_ms, m.expires_at
 """
 
 
@@ -92,7 +94,7 @@ def webhook_call_take(*, items: list[tuple], deadlines: dict[str, float]) -> tup
     is not taken, MISROUTED) for their calls; ``deadlines``: how long each is held (s), before
     the margin.
     Returns the rows taken, and for the others what they are (duplicate, cancelled, superseded,
-    early, unknown, or BUSY: another call of it holds the lease), sorted out only when there are any.
+    early, expired (a row in flight past its expires_at is expired here), unknown, or BUSY: another call of it holds the lease), sorted out only when there are any.
     Outside a transaction: the statement commits on its own."""
     valid = [item for item in items if wire.is_row_id(item[0])]
     taken: dict[str, Taken] = {}
@@ -126,25 +128,32 @@ def _sort_out(items: list[tuple]) -> dict[str, Outcome]:
     """What each copy not taken is; attempt-0 duplicates counted in delivery_count (one statement)."""
     ids = [i[0] for i in items if wire.is_row_id(i[0])]
     rows = {str(r[0]): r[1:] for r in ScheduledMessage.objects.filter(id__in=ids).values_list(
-        "id", "status", "attempts", "due_at", "call_lease_until", "endpoint_id", "topology_id", "endpoint__queue")}
+        "id", "status", "attempts", "due_at", "call_lease_until", "endpoint_id", "topology_id", "endpoint__queue",
+        "expires_at")}
     now = timezone.now()
-    outcomes, duplicates, counted, misrouted = {}, [], [], []
+    outcomes, duplicates, counted, misrouted, expiring = {}, [], [], [], []
     for message_id, attempt, due_ms, *rest in items:
         row = rows.get(message_id)
         if row is None:
             outcomes[message_id] = Outcome(Result.UNKNOWN)  # no row: the loop sets the copy aside (orphans.py)
             continue
-        status, attempts, due_at, lease, endpoint_id, topology_id, endpoint_queue = row
+        status, attempts, due_at, lease, endpoint_id, topology_id, endpoint_queue, expires_at = row
         queue = rest[1] if len(rest) > 1 else None
         if queue is not None and endpoint_queue != queue:
             outcomes[message_id] = Outcome(Result.MISROUTED)
             misrouted.append(delivery_drop_misrouted(message_id=message_id, queue=queue))
             continue
-        state = lifecycle.State(status=status, due_at=due_at, attempts=attempts)
+        state = lifecycle.State(status=status, due_at=due_at, attempts=attempts, expires_at=expires_at)
         labels = _Row(endpoint_id, topology_id)
         if lifecycle.superseded(state, attempt=attempt, due_ms=due_ms):
             outcomes[message_id] = Outcome(Result.SUPERSEDED)
             counted.append(metrics.Counted(metrics.SUPERSEDED, labels))
+        elif status in lifecycle.LATER_FINISHED:  # expired or superseded before: acked, nothing else
+            outcomes[message_id] = Outcome(Result.EXPIRED if status == Status.EXPIRED else Result.SUPERSEDED)
+        elif status in lifecycle.IN_FLIGHT and attempts == attempt and due_at <= now \
+                and lifecycle.expired(state, now=now):
+            outcomes[message_id] = Outcome(Result.EXPIRED)
+            expiring.append((message_id, attempt, labels))
         elif status == Status.CANCELLED:
             outcomes[message_id] = Outcome(Result.CANCELLED)
             counted.append(metrics.Counted(metrics.CANCELLED_ARRIVALS, labels))
@@ -159,9 +168,27 @@ def _sort_out(items: list[tuple]) -> dict[str, Outcome]:
             duplicates += [message_id] if attempt == 0 else []
     if duplicates:
         ScheduledMessage.objects.filter(id__in=duplicates).update(delivery_count=F("delivery_count") + 1)
+    counted += _expire(expiring, now)
     metrics.record(counted)
     metrics.misrouted(misrouted)
     return outcomes
+
+
+def _expire(expiring: list[tuple[str, int, object]], now: datetime) -> list:
+    """Expire the rows of copies that came past their expires_at (compare-and-set on the status
+    and attempt the copy was judged by, and no call lease out); returns what the rows expired count."""
+    counted = []
+    for message_id, attempt, labels in expiring:
+        with transaction.atomic():
+            message = (ScheduledMessage.objects.select_for_update().filter(
+                id=message_id, status__in=lifecycle.sources(lifecycle.Event.EXPIRE) & lifecycle.IN_FLIGHT,
+                attempts=attempt).only("id", "status", "due_at", "expires_at", "call_lease_until").first())
+            if message is None or (message.call_lease_until and message.call_lease_until > now) \
+                    or not lifecycle.expired(message, now=now):
+                continue
+            message.save(update_fields=lifecycle.apply(message, lifecycle.expire(message, now=now)))
+        counted.append(metrics.Counted(metrics.EXPIRED, labels))
+    return counted
 
 
 @dataclass(frozen=True)
@@ -304,15 +331,19 @@ def _record_failed(pairs, by: str, settings, now: datetime) -> dict[str, Outcome
     decided: dict[str, Outcome] = {}
     for result, t in pairs:
         error = _error(result)
-        state = lifecycle.State(status=Status.DELIVERED, due_at=t.due_at, attempts=t.attempt)
-        event, change = lifecycle.handler_failed(state, error=error, max_retries=settings.handler_max_retries, now=now)
+        state = lifecycle.State(status=Status.DELIVERED, due_at=t.due_at, attempts=t.attempt, expires_at=t.expires_at)
+        wait_s = backoff.exponential(t.attempt + 1, first=settings.handler_backoff_seconds)
+        asked = pushback.retry_after_seconds(result.retry_after, now=now,
+                                             longest=settings.webhook_retry_after_max_seconds)
+        retry_in = max(wait_s, asked or 0)
+        event, change = lifecycle.handler_failed(state, error=error, max_retries=settings.handler_max_retries, now=now,
+                                                 retry_at=now + timedelta(seconds=retry_in))
         if event is lifecycle.Event.GIVE_UP:
             decided[t.message_id] = Outcome(Result.FAILED)
+        elif event is lifecycle.Event.EXPIRE:  # its retry would come after its expires_at: never retried
+            decided[t.message_id] = Outcome(Result.EXPIRED)
         else:
-            wait_s = backoff.exponential(change["attempts"], first=settings.handler_backoff_seconds)
-            asked = pushback.retry_after_seconds(result.retry_after, now=now,
-                                                 longest=settings.webhook_retry_after_max_seconds)
-            decided[t.message_id] = Outcome(Result.RETRY, attempt=change["attempts"], retry_in=max(wait_s, asked or 0))
+            decided[t.message_id] = Outcome(Result.RETRY, attempt=change["attempts"], retry_in=retry_in)
         for name, value in (("id", t.message_id), ("attempt", t.attempt), ("lease", t.lease_until),
                             ("taken_at", t.taken_at),
                             ("lateness", lifecycle.lateness_ms(t.due_at, t.taken_at, accepted_at=t.created_at)),
@@ -327,6 +358,8 @@ def _record_failed(pairs, by: str, settings, now: datetime) -> dict[str, Outcome
         if t.message_id in recorded:
             row = _Row(t.endpoint_id, t.topology_id)
             counted += metrics.handler_failed(row, retried=decided[t.message_id].result is Result.RETRY)
+            if decided[t.message_id].result is Result.EXPIRED:
+                counted.append(metrics.Counted(metrics.EXPIRED, row))
             if t.attempt == 0:  # the first hand-over is the delivery, whatever its handler's outcome
                 counted.append(metrics.Counted(metrics.DELIVERIES, row,
                                                lifecycle.lateness_ms(t.due_at, t.taken_at, accepted_at=t.created_at),

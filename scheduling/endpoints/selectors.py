@@ -9,7 +9,7 @@ from django.db import connection
 from django.db.models import Q
 
 from scheduling.core.flow_gate import Limit
-from scheduling.core.lifecycle import FINISHED_VALUES, IN_FLIGHT, IN_FLIGHT_VALUES, Status
+from scheduling.core.lifecycle import FINISHED_BY_INDEX, IN_FLIGHT, IN_FLIGHT_VALUES, Status
 from scheduling.messages.counts import Tally, message_table_get_statistics
 from scheduling.models import Endpoint, ScheduledMessage
 
@@ -92,12 +92,12 @@ def endpoint_count_messages(*, endpoint_ids) -> dict[int, dict[str, Tally]]:
                if s in IN_FLIGHT or (estimate(e, s.value) or 0) <= cap]
     found = {}
     if counted:
-        # one part per partial index (message_endpoint_in_flight, _history): each states its statuses
+        # one part per partial index (message_endpoint_in_flight, _history, _ended): each states its statuses
         part = (f"SELECT p.e, p.s, (SELECT count(*) FROM (SELECT 1 FROM {ScheduledMessage._meta.db_table} m "
                 f"WHERE m.endpoint_id = p.e AND m.status = p.s AND m.status = ANY(%s) LIMIT %s) x) "
                 f"FROM unnest(%s::bigint[], %s::text[]) AS p(e, s)")
         parts, params = [], []
-        for statuses in (sorted(IN_FLIGHT_VALUES), sorted(FINISHED_VALUES)):
+        for statuses in (sorted(IN_FLIGHT_VALUES), *(sorted(group) for group in FINISHED_BY_INDEX)):
             pairs = [(e, s) for e, s in counted if s in statuses]
             if pairs:
                 parts.append(part)

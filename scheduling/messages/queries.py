@@ -150,8 +150,9 @@ class ScheduledMessageQuerySet(models.QuerySet):
     # created_at: lateness counts from the later of due_at and it (lifecycle.lateness_ms)
     # topology_id: the version a delivery is counted under (scheduling/observability/metrics.py)
     # on_delivered_id, on_failed_id, notification: whether its outcome is told (notifications/services.py)
+    # expires_at: past it, an arrival expires the row instead (lifecycle.arrive)
     LOCKED_FOR_DELIVERY = ("id", "endpoint_id", "topology_id", "due_at", "created_at", *DELIVERY_FIELDS,
-                           "on_delivered_id", "on_failed_id", "notification")
+                           "on_delivered_id", "on_failed_id", "notification", "expires_at")
 
     def locked_for_delivery(self, ids) -> list[models.Model]:
         """Lock a batch of rows (FOR UPDATE, one array parameter) and load only what delivering
@@ -187,7 +188,8 @@ class ScheduledMessageQuerySet(models.QuerySet):
         ``items`` (message id, attempt, the due time in ms the copy carries or None, throttled
         ms or None, the queue the copy came from or None; ids canonical UUIDs, each once) whose
         row is still in flight (pending or published) for that attempt and that due time, due by
-        ``now``, of an endpoint whose handler is one of ``handlers`` and whose queue is the one
+        ``now`` and not past its ``expires_at`` (those are the one-by-one path's: it expires them),
+        of an endpoint whose handler is one of ``handlers`` and whose queue is the one
         the copy came from (a copy in another endpoint's queue takes nothing): a compare-and-set UPDATE ... FROM unnest(arrays) whose
         WHERE is what lifecycle.superseded and lifecycle.arrive decide for a delivery. A row
         another transaction holds is waited for, then its new version checked again (READ
@@ -229,6 +231,7 @@ class ScheduledMessageQuerySet(models.QuerySet):
             f"WHERE m.id = v.id AND e.id = m.endpoint_id AND e.handler IN ({handler_list}) "
             f"AND (v.queue IS NULL OR e.queue = v.queue) "
             f"AND (m.status IN ({statuses}) AND m.due_at <= c.now) IS TRUE AND m.attempts = v.attempt "
+            f"AND (m.expires_at IS NULL OR m.expires_at > c.now) "
             f"AND (v.due_ms IS NULL OR v.attempt <> 0 OR v.due_ms = floor(extract(epoch FROM m.due_at) * 1000)) "
             f"RETURNING v.n, m.endpoint_id, m.topology_id, m.lateness_ms, v.attempt, "
             f"CASE WHEN v.attempt = 0 AND v.throttled_ms <> 0 THEN v.throttled_ms END AS throttled_ms, "

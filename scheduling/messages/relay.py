@@ -40,6 +40,7 @@ from scheduling.config.conf import broker, conf
 from scheduling.core.lifecycle import Event, Status
 from scheduling.models import DeliveryMode, ScheduledMessage
 from scheduling.observability import metrics, tracing
+from scheduling.messages.expiry import message_expire_past
 from scheduling.messages.rescue import message_rescue_covers
 from scheduling.messages.unroutable import message_mark_unbuildable
 
@@ -189,7 +190,9 @@ def _send_retrying(groups, prepared, rows, result: RelayResult) -> tuple[list, l
 
 def _publish_batch(rows: list[ScheduledMessage], result: RelayResult, direct: bool, gather: bool = False) -> None:
     """Publish locked rows and mark those the broker confirmed, in the caller's transaction:
-    here, or (``gather``) by the process's publisher thread with other callers' rows."""
+    here, or (``gather``) by the process's publisher thread with other callers' rows. Rows past
+    their expires_at are expired instead (messages/expiry.py)."""
+    rows = message_expire_past(rows=rows, now=timezone.now())  # never published: their copy would be dropped
     if not rows:
         return
     if gather:

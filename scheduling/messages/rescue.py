@@ -44,6 +44,7 @@ from scheduling.config.conf import conf
 from scheduling.core.lifecycle import Status
 from scheduling.models import DeliveryMode, ScheduledMessage
 from scheduling.observability import metrics
+from scheduling.messages.expiry import message_expire_past
 from scheduling.messages.unroutable import message_build_copies
 from scheduling.messages.selectors import TASK_HANDLERS, TASK_ROUNDING_MS
 
@@ -131,6 +132,7 @@ def message_rescue_overdue_tasks(*, publish: Callable[[list[Outgoing]], Outcome]
 def _publish(rows: list[ScheduledMessage], now, publish: Callable[[list[Outgoing]], Outcome],
              after_ms: int) -> list[ScheduledMessage]:
     """Publish a copy of each row (still locked): the rows the broker confirmed."""
+    rows = message_expire_past(rows=rows, now=now)  # past their expires_at: expired, not rescued
     if not rows:
         return []
     # overdue: no delay; a row none can be built of is failed alone, with the reason, the others still go

@@ -14,7 +14,7 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from scheduling.core.cursors import Position
-from scheduling.core.lifecycle import FINISHED_VALUES, IN_FLIGHT, IN_FLIGHT_VALUES, Status
+from scheduling.core.lifecycle import FINISHED_BY_INDEX, IN_FLIGHT, IN_FLIGHT_VALUES, Status
 from scheduling.delivery.models import MessageAttempt
 from scheduling.endpoints.selectors import endpoint_list_in_teams
 from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
@@ -149,10 +149,11 @@ def message_get_page(*, queryset, groups: list[dict], order_by: str = "created_a
 
 
 def _merged(base, groups: list[dict], order_by: str, down: bool, limit: int) -> list:
-    """The first ``limit`` rows of the groups' ranges merged. Groups of finished and of in-flight
-    statuses are read apart, each with its statuses written out, so that PostgreSQL may use the
+    """The first ``limit`` rows of the groups' ranges merged. Groups of finished (per partial
+    index: the history's, the later final statuses') and of in-flight statuses are read apart, each with its statuses written out, so that PostgreSQL may use the
     partial indexes of each (a status that is only a LATERAL parameter proves neither predicate)."""
-    classes = [[g for g in groups if g.get("status") in statuses] for statuses in (FINISHED_VALUES, IN_FLIGHT_VALUES)]
+    classes = [[g for g in groups if g.get("status") in statuses]
+               for statuses in (*FINISHED_BY_INDEX, IN_FLIGHT_VALUES)]
     if "status" not in groups[0]:
         classes = [groups]
     found = []
@@ -168,7 +169,7 @@ def _merged(base, groups: list[dict], order_by: str, down: bool, limit: int) -> 
 def _merged_ids(base, groups: list[dict], order_by: str, down: bool, limit: int) -> list[tuple]:
     """(id, ordering value) of the first ``limit`` rows of the groups' ranges: one statement, the
     groups as arrays (unnest), each range read by a LATERAL subquery with its own ORDER BY and
-    LIMIT (through message_endpoint_history / _in_flight, or message_status_created)."""
+    LIMIT (through message_endpoint_history / _ended / _in_flight, or message_status_created)."""
     keys = list(groups[0])
     ordering = (f"-{order_by}", "-id") if down else (order_by, "id")
     inner = (base.filter(**{key: RawSQL(f"g.{key}", ()) for key in keys}).order_by(*ordering)

@@ -59,7 +59,7 @@ class Unbuildable(ValueError):
 # What building a row reads of it (with its topology's cascade): the relay and the rescue load only
 # these (decoding payloads cost ~0.1 ms a row; a Celery queue's rows load theirs apart).
 PUBLISH_FIELDS = ("id", "due_at", "topology", "endpoint__queue", "endpoint__handler", "captured_task",
-                  "idempotency_key", "traceparent", "event")
+                  "idempotency_key", "traceparent", "event", "expires_at")  # expires_at: messages/expiry.py
 
 # What building a row from a payload that is not what its path expects raises (a missing key, a
 # value of another type, an unknown encoding, a destination the cascade cannot carry).

@@ -48,6 +48,9 @@ CANCELLED_ARRIVALS = Counter(
     "delay_cancelled_arrivals", "Cancelled messages dropped when they arrived.", BY_MESSAGE)
 SUPERSEDED = Counter(
     "delay_superseded_copies", "Copies for a due time a rescheduled message no longer has, dropped.", BY_MESSAGE)
+EXPIRED = Counter(
+    "delay_messages_expired", "Messages that reached their expires_at before they were handed over: ended expired, "
+    "never delivered nor retried (on arrival, the relay's publish, a handler's retry).", BY_MESSAGE)
 RESCHEDULES = Counter(
     "delay_reschedules", "Messages moved to another due time (PATCH, admin).", BY_MESSAGE)
 HANDLER_FAILURES = Counter(
@@ -211,15 +214,22 @@ def record_on_commit(events: list[Counted | None]) -> None:
 
 def arrival(kind: Arrival, row, change: dict) -> Counted | None:
     """What a hand-over counts: the first delivery of a message (with its lateness), a duplicate
-    or a cancelled one dropped. A retry's later attempt is not a new delivery."""
+    or a cancelled one dropped, a message that expired. A retry's later attempt is not a new delivery."""
     if kind is Arrival.DELIVER:
         return (Counted(DELIVERIES, row, change["lateness_ms"], change.get("throttled_ms"))
                 if "delivered_at" in change else None)
+    if kind is Arrival.EXPIRED:  # expired by this arrival; a copy of a row expired before: nothing
+        return Counted(EXPIRED, row) if change else None
     return Counted({Arrival.DUPLICATE: DUPLICATES, Arrival.SUPERSEDED: SUPERSEDED}.get(kind, CANCELLED_ARRIVALS), row)
 
 
 def handler_failed(row, *, retried: bool) -> list[Counted]:
     return [Counted(HANDLER_FAILURES, row), *([Counted(HANDLER_RETRIES, row)] if retried else [])]
+
+
+def expired(rows) -> None:
+    """Messages just expired outside an arrival (the relay, the timeout manager): once committed."""
+    record_on_commit([Counted(EXPIRED, row) for row in rows])
 
 
 def cancelled(row) -> None:

@@ -9,6 +9,7 @@ from scheduling.core import lifecycle
 from scheduling.core.lifecycle import Arrival, Event, State, Status
 
 P, U, D, C, F = Status.PENDING, Status.PUBLISHED, Status.DELIVERED, Status.CANCELLED, Status.FAILED
+X, S = Status.EXPIRED, Status.SUPERSEDED
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=timezone.utc)
 DUE = NOW - timedelta(milliseconds=40)
 
@@ -18,7 +19,7 @@ ALLOWED = {
     (P, Event.PUBLISH): U, (U, Event.PUBLISH): U,
     (P, Event.DELIVER): D, (U, Event.DELIVER): D,
     (P, Event.DUPLICATE): P, (U, Event.DUPLICATE): U, (D, Event.DUPLICATE): D, (C, Event.DUPLICATE): C,
-    (F, Event.DUPLICATE): F,
+    (F, Event.DUPLICATE): F, (X, Event.DUPLICATE): X, (S, Event.DUPLICATE): S,
     (D, Event.RETRY): U,
     (D, Event.GIVE_UP): F,
     (P, Event.UNROUTABLE): F, (U, Event.UNROUTABLE): F,
@@ -27,6 +28,7 @@ ALLOWED = {
     (F, Event.REPUBLISH): P,
     (P, Event.RESCHEDULE): P, (U, Event.RESCHEDULE): P,
     (D, Event.RESEND): P, (F, Event.RESEND): P,
+    (P, Event.EXPIRE): X, (U, Event.EXPIRE): X, (D, Event.EXPIRE): X,
 }
 
 
@@ -41,7 +43,8 @@ def test_every_transition_is_allowed_or_refused_as_the_table_says(status, event)
 
 
 def test_statuses_are_strings_the_database_stores():
-    assert [s.value for s in Status] == ["pending", "published", "delivered", "cancelled", "failed"]
+    assert [s.value for s in Status] == ["pending", "published", "delivered", "cancelled", "failed", "expired",
+                                        "superseded"]
     assert lifecycle.transition("published", Event.DELIVER) == "delivered"
 
 

@@ -1,0 +1,26 @@
+"""Expiry on the publishing paths: a row already past its ``expires_at`` when the relay, the
+timeout manager or the rescue would publish it is expired instead (lifecycle.expire): its copy
+could only be dropped on arrival. The hand-over paths (delivery/services.py, webhook_calls.py, the
+Celery claim) enforce it themselves, through lifecycle.arrive."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from scheduling.core import lifecycle
+from scheduling.models import ScheduledMessage
+from scheduling.observability import metrics
+
+
+def message_expire_past(*, rows: list[ScheduledMessage], now: datetime) -> list[ScheduledMessage]:
+    """Expire the locked rows of ``rows`` past their expires_at (counted once committed); returns
+    the others, still to publish. One statement for those expired, none when there are none."""
+    past = [row for row in rows if lifecycle.expired(row, now=now)]
+    if not past:
+        return rows
+    for row in past:
+        lifecycle.apply(row, lifecycle.expire(row, now=now))
+    ScheduledMessage.objects.bulk_update(past, ["status", "finished_at", "last_error"])
+    metrics.expired(past)
+    gone = {row.id for row in past}
+    return [row for row in rows if row.id not in gone]
