@@ -1,4 +1,4 @@
-"""The dead letters (failed messages with their last error) and the bulk actions' progress.
+"""The dead letters (failed and expired messages with their last error) and the bulk actions' progress.
 
 "Republish selected" runs at once on the rows ticked. "Republish all matching" takes the list's
 filters (endpoint, schedule, when it was due: the bulk action's own) and runs in a worker batch by
@@ -45,21 +45,40 @@ class DueWithinFilter(admin.SimpleListFilter):
         return queryset if after is None else queryset.filter(due_at__gt=after)
 
 
+# The dead letters: messages that ended without being handled -- failed (republishable) and expired
+# (past their expires_at: final, never retried nor republished).
+DEAD = (Status.FAILED, Status.EXPIRED)
+
+
+class DeadStatusFilter(admin.SimpleListFilter):
+    """Failed or expired: only the failed can be republished."""
+
+    title = "status"
+    parameter_name = "dead_status"
+
+    def lookups(self, request, model_admin):
+        return [(status.value, status.value) for status in DEAD]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(status=self.value()) if self.value() in {s.value for s in DEAD} else queryset
+
+
 @admin.register(FailedMessage)
 class DeadLetterAdmin(ControlRoomAdmin):
-    list_display = ("short_id", "team", "endpoint", "schedule", "due_at", "finished_at", "attempts", "error")
-    list_filter = (EndpointListFilter, ScheduleFilter, DueWithinFilter)
+    list_display = ("short_id", "team", "endpoint", "schedule", "status", "due_at", "expires_at", "finished_at",
+                    "attempts", "error")
+    list_filter = (DeadStatusFilter, EndpointListFilter, ScheduleFilter, DueWithinFilter)
     team_actions = {"view": Action.READ, "add": None, "change": None, "republish": Action.CANCEL}
     search_fields = ("=id", "=idempotency_key")
     list_per_page = 50
     show_full_result_count = False
     actions = ("republish_selected", "republish_all_matching")
-    fields = ("id", "endpoint", "topology", "schedule", "due_at", "created_at", "finished_at", "attempts",
-              "delivery_count", "last_error", "payload")
+    fields = ("id", "endpoint", "topology", "schedule", "status", "due_at", "expires_at", "created_at", "finished_at",
+              "attempts", "delivery_count", "last_error", "payload")
     readonly_fields = fields
 
     def base_queryset(self, request):
-        return FailedMessage.objects.filter(status=Status.FAILED).select_related("endpoint__team", "topology")
+        return FailedMessage.objects.filter(status__in=DEAD).select_related("endpoint__team", "topology")
 
     def team_id_of(self, obj):
         return obj.endpoint.team_id
@@ -91,6 +110,7 @@ class DeadLetterAdmin(ControlRoomAdmin):
     @admin.action(description="Republish selected failed messages", permissions=["republish"])
     def republish_selected(self, request, queryset):
         caller = self.caller(request)
+        queryset = queryset.filter(status=Status.FAILED)  # an expired message is never sent again
         self.run_each(request, queryset.values_list("pk", flat=True)[:1000],
                       lambda pk: message_republish(message_id=pk, caller=caller), "Republished")
 

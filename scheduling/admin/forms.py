@@ -108,6 +108,10 @@ class ScheduleMessageForm(forms.Form):
     idempotency_key = forms.CharField(
         required=False, max_length=255, help_text="the same key on the same endpoint returns the existing message"
     )
+    expires_at = forms.DateTimeField(required=False, help_text="never handed over from this time on (it ends "
+                                                               "expired); or give seconds after the due time")
+    expire_after_seconds = forms.DecimalField(required=False, help_text="seconds after the due time from which it "
+                                                                        "is never handed over (empty: never expires)")
 
     def __init__(self, *args, caller: Caller, **kwargs):
         super().__init__(*args, **kwargs)

@@ -123,8 +123,8 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
     fieldsets = (
         (None, {"fields": ("id", "endpoint", "topology", "status_badge", "idempotency_key", "schedule", "due_history",
                            "last_error", "event_link")}),
-        ("Timing (UTC)", {"fields": ("requested_delay", "created", "due", "published", "delivered", "cancelled",
-                                     "lateness", "delivery_count", "attempts", "trigger", "delivered_by")}),
+        ("Timing (UTC)", {"fields": ("requested_delay", "created", "due", "expires", "published", "delivered",
+                                     "cancelled", "lateness", "delivery_count", "attempts", "trigger", "delivered_by")}),
         ("Attempts", {"fields": ("attempts_table",)}),
         ("Notifications", {"fields": ("callbacks", "notification_type")}),
         ("Payload", {"fields": ("payload_json",)}),
@@ -206,6 +206,7 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
             request, form, lambda data: message_schedule(
                 endpoint=data["endpoint"], payload=data["payload"], delay=data["delay_seconds"],
                 deliver_at=data["deliver_at"], idempotency_key=data["idempotency_key"] or None, caller=caller,
+                expires_at=data["expires_at"], expire_after_seconds=data["expire_after_seconds"],
             ),
             title="Schedule a message", initial={"endpoint": request.GET.get("endpoint")},
             field_map={"delay": "delay_seconds"}, done="Scheduled",
@@ -268,6 +269,7 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
     published = html.moment_column("published_at", "published at")
     delivered = html.moment_column("delivered_at", "delivered at")
     cancelled = html.moment_column("cancelled_at", "cancelled at")
+    expires = html.moment_column("expires_at", "expires at (never handed over from then on)")
 
     @admin.display(description="lateness", ordering="lateness_ms")
     def lateness(self, message):

@@ -186,6 +186,14 @@ class MessageCreateSerializer(RefuseControlCharacters, serializers.Serializer):
         max_length=100, required=False, allow_null=True,
         help_text="an endpoint of the message's team that gets its outcome record (message.failed) once its "
                   "handler gave up")
+    expires_at = serializers.DateTimeField(
+        required=False, allow_null=True,
+        help_text="never handed over from this time on (after the due time): it ends expired; or give "
+                  "expire_after_seconds")
+    expire_after_seconds = serializers.DecimalField(
+        max_digits=None, decimal_places=None, required=False, allow_null=True,
+        help_text="seconds after the due time from which it is never handed over (ends expired); at most the "
+                  "longest delay")
 
     def to_item(self) -> dict:
         return message_item(self.validated_data)
@@ -255,6 +263,8 @@ def message_item(data: dict) -> dict:
         "idempotency_key": data.get("idempotency_key"),
         "on_delivered": data.get("on_delivered"),
         "on_failed": data.get("on_failed"),
+        "expires_at": data.get("expires_at"),
+        "expire_after_seconds": data.get("expire_after_seconds"),
     }
 
 
@@ -406,6 +416,7 @@ class MessageSerializer(serializers.ModelSerializer):
                   "lateness_ms", "scheduled_in_past", "delivery_count", "idempotency_key", "schedule",
                   "due_history", "trigger", "last_error", "payload", "on_delivered", "on_failed", "notification"]
         fields += ["event"]  # the event whose fan-out made it (its id; null: scheduled alone)
+        fields += ["expires_at"]  # never handed over from then on (null: never expires)
         read_only_fields = fields
 
     def get_scheduled_in_past(self, message) -> bool:

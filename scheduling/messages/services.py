@@ -158,6 +158,46 @@ def _due_at(delay, deliver_at, version: TopologyVersion | None, now: datetime, e
     return due_at
 
 
+def _expires_at(item: dict, due_at: datetime | None, version: TopologyVersion | None, errors: dict) -> datetime | None:
+    """The item's expiry: ``expires_at`` as given, or ``expire_after_seconds`` after the due time
+    (one or the other, never both), after the due time and at most the version's longest delay
+    after it; None (never expires) when neither is given, or with the problem in ``errors``."""
+    expires_at, after = item.get("expires_at"), item.get("expire_after_seconds")
+    if expires_at is None and after is None:
+        return None
+    if expires_at is not None and after is not None:
+        errors["expires_at"] = errors["expire_after_seconds"] = "give one of expires_at or expire_after_seconds, not both"
+        return None
+    limit_ms, field = _limit_ms(version), "expires_at" if expires_at is not None else "expire_after_seconds"
+    if after is not None:
+        try:
+            after_ms = _delay_ms(after)
+        except ValidationError as exc:
+            errors[field] = exc.message_dict["delay"][0]
+            return None
+        if after_ms <= 0:
+            errors[field] = "must be more than 0 seconds"
+            return None
+        if after_ms > limit_ms:
+            errors[field] = f"is over the maximum of {limit_ms // 1000:,} s (the longest delay)"
+            return None
+    elif not isinstance(expires_at, datetime) or timezone.is_naive(expires_at):
+        errors[field] = "must be a date-time with a timezone, e.g. 2026-11-21T13:00:00Z"
+        return None
+    if due_at is None:  # the due time's own error is reported
+        return None
+    if after is not None:
+        return _plus(due_at, after_ms, errors, field)
+    if not lifecycle.expiry_valid(due_at=due_at, expires_at=expires_at):
+        errors[field] = f"must be after the due time ({due_at.isoformat().replace('+00:00', 'Z')}): " \
+                        "a message cannot be delivered after it expires"
+        return None
+    if (expires_at - due_at) // MS > limit_ms:
+        errors[field] = f"is more than the maximum of {limit_ms // 1000:,} s (the longest delay) after the due time"
+        return None
+    return ceil_ms(expires_at)
+
+
 def _endpoint_of(item: dict, endpoints: dict[str, list[Endpoint]], errors: dict) -> Endpoint | None:
     """The item's endpoint: given as a row (the platform's own callers), or by name among the
     caller's teams (and the team it names, if it names one)."""
@@ -210,6 +250,7 @@ def _build(item: dict, endpoints: dict[str, list[Endpoint]], now: datetime) -> S
     callbacks = {field: _callback_of(item, field, endpoint, endpoints, errors) for field in CALLBACKS}
     delay, deliver_at = item.get("delay"), item.get("deliver_at")
     due_at = _due_at(delay, deliver_at, endpoint.topology if endpoint else None, now, errors)
+    expires_at = _expires_at(item, due_at, endpoint.topology if endpoint else None, errors)
     payload = item.get("payload")
     try:
         encoded = message_check_payload(payload=payload)
@@ -247,6 +288,7 @@ def _build(item: dict, endpoints: dict[str, list[Endpoint]], now: datetime) -> S
         event_id=item.get("event_id"),  # an event's fan-out (events/services.py), its id
         on_delivered_id=callbacks["on_delivered"].pk if callbacks["on_delivered"] else None,
         on_failed_id=callbacks["on_failed"].pk if callbacks["on_failed"] else None,
+        expires_at=expires_at,
     )
     row.payload_json = encoded  # what insert_many writes
     row.payload_bytes = len(encoded.encode())  # what the team's bytes quota sums
@@ -418,11 +460,14 @@ def message_schedule(
     traceparent: str | None = None,
     on_delivered: str | Endpoint | None = None,
     on_failed: str | Endpoint | None = None,
+    expires_at: datetime | None = None,
+    expire_after_seconds: timedelta | float | int | Decimal | str | None = None,
 ) -> ScheduledMessage:
     """Schedule one message for ``endpoint`` after ``delay`` (seconds or timedelta) or at
     ``deliver_at``. Raises ValidationError naming the field for bad input; stores nothing then.
     ``traceparent``: a W3C traceparent the message continues (ignored unless valid).
-    ``on_delivered``/``on_failed``: endpoints of its team that get its outcome record."""
+    ``on_delivered``/``on_failed``: endpoints of its team that get its outcome record.
+    ``expires_at`` or ``expire_after_seconds`` (after the due time): never handed over from then on."""
     try:
         (result,) = message_schedule_many(
             items=[
@@ -436,6 +481,8 @@ def message_schedule(
                     "traceparent": traceparent,
                     "on_delivered": on_delivered,
                     "on_failed": on_failed,
+                    "expires_at": expires_at,
+                    "expire_after_seconds": expire_after_seconds,
                 }
             ],
             caller=caller,
@@ -552,7 +599,8 @@ def message_reschedule(*, message_id, delay=None, deliver_at: datetime | None = 
     """Move a pending or published message to a new due time (a delay from now, or a time). It keeps
     its id; its earlier due times stay in ``due_history``. Its copy for the old time, still in the
     cascade, is dropped when it arrives (lifecycle.superseded), and a copy for the new time is
-    published after the commit. Conflict once delivered, cancelled or failed."""
+    published after the commit. Conflict once delivered, cancelled or failed. Its expires_at is
+    kept: a new due time at or after it is refused (ValidationError on the due time's field)."""
     now = ceil_ms(timezone.now())
     with transaction.atomic():
         message = _locked(message_id, caller, Action.SCHEDULE)
@@ -560,6 +608,10 @@ def message_reschedule(*, message_id, delay=None, deliver_at: datetime | None = 
             raise Conflict(f"message {message.id} is a Celery task: revoke it with cancel_task and send it again")
         errors: dict[str, str] = {}
         due_at = _due_at(delay, deliver_at, message.topology, now, errors)
+        if due_at is not None and not lifecycle.expiry_valid(due_at=due_at, expires_at=message.expires_at):
+            errors["delay" if delay is not None else "deliver_at"] = (
+                f"is at or after the message's expires_at ({message.expires_at.isoformat().replace('+00:00', 'Z')}): "
+                "it would expire before it is due")
         if errors:
             raise ValidationError(errors)
         try:

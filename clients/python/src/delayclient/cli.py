@@ -60,7 +60,7 @@ from .client import KEY_ENV, URL_ENV, Client
 PROG = "delayctl"
 EXIT_OK, EXIT_API, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 EXIT_BROKEN_PIPE = 141  # as a shell reports a command killed by SIGPIPE (`delayctl list | head -1`)
-STATUSES = "pending, published, delivered, cancelled, failed"
+STATUSES = "pending, published, delivered, cancelled, failed, expired, superseded"
 
 
 class UsageError(Exception):
@@ -206,7 +206,8 @@ def cmd_schedule(client: Client, args):
     payload = read_payload(args)
     message = client.messages.schedule(args.endpoint, payload, delay=args.delay, deliver_at=args.at,
                                        idempotency_key=args.idempotency_key, team=args.team,
-                                       on_delivered=args.on_delivered, on_failed=args.on_failed)
+                                       on_delivered=args.on_delivered, on_failed=args.on_failed,
+                                       expires_at=args.expires_at, expire_after=args.expire_after)
     if message.created is False:  # on stderr: `ID=$(delayctl schedule ...)` still gets the id alone
         print(f"{PROG}: idempotency key already used: this is the existing message", file=sys.stderr)
     return message.raw, message.id
@@ -374,6 +375,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an endpoint of the same team that gets the message's outcome record once delivered")
     p.add_argument("--on-failed", metavar="ENDPOINT",
                    help="an endpoint of the same team that gets its outcome record once its handler gave up")
+    expiry = p.add_mutually_exclusive_group()
+    expiry.add_argument("--expires-at", type=aware_time, metavar="ISO8601",
+                        help="never handed over from this time on (after the due time): it ends expired")
+    expiry.add_argument("--expire-after", type=seconds, metavar="SECONDS",
+                        help="never handed over from this many seconds after its due time on: it ends expired")
 
     for name, run, help in (("get", cmd_get, "show one message"),
                             ("cancel", cmd_cancel, "cancel a pending or published message"),

@@ -68,6 +68,15 @@ def _when(delay, deliver_at) -> dict:
         {"deliver_at": _time(deliver_at, "deliver_at")}
 
 
+def _expiry(expires_at, expire_after) -> dict:
+    """At most one of an expiry time and a number of seconds after the due time, as the API's fields."""
+    if expires_at is not None and expire_after is not None:
+        raise ValueError("give at most one of expires_at and expire_after")
+    if expire_after is not None:
+        return {"expire_after_seconds": _seconds(expire_after, "expire_after")}
+    return {"expires_at": _time(expires_at, "expires_at")} if expires_at is not None else {}
+
+
 def _fields(**values) -> dict:
     return {k: v for k, v in values.items() if v is not None and v is not UNSET}
 
@@ -104,16 +113,18 @@ class Messages(Resource):
     @route("POST", "/api/messages/")
     def schedule(self, endpoint: str, payload: Any, *, delay=None, deliver_at=None, idempotency_key: str | None = None,
                  team: str | None = None, traceparent: str | None = None, on_delivered: str | None = None,
-                 on_failed: str | None = None):
+                 on_failed: str | None = None, expires_at=None, expire_after=None):
         """Schedule one message ``delay`` seconds from now (int, float, Decimal, timedelta) or at
-        ``deliver_at`` (an aware datetime). The idempotency key is made here when not given and
+        ``deliver_at`` (an aware datetime). ``expires_at`` (an aware datetime) or ``expire_after``
+        (seconds after its due time): never handed over from then on, it ends ``expired``. The idempotency key is made here when not given and
         kept across retries, so a retried call never schedules twice. ``created`` on the result
         says whether this call made it. ``traceparent``: the W3C trace the message continues up to
         its webhook or task; by default the current OpenTelemetry span's, when opentelemetry is
         installed and a span is current. ``on_delivered``/``on_failed``: endpoints of the same team
         that get the message's outcome record once it ends (callbacks)."""
         body = _fields(endpoint=endpoint, payload=payload, team=team, on_delivered=on_delivered, on_failed=on_failed,
-                       idempotency_key=idempotency_key or new_idempotency_key(), **_when(delay, deliver_at))
+                       idempotency_key=idempotency_key or new_idempotency_key(), **_when(delay, deliver_at),
+                       **_expiry(expires_at, expire_after))
         return self._send(Call("POST", "/api/messages/", json=body, idempotent=True,
                                parse=_created(models.Message), headers=trace_headers(traceparent)))
 
@@ -121,13 +132,15 @@ class Messages(Resource):
     def schedule_many(self, messages: Iterable[dict], *, traceparent: str | None = None):
         """Schedule up to the platform's bulk maximum (1,000 by default) at once, all or nothing.
         Each item takes ``schedule``'s arguments as keys (``endpoint``, ``payload``, ``delay`` or
-        ``deliver_at``, ``idempotency_key``, ``team``, ``on_delivered``, ``on_failed``); keys are
+        ``deliver_at``, ``idempotency_key``, ``team``, ``on_delivered``, ``on_failed``, ``expires_at``
+        or ``expire_after``); keys are
         made for items without one.
         ``traceparent`` (or the current span's) is every message's, as in ``schedule``."""
         items = []
         for item in messages:
             item = dict(item)
             when = _when(item.pop("delay", None), item.pop("deliver_at", None))
+            when |= _expiry(item.pop("expires_at", None), item.pop("expire_after", None))
             unknown = set(item) - {"endpoint", "payload", "idempotency_key", "team", "on_delivered", "on_failed"}
             if unknown:
                 raise TypeError(f"unknown message field(s): {', '.join(sorted(unknown))}")
