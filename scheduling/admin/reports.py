@@ -170,6 +170,7 @@ class AccuracyReportAdmin(ControlRoomAdmin):
         "delivered",
         "cancelled",
         "failed",
+        "expired",
         _problem_column("lost"),
         _problem_column("duplicates"),
         _problem_column("early"),

@@ -72,7 +72,7 @@ FACTS_SCHEMA = T.StructType(
     ]
 )
 
-OUTCOMES = ("delivered", "cancelled", "failed", "lost", "in_flight", "duplicates", "early")
+OUTCOMES = ("delivered", "cancelled", "failed", "lost", "in_flight", "duplicates", "early", "expired")
 FLAGS = (*OUTCOMES, "scheduled_in_past", "throttled")  # 0/1 per message, summed per group
 COUNTS = ("scheduled", *FLAGS)
 REPORT_COLUMNS = (
@@ -104,7 +104,7 @@ def with_delay_bucket(facts: DataFrame) -> DataFrame:
 
 def with_outcomes(facts: DataFrame, *, as_of: datetime, lost_after: timedelta) -> DataFrame:
     """0/1 flags per message. Lost = still pending/published although due + lost_after has
-    passed (cancelled and failed messages are accounted for, so never lost); a message handed
+    passed (cancelled, failed and expired messages are accounted for, so never lost); a message handed
     over twice is one delivery and one duplicate. Due and lateness count from the later of
     due_at and created_at (the lifecycle's rule); the stored lateness of a message scheduled in
     the past is recomputed, so rows recorded before that rule are counted by it too. The time a
@@ -122,6 +122,7 @@ def with_outcomes(facts: DataFrame, *, as_of: datetime, lost_after: timedelta) -
         "delivered": delivered,
         "cancelled": status == "cancelled",
         "failed": status == "failed",
+        "expired": status == "expired",  # past its expires_at before it was handed over: accounted for, not lost
         "lost": still_open & overdue,
         "in_flight": still_open & ~overdue,
         "duplicates": F.col("delivery_count") > 1,

@@ -80,18 +80,20 @@ def test_outcomes_flag_each_kind_of_message(facts):
         fact(3300, status="pending", **undelivered),  # due 5 minutes before AS_OF: within the grace
         fact(7200, status="published", **undelivered),  # not due yet
         fact(6, status="failed", delivery_count=1),  # arrived, then the handler gave up
+        fact(8, status="expired", **undelivered),  # past its expires_at: accounted for, not lost
     )
-    flags = ("delivered", "cancelled", "failed", "lost", "in_flight", "duplicates", "early")
+    flags = ("delivered", "cancelled", "failed", "lost", "in_flight", "duplicates", "early", "expired")
     expected = {
-        "m0": (1, 0, 0, 0, 0, 0, 0, 4),
-        "m1": (1, 0, 0, 0, 0, 1, 0, 4),
-        "m2": (1, 0, 0, 0, 0, 0, 1, -3),
-        "m3": (0, 1, 0, 0, 0, 0, 0, None),
-        "m4": (0, 0, 1, 0, 0, 0, 0, None),
-        "m5": (0, 0, 0, 1, 0, 0, 0, None),
-        "m3300": (0, 0, 0, 0, 1, 0, 0, None),
-        "m7200": (0, 0, 0, 0, 1, 0, 0, None),
-        "m6": (1, 0, 1, 0, 0, 0, 0, 4),
+        "m0": (1, 0, 0, 0, 0, 0, 0, 0, 4),
+        "m1": (1, 0, 0, 0, 0, 1, 0, 0, 4),
+        "m2": (1, 0, 0, 0, 0, 0, 1, 0, -3),
+        "m3": (0, 1, 0, 0, 0, 0, 0, 0, None),
+        "m4": (0, 0, 1, 0, 0, 0, 0, 0, None),
+        "m5": (0, 0, 0, 1, 0, 0, 0, 0, None),
+        "m3300": (0, 0, 0, 0, 1, 0, 0, 0, None),
+        "m7200": (0, 0, 0, 0, 1, 0, 0, 0, None),
+        "m6": (1, 0, 1, 0, 0, 0, 0, 0, 4),
+        "m8": (0, 0, 0, 0, 0, 0, 0, 1, None),
     }
     assertDataFrameEqual(
         with_outcomes(rows, as_of=AS_OF, lost_after=GRACE).select("id", *flags, "arrival_lateness_ms"),
