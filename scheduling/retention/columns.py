@@ -63,6 +63,7 @@ COLUMNS: dict[str, tuple[str, pa.DataType]] = {
     "on_delivered_id": (f'{M}."on_delivered_id"', pa.int64()),
     "on_failed_id": (f'{M}."on_failed_id"', pa.int64()),
     "notification": (f'{M}."notification"', pa.string()),
+    "expires_at": (f'{M}."expires_at"', TIMESTAMP),  # expiry (0030): files before it have none
     "payload": (f'{M}."payload"::text', pa.string()),
     "attempt_log": (ATTEMPTS_SQL, pa.string()),
 }

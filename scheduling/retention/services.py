@@ -107,23 +107,25 @@ def message_describe_gone(*, message_id) -> str:
     """What a client reads for an id the table does not have: it may have been archived."""
     settings = conf()
     return (f"no message {message_id}: finished messages are archived and removed "
-            f"{format_duration(settings.retention)} after they finish ({setting_name('retention')}; failed ones "
-            f"after {format_duration(settings.failed_retention)}, {setting_name('failed_retention')})")
+            f"{format_duration(settings.retention)} after they finish ({setting_name('retention')}; failed and "
+            f"expired ones after {format_duration(settings.failed_retention)}, {setting_name('failed_retention')})")
 
 
 def retention_describe() -> str:
     """The window, in words, for pages that show messages and idempotency keys."""
     settings = conf()
-    return (f"Finished messages stay here {format_duration(settings.retention)} after they finish (failed ones "
-            f"{format_duration(settings.failed_retention)}), then move to the archive; an idempotency key is "
+    return (f"Finished messages stay here {format_duration(settings.retention)} after they finish (failed and "
+            f"expired ones {format_duration(settings.failed_retention)}), then move to the archive; an idempotency key is "
             f"unique per endpoint within that window.")
 
 
 def _prune_rules(now: datetime) -> list[tuple[Status, datetime]]:
     """(status, cutoff): messages of that status that finished before the cutoff go."""
     settings = conf()
+    # expired: a dead letter like the failed (kept as long, to be looked at); superseded: replaced, like cancelled
     return [(Status.DELIVERED, now - settings.retention), (Status.CANCELLED, now - settings.retention),
-            (Status.FAILED, now - settings.failed_retention)]
+            (Status.FAILED, now - settings.failed_retention), (Status.EXPIRED, now - settings.failed_retention),
+            (Status.SUPERSEDED, now - settings.retention)]
 
 
 def message_prune(*, now: datetime | None = None, dry_run: bool = False, progress: Progress | None = None,
