@@ -125,6 +125,22 @@ def test_schedule_at_a_time_with_its_timezone(api, run, at, sent):
     assert body["endpoint"] == "orders.eu" and body["team"] == "billing"
 
 
+@pytest.mark.parametrize("option, value, field, sent", [
+    ("--expire-after", "3600", "expire_after_seconds", 3600),
+    ("--expires-at", "2026-11-21T13:00:00Z", "expires_at", "2026-11-21T13:00:00+00:00"),
+])
+def test_schedule_with_an_expiry_sends_it(api, run, option, value, field, sent):
+    api.on("POST", "/api/messages/", message(), status=201)
+    assert run("schedule", "billing", "--delay", "60", option, value)[0] == 0
+    assert api.body[field] == sent and not {"expires_at", "expire_after_seconds"} - {field} & set(api.body)
+
+
+def test_schedule_with_both_expiries_is_refused_and_nothing_sent(api, run):
+    status, out, err = run("schedule", "billing", "--delay", "60", "--expire-after", "1",
+                           "--expires-at", "2026-11-21T13:00:00Z")
+    assert status == 2 and "not allowed with argument" in err and not api.requests
+
+
 @pytest.mark.parametrize("at", ["2026-11-21T12:00:00", "2026-11-21T12:00", "2026-11-21"])
 def test_a_time_without_timezone_is_refused_and_nothing_sent(api, run, at):
     status, out, err = run("schedule", "billing", "--at", at)
