@@ -82,7 +82,8 @@ def _handle(message: ScheduledMessage) -> Outcome:
 def _handler_failed(message: ScheduledMessage, error: str) -> Outcome:
     settings = conf()
     now = timezone.now()
-    retry_at = now + timedelta(seconds=backoff.exponential(message.attempts + 1, first=settings.handler_backoff_seconds))
+    wait_s = backoff.exponential(message.attempts + 1, first=settings.handler_backoff_seconds)
+    retry_at = now + timedelta(seconds=wait_s)
     event, change = lifecycle.handler_failed(message, error=error, max_retries=settings.handler_max_retries,
                                              now=now, retry_at=retry_at)
     lifecycle.apply(message, change)

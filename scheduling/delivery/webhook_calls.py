@@ -94,7 +94,8 @@ def webhook_call_take(*, items: list[tuple], deadlines: dict[str, float]) -> tup
     is not taken, MISROUTED) for their calls; ``deadlines``: how long each is held (s), before
     the margin.
     Returns the rows taken, and for the others what they are (duplicate, cancelled, superseded,
-    early, expired (a row in flight past its expires_at is expired here), unknown, or BUSY: another call of it holds the lease), sorted out only when there are any.
+    early, expired (a row in flight past its expires_at is expired here), unknown, or BUSY: another
+    call of it holds the lease), sorted out only when there are any.
     Outside a transaction: the statement commits on its own."""
     valid = [item for item in items if wire.is_row_id(item[0])]
     taken: dict[str, Taken] = {}

@@ -166,7 +166,8 @@ def _expires_at(item: dict, due_at: datetime | None, version: TopologyVersion | 
     if expires_at is None and after is None:
         return None
     if expires_at is not None and after is not None:
-        errors["expires_at"] = errors["expire_after_seconds"] = "give one of expires_at or expire_after_seconds, not both"
+        both = "give one of expires_at or expire_after_seconds, not both"
+        errors["expires_at"] = errors["expire_after_seconds"] = both
         return None
     limit_ms, field = _limit_ms(version), "expires_at" if expires_at is not None else "expire_after_seconds"
     if after is not None:

@@ -115,8 +115,8 @@ def retention_describe() -> str:
     """The window, in words, for pages that show messages and idempotency keys."""
     settings = conf()
     return (f"Finished messages stay here {format_duration(settings.retention)} after they finish (failed and "
-            f"expired ones {format_duration(settings.failed_retention)}), then move to the archive; an idempotency key is "
-            f"unique per endpoint within that window.")
+            f"expired ones {format_duration(settings.failed_retention)}), then move to the archive; an "
+            f"idempotency key is unique per endpoint within that window.")
 
 
 def _prune_rules(now: datetime) -> list[tuple[Status, datetime]]:

@@ -116,7 +116,8 @@ class Messages(Resource):
                  on_failed: str | None = None, expires_at=None, expire_after=None):
         """Schedule one message ``delay`` seconds from now (int, float, Decimal, timedelta) or at
         ``deliver_at`` (an aware datetime). ``expires_at`` (an aware datetime) or ``expire_after``
-        (seconds after its due time): never handed over from then on, it ends ``expired``. The idempotency key is made here when not given and
+        (seconds after its due time): never handed over from then on, it ends ``expired``. The
+        idempotency key is made here when not given and
         kept across retries, so a retried call never schedules twice. ``created`` on the result
         says whether this call made it. ``traceparent``: the W3C trace the message continues up to
         its webhook or task; by default the current OpenTelemetry span's, when opentelemetry is
