@@ -59,6 +59,19 @@ def test_a_plain_task_runs_only_when_the_lifecycle_delivers_it(row, status, runs
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("already", [False, True])
+def test_a_task_past_its_expiry_is_not_run_and_its_message_ends_expired(row, already):
+    """The claim asks the lifecycle: past expires_at, an in-flight task expires and does not run; a
+    copy of one already expired does not run either and changes nothing."""
+    message = row(Status.EXPIRED if already else Status.PUBLISHED)
+    ScheduledMessage.objects.filter(id=message.id).update(expires_at=timezone.now())
+    task_id = run("testapp.plain_receipt", str(message.id), "x")
+    assert not Receipt.objects.filter(message_id=f"{task_id}#0").exists()
+    message.refresh_from_db()
+    assert message.status == Status.EXPIRED and message.delivery_count == 0 and message.delivered_at is None
+
+
+@pytest.mark.django_db
 def test_tasks_without_the_header_are_left_alone(row):
     task = app.tasks["testapp.plain_receipt"]
     task_id = str(uuid.uuid4())
