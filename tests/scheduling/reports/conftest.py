@@ -74,7 +74,7 @@ def report_values(**overrides) -> dict:
         "day": DAY, "team": ALL, "endpoint": ALL, "version": ALL, "delivery_mode": ALL, "delay_bucket": ALL,
         "scheduled": 10, "delivered": 10,
         **dict.fromkeys(("cancelled", "failed", "lost", "in_flight", "duplicates", "early", "scheduled_in_past",
-                         "throttled"), 0),
+                         "throttled", "expired"), 0),
         "lateness_min_ms": 1, "lateness_p50_ms": 4.0, "lateness_p95_ms": 9.0, "lateness_p99_ms": 15.5,
         "lateness_max_ms": 30, "throttled_max_ms": None,
     }  # fmt: skip
