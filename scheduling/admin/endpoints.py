@@ -65,6 +65,7 @@ class EndpointAdmin(ControlRoomAdmin):
     n_delivered = _count_column(Status.DELIVERED)
     n_cancelled = _count_column(Status.CANCELLED)
     n_failed = _count_column(Status.FAILED)
+    n_superseded = _count_column(Status.SUPERSEDED)  # debounce (the expiry part owns the statuses' plumbing)
 
     @admin.display(description="handler", ordering="handler")
     def handler_summary(self, endpoint, *, redact: bool = False):

@@ -36,6 +36,7 @@ class Status(enum.StrEnum):
     DELIVERED = "delivered"  # handed to its endpoint; the handler ran or is running
     CANCELLED = "cancelled"
     FAILED = "failed"  # the handler gave up, or the broker could not route it
+    SUPERSEDED = "superseded"  # replaced by a newer message (debounce), never delivered
 
 
 # Waiting to be delivered: what the relay may still publish, a cancel may still stop, and the
@@ -43,7 +44,7 @@ class Status(enum.StrEnum):
 IN_FLIGHT = frozenset({Status.PENDING, Status.PUBLISHED})
 # Done, for now: ``finished_at`` says since when, and the prune archives and removes the row once
 # its retention has passed (a failed one can still be republished until then).
-FINISHED = frozenset({Status.DELIVERED, Status.CANCELLED, Status.FAILED})
+FINISHED = frozenset({Status.DELIVERED, Status.CANCELLED, Status.FAILED, Status.SUPERSEDED})
 # As stored: the partial indexes' conditions (models.py) and the reads that pick an index by them.
 IN_FLIGHT_VALUES = frozenset(status.value for status in IN_FLIGHT)
 FINISHED_VALUES = frozenset(status.value for status in FINISHED)
@@ -62,6 +63,7 @@ class Event(enum.StrEnum):
     REPUBLISH = "republish"
     RESCHEDULE = "reschedule"
     RESEND = "resend"
+    SUPERSEDE = "supersede"  # a newer message with its debounce key replaced it (messages/debounce.py)
 
 
 NEW = None  # the "status" of a message before it exists
@@ -79,6 +81,7 @@ TRANSITIONS: dict[Event, dict[Status | None, Status]] = {
     Event.REPUBLISH: {F: P},
     Event.RESCHEDULE: {P: P, U: P},  # pending again: its copy for the new time is published anew
     Event.RESEND: {D: P, F: P},  # a person's resend: delivered (or failed) once more, a new attempt
+    Event.SUPERSEDE: {P: Status.SUPERSEDED, U: Status.SUPERSEDED},  # never delivered: its copy is dropped
 }
 
 
@@ -154,6 +157,8 @@ def arrive(state: State, *, attempt: int, now: datetime, redelivered: bool = Fal
     counted = {"delivery_count": state.delivery_count + 1} if attempt == 0 else {}
     if state.status == Status.CANCELLED:
         return Arrival.CANCELLED, counted
+    if state.status == Status.SUPERSEDED:  # a newer message with its debounce key replaced it: drop it
+        return Arrival.SUPERSEDED, {}
     if state.status in _DELIVERABLE and attempt == state.attempts:
         change = {**counted, "status": transition(state.status, Event.DELIVER), "finished_at": now}
         if attempt == 0:
@@ -235,6 +240,12 @@ def reschedule(state: State, *, due_at: datetime, now: datetime, history: list |
     status = transition(state.status, Event.RESCHEDULE)
     moved = {"due_at": state.due_at.isoformat().replace("+00:00", "Z"), "moved_at": now.isoformat().replace("+00:00", "Z")}
     return {"status": status, "due_at": due_at, "published_at": None, "due_history": [*(history or []), moved]}
+
+
+def supersede(state: State, *, now: datetime) -> dict:
+    """A newer message with the same debounce key replaced this one (trailing), or it came within a
+    leading window: finished, never delivered; a copy of it still in the cascade is dropped on arrival."""
+    return {"status": transition(state.status, Event.SUPERSEDE), "finished_at": now}
 
 
 def unroutable(*, reason: str, now: datetime) -> dict:
