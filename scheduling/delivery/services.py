@@ -62,7 +62,9 @@ class Outcome:
     eta: datetime | None = None
 
 
-_DROPPED = {Arrival.DUPLICATE: Result.DUPLICATE, Arrival.CANCELLED: Result.CANCELLED}
+# superseded: a newer message with its debounce key replaced it (lifecycle.arrive), dropped as a cancelled one is
+_DROPPED = {Arrival.DUPLICATE: Result.DUPLICATE, Arrival.CANCELLED: Result.CANCELLED,
+            Arrival.SUPERSEDED: Result.SUPERSEDED}
 _DELIVERED = Outcome(Result.DELIVERED)
 # Handlers whose deliveries are recorded set-based: nothing runs but the record itself.
 RECORD_ONLY = (Endpoint.Handler.NONE.value,)

@@ -145,6 +145,9 @@ def _sort_out(items: list[tuple]) -> dict[str, Outcome]:
         if lifecycle.superseded(state, attempt=attempt, due_ms=due_ms):
             outcomes[message_id] = Outcome(Result.SUPERSEDED)
             counted.append(metrics.Counted(metrics.SUPERSEDED, labels))
+        elif status == Status.SUPERSEDED:  # a newer message with its debounce key replaced it: dropped
+            outcomes[message_id] = Outcome(Result.SUPERSEDED)
+            counted.append(metrics.Counted(metrics.SUPERSEDED, labels))
         elif status == Status.CANCELLED:
             outcomes[message_id] = Outcome(Result.CANCELLED)
             counted.append(metrics.Counted(metrics.CANCELLED_ARRIVALS, labels))

@@ -48,6 +48,9 @@ CANCELLED_ARRIVALS = Counter(
     "delay_cancelled_arrivals", "Cancelled messages dropped when they arrived.", BY_MESSAGE)
 SUPERSEDED = Counter(
     "delay_superseded_copies", "Copies for a due time a rescheduled message no longer has, dropped.", BY_MESSAGE)
+MESSAGES_SUPERSEDED = Counter(
+    "delay_messages_superseded", "Messages that ended superseded, never delivered: replaced by a newer one with "
+    "their debounce key (trailing), or scheduled within a leading debounce window.", BY_MESSAGE)
 RESCHEDULES = Counter(
     "delay_reschedules", "Messages moved to another due time (PATCH, admin).", BY_MESSAGE)
 HANDLER_FAILURES = Counter(
@@ -224,6 +227,10 @@ def handler_failed(row, *, retried: bool) -> list[Counted]:
 
 def cancelled(row) -> None:
     record_on_commit([Counted(CANCELLATIONS, row)])
+
+
+def superseded_by_debounce(rows) -> None:
+    record_on_commit([Counted(MESSAGES_SUPERSEDED, row) for row in rows])
 
 
 def rescheduled(row) -> None:

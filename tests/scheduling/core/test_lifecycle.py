@@ -9,6 +9,7 @@ from scheduling.core import lifecycle
 from scheduling.core.lifecycle import Arrival, Event, State, Status
 
 P, U, D, C, F = Status.PENDING, Status.PUBLISHED, Status.DELIVERED, Status.CANCELLED, Status.FAILED
+S = Status.SUPERSEDED
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=timezone.utc)
 DUE = NOW - timedelta(milliseconds=40)
 
@@ -18,7 +19,7 @@ ALLOWED = {
     (P, Event.PUBLISH): U, (U, Event.PUBLISH): U,
     (P, Event.DELIVER): D, (U, Event.DELIVER): D,
     (P, Event.DUPLICATE): P, (U, Event.DUPLICATE): U, (D, Event.DUPLICATE): D, (C, Event.DUPLICATE): C,
-    (F, Event.DUPLICATE): F,
+    (F, Event.DUPLICATE): F, (S, Event.DUPLICATE): S,
     (D, Event.RETRY): U,
     (D, Event.GIVE_UP): F,
     (P, Event.UNROUTABLE): F, (U, Event.UNROUTABLE): F,
@@ -27,6 +28,7 @@ ALLOWED = {
     (F, Event.REPUBLISH): P,
     (P, Event.RESCHEDULE): P, (U, Event.RESCHEDULE): P,
     (D, Event.RESEND): P, (F, Event.RESEND): P,
+    (P, Event.SUPERSEDE): S, (U, Event.SUPERSEDE): S,  # debounce: a newer message replaced it
 }
 
 
@@ -41,7 +43,8 @@ def test_every_transition_is_allowed_or_refused_as_the_table_says(status, event)
 
 
 def test_statuses_are_strings_the_database_stores():
-    assert [s.value for s in Status] == ["pending", "published", "delivered", "cancelled", "failed"]
+    assert [s.value for s in Status] == ["pending", "published", "delivered", "cancelled", "failed",
+                                         "superseded"]
     assert lifecycle.transition("published", Event.DELIVER) == "delivered"
 
 
@@ -273,3 +276,12 @@ DUE_MS = (DUE - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(millisec
 def test_a_copy_for_a_due_time_the_message_no_longer_has_is_superseded(status, attempt, due_ms, dropped):
     state = State(status=status, due_at=DUE, attempts=attempt)
     assert lifecycle.superseded(state, attempt=attempt, due_ms=due_ms) is dropped
+
+
+def test_a_superseded_message_is_finished_and_its_copy_dropped_uncounted_on_arrival():
+    change = lifecycle.supersede(State(status=U, due_at=DUE), now=NOW)
+    assert change == {"status": S, "finished_at": NOW}
+    assert S in lifecycle.FINISHED
+    assert lifecycle.arrive(State(status=S, due_at=DUE, delivery_count=1), attempt=0, now=NOW) == (Arrival.SUPERSEDED, {})
+    with pytest.raises(lifecycle.IllegalTransition):
+        lifecycle.supersede(State(status=D, due_at=DUE), now=NOW)  # handed over: a new window, not a supersede
