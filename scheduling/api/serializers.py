@@ -161,6 +161,35 @@ class EndpointUpdateSerializer(RefuseControlCharacters, serializers.Serializer):
                                   "state cleared and its health reset); false: pause it, as deactivate does")
 
 
+_DEBOUNCE_SCHEMA = {
+    "type": "object", "nullable": True, "additionalProperties": False, "required": ["key", "seconds"],
+    "description": "debounce by key on its endpoint (docs/guides/scheduling.md#debounce); a 400 names "
+                   "debounce.<field>",
+    "properties": {
+        "key": {"type": "string", "minLength": 1, "maxLength": 200, "description": "per endpoint (and so per team)"},
+        "seconds": {"type": "integer", "minimum": 1,
+                    "description": "trailing: due this long after the newest; leading: the window's length"},
+        "max_seconds": {"type": "integer", "minimum": 1,
+                        "description": "trailing only (required): never due later than this after the window's "
+                                       "first; at least seconds, at most the endpoint's longest delay"},
+        "mode": {"type": "string", "enum": ["trailing", "leading"], "default": "trailing"},
+    },
+}
+
+
+@extend_schema_field(_DEBOUNCE_SCHEMA)
+class DebounceField(serializers.JSONField):
+    """Read as JSON and checked by the service (core/debounce.py parse), which names each field."""
+
+
+class DebounceSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    seconds = serializers.IntegerField()
+    max_seconds = serializers.IntegerField(allow_null=True, help_text="trailing only: the window's cap")
+    mode = serializers.ChoiceField(choices=["trailing", "leading"])
+    until = serializers.DateTimeField(help_text="trailing: the window's cap; leading: the window's end")
+
+
 class MessageCreateSerializer(RefuseControlCharacters, serializers.Serializer):
     team = serializers.CharField(max_length=40, required=False, allow_null=True,
                                  help_text="the endpoint's team, where several of yours have one of that name")
@@ -186,6 +215,7 @@ class MessageCreateSerializer(RefuseControlCharacters, serializers.Serializer):
         max_length=100, required=False, allow_null=True,
         help_text="an endpoint of the message's team that gets its outcome record (message.failed) once its "
                   "handler gave up")
+    debounce = DebounceField(required=False, allow_null=True)
 
     def to_item(self) -> dict:
         return message_item(self.validated_data)
@@ -255,6 +285,7 @@ def message_item(data: dict) -> dict:
         "idempotency_key": data.get("idempotency_key"),
         "on_delivered": data.get("on_delivered"),
         "on_failed": data.get("on_failed"),
+        "debounce": data.get("debounce"),
     }
 
 
@@ -398,6 +429,7 @@ class MessageSerializer(serializers.ModelSerializer):
     on_delivered = CallbackEndpointField(help_text="the endpoint that gets its outcome record once delivered")
     on_failed = CallbackEndpointField(
         help_text="the endpoint that gets its outcome record once its handler gave up")
+    debounce = serializers.SerializerMethodField(help_text="its debounce and window, or null")
 
     class Meta:
         model = ScheduledMessage
@@ -406,7 +438,16 @@ class MessageSerializer(serializers.ModelSerializer):
                   "lateness_ms", "scheduled_in_past", "delivery_count", "idempotency_key", "schedule",
                   "due_history", "trigger", "last_error", "payload", "on_delivered", "on_failed", "notification"]
         fields += ["event"]  # the event whose fan-out made it (its id; null: scheduled alone)
+        fields += ["debounce"]
         read_only_fields = fields
+
+    @extend_schema_field(DebounceSerializer(allow_null=True))
+    def get_debounce(self, message) -> dict | None:
+        if message.debounce_key is None:
+            return None
+        return DebounceSerializer({"key": message.debounce_key, "seconds": message.debounce_seconds,
+                                   "max_seconds": message.debounce_max_seconds, "mode": message.debounce_mode,
+                                   "until": message.debounce_until}).data
 
     def get_scheduled_in_past(self, message) -> bool:
         return scheduled_in_past(message.due_at, message.created_at)

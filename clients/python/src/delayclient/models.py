@@ -74,6 +74,7 @@ class Message(Model):
     notification: str | None = None  # the type a platform-made notification or callback carries
     created: bool | None = None  # scheduling answered 201 (True) or found the idempotency key's message (False)
     event: str | None = None  # the event whose fan-out made it (its id), or None
+    debounce: dict | None = None  # {"key", "seconds", "max_seconds", "mode", "until"}, or None
 
 
 @dataclass(frozen=True)

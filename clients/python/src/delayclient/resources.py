@@ -104,16 +104,19 @@ class Messages(Resource):
     @route("POST", "/api/messages/")
     def schedule(self, endpoint: str, payload: Any, *, delay=None, deliver_at=None, idempotency_key: str | None = None,
                  team: str | None = None, traceparent: str | None = None, on_delivered: str | None = None,
-                 on_failed: str | None = None):
+                 on_failed: str | None = None, debounce: dict | None = None):
         """Schedule one message ``delay`` seconds from now (int, float, Decimal, timedelta) or at
         ``deliver_at`` (an aware datetime). The idempotency key is made here when not given and
         kept across retries, so a retried call never schedules twice. ``created`` on the result
         says whether this call made it. ``traceparent``: the W3C trace the message continues up to
         its webhook or task; by default the current OpenTelemetry span's, when opentelemetry is
         installed and a span is current. ``on_delivered``/``on_failed``: endpoints of the same team
-        that get the message's outcome record once it ends (callbacks)."""
+        that get the message's outcome record once it ends (callbacks). ``debounce``: ``{"key": ...,
+        "seconds": ..., "max_seconds": ..., "mode": "trailing" | "leading"}``: a newer message with
+        the key on the endpoint replaces this one while it waits (trailing), or this one is
+        superseded within the first's window (leading)."""
         body = _fields(endpoint=endpoint, payload=payload, team=team, on_delivered=on_delivered, on_failed=on_failed,
-                       idempotency_key=idempotency_key or new_idempotency_key(), **_when(delay, deliver_at))
+                       debounce=debounce, idempotency_key=idempotency_key or new_idempotency_key(), **_when(delay, deliver_at))
         return self._send(Call("POST", "/api/messages/", json=body, idempotent=True,
                                parse=_created(models.Message), headers=trace_headers(traceparent)))
 
@@ -121,14 +124,15 @@ class Messages(Resource):
     def schedule_many(self, messages: Iterable[dict], *, traceparent: str | None = None):
         """Schedule up to the platform's bulk maximum (1,000 by default) at once, all or nothing.
         Each item takes ``schedule``'s arguments as keys (``endpoint``, ``payload``, ``delay`` or
-        ``deliver_at``, ``idempotency_key``, ``team``, ``on_delivered``, ``on_failed``); keys are
+        ``deliver_at``, ``idempotency_key``, ``team``, ``on_delivered``, ``on_failed``, ``debounce``); keys are
         made for items without one.
         ``traceparent`` (or the current span's) is every message's, as in ``schedule``."""
         items = []
         for item in messages:
             item = dict(item)
             when = _when(item.pop("delay", None), item.pop("deliver_at", None))
-            unknown = set(item) - {"endpoint", "payload", "idempotency_key", "team", "on_delivered", "on_failed"}
+            unknown = set(item) - {"endpoint", "payload", "idempotency_key", "team", "on_delivered", "on_failed",
+                                   "debounce"}
             if unknown:
                 raise TypeError(f"unknown message field(s): {', '.join(sorted(unknown))}")
             items.append(_fields(**item, **when) | {"payload": item.get("payload"),
