@@ -183,11 +183,13 @@ class DebounceField(serializers.JSONField):
 
 
 class DebounceSerializer(serializers.Serializer):
-    key = serializers.CharField()
-    seconds = serializers.IntegerField()
-    max_seconds = serializers.IntegerField(allow_null=True, help_text="trailing only: the window's cap")
-    mode = serializers.ChoiceField(choices=["trailing", "leading"])
-    until = serializers.DateTimeField(help_text="trailing: the window's cap; leading: the window's end")
+    """A message's debounce as shown (read only: the request's is DebounceField)."""
+
+    key = serializers.CharField(read_only=True)
+    seconds = serializers.IntegerField(read_only=True)
+    max_seconds = serializers.IntegerField(read_only=True, allow_null=True, help_text="trailing only")
+    mode = serializers.ChoiceField(read_only=True, choices=["trailing", "leading"])
+    until = serializers.DateTimeField(read_only=True, help_text="trailing: the window's cap; leading: its end")
 
 
 class MessageCreateSerializer(RefuseControlCharacters, serializers.Serializer):
@@ -445,9 +447,9 @@ class MessageSerializer(serializers.ModelSerializer):
     def get_debounce(self, message) -> dict | None:
         if message.debounce_key is None:
             return None
-        return DebounceSerializer({"key": message.debounce_key, "seconds": message.debounce_seconds,
-                                   "max_seconds": message.debounce_max_seconds, "mode": message.debounce_mode,
-                                   "until": message.debounce_until}).data
+        return DebounceSerializer(instance={"key": message.debounce_key, "seconds": message.debounce_seconds,
+                                            "max_seconds": message.debounce_max_seconds, "mode": message.debounce_mode,
+                                            "until": message.debounce_until}).data
 
     def get_scheduled_in_past(self, message) -> bool:
         return scheduled_in_past(message.due_at, message.created_at)

@@ -32,7 +32,8 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='scheduledmessage',
             name='debounce_mode',
-            field=models.CharField(blank=True, editable=False, help_text='trailing or leading', max_length=8, null=True),
+            field=models.CharField(blank=True, editable=False, help_text='trailing or leading', max_length=8,
+                                   null=True),
         ),
         migrations.AddField(
             model_name='scheduledmessage',

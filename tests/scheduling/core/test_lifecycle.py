@@ -282,6 +282,7 @@ def test_a_superseded_message_is_finished_and_its_copy_dropped_uncounted_on_arri
     change = lifecycle.supersede(State(status=U, due_at=DUE), now=NOW)
     assert change == {"status": S, "finished_at": NOW}
     assert S in lifecycle.FINISHED
-    assert lifecycle.arrive(State(status=S, due_at=DUE, delivery_count=1), attempt=0, now=NOW) == (Arrival.SUPERSEDED, {})
+    arrival = lifecycle.arrive(State(status=S, due_at=DUE, delivery_count=1), attempt=0, now=NOW)
+    assert arrival == (Arrival.SUPERSEDED, {})
     with pytest.raises(lifecycle.IllegalTransition):
         lifecycle.supersede(State(status=D, due_at=DUE), now=NOW)  # handed over: a new window, not a supersede

@@ -116,7 +116,8 @@ class Messages(Resource):
         the key on the endpoint replaces this one while it waits (trailing), or this one is
         superseded within the first's window (leading)."""
         body = _fields(endpoint=endpoint, payload=payload, team=team, on_delivered=on_delivered, on_failed=on_failed,
-                       debounce=debounce, idempotency_key=idempotency_key or new_idempotency_key(), **_when(delay, deliver_at))
+                       debounce=debounce, idempotency_key=idempotency_key or new_idempotency_key(),
+                       **_when(delay, deliver_at))
         return self._send(Call("POST", "/api/messages/", json=body, idempotent=True,
                                parse=_created(models.Message), headers=trace_headers(traceparent)))
 
