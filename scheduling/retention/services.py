@@ -123,7 +123,8 @@ def _prune_rules(now: datetime) -> list[tuple[Status, datetime]]:
     """(status, cutoff): messages of that status that finished before the cutoff go."""
     settings = conf()
     return [(Status.DELIVERED, now - settings.retention), (Status.CANCELLED, now - settings.retention),
-            (Status.FAILED, now - settings.failed_retention)]
+            (Status.FAILED, now - settings.failed_retention),
+            (Status.SUPERSEDED, now - settings.retention)]  # debounce: replaced, never delivered
 
 
 def message_prune(*, now: datetime | None = None, dry_run: bool = False, progress: Progress | None = None,

@@ -74,11 +74,13 @@ def history(row):
         row("failed", created_days=50, published_at=NOW - timedelta(days=45), last_error="unroutable: ..."),
         row("delivered", created_days=8, finished_days=7.1, payload={"text": 'quotes " and, commas\nand lines'},
             last_error="NULL"),
+        row("superseded", created_days=8, finished_days=8, debounce_key="doc-1"),  # debounce: never delivered
     ]
     stay = [
         row("delivered", created_days=6.9, finished_days=6.9),  # finished within the retention
         row("cancelled", created_days=100, finished_days=1, due_days=-2000),  # a long delay cancelled lately
         row("failed", created_days=20, finished_days=10),  # failed: kept 30 days for a republish
+        row("superseded", created_days=6, finished_days=6),
         row("pending", created_days=400),  # never pruned, however old
         row("published", created_days=20, due_days=-8 * 365),  # due in eight years
     ]
@@ -94,8 +96,8 @@ def test_prune_archives_then_deletes_exactly_the_finished_messages_past_retentio
     assert {m.id for m in ScheduledMessage.objects.all()} == {m.id for m in stay}
     archived = archive_rows(archive)
     assert set(archived) == {str(m.id) for m in go}
-    assert (result.candidates, result.archived, result.deleted, result.kept_in_flight) == (6, 6, 6, 2)
-    assert ArchiveFile.objects.count() == result.files and sum(f.rows for f in ArchiveFile.objects.all()) == 6
+    assert (result.candidates, result.archived, result.deleted, result.kept_in_flight) == (7, 7, 7, 2)
+    assert ArchiveFile.objects.count() == result.files and sum(f.rows for f in ArchiveFile.objects.all()) == 7
     assert all((archive / f.path).stat().st_size == f.bytes for f in ArchiveFile.objects.all())
     assert result.reusable_bytes > 0 and not result.skipped
 
@@ -120,6 +122,8 @@ def test_an_archived_row_has_every_column_as_the_table_had_it(archive, history, 
         "payload": json.dumps(first.payload),
         "trigger": "scheduled", "call_lease_until": None, "captured_task": None,  # made directly: NULL
         "traceparent": None, "event_id": None, "on_delivered_id": None, "on_failed_id": None, "notification": None,
+        "debounce_key": None, "debounce_mode": None, "debounce_seconds": None, "debounce_max_seconds": None,
+        "debounce_until": None,
         "attempt_log": None, "shard": 0,  # none were kept
         "due_date": max(first.due_at, first.created_at).date().isoformat(),  # from the directory's name
     }
@@ -186,8 +190,8 @@ def test_payloads_can_be_left_out(archive, row, settings):
 
 def test_a_dry_run_counts_and_changes_nothing(archive, history):
     result = message_prune(now=NOW, dry_run=True)
-    assert (result.candidates, result.archived, result.deleted, result.kept_in_flight) == (6, 0, 0, 2)
-    assert ScheduledMessage.objects.count() == 11 and not archive.exists() and not ArchiveFile.objects.exists()
+    assert (result.candidates, result.archived, result.deleted, result.kept_in_flight) == (7, 0, 0, 2)
+    assert ScheduledMessage.objects.count() == 13 and not archive.exists() and not ArchiveFile.objects.exists()
 
 
 def test_files_of_a_killed_run_are_removed_before_anything_is_written(archive, row):
@@ -278,7 +282,7 @@ def test_the_archive_is_read_as_it_is_by_spark_pandas_and_duckdb(archive, histor
     assert sorted(found.fetchall()) == expected
     rows = spark.read.parquet(str(archive)).select("id", "due_date", "status").collect()
     assert sorted((r.id, r.due_date) for r in rows) == expected
-    assert {r.status for r in rows} == {"delivered", "cancelled", "failed"}
+    assert {r.status for r in rows} == {"delivered", "cancelled", "failed", "superseded"}
 
 
 def test_after_the_prune_the_api_says_where_a_message_went_and_its_key_is_free(archive, row, api, settings):
