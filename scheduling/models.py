@@ -278,6 +278,20 @@ class ScheduledMessage(models.Model):
     # adding it rewrites nothing and the previous release's INSERTs leave it NULL (never expires).
     expires_at = models.DateTimeField(
         null=True, blank=True, help_text="not handed over from then on: it ends expired (empty: never expires)")
+    # Debounce (issue 49; 0031; core/debounce.py): the key a newer message of the endpoint replaces
+    # this one by (trailing) or is dropped by (leading), and the end of its window (trailing: the
+    # cap, carried from row to row; leading: when the next message opens a new window). Nullable,
+    # no default: adding them rewrites nothing; rows without a key never enter their indexes.
+    debounce_key = models.CharField(max_length=200, null=True, blank=True, editable=False,
+                                    help_text="its debounce key (per endpoint)")
+    debounce_mode = models.CharField(max_length=8, null=True, blank=True, editable=False,
+                                     help_text="trailing or leading")
+    debounce_seconds = models.IntegerField(null=True, blank=True, editable=False,
+                                           help_text="trailing: due this long after the newest; leading: the window")
+    debounce_max_seconds = models.IntegerField(null=True, blank=True, editable=False,
+                                               help_text="trailing: never later than this after the window's first")
+    debounce_until = models.DateTimeField(null=True, blank=True, editable=False,
+                                          help_text="trailing: the window's cap; leading: the window's end")
 
     objects = ScheduledMessageQuerySet.as_manager()
 
@@ -336,6 +350,12 @@ class ScheduledMessage(models.Model):
                          condition=models.Q(on_delivered__isnull=False)),
             models.Index(fields=["on_failed"], name="message_on_failed",
                          condition=models.Q(on_failed__isnull=False)),
+            # the waiting message of (endpoint, debounce key) that a trailing one replaces, and the
+            # leading windows still open: rows without a key never enter either (0031, CONCURRENTLY)
+            models.Index(fields=["endpoint", "debounce_key"], name="message_debounce_waiting",
+                         condition=models.Q(debounce_key__isnull=False, status__in=IN_FLIGHT_SORTED)),
+            models.Index(fields=["endpoint", "debounce_key", "debounce_until"], name="message_debounce_leading",
+                         condition=models.Q(debounce_mode="leading")),
         ]
         permissions = [
             ("cancel_scheduledmessage", "Can cancel scheduled messages"),

@@ -122,7 +122,7 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
     EXCERPT_SHOWN = 300  # characters of each answer in the table (the API gives the whole excerpt)
     fieldsets = (
         (None, {"fields": ("id", "endpoint", "topology", "status_badge", "idempotency_key", "schedule", "due_history",
-                           "last_error", "event_link")}),
+                           "last_error", "event_link", "debounce")}),
         ("Timing (UTC)", {"fields": ("requested_delay", "created", "due", "expires", "published", "delivered",
                                      "cancelled", "lateness", "delivery_count", "attempts", "trigger",
                                      "delivered_by")}),
@@ -312,6 +312,18 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
         parts = [f"{label}: {endpoint.name}" for label, endpoint in (("on delivered", message.on_delivered),
                                                                       ("on failed", message.on_failed)) if endpoint]
         return "; ".join(parts) or "none"
+
+    @admin.display(description="debounce")
+    def debounce(self, message):
+        """Its debounce key and window (docs/guides/scheduling.md#debounce); superseded: a newer message
+        with the key replaced it (trailing) or it came within a leading window."""
+        if message.debounce_key is None:
+            return "none"
+        if message.debounce_mode == "leading":
+            rule = f"leading, a window of {message.debounce_seconds:,} s"
+        else:
+            rule = f"trailing, {message.debounce_seconds:,} s after the newest, at most {message.debounce_max_seconds:,} s"
+        return f"key {message.debounce_key!r}: {rule}; window until {html.moment(message.debounce_until)}"
 
     @admin.display(description="notification type")
     def notification_type(self, message):

@@ -161,6 +161,37 @@ class EndpointUpdateSerializer(RefuseControlCharacters, serializers.Serializer):
                                   "state cleared and its health reset); false: pause it, as deactivate does")
 
 
+_DEBOUNCE_SCHEMA = {
+    "type": "object", "nullable": True, "additionalProperties": False, "required": ["key", "seconds"],
+    "description": "debounce by key on its endpoint (docs/guides/scheduling.md#debounce); a 400 names "
+                   "debounce.<field>",
+    "properties": {
+        "key": {"type": "string", "minLength": 1, "maxLength": 200, "description": "per endpoint (and so per team)"},
+        "seconds": {"type": "integer", "minimum": 1,
+                    "description": "trailing: due this long after the newest; leading: the window's length"},
+        "max_seconds": {"type": "integer", "minimum": 1,
+                        "description": "trailing only (required): never due later than this after the window's "
+                                       "first; at least seconds, at most the endpoint's longest delay"},
+        "mode": {"type": "string", "enum": ["trailing", "leading"], "default": "trailing"},
+    },
+}
+
+
+@extend_schema_field(_DEBOUNCE_SCHEMA)
+class DebounceField(serializers.JSONField):
+    """Read as JSON and checked by the service (core/debounce.py parse), which names each field."""
+
+
+class DebounceSerializer(serializers.Serializer):
+    """A message's debounce as shown (read only: the request's is DebounceField)."""
+
+    key = serializers.CharField(read_only=True)
+    seconds = serializers.IntegerField(read_only=True)
+    max_seconds = serializers.IntegerField(read_only=True, allow_null=True, help_text="trailing only")
+    mode = serializers.ChoiceField(read_only=True, choices=["trailing", "leading"])
+    until = serializers.DateTimeField(read_only=True, help_text="trailing: the window's cap; leading: its end")
+
+
 class MessageCreateSerializer(RefuseControlCharacters, serializers.Serializer):
     team = serializers.CharField(max_length=40, required=False, allow_null=True,
                                  help_text="the endpoint's team, where several of yours have one of that name")
@@ -194,6 +225,7 @@ class MessageCreateSerializer(RefuseControlCharacters, serializers.Serializer):
         max_digits=None, decimal_places=None, required=False, allow_null=True,
         help_text="seconds after the due time from which it is never handed over (ends expired); at most the "
                   "longest delay")
+    debounce = DebounceField(required=False, allow_null=True)
 
     def to_item(self) -> dict:
         return message_item(self.validated_data)
@@ -265,6 +297,7 @@ def message_item(data: dict) -> dict:
         "on_failed": data.get("on_failed"),
         "expires_at": data.get("expires_at"),
         "expire_after_seconds": data.get("expire_after_seconds"),
+        "debounce": data.get("debounce"),
     }
 
 
@@ -408,6 +441,7 @@ class MessageSerializer(serializers.ModelSerializer):
     on_delivered = CallbackEndpointField(help_text="the endpoint that gets its outcome record once delivered")
     on_failed = CallbackEndpointField(
         help_text="the endpoint that gets its outcome record once its handler gave up")
+    debounce = serializers.SerializerMethodField(help_text="its debounce and window, or null")
 
     class Meta:
         model = ScheduledMessage
@@ -417,7 +451,16 @@ class MessageSerializer(serializers.ModelSerializer):
                   "due_history", "trigger", "last_error", "payload", "on_delivered", "on_failed", "notification"]
         fields += ["event"]  # the event whose fan-out made it (its id; null: scheduled alone)
         fields += ["expires_at"]  # never handed over from then on (null: never expires)
+        fields += ["debounce"]
         read_only_fields = fields
+
+    @extend_schema_field(DebounceSerializer(allow_null=True))
+    def get_debounce(self, message) -> dict | None:
+        if message.debounce_key is None:
+            return None
+        return DebounceSerializer(instance={"key": message.debounce_key, "seconds": message.debounce_seconds,
+                                            "max_seconds": message.debounce_max_seconds, "mode": message.debounce_mode,
+                                            "until": message.debounce_until}).data
 
     def get_scheduled_in_past(self, message) -> bool:
         return scheduled_in_past(message.due_at, message.created_at)

@@ -75,6 +75,7 @@ class Event(enum.StrEnum):
     RESCHEDULE = "reschedule"
     RESEND = "resend"
     EXPIRE = "expire"
+    SUPERSEDE = "supersede"  # a newer message with its debounce key replaced it (messages/debounce.py)
 
 
 NEW = None  # the "status" of a message before it exists
@@ -94,6 +95,7 @@ TRANSITIONS: dict[Event, dict[Status | None, Status]] = {
     Event.RESCHEDULE: {P: P, U: P},  # pending again: its copy for the new time is published anew
     Event.RESEND: {D: P, F: P},  # a person's resend: delivered (or failed) once more, a new attempt
     Event.EXPIRE: {P: X, U: X, D: X},  # delivered: its handler failed and the retry would be too late
+    Event.SUPERSEDE: {P: Status.SUPERSEDED, U: Status.SUPERSEDED},  # never delivered: its copy is dropped
 }
 
 
@@ -175,6 +177,8 @@ def arrive(state: State, *, attempt: int, now: datetime, redelivered: bool = Fal
     counted = {"delivery_count": state.delivery_count + 1} if attempt == 0 else {}
     if state.status == Status.CANCELLED:
         return Arrival.CANCELLED, counted
+    if state.status == Status.SUPERSEDED:  # a newer message with its debounce key replaced it: drop it
+        return Arrival.SUPERSEDED, {}
     if state.status in _DELIVERABLE and attempt == state.attempts:
         change = {**counted, "status": transition(state.status, Event.DELIVER), "finished_at": now}
         if attempt == 0:
@@ -285,6 +289,12 @@ def reschedule(state: State, *, due_at: datetime, now: datetime, history: list |
     status = transition(state.status, Event.RESCHEDULE)
     moved = {"due_at": state.due_at.isoformat().replace("+00:00", "Z"), "moved_at": now.isoformat().replace("+00:00", "Z")}
     return {"status": status, "due_at": due_at, "published_at": None, "due_history": [*(history or []), moved]}
+
+
+def supersede(state: State, *, now: datetime) -> dict:
+    """A newer message with the same debounce key replaced this one (trailing), or it came within a
+    leading window: finished, never delivered; a copy of it still in the cascade is dropped on arrival."""
+    return {"status": transition(state.status, Event.SUPERSEDE), "finished_at": now}
 
 
 def unroutable(*, reason: str, now: datetime) -> dict:

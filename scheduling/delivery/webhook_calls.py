@@ -149,8 +149,11 @@ def _sort_out(items: list[tuple]) -> dict[str, Outcome]:
         if lifecycle.superseded(state, attempt=attempt, due_ms=due_ms):
             outcomes[message_id] = Outcome(Result.SUPERSEDED)
             counted.append(metrics.Counted(metrics.SUPERSEDED, labels))
-        elif status in lifecycle.LATER_FINISHED:  # expired or superseded before: acked, nothing else
-            outcomes[message_id] = Outcome(Result.EXPIRED if status == Status.EXPIRED else Result.SUPERSEDED)
+        elif status == Status.SUPERSEDED:  # a newer message with its debounce key replaced it: dropped
+            outcomes[message_id] = Outcome(Result.SUPERSEDED)
+            counted.append(metrics.Counted(metrics.SUPERSEDED, labels))
+        elif status == Status.EXPIRED:  # expired before: acked, nothing else
+            outcomes[message_id] = Outcome(Result.EXPIRED)
         elif status in lifecycle.IN_FLIGHT and attempts == attempt and due_at <= now \
                 and lifecycle.expired(state, now=now):
             outcomes[message_id] = Outcome(Result.EXPIRED)

@@ -37,6 +37,7 @@ from scheduling.teams.quotas import (
 )
 from scheduling.teams.roles import Action
 from scheduling.messages import wire
+from scheduling.messages.debounce import message_debounce_apply, message_debounce_check
 from scheduling.messages.relay import relay_claim_new, relay_publish_rows, relay_send_claimed
 from scheduling.notifications.services import notification_emit_quota_warnings
 from scheduling.retention.services import message_describe_gone
@@ -270,6 +271,8 @@ def _build(item: dict, endpoints: dict[str, list[Endpoint]], now: datetime) -> S
     elif isinstance(key, str) and key.startswith(PLATFORM_KEY_PREFIX) and not item.get("schedule"):
         errors["idempotency_key"] = (f"keys starting {PLATFORM_KEY_PREFIX!r} are the platform's (its recurring "
                                      "schedules' runs): choose another")
+    debounced = message_debounce_check(value=item.get("debounce"), max_delay_ms=_limit_ms(
+        endpoint.topology if endpoint else None), errors=errors) if item.get("debounce") is not None else {}
     if errors:
         raise ValidationError(errors)
     row = ScheduledMessage.new(
@@ -290,6 +293,7 @@ def _build(item: dict, endpoints: dict[str, list[Endpoint]], now: datetime) -> S
         on_delivered_id=callbacks["on_delivered"].pk if callbacks["on_delivered"] else None,
         on_failed_id=callbacks["on_failed"].pk if callbacks["on_failed"] else None,
         expires_at=expires_at,
+        **debounced,  # its key, mode and durations (messages/debounce.py sets its window when saved)
     )
     row.payload_json = encoded  # what insert_many writes
     row.payload_bytes = len(encoded.encode())  # what the team's bytes quota sums
@@ -425,18 +429,21 @@ def _save(rows: list[ScheduledMessage], *, check_quota: bool) -> list[Scheduled]
                 if row.idempotency_key:
                     seen[key] = row
                 results.append(Scheduled(row, created=True))
+        for row in new:  # as built (a second attempt after an IntegrityError finds them claimed or superseded)
+            row.status, row.published_at, row.finished_at = Status.PENDING, None, None
+        if any(row.debounce_key is not None for row in new):
+            message_debounce_apply(rows=new)  # may supersede some: saved so, never published
+        live = [row for row in new if row.status == Status.PENDING]
         if check_quota:  # each team's lock in the order of their ids: two bulks never wait on each other
             per_team: dict[int, list[ScheduledMessage]] = {}
-            for row in new:
+            for row in live:
                 per_team.setdefault(row.endpoint.team_id, []).append(row)
             for _, team_rows in sorted(per_team.items()):
                 team = team_rows[0].endpoint.team
                 warnings = team_check_in_flight(team=team, sizes=[r.payload_bytes for r in team_rows])
                 if warnings:
                     notification_emit_quota_warnings(team=team, warnings=list(warnings))
-        for row in new:  # as built (a second attempt after an IntegrityError finds them claimed)
-            row.status, row.published_at = Status.PENDING, None
-        claimed = relay_claim_new(rows=new)  # written as published, sent after the commit
+        claimed = relay_claim_new(rows=live)  # written as published, sent after the commit
         with transaction.atomic():
             ScheduledMessage.objects.insert_many(new)
         metrics.scheduled(new)
@@ -463,12 +470,14 @@ def message_schedule(
     on_failed: str | Endpoint | None = None,
     expires_at: datetime | None = None,
     expire_after_seconds: timedelta | float | int | Decimal | str | None = None,
+    debounce: dict | None = None,
 ) -> ScheduledMessage:
     """Schedule one message for ``endpoint`` after ``delay`` (seconds or timedelta) or at
     ``deliver_at``. Raises ValidationError naming the field for bad input; stores nothing then.
     ``traceparent``: a W3C traceparent the message continues (ignored unless valid).
     ``on_delivered``/``on_failed``: endpoints of its team that get its outcome record.
-    ``expires_at`` or ``expire_after_seconds`` (after the due time): never handed over from then on."""
+    ``expires_at`` or ``expire_after_seconds`` (after the due time): never handed over from then on.
+    ``debounce``: ``{"key", "seconds", "max_seconds", "mode"}`` (core/debounce.py)."""
     try:
         (result,) = message_schedule_many(
             items=[
@@ -484,6 +493,7 @@ def message_schedule(
                     "on_failed": on_failed,
                     "expires_at": expires_at,
                     "expire_after_seconds": expire_after_seconds,
+                    "debounce": debounce,
                 }
             ],
             caller=caller,

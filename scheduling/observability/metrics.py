@@ -51,6 +51,9 @@ SUPERSEDED = Counter(
 EXPIRED = Counter(
     "delay_messages_expired", "Messages that reached their expires_at before they were handed over: ended expired, "
     "never delivered nor retried (on arrival, the relay's publish, a handler's retry).", BY_MESSAGE)
+MESSAGES_SUPERSEDED = Counter(
+    "delay_messages_superseded", "Messages that ended superseded, never delivered: replaced by a newer one with "
+    "their debounce key (trailing), or scheduled within a leading debounce window.", BY_MESSAGE)
 RESCHEDULES = Counter(
     "delay_reschedules", "Messages moved to another due time (PATCH, admin).", BY_MESSAGE)
 HANDLER_FAILURES = Counter(
@@ -234,6 +237,10 @@ def expired(rows) -> None:
 
 def cancelled(row) -> None:
     record_on_commit([Counted(CANCELLATIONS, row)])
+
+
+def superseded_by_debounce(rows) -> None:
+    record_on_commit([Counted(MESSAGES_SUPERSEDED, row) for row in rows])
 
 
 def rescheduled(row) -> None:

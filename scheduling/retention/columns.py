@@ -64,6 +64,12 @@ COLUMNS: dict[str, tuple[str, pa.DataType]] = {
     "on_failed_id": (f'{M}."on_failed_id"', pa.int64()),
     "notification": (f'{M}."notification"', pa.string()),
     "expires_at": (f'{M}."expires_at"', TIMESTAMP),  # expiry (0030): files before it have none
+    # debounce (0031): files before it have none
+    "debounce_key": (f'{M}."debounce_key"', pa.string()),
+    "debounce_mode": (f'{M}."debounce_mode"', pa.string()),
+    "debounce_seconds": (f'{M}."debounce_seconds"', pa.int32()),
+    "debounce_max_seconds": (f'{M}."debounce_max_seconds"', pa.int32()),
+    "debounce_until": (f'{M}."debounce_until"', TIMESTAMP),
     "payload": (f'{M}."payload"::text', pa.string()),
     "attempt_log": (ATTEMPTS_SQL, pa.string()),
 }

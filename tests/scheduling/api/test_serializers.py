@@ -30,7 +30,8 @@ def test_a_message_maps_to_the_services_arguments():
     assert serializer.is_valid(), serializer.errors
     assert serializer.to_item() == {"team": None, "endpoint": "billing", "payload": {"n": 1}, "delay": Decimal("2.5"),
                                     "deliver_at": None, "idempotency_key": "k", "on_delivered": None,
-                                    "on_failed": None, "expires_at": None, "expire_after_seconds": None}
+                                    "on_failed": None, "expires_at": None, "expire_after_seconds": None,
+                                    "debounce": None}
 
 
 @pytest.mark.parametrize(("data", "field"), [

@@ -29,6 +29,7 @@ ALLOWED = {
     (P, Event.RESCHEDULE): P, (U, Event.RESCHEDULE): P,
     (D, Event.RESEND): P, (F, Event.RESEND): P,
     (P, Event.EXPIRE): X, (U, Event.EXPIRE): X, (D, Event.EXPIRE): X,
+    (P, Event.SUPERSEDE): S, (U, Event.SUPERSEDE): S,  # debounce: a newer message replaced it
 }
 
 
@@ -276,3 +277,13 @@ DUE_MS = (DUE - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(millisec
 def test_a_copy_for_a_due_time_the_message_no_longer_has_is_superseded(status, attempt, due_ms, dropped):
     state = State(status=status, due_at=DUE, attempts=attempt)
     assert lifecycle.superseded(state, attempt=attempt, due_ms=due_ms) is dropped
+
+
+def test_a_superseded_message_is_finished_and_its_copy_dropped_uncounted_on_arrival():
+    change = lifecycle.supersede(State(status=U, due_at=DUE), now=NOW)
+    assert change == {"status": S, "finished_at": NOW}
+    assert S in lifecycle.FINISHED
+    arrival = lifecycle.arrive(State(status=S, due_at=DUE, delivery_count=1), attempt=0, now=NOW)
+    assert arrival == (Arrival.SUPERSEDED, {})
+    with pytest.raises(lifecycle.IllegalTransition):
+        lifecycle.supersede(State(status=D, due_at=DUE), now=NOW)  # handed over: a new window, not a supersede

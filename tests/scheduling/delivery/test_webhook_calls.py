@@ -58,8 +58,10 @@ def test_copies_not_taken_are_sorted_out(make):
     early = make(due_in=timedelta(seconds=30))
     cancelled = make(status=Status.CANCELLED)
     delivered = make(status=Status.DELIVERED)
-    taken, others = take(early, cancelled, delivered)
+    superseded = make(status=Status.SUPERSEDED)  # a newer message with its debounce key replaced it
+    taken, others = take(early, cancelled, delivered, superseded)
     assert taken == {}
+    assert others[str(superseded.id)].result is Result.SUPERSEDED
     assert others[str(early.id)].result is Result.EARLY and others[str(early.id)].eta == early.due_at
     assert others[str(cancelled.id)].result is Result.CANCELLED
     assert others[str(delivered.id)].result is Result.DUPLICATE

@@ -124,7 +124,10 @@ def test_an_archived_row_has_every_column_as_the_table_had_it(archive, history, 
         "payload": json.dumps(first.payload),
         "trigger": "scheduled", "call_lease_until": None, "captured_task": None,  # made directly: NULL
         "traceparent": None, "event_id": None, "on_delivered_id": None, "on_failed_id": None, "notification": None,
-        "expires_at": None, "attempt_log": None, "shard": 0,  # none were kept
+        "expires_at": None,
+        "debounce_key": None, "debounce_mode": None, "debounce_seconds": None, "debounce_max_seconds": None,
+        "debounce_until": None,
+        "attempt_log": None, "shard": 0,  # none were kept
         "due_date": max(first.due_at, first.created_at).date().isoformat(),  # from the directory's name
     }
     assert json.loads(archived[str(odd.id)]["payload"]) == odd.payload  # quotes, commas, newlines

@@ -75,6 +75,7 @@ class Message(Model):
     created: bool | None = None  # scheduling answered 201 (True) or found the idempotency key's message (False)
     event: str | None = None  # the event whose fan-out made it (its id), or None
     expires_at: datetime | None = None  # never handed over from then on (ends "expired"); None: never expires
+    debounce: dict | None = None  # {"key", "seconds", "max_seconds", "mode", "until"}, or None
 
 
 @dataclass(frozen=True)
