@@ -170,15 +170,15 @@ def arrive(state: State, *, attempt: int, now: datetime, redelivered: bool = Fal
     how long its endpoint's flow control held it back, recorded so that the wait is told apart
     from lateness (the report and the metrics subtract it). A copy for a
     due time the message no longer has is told apart before this, by ``superseded``."""
-    if state.status in (Status.EXPIRED, Status.SUPERSEDED):
-        return Arrival.EXPIRED if state.status == Status.EXPIRED else Arrival.SUPERSEDED, {}  # acked, nothing else
+    if state.status == Status.EXPIRED:
+        return Arrival.EXPIRED, {}  # acked, nothing else
+    if state.status == Status.SUPERSEDED:  # a newer message with its debounce key replaced it: drop it
+        return Arrival.SUPERSEDED, {}
     if state.status in _DELIVERABLE and attempt == state.attempts and expired(state, now=now):
         return Arrival.EXPIRED, expire(state, now=now)
     counted = {"delivery_count": state.delivery_count + 1} if attempt == 0 else {}
     if state.status == Status.CANCELLED:
         return Arrival.CANCELLED, counted
-    if state.status == Status.SUPERSEDED:  # a newer message with its debounce key replaced it: drop it
-        return Arrival.SUPERSEDED, {}
     if state.status in _DELIVERABLE and attempt == state.attempts:
         change = {**counted, "status": transition(state.status, Event.DELIVER), "finished_at": now}
         if attempt == 0:
