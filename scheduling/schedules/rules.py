@@ -25,7 +25,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 from cronsim import CronSim, CronSimError
 from django.core.exceptions import ValidationError
 
-from scheduling.core.clock import MS
+from scheduling.core.clock import MS, from_epoch_ms, to_epoch_ms
 
 UTC = timezone.utc
 MIN_INTERVAL_MS = 1000  # one run a second: what one schedule may ask
@@ -165,8 +165,18 @@ def jitter_offset_ms(*, seed: str, run_at: datetime, jitter_ms: int | None) -> i
     schedules at one cron minute spread evenly over the window. 0 without jitter."""
     if not jitter_ms:
         return 0
-    digest = hashlib.blake2b(f"{seed}|{round(run_at.timestamp() * 1000)}".encode(), digest_size=8).digest()
+    digest = hashlib.blake2b(f"{seed}|{to_epoch_ms(run_at)}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") % jitter_ms
+
+
+def run_time_of_key(key: str | None) -> datetime | None:
+    """A run's time by its schedule's rule, from its idempotency key
+    (``schedule:<key>:<revision>:<run time in ms>``, schedules/services.py schedule_run_key): its
+    due time is that moved by its jitter. None for a key of another shape."""
+    ms = (key or "").rpartition(":")[2]
+    if not key or not key.startswith("schedule:") or not ms.isdigit() or len(ms) > 15:
+        return None
+    return from_epoch_ms(int(ms))
 
 
 def _milliseconds(seconds, field: str, *, most_ms: int, most: str) -> int:

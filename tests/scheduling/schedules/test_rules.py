@@ -161,3 +161,9 @@ def test_bad_jitter_and_catchup_name_their_field(check, field, value, text):
     with pytest.raises(ValidationError) as caught:
         check(value)
     assert text in caught.value.message_dict[field][0]
+
+
+def test_a_runs_time_is_read_from_its_key():
+    assert rules.run_time_of_key("schedule:poll.x:3:1796007600250") == at("2026-11-30T03:00:00.250Z")
+    assert [rules.run_time_of_key(k) for k in (None, "", "mine:1", "schedule:a:1:x", "schedule:a:1:" + "9" * 16)] \
+        == [None] * 5
