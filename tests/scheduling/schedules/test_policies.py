@@ -10,7 +10,6 @@ from django.utils import timezone
 
 from harness.at_once import at_once
 from scheduling.models import Schedule, ScheduledMessage
-from scheduling.schedules import services
 from scheduling.schedules.services import schedule_create_runs, schedule_run_key, schedule_upsert
 
 pytestmark = pytest.mark.django_db
@@ -127,7 +126,7 @@ def test_without_catch_up_the_skipped_runs_are_counted_too(endpoint):
 
 
 def test_catch_up_makes_at_most_a_bounded_number_of_runs_a_pass(endpoint, monkeypatch):
-    monkeypatch.setattr(services, "MAX_RUNS_PER_PASS", 5)
+    monkeypatch.setattr("scheduling.schedules.services.MAX_RUNS_PER_PASS", 5)
     schedule, _ = upsert(endpoint, catchup_seconds=600)
     now = timezone.now()
     first = _reset(schedule, -300 * S, now)  # 43 runs missed (0 s to 294 s after first), all in the window
