@@ -2,6 +2,7 @@
 messages' bulk statements in raw SQL in messages/queries.py."""
 
 import functools
+from datetime import timedelta
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator, URLValidator
@@ -426,6 +427,17 @@ class Schedule(models.Model):
         help_text="runs not made because the team's messages in flight were at its quota")
     last_run_skipped_at = models.DateTimeField(null=True, blank=True, editable=False,
                                                help_text="the time of the last run skipped for the quota")
+    # Policies of issue 49 (0033): nullable or db_default, so the previous release's INSERTs, which
+    # do not name them, still work. NULL jitter: none; NULL catch-up: missed_runs decides.
+    jitter_ms = models.BigIntegerField(
+        null=True, blank=True, help_text="each run's due time moves by a fixed offset in [0, this) after its time")
+    catchup_ms = models.BigIntegerField(
+        null=True, blank=True, help_text="runs missed in a downtime and due within this before now are made up")
+    runs_missed = models.BigIntegerField(
+        default=0, db_default=0, editable=False,
+        help_text="runs missed while the platform was down and not made (older than the catch-up window)")
+    last_run_missed_at = models.DateTimeField(null=True, blank=True, editable=False,
+                                              help_text="the time of the last run missed and not made")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -461,6 +473,19 @@ class Schedule(models.Model):
     @property
     def interval_seconds(self):
         return None if self.interval_ms is None else self.interval_ms / 1000
+
+    @property
+    def jitter_seconds(self):
+        return None if self.jitter_ms is None else self.jitter_ms / 1000
+
+    @property
+    def catchup_seconds(self):
+        return None if self.catchup_ms is None else self.catchup_ms / 1000
+
+    def run_due_at(self, run_at):
+        """When its run of nominal time ``run_at`` is due: moved by its jitter, fixed per run."""
+        return run_at + timedelta(milliseconds=rules.jitter_offset_ms(
+            seed=f"{self.team_id}:{self.key}", run_at=run_at, jitter_ms=self.jitter_ms))
 
 
 class FailedMessage(ScheduledMessage):

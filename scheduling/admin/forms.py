@@ -135,6 +135,10 @@ class ScheduleForm(forms.Form):
     start_at = forms.DateTimeField(required=False, help_text=f"no run before this; {ISO_HELP}")
     end_at = forms.DateTimeField(required=False, help_text="no run after this")
     missed_runs = forms.ChoiceField(choices=Schedule.MissedRuns.choices, initial=Schedule.MissedRuns.SKIP)
+    jitter_seconds = forms.DecimalField(required=False, help_text="each run is due a fixed offset in [0, this) "
+                                                                  "after its time: below the gap between two runs")
+    catchup_seconds = forms.DecimalField(required=False, help_text="after a downtime, the missed runs due within "
+                                                                   "this before now are made; empty: missed runs")
 
     def __init__(self, *args, caller: Caller, next_runs=None, **kwargs):
         super().__init__(*args, **kwargs)

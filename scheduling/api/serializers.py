@@ -16,6 +16,7 @@ from scheduling.core.flow_gate import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
 from scheduling.delivery.models import EndpointHealth, MessageAttempt
 from scheduling.core.lifecycle import Status, scheduled_in_past
 from scheduling.models import BulkAction, DeliveryMode, Endpoint, Schedule, ScheduledMessage, TopologyVersion
+from scheduling.schedules.rules import run_time_of_key
 from scheduling.security.redaction import url_redacted
 from scheduling.teams.roles import Action
 from scheduling.api.callers import request_caller
@@ -442,6 +443,9 @@ class MessageSerializer(serializers.ModelSerializer):
     on_failed = CallbackEndpointField(
         help_text="the endpoint that gets its outcome record once its handler gave up")
     debounce = serializers.SerializerMethodField(help_text="its debounce and window, or null")
+    schedule_run_at = serializers.SerializerMethodField(
+        help_text="a schedule's run: its time by the schedule's rule (due_at is that moved by its jitter); "
+                  "null for other messages")
 
     class Meta:
         model = ScheduledMessage
@@ -452,6 +456,7 @@ class MessageSerializer(serializers.ModelSerializer):
         fields += ["event"]  # the event whose fan-out made it (its id; null: scheduled alone)
         fields += ["expires_at"]  # never handed over from then on (null: never expires)
         fields += ["debounce"]
+        fields += ["schedule_run_at"]  # a schedule's run: its time by the rule (its key names it)
         read_only_fields = fields
 
     @extend_schema_field(DebounceSerializer(allow_null=True))
@@ -464,6 +469,9 @@ class MessageSerializer(serializers.ModelSerializer):
 
     def get_scheduled_in_past(self, message) -> bool:
         return scheduled_in_past(message.due_at, message.created_at)
+
+    def get_schedule_run_at(self, message) -> datetime | None:
+        return run_time_of_key(message.idempotency_key) if message.schedule else None
 
 
 class MessageAttemptSerializer(serializers.ModelSerializer):
@@ -514,18 +522,30 @@ class ScheduleSerializer(serializers.ModelSerializer):
     team = serializers.CharField(source="team.name", read_only=True)
     endpoint = serializers.SlugRelatedField(slug_field="name", read_only=True)
     interval_seconds = serializers.FloatField(read_only=True, allow_null=True)
+    jitter_seconds = serializers.FloatField(
+        read_only=True, allow_null=True, help_text="each run is due a fixed offset in [0, this) after its time")
+    catchup_seconds = serializers.FloatField(
+        read_only=True, allow_null=True,
+        help_text="after a downtime, its missed runs due within this before now are made (null: missed_runs)")
     next_run_at = serializers.SerializerMethodField(
         help_text="the next run after now (null when paused or when no run is left)")
+    next_run_due_at = serializers.SerializerMethodField(
+        help_text="when that run is due: next_run_at moved by its jitter")
 
     class Meta:
         model = Schedule
         fields = ["team", "key", "endpoint", "payload", "cron", "timezone", "interval_seconds", "start_at", "end_at",
-                  "missed_runs", "is_paused", "next_run_at", "revision", "runs_skipped", "last_run_skipped_at",
+                  "missed_runs", "jitter_seconds", "catchup_seconds", "is_paused", "next_run_at", "next_run_due_at",
+                  "revision", "runs_skipped", "last_run_skipped_at", "runs_missed", "last_run_missed_at",
                   "created_at", "updated_at"]
         read_only_fields = fields
 
     def get_next_run_at(self, schedule) -> datetime | None:
         return next(iter(schedule.upcoming(timezone.now())), None)
+
+    def get_next_run_due_at(self, schedule) -> datetime | None:
+        run = self.get_next_run_at(schedule)
+        return None if run is None else schedule.run_due_at(run)
 
 
 class ScheduleWriteSerializer(RefuseControlCharacters, serializers.Serializer):
@@ -551,6 +571,14 @@ class ScheduleWriteSerializer(RefuseControlCharacters, serializers.Serializer):
     missed_runs = serializers.ChoiceField(choices=Schedule.MissedRuns.choices, required=False,
                                           help_text="runs missed while the platform was down: skip them "
                                                     "(default), or run the latest one once, at once")
+    jitter_seconds = serializers.DecimalField(
+        max_digits=None, decimal_places=None, required=False, allow_null=True,
+        help_text="each run is due a fixed offset in [0, this) after its time, at most a day and below the "
+                  "gap between two runs (default none)")
+    catchup_seconds = serializers.DecimalField(
+        max_digits=None, decimal_places=None, required=False, allow_null=True,
+        help_text="after a downtime, its missed runs due within this before now are made, oldest first; older "
+                  "ones are skipped and counted (0 to 31 days; null: missed_runs decides)")
 
     def to_service(self) -> dict:
         data = self.validated_data
@@ -558,7 +586,8 @@ class ScheduleWriteSerializer(RefuseControlCharacters, serializers.Serializer):
                 "team_name": data.get("team"),
                 "cron": data.get("cron", ""), "timezone_name": data.get("timezone", "UTC"),
                 "interval_seconds": data.get("interval_seconds"), "start_at": data.get("start_at"),
-                "end_at": data.get("end_at"), "missed_runs": data.get("missed_runs", Schedule.MissedRuns.SKIP)}
+                "end_at": data.get("end_at"), "missed_runs": data.get("missed_runs", Schedule.MissedRuns.SKIP),
+                "jitter_seconds": data.get("jitter_seconds"), "catchup_seconds": data.get("catchup_seconds")}
 
 
 class SchedulePreviewSerializer(RefuseControlCharacters, serializers.Serializer):

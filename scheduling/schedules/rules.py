@@ -14,6 +14,7 @@ Daylight saving, for a cron rule with a fixed hour (say ``30 2 * * *`` in Europe
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,12 +25,14 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 from cronsim import CronSim, CronSimError
 from django.core.exceptions import ValidationError
 
-from scheduling.core.clock import MS
+from scheduling.core.clock import MS, from_epoch_ms, to_epoch_ms
 
 UTC = timezone.utc
 MIN_INTERVAL_MS = 1000  # one run a second: what one schedule may ask
 MAX_INTERVAL_MS = 10 * 366 * 86_400_000  # ten years: beyond every cascade's longest delay
 CRON_FIELDS = ("minute", "hour", "day of month", "month", "day of week")
+MAX_JITTER_MS = 86_400_000  # a day: a run moved further is another run
+MAX_CATCHUP_MS = 31 * 86_400_000  # a month of missed runs made up after a downtime
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,10 @@ class Rule:
             if count >= cap:  # a long downtime: the latest without walking to it
                 return count, self._latest_until(moment)
         return count, latest
+
+    def last_run_until(self, moment: datetime) -> datetime | None:
+        """The last run at or before ``moment`` (None when there is none)."""
+        return self._latest_until(moment)
 
     def _latest_until(self, moment: datetime) -> datetime | None:
         """The last run at or before ``moment``, found without walking to it."""
@@ -149,6 +156,53 @@ def interval_check(seconds) -> int:
     if value * 1000 > MAX_INTERVAL_MS:
         raise ValidationError({"interval_seconds": f"must be at most {MAX_INTERVAL_MS // 1000:,} s (ten years)"})
     return round(value * 1000)  # to the millisecond, the platform's precision
+
+
+def jitter_offset_ms(*, seed: str, run_at: datetime, jitter_ms: int | None) -> int:
+    """How far a run's due time moves after its nominal time ``run_at``: in [0, jitter_ms), the
+    same for the same (seed, run) every time it is asked (a hash, no randomness), so a retried
+    pass, a second materialiser or a run made again gets the same offset, while the runs of many
+    schedules at one cron minute spread evenly over the window. 0 without jitter."""
+    if not jitter_ms:
+        return 0
+    digest = hashlib.blake2b(f"{seed}|{to_epoch_ms(run_at)}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % jitter_ms
+
+
+def run_time_of_key(key: str | None) -> datetime | None:
+    """A run's time by its schedule's rule, from its idempotency key
+    (``schedule:<key>:<revision>:<run time in ms>``, schedules/services.py schedule_run_key): its
+    due time is that moved by its jitter. None for a key of another shape."""
+    ms = (key or "").rpartition(":")[2]
+    if not key or not key.startswith("schedule:") or not ms.isdigit() or len(ms) > 15:
+        return None
+    return from_epoch_ms(int(ms))
+
+
+def _milliseconds(seconds, field: str, *, most_ms: int, most: str) -> int:
+    """Seconds (fractions allowed) -> milliseconds, 0 to ``most_ms``, or ValidationError on ``field``."""
+    try:
+        if isinstance(seconds, bool):
+            raise ValueError(seconds)
+        value = seconds if isinstance(seconds, Decimal) else Decimal(str(seconds))
+    except (InvalidOperation, ValueError):
+        raise ValidationError({field: "must be a number of seconds"}) from None
+    if not value.is_finite() or value < 0:
+        raise ValidationError({field: "must be a finite number of seconds, 0 or more"})
+    if value * 1000 > most_ms:
+        raise ValidationError({field: f"must be at most {most_ms // 1000:,} s ({most})"})
+    return round(value * 1000)
+
+
+def jitter_check(seconds) -> int:
+    """``jitter_seconds`` -> milliseconds (0 to a day), or ValidationError on ``jitter_seconds``;
+    the rule's own bound (below its interval) is checked with the rule."""
+    return _milliseconds(seconds, "jitter_seconds", most_ms=MAX_JITTER_MS, most="a day")
+
+
+def catchup_check(seconds) -> int:
+    """``catchup_seconds`` -> milliseconds (0 to 31 days), or ValidationError on ``catchup_seconds``."""
+    return _milliseconds(seconds, "catchup_seconds", most_ms=MAX_CATCHUP_MS, most="31 days")
 
 
 def preview(rule: Rule, *, after: datetime, count: int) -> list[datetime]:

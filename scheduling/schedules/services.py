@@ -12,7 +12,12 @@ late because it was created late (unless beat was down longer than that window).
 Runs are messages in flight of the schedule's team, held to its in-flight quotas
 (teams/quotas.py): a schedule whose runs in flight at once (the window over its interval) would
 pass them is refused when it is made or changed, and a run that finds them full when it is due to
-be made is skipped, counted on the schedule (``runs_skipped``, ``last_run_skipped_at``)."""
+be made is skipped, counted on the schedule (``runs_skipped``, ``last_run_skipped_at``).
+
+Jitter moves each run's due time by an offset fixed per run (rules.jitter_offset_ms); its key
+keeps the nominal time, so a run made again is still the same run. Catch-up makes the runs missed
+in a downtime and due within ``catchup_ms`` before now, oldest first; older ones are counted on
+the schedule (``runs_missed``, ``last_run_missed_at``)."""
 
 from __future__ import annotations
 
@@ -25,7 +30,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduling.audit.services import audit_changed, audit_record, audit_values
-from scheduling.core.clock import ceil_ms, to_epoch_ms
+from scheduling.core.clock import MS, ceil_ms, to_epoch_ms
 from scheduling.config.conf import conf
 from scheduling.core.errors import BulkValidationError, NotFound, QuotaExceeded
 from scheduling.core.lifecycle import IN_FLIGHT
@@ -42,14 +47,14 @@ log = logging.getLogger(__name__)
 
 MAX_RUNS_PER_PASS = 1_000  # runs one schedule gets per materialiser pass (a 1 s interval needs 60)
 # what a change of these makes a new revision of (its runs to come are cancelled and made again)
-_REVISED_BY = ("endpoint_id", "payload", "cron", "timezone", "interval_ms", "start_at", "end_at")
+_REVISED_BY = ("endpoint_id", "payload", "cron", "timezone", "interval_ms", "start_at", "end_at", "jitter_ms")
 
 
 @dataclass(frozen=True)
 class RunsCreated:
     schedules: int  # schedules that got runs
     runs: int  # new messages
-    skipped: int  # runs missed while the platform was down, not made (policy "skip", or older than the latest)
+    skipped: int  # runs missed while the platform was down, not made (skip, older than the latest or the catch-up)
     over_quota: int = 0  # runs not made: the team's messages in flight were at its quota
 
 
@@ -123,15 +128,19 @@ def _check_interval(team: Team, values: dict, errors: dict) -> None:
 
 def schedule_upsert(*, key: str, endpoint: str | Endpoint, payload, cron: str = "", timezone_name: str = "UTC",
                     interval_seconds=None, start_at: datetime | None = None, end_at: datetime | None = None,
-                    missed_runs: str = Schedule.MissedRuns.SKIP, team: Team | None = None) -> tuple[Schedule, bool]:
+                    missed_runs: str = Schedule.MissedRuns.SKIP, jitter_seconds=None, catchup_seconds=None,
+                    team: Team | None = None) -> tuple[Schedule, bool]:
     """Create the team's schedule ``key``, or make it what is given (True when created). A change
-    to its rule, payload or endpoint is a new revision: its runs to come are cancelled and made
-    again from the new rule. Its first runs are created before this returns. ``team``: the
-    default team when None; the endpoint must be the team's."""
+    to its rule, payload, endpoint or jitter is a new revision: its runs to come are cancelled and
+    made again from the new rule. Its first runs are created before this returns. ``team``: the
+    default team when None; the endpoint must be the team's. ``jitter_seconds``: each run due a
+    fixed offset in [0, it) after its time (below its interval); ``catchup_seconds``: after a
+    downtime, the missed runs due within it before now are made (None: ``missed_runs`` decides)."""
     team = _team(team)
     target, values = _checked(key=key, endpoint=endpoint, payload=payload, cron=cron, timezone_name=timezone_name,
                               interval_seconds=interval_seconds, start_at=start_at, end_at=end_at,
-                              missed_runs=missed_runs, team=team)
+                              missed_runs=missed_runs, jitter_seconds=jitter_seconds,
+                              catchup_seconds=catchup_seconds, team=team)
     now = timezone.now()
     with transaction.atomic():
         if not Schedule.objects.filter(team=team, key=key).exists():
@@ -195,8 +204,40 @@ def _revision(schedule: Schedule, values: dict) -> tuple[bool, bool]:
     return revised, any(getattr(schedule, f) != values[f] for f in ("cron", "interval_ms", "start_at"))
 
 
+def _check_jitter(values: dict, errors: dict) -> None:
+    """A jitter below the rule's shortest gap between runs: a run never passes the next one, so
+    runs stay in order (and a run made up after a downtime comes before the one after it)."""
+    jitter = values.get("jitter_ms")
+    if not jitter:
+        return
+    if values.get("interval_ms") is not None:
+        if jitter >= values["interval_ms"]:
+            errors["jitter_seconds"] = f"must be below interval_seconds ({values['interval_ms'] / 1000:g} s)"
+    elif values.get("cron"):
+        rule = rules.Rule(cron=values["cron"], tz=values["timezone"])
+        runs = rules.preview(rule, after=timezone.now(), count=_GAP_RUNS)
+        gaps = [(b - a).total_seconds() * 1000 for a, b in zip(runs, runs[1:])]
+        if gaps and jitter >= min(gaps):
+            errors["jitter_seconds"] = f"must be below the shortest gap between two runs ({min(gaps) / 1000:,.0f} s)"
+
+
+def _policy_values(jitter_seconds, catchup_seconds, errors: dict) -> dict:
+    """jitter_ms and catchup_ms (None when not given), each problem a field error."""
+    values = {"jitter_ms": None, "catchup_ms": None}
+    for field, check, value in (("jitter_ms", rules.jitter_check, jitter_seconds),
+                                ("catchup_ms", rules.catchup_check, catchup_seconds)):
+        if value is None:
+            continue
+        try:
+            values[field] = check(value)
+        except ValidationError as exc:
+            errors.update({k: v[0] for k, v in exc.message_dict.items()})
+    values["jitter_ms"] = values["jitter_ms"] or None  # 0: no jitter, stored as none
+    return values
+
+
 def _checked(*, key, endpoint, payload, cron, timezone_name, interval_seconds, start_at, end_at, missed_runs,
-             team: Team) -> tuple[Endpoint, dict]:
+             jitter_seconds, catchup_seconds, team: Team) -> tuple[Endpoint, dict]:
     """The endpoint and the schedule's field values, every problem reported at once (a
     ValidationError naming each field)."""
     errors: dict[str, str] = {}
@@ -217,6 +258,7 @@ def _checked(*, key, endpoint, payload, cron, timezone_name, interval_seconds, s
         errors.update({k: v[0] for k, v in exc.message_dict.items()})
     if missed_runs not in Schedule.MissedRuns.values:
         errors["missed_runs"] = f"must be one of {', '.join(Schedule.MissedRuns.values)}"
+    policies = _policy_values(jitter_seconds, catchup_seconds, errors)
     try:
         values = _rule_values(cron=cron, tz=timezone_name, interval_seconds=interval_seconds,
                               start_at=start_at, end_at=end_at)
@@ -224,9 +266,11 @@ def _checked(*, key, endpoint, payload, cron, timezone_name, interval_seconds, s
         errors.update({k: v[0] for k, v in exc.message_dict.items()})
     else:
         _check_interval(team, values, errors)
+        if "jitter_seconds" not in errors:
+            _check_jitter({**values, **policies}, errors)
     if errors:
         raise ValidationError(errors)
-    values.update(endpoint_id=target.pk, payload=payload, missed_runs=missed_runs)
+    values.update(endpoint_id=target.pk, payload=payload, missed_runs=missed_runs, **policies)
     return target, values
 
 
@@ -321,33 +365,64 @@ def _ahead() -> timedelta:
     return timedelta(seconds=max(settings.schedules_ahead_seconds, 2 * settings.schedules_every_seconds))
 
 
+def _missed(schedule: Schedule, cursor: datetime, now: datetime) -> tuple[list[datetime], int, datetime | None]:
+    """Runs from ``cursor`` (not made, before ``now``: the platform was down) by its policy:
+    (runs to make now among them, runs skipped, where its runs go on from). With a catch-up window,
+    those within it are made, oldest first, from the first of them on (the normal loop makes them,
+    MAX_RUNS_PER_PASS at most: the rest next pass); without, skipped, or the latest made at once."""
+    rule = schedule.rule
+    if schedule.catchup_ms is not None:
+        # no further back than its topology's longest delay: a message due before that is refused
+        window = now - min(timedelta(milliseconds=schedule.catchup_ms),
+                           timedelta(milliseconds=schedule.endpoint.topology.max_delay_ms))
+        if cursor >= window:
+            return [], 0, cursor
+        first = rule.next_run(window - MS)  # the first run in the window (or after it)
+        skipped, last = rule.missed(cursor, window - MS)
+        _count_missed(schedule, skipped, last)
+        return [], skipped, first
+    skipped, latest = rule.missed(cursor, now)
+    made = []
+    if latest is not None and schedule.missed_runs == Schedule.MissedRuns.LATEST:
+        made.append(latest)
+        skipped -= 1
+        _count_missed(schedule, skipped, rule.last_run_until(latest - MS))
+    else:
+        _count_missed(schedule, skipped, latest)
+    return made, skipped, rule.next_run(now)
+
+
+def _count_missed(schedule: Schedule, skipped: int, last: datetime | None) -> None:
+    """Runs missed and not made, counted on the schedule and logged."""
+    if skipped <= 0:
+        return
+    schedule.runs_missed += skipped
+    schedule.last_run_missed_at = last or schedule.last_run_missed_at
+    log.warning("schedule %s: %d run(s) missed while the platform was down were skipped (the last at %s)",
+                schedule.key, skipped, schedule.last_run_missed_at)
+
+
 def _create_runs(schedule: Schedule, now: datetime) -> tuple[int, int, int]:
     """Make ``schedule``'s runs from its next_run_at to the window's end (and its next run
     whatever its distance), in the caller's transaction, with its row locked. Runs that fell
-    before ``now`` were missed (the platform was down): skipped, or the latest made at once.
-    Runs that do not fit in the team's in-flight quotas are skipped and counted on the schedule.
-    Returns (runs made, runs skipped, runs over the quota)."""
+    before ``now`` were missed (the platform was down): made up within the catch-up window, else
+    skipped or the latest made at once (_missed). Runs that do not fit in the team's in-flight
+    quotas are skipped and counted on the schedule. Returns (runs made, runs skipped, runs over
+    the quota). Each run is due at its time moved by its jitter; its key keeps its time."""
     rule, cursor = schedule.rule, schedule.next_run_at
     made: list[datetime] = []
     skipped = 0
     if cursor is not None and cursor <= now:
-        skipped, latest = rule.missed(cursor, now)
-        if latest is not None and schedule.missed_runs == Schedule.MissedRuns.LATEST:
-            made.append(latest)
-            skipped -= 1
-        if skipped:
-            log.warning("schedule %s: %d run(s) missed while the platform was down were skipped (from %s)",
-                        schedule.key, skipped, cursor.isoformat())
-        cursor = rule.next_run(now)
+        made, skipped, cursor = _missed(schedule, cursor, now)
     limit = now + _ahead()
     longest = timedelta(milliseconds=schedule.endpoint.topology.max_delay_ms)
     future = schedule.last_run_at is not None and schedule.last_run_at > now
     runs = rule.runs_after(cursor, inclusive=True) if cursor is not None else iter(())
     cursor = next(runs, None)
-    while cursor is not None and (cursor <= limit or not future) and cursor - now <= longest \
+    while cursor is not None and (cursor <= limit or not future) and schedule.run_due_at(cursor) - now <= longest \
             and len(made) < MAX_RUNS_PER_PASS:
         made.append(cursor)
-        future = True
+        future = cursor > now
         cursor = next(runs, None)
     refused = 0
     if made:
@@ -362,7 +437,7 @@ def _create_runs(schedule: Schedule, now: datetime) -> tuple[int, int, int]:
             schedule.last_run_at = made[-1]
             made = made[:admitted.count]
     if made:
-        items = [{"endpoint": schedule.endpoint, "payload": schedule.payload, "deliver_at": run,
+        items = [{"endpoint": schedule.endpoint, "payload": schedule.payload, "deliver_at": schedule.run_due_at(run),
                   "idempotency_key": schedule_run_key(schedule=schedule, run_at=run), "schedule": schedule.key}
                  for run in made]
         try:
@@ -374,5 +449,6 @@ def _create_runs(schedule: Schedule, now: datetime) -> tuple[int, int, int]:
             return 0, skipped, 0
         schedule.last_run_at = max(made[-1], schedule.last_run_at or made[-1])
     schedule.next_run_at = cursor
-    schedule.save(update_fields=["next_run_at", "last_run_at", "runs_skipped", "last_run_skipped_at", "updated_at"])
+    schedule.save(update_fields=["next_run_at", "last_run_at", "runs_skipped", "last_run_skipped_at", "runs_missed",
+                                 "last_run_missed_at", "updated_at"])
     return len(made), max(skipped, 0), refused

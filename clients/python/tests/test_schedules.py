@@ -1,6 +1,6 @@
 """Recurring schedules through the client against the real platform."""
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -38,3 +38,16 @@ def test_preview_of_a_cron_rule(client):
                                              "2026-03-31T00:30:00+00:00"]
     with pytest.raises(BadRequest):
         client.schedules.preview(cron="61 * * * *")
+
+
+def test_jitter_and_catch_up(client, endpoint, unique):
+    made = client.schedules.upsert(f"spread-{unique}", endpoint.name, {}, interval=60, jitter=timedelta(seconds=30),
+                                   catchup=3600)
+    assert made.jitter_seconds == 30 and made.catchup_seconds == 3600 and made.runs_missed == 0
+    assert timedelta(0) <= made.next_run_due_at - made.next_run_at < timedelta(seconds=30)
+    (run,) = client.messages.list(schedule=made.key).first(1)
+    assert timedelta(0) <= run.due_at - run.schedule_run_at < timedelta(seconds=30)
+    with pytest.raises(BadRequest) as caught:
+        client.schedules.upsert(made.key, endpoint.name, {}, interval=60, jitter=60)
+    assert "below interval_seconds" in caught.value.fields["jitter_seconds"][0]
+    client.schedules.delete(made.key)

@@ -2,8 +2,11 @@
 the preview (daylight saving on both change days), 400s naming the field, permissions, and the
 runs listed by ``/api/messages/?schedule=``. The e2e tests deliver the runs."""
 
+from datetime import datetime, timedelta
+
 import pytest
 
+from scheduling.audit.models import AuditEvent
 from scheduling.models import Schedule, ScheduledMessage
 
 pytestmark = pytest.mark.django_db
@@ -83,6 +86,11 @@ def test_the_preview_is_daylight_saving_correct_on_both_change_days(api):
     ({"key": "a b"}, "key", "letters, digits"),
     ({"endpoint": "missing"}, "endpoint", "unknown endpoint"),
     ({"missed_runs": "all"}, "missed_runs", "not a valid choice"),
+    ({"jitter_seconds": -1}, "jitter_seconds", "0 or more"),
+    ({"jitter_seconds": 86_401}, "jitter_seconds", "at most 86,400 s"),
+    ({"cron": "", "interval_seconds": 5, "jitter_seconds": 5}, "jitter_seconds", "below interval_seconds (5 s)"),
+    ({"jitter_seconds": "soon"}, "jitter_seconds", "A valid number"),
+    ({"catchup_seconds": 31 * 86_400 + 1}, "catchup_seconds", "at most 2,678,400 s"),
     ({"start_at": "yesterday"}, "start_at", "Datetime has wrong format"),
     ({"start_at": "2026-01-02T00:00:00Z", "end_at": "2026-01-01T00:00:00Z"}, "end_at", "after start_at"),
 ])
@@ -116,3 +124,26 @@ def test_permissions_are_the_role_in_the_team(api_as, body, team_key):
     assert Schedule.objects.filter(is_paused=False).count() == 1
     assert team_key("default", "schedules").post("/api/schedules/reports.daily/pause/").status_code == 200
     assert Schedule.objects.filter(is_paused=True).count() == 1
+
+
+def test_jitter_and_catch_up_are_set_shown_and_audited(api, body):
+    interval = {**body, "cron": "", "interval_seconds": 7}
+    assert api.post("/api/schedules/", interval, format="json").status_code == 201
+    changed = api.post("/api/schedules/", {**interval, "jitter_seconds": 3, "catchup_seconds": 600}, format="json")
+    assert changed.status_code == 200, changed.content
+    data = changed.json()
+    assert data["jitter_seconds"] == 3.0 and data["catchup_seconds"] == 600.0 and data["revision"] == 2
+    assert data["runs_missed"] == 0 and data["last_run_missed_at"] is None
+    offset = datetime.fromisoformat(data["next_run_due_at"]) - datetime.fromisoformat(data["next_run_at"])
+    assert timedelta(0) <= offset < timedelta(seconds=3)
+    event = AuditEvent.objects.filter(action="schedule.update").latest("id")
+    assert (event.before["jitter_ms"], event.after["jitter_ms"]) == (None, 3000)
+    assert (event.before["catchup_ms"], event.after["catchup_ms"]) == (None, 600_000)
+    # each run shows its time by the rule and its due time, moved by [0, 3 s)
+    runs = api.get("/api/messages/?schedule=reports.daily&status=published").json()["results"]
+    moved = [datetime.fromisoformat(r["due_at"]) - datetime.fromisoformat(r["schedule_run_at"]) for r in runs]
+    assert len(runs) == 8 and all(timedelta(0) <= m < timedelta(seconds=3) for m in moved), moved
+    assert len(set(moved)) > 1
+    cleared = api.post("/api/schedules/", interval, format="json").json()  # left out: back to none
+    assert cleared["jitter_seconds"] is None and cleared["catchup_seconds"] is None
+    assert cleared["next_run_due_at"] == cleared["next_run_at"]

@@ -1,6 +1,7 @@
 """scheduling/schedules/rules.py: run times of cron rules in a timezone (daylight saving on both
 change days) and of intervals, the runs a downtime missed, and the checks' field errors. Pure."""
 
+from collections import Counter
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 
@@ -113,3 +114,56 @@ def test_runs_stop_at_the_largest_date_instead_of_failing():
     assert rules.preview(Rule(cron="0 * * * *"), after=late, count=5) == []
     assert rules.preview(Rule(interval_ms=7200_000, anchor=late), after=late, count=5) == []
     assert rules.preview(Rule(cron="0 * * * *", start=late), after=at("2026-01-01T00:00:00Z"), count=3) == [late]
+
+
+# Jitter: an offset per run, fixed (a hash of the schedule and the run's time), within [0, jitter)
+
+def test_a_runs_jitter_is_fixed_per_run_and_within_the_window():
+    run = datetime(2026, 11, 29, 3, 0, tzinfo=UTC)
+    offsets = [rules.jitter_offset_ms(seed="1:nightly", run_at=run + timedelta(minutes=k), jitter_ms=30_000)
+               for k in range(500)]
+    again = [rules.jitter_offset_ms(seed="1:nightly", run_at=run + timedelta(minutes=k), jitter_ms=30_000)
+             for k in range(500)]
+    assert offsets == again  # asked again (a retried pass, a second materialiser): the same offset
+    assert all(0 <= o < 30_000 for o in offsets)
+    assert len(set(offsets)) > 450  # not one offset for every run
+    assert rules.jitter_offset_ms(seed="1:nightly", run_at=run, jitter_ms=None) == 0
+    assert rules.jitter_offset_ms(seed="1:nightly", run_at=run, jitter_ms=0) == 0
+    assert rules.jitter_offset_ms(seed="1:nightly", run_at=run, jitter_ms=1) == 0
+
+
+def test_the_runs_of_many_schedules_at_one_minute_spread_over_the_window():
+    run = datetime(2026, 11, 29, 3, 0, tzinfo=UTC)
+    offsets = [rules.jitter_offset_ms(seed=f"1:s{i}", run_at=run, jitter_ms=60_000) for i in range(1000)]
+    buckets = Counter(o * 10 // 60_000 for o in offsets)
+    assert len(buckets) == 10  # every tenth of the minute gets runs
+    assert all(60 <= n <= 140 for n in buckets.values()), buckets  # about 100 each, none crowded
+
+
+@pytest.mark.parametrize(("check", "value", "expected"), [
+    (rules.jitter_check, 0, 0), (rules.jitter_check, "1.5", 1500), (rules.jitter_check, 86_400, 86_400_000),
+    (rules.catchup_check, 0, 0), (rules.catchup_check, 3600, 3_600_000), (rules.catchup_check, 31 * 86_400,
+                                                                           31 * 86_400_000),
+])
+def test_jitter_and_catchup_are_milliseconds_within_their_bounds(check, value, expected):
+    assert check(value) == expected
+
+
+@pytest.mark.parametrize(("check", "field", "value", "text"), [
+    (rules.jitter_check, "jitter_seconds", -1, "0 or more"),
+    (rules.jitter_check, "jitter_seconds", 86_401, "at most 86,400 s (a day)"),
+    (rules.jitter_check, "jitter_seconds", "soon", "a number of seconds"),
+    (rules.jitter_check, "jitter_seconds", True, "a number of seconds"),
+    (rules.catchup_check, "catchup_seconds", "NaN", "finite"),
+    (rules.catchup_check, "catchup_seconds", 31 * 86_400 + 1, "at most 2,678,400 s (31 days)"),
+])
+def test_bad_jitter_and_catchup_name_their_field(check, field, value, text):
+    with pytest.raises(ValidationError) as caught:
+        check(value)
+    assert text in caught.value.message_dict[field][0]
+
+
+def test_a_runs_time_is_read_from_its_key():
+    assert rules.run_time_of_key("schedule:poll.x:3:1796007600250") == at("2026-11-30T03:00:00.250Z")
+    assert [rules.run_time_of_key(k) for k in (None, "", "mine:1", "schedule:a:1:x", "schedule:a:1:" + "9" * 16)] \
+        == [None] * 5

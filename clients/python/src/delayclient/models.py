@@ -76,6 +76,7 @@ class Message(Model):
     event: str | None = None  # the event whose fan-out made it (its id), or None
     expires_at: datetime | None = None  # never handed over from then on (ends "expired"); None: never expires
     debounce: dict | None = None  # {"key", "seconds", "max_seconds", "mode", "until"}, or None
+    schedule_run_at: datetime | None = None  # a schedule's run: its time by the rule (due_at: moved by its jitter)
 
 
 @dataclass(frozen=True)
@@ -173,9 +174,16 @@ class Schedule(Model):
     start_at: datetime | None = None
     end_at: datetime | None = None
     missed_runs: str | None = None
+    jitter_seconds: float | None = None  # each run due a fixed offset in [0, this) after its time
+    catchup_seconds: float | None = None  # missed runs due within this before now are made after a downtime
     is_paused: bool | None = None
     next_run_at: datetime | None = None
+    next_run_due_at: datetime | None = None  # next_run_at moved by its jitter
     revision: int | None = None
+    runs_skipped: int | None = None  # not made: the team's in-flight quota was full
+    last_run_skipped_at: datetime | None = None
+    runs_missed: int | None = None  # missed in a downtime and not made (older than the catch-up window)
+    last_run_missed_at: datetime | None = None
     created_at: datetime | None = None
     updated_at: datetime | None = None
     created: bool | None = None  # the upsert created it (True) or updated it (False)
