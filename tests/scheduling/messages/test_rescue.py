@@ -172,3 +172,14 @@ def test_a_busy_task_queue_is_left_to_its_workers(task_endpoint, amqp):
     assert rescue_tasks(busy=lambda queue: asked.append(queue) or True) == 0 and asked == [task_endpoint.queue]
     assert get(amqp, task_endpoint.queue) is None
     assert rescue_tasks() == 1
+
+
+def test_an_overdue_message_past_its_expiry_is_expired_not_rescued(endpoint, amqp):
+    late = published(endpoint, 3000, expires_at=timezone.now() - timedelta(milliseconds=1))
+    fine = published(endpoint, 2000, expires_at=timezone.now() + timedelta(minutes=5))
+    assert rescue(endpoint) == 1
+    got, _ = wait_get(amqp, endpoint.name, timeout=3)
+    assert got.headers[wire.H_MESSAGE_ID] == str(fine.id)
+    assert get(amqp, endpoint.name) is None
+    late.refresh_from_db()
+    assert late.status == Status.EXPIRED and "expired at" in late.last_error
