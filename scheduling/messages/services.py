@@ -28,7 +28,7 @@ from scheduling.delivery.models import Trigger
 from scheduling.endpoints.services import endpoint_lock_wires
 from scheduling.core.errors import BulkValidationError, Conflict, Forbidden, NotFound
 from scheduling.core.lifecycle import Status
-from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
+from scheduling.models import FLOW_KEY_MAX_LENGTH, DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
 from scheduling.observability import metrics, tracing
 from scheduling.core import traceparent as trace_context
 from scheduling.teams.caller import PLATFORM, Caller
@@ -228,6 +228,10 @@ def _build(item: dict, endpoints: dict[str, list[Endpoint]], now: datetime) -> S
     elif isinstance(key, str) and key.startswith(PLATFORM_KEY_PREFIX) and not item.get("schedule"):
         errors["idempotency_key"] = (f"keys starting {PLATFORM_KEY_PREFIX!r} are the platform's (its recurring "
                                      "schedules' runs): choose another")
+    flow_key = item.get("flow_key")
+    if flow_key is not None and (not isinstance(flow_key, str) or not 1 <= len(flow_key) <= FLOW_KEY_MAX_LENGTH
+                                 or _has_nul(flow_key)):
+        errors["flow_key"] = f"must be a string of 1 to {FLOW_KEY_MAX_LENGTH} characters, without NUL"
     if errors:
         raise ValidationError(errors)
     row = ScheduledMessage.new(
@@ -247,6 +251,7 @@ def _build(item: dict, endpoints: dict[str, list[Endpoint]], now: datetime) -> S
         event_id=item.get("event_id"),  # an event's fan-out (events/services.py), its id
         on_delivered_id=callbacks["on_delivered"].pk if callbacks["on_delivered"] else None,
         on_failed_id=callbacks["on_failed"].pk if callbacks["on_failed"] else None,
+        flow_key=flow_key,  # its endpoint's per-key limits (docs/guides/flow-control.md "By key")
     )
     row.payload_json = encoded  # what insert_many writes
     row.payload_bytes = len(encoded.encode())  # what the team's bytes quota sums
@@ -418,6 +423,7 @@ def message_schedule(
     traceparent: str | None = None,
     on_delivered: str | Endpoint | None = None,
     on_failed: str | Endpoint | None = None,
+    flow_key: str | None = None,
 ) -> ScheduledMessage:
     """Schedule one message for ``endpoint`` after ``delay`` (seconds or timedelta) or at
     ``deliver_at``. Raises ValidationError naming the field for bad input; stores nothing then.
@@ -436,6 +442,7 @@ def message_schedule(
                     "traceparent": traceparent,
                     "on_delivered": on_delivered,
                     "on_failed": on_failed,
+                    "flow_key": flow_key,
                 }
             ],
             caller=caller,
