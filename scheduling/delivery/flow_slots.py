@@ -114,6 +114,16 @@ def endpoint_key_lock_id(*, endpoint_id: int, key: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
+def endpoint_key_try_call_slot(*, endpoint_id: int, key: str, concurrent: int) -> bool:
+    """endpoint_try_call_slot for one flow key's slots (the one-by-one path: for its transaction)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT s FROM generate_series(0, %s - 1) AS s WHERE pg_try_advisory_xact_lock(%s, %s + s) LIMIT 1",
+            [concurrent, endpoint_key_lock_id(endpoint_id=endpoint_id, key=key), KEY_LOCK_BASE],
+        )
+        return cursor.fetchone() is not None
+
+
 def endpoint_key_take_call_slots(*, endpoint_id: int, key: str, concurrent: int, held: list[int],
                                   count: int) -> list[int]:
     """endpoint_take_call_slots for one flow key's ``concurrent`` call slots (max_concurrent_per_key):

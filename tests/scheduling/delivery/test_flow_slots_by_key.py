@@ -4,15 +4,21 @@ table kept to the keys of the last minute, and a key's call slots held per conne
 
 import threading
 import time
+from datetime import timedelta
 
-from django.db import connection
+from django.db import connection, transaction
+from django.utils import timezone
 
 from harness.at_once import at_once
+from harness.recording_server import RecordingServer
 from scheduling.core.flow_gate import Limit
 from scheduling.delivery.flow_slots import (
     endpoint_key_flow_forget, endpoint_key_lock_id, endpoint_key_release_call_slots, endpoint_key_take_call_slots,
-    endpoint_key_take_slots, endpoint_take_call_slots, endpoint_take_slots)
-from scheduling.models import Endpoint, EndpointKeyFlow
+    endpoint_key_take_slots, endpoint_key_try_call_slot, endpoint_take_call_slots, endpoint_take_slots)
+from scheduling.delivery.services import Result, delivery_receive
+from scheduling.models import Endpoint, EndpointKeyFlow, ScheduledMessage
+
+Status = ScheduledMessage.Status
 
 
 def test_a_keys_slots_are_its_own(db, endpoint_of):
@@ -81,3 +87,42 @@ def test_a_keys_call_slots_are_apart_from_other_keys_and_the_endpoints(transacti
     at_once(other_worker, threads=1)
     assert len(elsewhere["a"]) == 1
     endpoint_key_release_call_slots(endpoint_id=endpoint.pk, key="a", slots=[mine[1]])
+
+
+def test_the_one_by_one_path_keeps_a_keys_call_slots(transactional_db, versions, endpoint_name):
+    """The deliver task's path (a worker without the delivery loop): a webhook of a key whose slots
+    are held elsewhere is BUSY and left as it was; another key's, or one without a key, is called."""
+    with RecordingServer() as server:
+        endpoint = Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=versions["v3"],
+                                           handler="webhook", handler_target=server.url, webhook_secret="s" * 32,
+                                           max_concurrent_per_key=1)
+
+        def message(key):
+            return ScheduledMessage.objects.create(endpoint=endpoint, topology=versions["v3"], payload={},
+                                                   due_at=timezone.now() - timedelta(seconds=1), requested_delay_ms=0,
+                                                   status=Status.PUBLISHED, flow_key=key)
+
+        busy, other, unkeyed = message("a"), message("b"), message(None)
+        held, release = threading.Event(), threading.Event()
+
+        def other_call():
+            with transaction.atomic():
+                assert endpoint_key_try_call_slot(endpoint_id=endpoint.pk, key="a", concurrent=1)
+                held.set()
+                release.wait(10)
+            connection.close()
+
+        thread = threading.Thread(target=other_call)
+        thread.start()
+        assert held.wait(10)
+        try:
+            assert delivery_receive(message_id=str(busy.id)).result is Result.BUSY
+            assert delivery_receive(message_id=str(other.id)).result is Result.DELIVERED
+            assert delivery_receive(message_id=str(unkeyed.id)).result is Result.DELIVERED
+        finally:
+            release.set()
+            thread.join(10)
+        busy.refresh_from_db()
+        assert (busy.status, busy.delivery_count) == (Status.PUBLISHED, 0)
+        assert len(server.requests) == 2
+        assert delivery_receive(message_id=str(busy.id)).result is Result.DELIVERED
