@@ -122,7 +122,7 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
     EXCERPT_SHOWN = 300  # characters of each answer in the table (the API gives the whole excerpt)
     fieldsets = (
         (None, {"fields": ("id", "endpoint", "topology", "status_badge", "idempotency_key", "schedule", "due_history",
-                           "last_error", "event_link")}),
+                           "last_error", "event_link", "flow_key")}),
         ("Timing (UTC)", {"fields": ("requested_delay", "created", "due", "published", "delivered", "cancelled",
                                      "lateness", "delivery_count", "attempts", "trigger", "delivered_by")}),
         ("Attempts", {"fields": ("attempts_table",)}),
@@ -206,6 +206,7 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
             request, form, lambda data: message_schedule(
                 endpoint=data["endpoint"], payload=data["payload"], delay=data["delay_seconds"],
                 deliver_at=data["deliver_at"], idempotency_key=data["idempotency_key"] or None, caller=caller,
+                flow_key=data["flow_key"] or None,
             ),
             title="Schedule a message", initial={"endpoint": request.GET.get("endpoint")},
             field_map={"delay": "delay_seconds"}, done="Scheduled",
