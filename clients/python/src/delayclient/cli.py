@@ -206,7 +206,8 @@ def cmd_schedule(client: Client, args):
     payload = read_payload(args)
     message = client.messages.schedule(args.endpoint, payload, delay=args.delay, deliver_at=args.at,
                                        idempotency_key=args.idempotency_key, team=args.team,
-                                       on_delivered=args.on_delivered, on_failed=args.on_failed)
+                                       on_delivered=args.on_delivered, on_failed=args.on_failed,
+                                       flow_key=args.flow_key)
     if message.created is False:  # on stderr: `ID=$(delayctl schedule ...)` still gets the id alone
         print(f"{PROG}: idempotency key already used: this is the existing message", file=sys.stderr)
     return message.raw, message.id
@@ -374,6 +375,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an endpoint of the same team that gets the message's outcome record once delivered")
     p.add_argument("--on-failed", metavar="ENDPOINT",
                    help="an endpoint of the same team that gets its outcome record once its handler gave up")
+    p.add_argument("--flow-key", metavar="KEY",
+                   help="its flow key: the endpoint's per-key limits (max_deliveries_per_second_per_key, "
+                        "max_concurrent_per_key) count it with the messages of the same key")
 
     for name, run, help in (("get", cmd_get, "show one message"),
                             ("cancel", cmd_cancel, "cancel a pending or published message"),

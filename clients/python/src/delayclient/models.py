@@ -74,6 +74,7 @@ class Message(Model):
     notification: str | None = None  # the type a platform-made notification or callback carries
     created: bool | None = None  # scheduling answered 201 (True) or found the idempotency key's message (False)
     event: str | None = None  # the event whose fan-out made it (its id), or None
+    flow_key: str | None = None  # its endpoint's per-key limits count it under this key
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,8 @@ class Endpoint(Model):
     handler_target: str | None = None
     max_deliveries_per_second: int | None = None
     max_concurrent: int | None = None
+    max_deliveries_per_second_per_key: int | None = None  # per flow_key of its messages
+    max_concurrent_per_key: int | None = None
     webhook_timeout_seconds: float | None = None
     is_active: bool | None = None
     disabled_at: datetime | None = None
