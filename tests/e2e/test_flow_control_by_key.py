@@ -51,6 +51,7 @@ def test_a_key_limited_to_5_a_second_under_50_a_second_holds_back_only_itself(ap
              + [{"endpoint": endpoint_name, "payload": {}, "deliver_at": at(n * 100)} for n in range(5)])  # no key
     rows = ScheduledMessage.objects.filter(endpoint__name=endpoint_name)
     wait_until(lambda: rows.filter(status=Status.DELIVERED).count() == HOT + 8, 60, 0.5, "every message delivered")
+    assert set(rows.values_list("delivery_count", flat=True)) == {1}  # no rescue copy of a message waiting its turn
     delivered = {key: list(rows.filter(flow_key=key).values_list("delivered_at", "throttled_ms", "lateness_ms"))
                  for key in ("hot", "calm", None)}  # None: flow_key IS NULL
     hot = [at.timestamp() for at, *_ in delivered["hot"]]
