@@ -71,6 +71,8 @@ def slot_spacing_us(per_second: int) -> int:
 # of the endpoint (key None) or of its flow key is (µs, >= 0; measured when the slots came back, so
 # never earlier than the slot itself)
 TakeSlots = Callable[[Limit, int, int, int, str | None], int]
+# take_keys(limit, {key: count}, spacing_us, now_ms) -> {key: the same}: many keys of one endpoint at once
+TakeKeySlots = Callable[[Limit, dict[str, int], int, int], dict[str, int]]
 
 
 def key_of(held, limit: Limit) -> str | None:
@@ -92,32 +94,27 @@ class FlowGate:
     def set_limits(self, limits: dict[str, Limit]) -> None:
         self.limits = limits
 
-    def admit(self, due: Iterable, now_ms: int, take: TakeSlots) -> tuple[list, list[tuple[object, int]]]:
-        """(the messages to hand over now, [(a message, the time to look at it again)])."""
+    def admit(self, due: Iterable, now_ms: int, take: TakeSlots,
+              take_keys: TakeKeySlots | None = None) -> tuple[list, list[tuple[object, int]]]:
+        """(the messages to hand over now, [(a message, the time to look at it again)]). The keys'
+        slots of one endpoint are taken in one call of ``take_keys`` (else one ``take`` per key)."""
         go, wait, need, need_key = [], [], {}, {}
         for held in due:
             limit = self.limits.get(held.message.queue)
             if limit is None:
                 go.append(held)
             elif (key := key_of(held, limit)) and limit.per_key_second and not self.key_slot_kept(held, now_ms):
-                need_key.setdefault((held.message.queue, key), []).append(held)
+                need_key.setdefault(held.message.queue, {}).setdefault(key, []).append(held)
             else:
                 self._endpoint_rate(held, limit, now_ms, go, wait, need)
-        for (queue, key), helds in need_key.items():  # each key's run of slots, apart from the others
+        for queue, keyed in need_key.items():  # each key's run of slots, apart from the others
             limit = self.limits[queue]
             spacing_us = slot_spacing_us(limit.per_key_second)
-            taking = helds[:max(1, AHEAD_MS * 1000 // spacing_us)]
-            first_us = take(limit, len(taking), spacing_us, now_ms, key)
-            for index, held in enumerate(taking):
-                delay_us = first_us + index * spacing_us
-                held.key_slot_ms = now_ms + delay_us / 1000
-                if delay_us <= 0:
-                    self._endpoint_rate(held, limit, now_ms, go, wait, need)
-                else:
-                    wait.append((self.throttle(held, now_ms), now_ms + math.ceil(delay_us / 1000)))
-            run_ends_ms = now_ms + (first_us + (len(taking) - 1) * spacing_us) // 1000
-            for held in helds[len(taking):]:
-                wait.append((self.throttle(held, now_ms), max(now_ms + 1, run_ends_ms - LEAD_MS)))
+            counts = {key: min(len(helds), max(1, AHEAD_MS * 1000 // spacing_us)) for key, helds in keyed.items()}
+            firsts = (take_keys(limit, counts, spacing_us, now_ms) if take_keys is not None
+                      else {key: take(limit, count, spacing_us, now_ms, key) for key, count in counts.items()})
+            for key, helds in keyed.items():
+                self._key_run(helds, counts[key], firsts[key], spacing_us, limit, now_ms, go, wait, need)
         for queue, helds in need.items():
             limit = self.limits[queue]
             spacing_us = slot_spacing_us(limit.per_second)
@@ -139,6 +136,21 @@ class FlowGate:
                     held.key_slot_ms = max(held.key_slot_ms, again_ms)
                 wait.append((self.throttle(held, now_ms), again_ms))
         return go, wait
+
+    def _key_run(self, helds: list, count: int, first_us: int, spacing_us: int, limit: Limit, now_ms: int,
+                 go: list, wait: list, need: dict) -> None:
+        """A key's run of ``count`` slots, the first ``first_us`` from now, for the first of ``helds``;
+        the others look again as the run ends."""
+        for index, held in enumerate(helds[:count]):
+            delay_us = first_us + index * spacing_us
+            held.key_slot_ms = now_ms + delay_us / 1000
+            if delay_us <= 0:
+                self._endpoint_rate(held, limit, now_ms, go, wait, need)
+            else:
+                wait.append((self.throttle(held, now_ms), now_ms + math.ceil(delay_us / 1000)))
+        run_ends_ms = now_ms + (first_us + (count - 1) * spacing_us) // 1000
+        for held in helds[count:]:
+            wait.append((self.throttle(held, now_ms), max(now_ms + 1, run_ends_ms - LEAD_MS)))
 
     def _endpoint_rate(self, held, limit: Limit, now_ms: int, go: list, wait: list, need: dict) -> None:
         """Its key's rate allows ``held`` (or it has none): now the endpoint's."""

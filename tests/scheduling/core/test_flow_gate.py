@@ -27,6 +27,14 @@ class Slots:
         self.next_us[slots] = first + count * spacing_us
         return int(first - now_us)
 
+    def keys(self, limit: Limit, counts: dict[str, int], spacing_us: int, since_ms: int) -> dict[str, int]:
+        """Many keys of one endpoint in one call (flow_slots.endpoint_key_take_slots_many)."""
+        self.calls.append((limit.endpoint_id, dict(counts)))
+        before = len(self.calls)
+        firsts = {key: self(limit, count, spacing_us, since_ms, key) for key, count in counts.items()}
+        del self.calls[before:]
+        return firsts
+
 
 def held_messages(count: int, *, queue: str = "hooks", due_ms: int = 0, prefix: str = "m") -> Holding:
     holding = Holding()
@@ -35,7 +43,8 @@ def held_messages(count: int, *, queue: str = "hooks", due_ms: int = 0, prefix: 
     return holding
 
 
-def run(gates_and_holdings, take, clock, *, until_ms: int, batch: int = 100) -> list[tuple[int, object]]:
+def run(gates_and_holdings, take, clock, *, until_ms: int, batch: int = 100,
+        keys: bool = False) -> list[tuple[int, object]]:
     """Every loop hands over what its gate lets through, exactly when due, until nothing is held:
     [(hand-over ms, held)]."""
     handed = []
@@ -43,7 +52,7 @@ def run(gates_and_holdings, take, clock, *, until_ms: int, batch: int = 100) -> 
         clock.now = min(h._heap[0].due_ms for _, h in gates_and_holdings if len(h))
         assert clock.now <= until_ms, "the gate never let everything through"
         for gate, holding in gates_and_holdings:
-            go, wait = gate.admit(holding.due(clock.now, batch), clock.now, take)
+            go, wait = gate.admit(holding.due(clock.now, batch), clock.now, take, take.keys if keys else None)
             handed += [(clock.now, held) for held in go]
             for held, until in wait:
                 holding.hold_until(held, until)
@@ -206,18 +215,21 @@ def test_keys_are_ignored_where_the_endpoint_has_no_per_key_limit():
     assert len(go) == 1 and take.calls == [(1, 3)]  # the endpoint's slots only, as without a key
 
 
-def test_the_endpoints_rate_applies_on_top_of_the_keys():
+@pytest.mark.parametrize("at_once", [False, True])
+def test_the_endpoints_rate_applies_on_top_of_the_keys(at_once):
     clock = Clock()
     gate, take = FlowGate(), Slots(clock)
     gate.set_limits({"hooks": Limit(1, per_second=10, per_key_second=3)})
     keys = [k for _ in range(12) for k in ("a", "b", "c", "d")]  # 48 messages, 4 keys
-    handed = run([(gate, keyed_messages(keys))], take, clock, until_ms=60_000)
+    handed = run([(gate, keyed_messages(keys))], take, clock, until_ms=60_000, keys=at_once)
     everything = [at for at, _ in handed]
     assert len(everything) == 48 and most_in_one_second(everything) <= 10
     for key in "abcd":
         assert most_in_one_second(times_of(handed, key)) <= 3
     for at, held in handed:  # never before either slot
         assert at >= held.slot_ms - 0.5 and at >= held.key_slot_ms - 0.5
+    if at_once:  # the first look takes the four keys' slots in one call
+        assert take.calls[0] == (1, {"a": 1, "b": 1, "c": 1, "d": 1})  # one slot each: 250 ms ahead at most
 
 
 def test_two_loops_share_a_keys_slots():
@@ -258,3 +270,12 @@ def test_a_message_late_for_its_key_slot_takes_a_new_one():
     assert held.key_slot_ms == 0 and not gate.late(held, LATE_SLOT_MS)
     assert gate.late(held, LATE_SLOT_MS + 1)
     assert gate.back(held, LATE_SLOT_MS + 1) == LATE_SLOT_MS + 1 and held.key_slot_ms is None
+
+
+def test_ten_thousand_keys_take_their_slots_in_one_call_per_endpoint():
+    clock = Clock()
+    gate, take = FlowGate(), Slots(clock)
+    gate.set_limits({"hooks": Limit(1, per_key_second=1)})
+    go, wait = gate.admit(keyed_messages([f"k{n}" for n in range(10_000)]).due(0, 10_000), 0, take, take.keys)
+    assert len(go) == 10_000 and wait == []  # every key free: all go now
+    assert len(take.calls) == 1 and len(take.calls[0][1]) == 10_000

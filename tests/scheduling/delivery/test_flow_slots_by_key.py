@@ -14,7 +14,8 @@ from harness.recording_server import RecordingServer
 from scheduling.core.flow_gate import Limit
 from scheduling.delivery.flow_slots import (
     endpoint_key_flow_forget, endpoint_key_lock_id, endpoint_key_release_call_slots, endpoint_key_take_call_slots,
-    endpoint_key_take_slots, endpoint_key_try_call_slot, endpoint_take_call_slots, endpoint_take_slots)
+    endpoint_key_take_slots, endpoint_key_take_slots_many, endpoint_key_try_call_slot, endpoint_take_call_slots,
+    endpoint_take_slots)
 from scheduling.delivery.services import Result, delivery_receive
 from scheduling.models import Endpoint, EndpointKeyFlow, ScheduledMessage
 
@@ -52,6 +53,39 @@ def test_loops_taking_one_keys_slots_at_once_never_share_one(transactional_db, e
     gaps = [b - a for a, b in zip(taken, taken[1:])]
     assert min(gaps) > spacing / 2, min(gaps)
     assert max(gaps) < spacing * 1.5, max(gaps)
+
+
+def test_many_keys_take_their_slots_in_one_statement(db, endpoint_of):
+    endpoint = endpoint_of("v3", max_deliveries_per_second_per_key=1)
+    limit = Limit(endpoint.pk, per_key_second=1)
+    endpoint_key_take_slots(limit=limit, key="busy", count=3, spacing_us=1_000_000)
+    keys = {f"k{n}": 1 for n in range(2000)} | {"busy": 2}
+    firsts = endpoint_key_take_slots_many(limit=limit, counts=keys, spacing_us=1_000_000)
+    assert firsts.keys() == keys.keys()
+    assert {first for key, first in firsts.items() if key != "busy"} == {0}  # new keys: free now
+    assert 2_000_000 < firsts["busy"] <= 3_000_000  # after its 3 taken before
+    assert endpoint_key_take_slots(limit=limit, key="busy", count=1, spacing_us=1_000_000) > 4_000_000
+    assert EndpointKeyFlow.objects.filter(endpoint=endpoint).count() == 2001
+
+
+def test_loops_taking_overlapping_keys_at_once_share_no_slot_and_never_deadlock(transactional_db, endpoint_of):
+    endpoint = endpoint_of("v3", max_deliveries_per_second_per_key=1)
+    limit, spacing = Limit(endpoint.pk, per_key_second=1), 1_000_000
+    taken, lock = {}, threading.Lock()
+
+    def loop():
+        for _ in range(5):
+            started_us = time.time() * 1_000_000
+            firsts = endpoint_key_take_slots_many(limit=limit, counts={k: 1 for k in "edcba"}, spacing_us=spacing)
+            with lock:
+                for key, first in firsts.items():
+                    taken.setdefault(key, []).append(started_us + first)
+        connection.close()
+
+    at_once(loop, threads=6)
+    for key, times in taken.items():
+        times.sort()
+        assert len(times) == 30 and min(b - a for a, b in zip(times, times[1:])) > spacing / 2, key
 
 
 def test_rows_whose_slot_is_long_past_are_forgotten(db, endpoint_of):
