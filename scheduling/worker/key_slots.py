@@ -14,7 +14,9 @@ from scheduling.delivery.flow_slots import endpoint_key_release_call_slots, endp
 class KeyCallSlots:
     def __init__(self):
         self.held: dict[tuple[int, str], set[int]] = {}  # (endpoint id, key) -> slots this connection holds
-        self.of: dict[str, tuple[int, str, int]] = {}  # message id -> (endpoint id, key, slot)
+        # id() of a held copy at a call -> (endpoint id, key, slot): by copy, not message id (two copies of
+        # one message in a batch each take a slot; the one whose row is not taken gives its own back)
+        self.of: dict[int, tuple[int, str, int]] = {}
 
     def __bool__(self) -> bool:
         return bool(self.of)
@@ -30,16 +32,16 @@ class KeyCallSlots:
             if slots:
                 self.held[(endpoint_id, key)] = mine | set(slots)
             for held, slot in zip(helds, slots):
-                self.of[held.delivery.message_id] = (endpoint_id, key, slot)
+                self.of[id(held)] = (endpoint_id, key, slot)
                 got.append(held)
             missed += helds[len(slots):]
         return got, missed
 
-    def release(self, message_ids) -> None:
-        """The calls of ``message_ids`` ended (or never started): their slots are free, one statement per key."""
+    def release(self, helds) -> None:
+        """The calls of ``helds`` ended (or never started): their slots are free, one statement per key."""
         freed = defaultdict(list)
-        for message_id in message_ids:
-            if (taken := self.of.pop(message_id, None)) is not None:
+        for held in helds:
+            if (taken := self.of.pop(id(held), None)) is not None:
                 freed[taken[:2]].append(taken[2])
         for (endpoint_id, key), slots in freed.items():
             mine = self.held.get((endpoint_id, key), set())

@@ -402,7 +402,7 @@ class DeliveryLoop(threading.Thread):
             if row is None:
                 self.flow.done(held)
                 self._release_call_slot(profile_of[message_id].endpoint_id, slot_of.get(message_id))
-                self._release_key_slots([message_id])
+                self._release_key_slots([held])
                 outcome = others[message_id]
                 if outcome.result is Result.BUSY:
                     self.holding.hold_until(held, now_ms() + LEASED_RETRY_MS)
@@ -441,7 +441,7 @@ class DeliveryLoop(threading.Thread):
                 go.append(held)
             for held in helds[len(slots):]:
                 self.flow.done(held)
-                self._release_key_slots([held.delivery.message_id])
+                self._release_key_slots([held])
                 self.holding.hold_until(held, self.flow.back(held, now))
         return go, slot_of
 
@@ -464,11 +464,11 @@ class DeliveryLoop(threading.Thread):
             self.holding.hold_until(held, self.flow.back(held, now))
         return go + got
 
-    def _release_key_slots(self, message_ids) -> None:
+    def _release_key_slots(self, helds: list[Held]) -> None:
         if not self.key_slots:
             return
         try:
-            self.key_slots.release(message_ids)
+            self.key_slots.release(helds)
         except DatabaseError:  # the connection is gone, and with it every lock it held
             close_old_connections()
             self.key_slots.clear()
@@ -523,7 +523,7 @@ class DeliveryLoop(threading.Thread):
         if not ended:
             return
         self._release_call_slots(ended)  # the calls are over: max_concurrent counts calls, not records
-        self._release_key_slots([result.call.message_id for result in ended])
+        self._release_key_slots([result.call.token[0] for result in ended])
         if self.spans:
             for result in ended:
                 if (spans := self.spans.get(result.call.message_id)) is not None and spans[1] is not None:
