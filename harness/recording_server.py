@@ -16,11 +16,14 @@ class RecordingServer:
     redirect, say); ``hold_seconds`` keeps each request that long before answering, and
     ``most_in_flight`` is the most requests it held at once (flow control's concurrency, counted
     here, where the calls arrive); ``body`` is what each answer carries; ``failure`` what the
-    ``fail_first`` answers are (a 429 with Retry-After, say)."""
+    ``fail_first`` answers are (a 429 with Retry-After, say); ``key_of`` names each request's key (from
+    its body): ``most_in_flight_by`` is then the most requests of each key it held at once."""
 
     def __init__(self, fail_first: int = 0, answer: tuple[int, dict] = (200, {}), hold_seconds: float = 0,
-                 body: bytes = b"", failure: tuple[int, dict] = (500, {})):
+                 body: bytes = b"", failure: tuple[int, dict] = (500, {}), key_of=None):
         self.requests: list[dict] = []
+        self.in_flight_by: dict = {}
+        self.most_in_flight_by: dict = {}
         self.fail_first = fail_first
         self.answer_body = body
         self.in_flight = self.most_in_flight = 0
@@ -31,9 +34,13 @@ class RecordingServer:
 
             def do_POST(self):  # noqa: N802
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                key = key_of(body) if key_of else None
                 with lock:
                     recorder.in_flight += 1
                     recorder.most_in_flight = max(recorder.most_in_flight, recorder.in_flight)
+                    if key_of:
+                        now = recorder.in_flight_by[key] = recorder.in_flight_by.get(key, 0) + 1
+                        recorder.most_in_flight_by[key] = max(recorder.most_in_flight_by.get(key, 0), now)
                     recorder.requests.append({"path": self.path, "headers": dict(self.headers), "body": body,
                                               "peer": self.client_address, "at": time.monotonic()})
                     failing = recorder.fail_first > 0
@@ -42,6 +49,8 @@ class RecordingServer:
                     time.sleep(hold_seconds)
                 with lock:
                     recorder.in_flight -= 1
+                    if key_of:
+                        recorder.in_flight_by[key] -= 1
                 status, headers = failure if failing else answer
                 self.send_response(status)
                 for name, value in headers.items():

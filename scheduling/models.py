@@ -81,6 +81,12 @@ class DeliveryMode(models.TextChoices):
     TIMEOUT_MANAGER = "timeout_manager", "timeout manager (waits in the database)"
 
 
+# An endpoint's flow control (docs/guides/flow-control.md): its own, and per flow_key of its messages.
+FLOW_LIMITS = ("max_deliveries_per_second", "max_concurrent", "max_deliveries_per_second_per_key",
+               "max_concurrent_per_key")
+FLOW_KEY_MAX_LENGTH = 200
+
+
 class Endpoint(models.Model):
     """A destination of one team: its queue (``<team>--<name>``, or an exact name an operator
     bound) is bound to the delivery exchange of each version that can carry it (``#.<queue>`` on
@@ -122,6 +128,14 @@ class Endpoint(models.Model):
     max_concurrent = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(MAX_CONCURRENT)],
         help_text="webhook calls in flight at once, across all workers (empty: no limit)")
+    # Flow control by key (0032): the same limits per message flow_key, on top of the endpoint's own.
+    # Nullable, no default: adding them rewrites nothing, and the previous release's INSERTs skip them.
+    max_deliveries_per_second_per_key = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(MAX_DELIVERIES_PER_SECOND)],
+        help_text="hand-overs in any one second per flow_key of its messages, across all workers (empty: no limit)")
+    max_concurrent_per_key = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(MAX_CONCURRENT)],
+        help_text="webhook calls in flight at once per flow_key of its messages, across all workers (empty: no limit)")
     webhook_timeout_seconds = models.FloatField(
         null=True, blank=True, validators=[MinValueValidator(0.1)],
         help_text="one deadline over each webhook call (connect, send, answer), up to the platform's "
@@ -162,11 +176,13 @@ class Endpoint(models.Model):
                     f"which another endpoint's binding could share; use a direct-routing version (v3)"
                 )
         if self.handler == self.Handler.CELERY_QUEUE:
-            for name in ("max_deliveries_per_second", "max_concurrent"):
+            for name in FLOW_LIMITS:
                 if getattr(self, name) is not None:
                     errors[name] = "a Celery queue's messages go to its own workers: limit them there"
-        elif self.max_concurrent is not None and self.handler != self.Handler.WEBHOOK:
-            errors["max_concurrent"] = "applies to webhook endpoints only (a Celery task's concurrency is its workers')"
+        elif self.handler != self.Handler.WEBHOOK:
+            for name in ("max_concurrent", "max_concurrent_per_key"):
+                if getattr(self, name) is not None:
+                    errors[name] = "applies to webhook endpoints only (a Celery task's concurrency is its workers')"
         if self.webhook_timeout_seconds is not None:
             longest = conf().webhook_timeout_max_seconds
             if self.handler != self.Handler.WEBHOOK:
@@ -185,6 +201,20 @@ class EndpointFlow(models.Model):
 
     endpoint = models.OneToOneField(Endpoint, on_delete=models.CASCADE, primary_key=True, related_name="flow")
     next_slot_us = models.BigIntegerField()
+
+
+class EndpointKeyFlow(models.Model):
+    """A flow key's rate slots on one endpoint (max_deliveries_per_second_per_key), as EndpointFlow
+    is the endpoint's. A row per key that was limited lately: the statement that takes a key's
+    slots deletes, in the same turn, the endpoint's rows whose slot is long past (a bound on the
+    table: the keys of the last minute or so, delivery/flow_slots.py)."""
+
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="+", db_index=False)
+    key = models.CharField(max_length=FLOW_KEY_MAX_LENGTH)
+    next_slot_us = models.BigIntegerField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["endpoint", "key"], name="one_key_flow_per_endpoint_key")]
 
 
 class ScheduledMessage(models.Model):
@@ -293,6 +323,11 @@ class ScheduledMessage(models.Model):
                                                help_text="trailing: never later than this after the window's first")
     debounce_until = models.DateTimeField(null=True, blank=True, editable=False,
                                           help_text="trailing: the window's cap; leading: the window's end")
+    # Flow control by key (0032; docs/guides/flow-control.md "By key"): its endpoint's per-key limits
+    # count it with the messages of the same key. Nullable, no default: adding it rewrites nothing.
+    flow_key = models.CharField(
+        max_length=FLOW_KEY_MAX_LENGTH, null=True, blank=True, editable=False,
+        help_text="its flow key: the endpoint's per-key limits count it with the messages of the same key")
 
     objects = ScheduledMessageQuerySet.as_manager()
 

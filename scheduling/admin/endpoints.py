@@ -56,8 +56,8 @@ class EndpointAdmin(ControlRoomAdmin):
     object_actions = {"activate": "Activate", "deactivate": "Deactivate", "enable": "Enable",
                       "rotate_secret": "Rotate webhook secret"}
     fields = ("team", "name", "queue", "topology", "delivery_mode", "handler", "handler_target",
-              "max_deliveries_per_second", "max_concurrent", "webhook_timeout_seconds", "is_active", "created_at",
-              "updated_at")
+              "max_deliveries_per_second", "max_concurrent", "max_deliveries_per_second_per_key",
+              "max_concurrent_per_key", "webhook_timeout_seconds", "is_active", "created_at", "updated_at")
     readonly_fields = fields
 
     n_pending = _count_column(Status.PENDING)
@@ -102,7 +102,10 @@ class EndpointAdmin(ControlRoomAdmin):
     @admin.display(description="flow control")
     def flow_summary(self, endpoint):
         limits = [f"{endpoint.max_deliveries_per_second:,}/s" if endpoint.max_deliveries_per_second else "",
-                  f"{endpoint.max_concurrent} at once" if endpoint.max_concurrent else ""]
+                  f"{endpoint.max_concurrent} at once" if endpoint.max_concurrent else "",
+                  f"{endpoint.max_deliveries_per_second_per_key:,}/s per key"
+                  if endpoint.max_deliveries_per_second_per_key else "",
+                  f"{endpoint.max_concurrent_per_key} at once per key" if endpoint.max_concurrent_per_key else ""]
         return ", ".join(limit for limit in limits if limit) or "–"
 
     def base_queryset(self, request):
@@ -198,7 +201,10 @@ class EndpointAdmin(ControlRoomAdmin):
             return super().change_view(request, object_id, form_url, context)
         initial = {"topology": obj.topology.name, "delivery_mode": obj.delivery_mode, "handler": obj.handler,
                    "handler_target": obj.handler_target, "max_deliveries_per_second": obj.max_deliveries_per_second,
-                   "max_concurrent": obj.max_concurrent, "webhook_timeout_seconds": obj.webhook_timeout_seconds}
+                   "max_concurrent": obj.max_concurrent,
+                   "max_deliveries_per_second_per_key": obj.max_deliveries_per_second_per_key,
+                   "max_concurrent_per_key": obj.max_concurrent_per_key,
+                   "webhook_timeout_seconds": obj.webhook_timeout_seconds}
         response = self.service_form_view(
             request, EndpointChangeForm, lambda data: endpoint_update(endpoint=obj, **data),
             title="Change endpoint", obj=obj, initial=initial, done="Saved",

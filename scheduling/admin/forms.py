@@ -5,7 +5,7 @@ from django import forms
 
 from scheduling.config.conf import setting_name
 from scheduling.core.flow_gate import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
-from scheduling.models import DeliveryMode, Endpoint, Schedule, Team, TopologyVersion
+from scheduling.models import FLOW_KEY_MAX_LENGTH, DeliveryMode, Endpoint, Schedule, Team, TopologyVersion
 from scheduling.endpoints.selectors import endpoint_list
 from scheduling.versions.selectors import topology_version_get_default
 from scheduling.retention.services import retention_describe
@@ -42,6 +42,14 @@ class EndpointChangeForm(forms.Form):
     max_concurrent = forms.IntegerField(
         required=False, min_value=1, max_value=MAX_CONCURRENT,
         help_text="flow control: webhook calls in flight at once, across all workers (empty: no limit)")
+    max_deliveries_per_second_per_key = forms.IntegerField(
+        required=False, min_value=1, max_value=MAX_DELIVERIES_PER_SECOND, label="Max deliveries per second per key",
+        help_text="flow control by key: hand-overs in any one second per flow key of its messages, across all "
+                  "workers (empty: no limit)")
+    max_concurrent_per_key = forms.IntegerField(
+        required=False, min_value=1, max_value=MAX_CONCURRENT, label="Max concurrent per key",
+        help_text="flow control by key: webhook calls in flight at once per flow key, across all workers "
+                  "(empty: no limit)")
     webhook_timeout_seconds = forms.FloatField(
         required=False, min_value=0.1, label="Webhook deadline (seconds)",
         help_text=f"one deadline over each webhook call: connect, send, read the answer (empty: the platform's, "
@@ -65,7 +73,8 @@ class EndpointCreateForm(EndpointChangeForm):
     )
     is_active = forms.BooleanField(required=False, initial=True)
     field_order = ["team", "name", "queue", "topology", "delivery_mode", "handler", "handler_target",
-                   "webhook_secret", "max_deliveries_per_second", "max_concurrent", "webhook_timeout_seconds",
+                   "webhook_secret", "max_deliveries_per_second", "max_concurrent",
+                   "max_deliveries_per_second_per_key", "max_concurrent_per_key", "webhook_timeout_seconds",
                    "is_active"]
 
     def clean_delivery_mode(self):
@@ -112,6 +121,9 @@ class ScheduleMessageForm(forms.Form):
                                                                "expired); or give seconds after the due time")
     expire_after_seconds = forms.DecimalField(required=False, help_text="seconds after the due time from which it "
                                                                         "is never handed over (empty: never expires)")
+    flow_key = forms.CharField(
+        required=False, max_length=FLOW_KEY_MAX_LENGTH,
+        help_text="its flow key: the endpoint's per-key limits count it with the messages of the same key")
 
     def __init__(self, *args, caller: Caller, **kwargs):
         super().__init__(*args, **kwargs)

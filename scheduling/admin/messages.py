@@ -122,7 +122,7 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
     EXCERPT_SHOWN = 300  # characters of each answer in the table (the API gives the whole excerpt)
     fieldsets = (
         (None, {"fields": ("id", "endpoint", "topology", "status_badge", "idempotency_key", "schedule", "due_history",
-                           "last_error", "event_link", "debounce")}),
+                           "last_error", "event_link", "debounce", "flow_key")}),
         ("Timing (UTC)", {"fields": ("requested_delay", "created", "due", "expires", "published", "delivered",
                                      "cancelled", "lateness", "delivery_count", "attempts", "trigger",
                                      "delivered_by")}),
@@ -208,6 +208,7 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
                 endpoint=data["endpoint"], payload=data["payload"], delay=data["delay_seconds"],
                 deliver_at=data["deliver_at"], idempotency_key=data["idempotency_key"] or None, caller=caller,
                 expires_at=data["expires_at"], expire_after_seconds=data["expire_after_seconds"],
+                flow_key=data["flow_key"] or None,
             ),
             title="Schedule a message", initial={"endpoint": request.GET.get("endpoint")},
             field_map={"delay": "delay_seconds"}, done="Scheduled",

@@ -15,7 +15,8 @@ from scheduling.config.conf import conf, setting_name
 from scheduling.core.flow_gate import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
 from scheduling.delivery.models import EndpointHealth, MessageAttempt
 from scheduling.core.lifecycle import Status, scheduled_in_past
-from scheduling.models import BulkAction, DeliveryMode, Endpoint, Schedule, ScheduledMessage, TopologyVersion
+from scheduling.models import (
+    FLOW_KEY_MAX_LENGTH, BulkAction, DeliveryMode, Endpoint, Schedule, ScheduledMessage, TopologyVersion)
 from scheduling.schedules.rules import run_time_of_key
 from scheduling.security.redaction import url_redacted
 from scheduling.teams.roles import Action
@@ -81,9 +82,9 @@ class EndpointSerializer(RefuseControlCharacters, serializers.ModelSerializer):
     class Meta:
         model = Endpoint
         fields = ["team", "name", "queue", "topology", "delivery_mode", "handler", "handler_target", "webhook_secret",
-                  "max_deliveries_per_second", "max_concurrent", "webhook_timeout_seconds",
-                  "is_active", "disabled_at", "disabled_reason", "health", "created_at", "message_counts",
-                  "message_counts_estimated"]
+                  "max_deliveries_per_second", "max_concurrent", "max_deliveries_per_second_per_key",
+                  "max_concurrent_per_key", "webhook_timeout_seconds", "is_active", "disabled_at", "disabled_reason",
+                  "health", "created_at", "message_counts", "message_counts_estimated"]
         read_only_fields = ["is_active", "created_at"]
 
     def to_representation(self, endpoint):
@@ -155,6 +156,13 @@ class EndpointUpdateSerializer(RefuseControlCharacters, serializers.Serializer):
     max_concurrent = serializers.IntegerField(
         required=False, allow_null=True, min_value=1, max_value=MAX_CONCURRENT,
         help_text="webhook calls in flight at once, across all workers (webhook endpoints); null: no limit")
+    max_deliveries_per_second_per_key = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, max_value=MAX_DELIVERIES_PER_SECOND,
+        help_text="hand-overs in any one second per flow_key of its messages, across all workers; null: no limit")
+    max_concurrent_per_key = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, max_value=MAX_CONCURRENT,
+        help_text="webhook calls in flight at once per flow_key, across all workers (webhook endpoints); "
+                  "null: no limit")
     webhook_timeout_seconds = serializers.FloatField(required=False, allow_null=True, min_value=0.1,
                                                      help_text=_timeout_help())
     is_active = serializers.BooleanField(
@@ -227,6 +235,10 @@ class MessageCreateSerializer(RefuseControlCharacters, serializers.Serializer):
         help_text="seconds after the due time from which it is never handed over (ends expired); at most the "
                   "longest delay")
     debounce = DebounceField(required=False, allow_null=True)
+    flow_key = serializers.CharField(
+        max_length=FLOW_KEY_MAX_LENGTH, required=False, allow_null=True,
+        help_text="its flow key: the endpoint's max_deliveries_per_second_per_key and max_concurrent_per_key "
+                  "count it with the messages of the same key (docs/guides/flow-control.md)")
 
     def to_item(self) -> dict:
         return message_item(self.validated_data)
@@ -299,6 +311,7 @@ def message_item(data: dict) -> dict:
         "expires_at": data.get("expires_at"),
         "expire_after_seconds": data.get("expire_after_seconds"),
         "debounce": data.get("debounce"),
+        "flow_key": data.get("flow_key"),
     }
 
 
@@ -453,7 +466,7 @@ class MessageSerializer(serializers.ModelSerializer):
                   "first_exchange", "created_at", "published_at", "delivered_at", "cancelled_at",
                   "lateness_ms", "scheduled_in_past", "delivery_count", "idempotency_key", "schedule",
                   "due_history", "trigger", "last_error", "payload", "on_delivered", "on_failed", "notification"]
-        fields += ["event"]  # the event whose fan-out made it (its id; null: scheduled alone)
+        fields += ["event", "flow_key"]  # the event whose fan-out made it (its id; null: scheduled alone)
         fields += ["expires_at"]  # never handed over from then on (null: never expires)
         fields += ["debounce"]
         fields += ["schedule_run_at"]  # a schedule's run: its time by the rule (its key names it)

@@ -199,6 +199,7 @@ class WebhookProfile:
     limit: int  # calls in flight in this worker: the bulkhead, or max_concurrent if lower
     max_concurrent: int | None
     paused_until_ms: int  # no call before (Retry-After, an open circuit): the endpoint's health
+    max_concurrent_per_key: int | None = None  # calls in flight per flow key, across workers
 
     @property
     def handover(self) -> int:
@@ -231,7 +232,7 @@ def webhook_profiles() -> dict[str, WebhookProfile]:
         profiles[endpoint.queue] = WebhookProfile(
             endpoint.id, endpoint.team_id, endpoint.handler_target, tuple(_valid_keys(endpoint, now)),
             endpoint.webhook_secret_previous_expires_at, deadline, tuple(webhook_networks(endpoint)), limit,
-            endpoint.max_concurrent, int(paused.timestamp() * 1000) if paused else 0)
+            endpoint.max_concurrent, int(paused.timestamp() * 1000) if paused else 0, endpoint.max_concurrent_per_key)
     return profiles
 
 

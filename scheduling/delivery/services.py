@@ -33,7 +33,7 @@ from scheduling.observability import metrics
 from scheduling.messages.queries import CANONICAL_UUID
 from scheduling.delivery.log import Delivered, delivery_log_on_commit
 from scheduling.delivery.minutes import delivery_minute_prune, delivery_minute_record, delivery_minute_upsert_sql
-from scheduling.delivery.flow_slots import endpoint_try_call_slot
+from scheduling.delivery.flow_slots import endpoint_key_try_call_slot, endpoint_try_call_slot
 from scheduling.notifications.services import notification_attempt_failing, notification_emit_ended
 
 log = logging.getLogger(__name__)
@@ -295,10 +295,14 @@ def _call_slot_free(message: ScheduledMessage) -> bool:
     """A webhook of an endpoint with max_concurrent takes a call slot for its transaction (which
     holds the call): delivery/flow_slots.py. Only the one-by-one path gets here with a webhook: the
     batch path defers them first."""
-    limit = message.endpoint_max_concurrent
-    if limit is None or message.endpoint_handler != Endpoint.Handler.WEBHOOK:
+    if message.endpoint_handler != Endpoint.Handler.WEBHOOK:
         return True
-    return endpoint_try_call_slot(endpoint_id=message.endpoint_id, concurrent=limit)
+    limit, per_key = message.endpoint_max_concurrent, message.endpoint_max_concurrent_per_key
+    # max_concurrent_per_key: its flow key's slot first (the column loads here, for these webhooks only)
+    if per_key is not None and (key := message.flow_key) and \
+            not endpoint_key_try_call_slot(endpoint_id=message.endpoint_id, key=key, concurrent=per_key):
+        return False
+    return limit is None or endpoint_try_call_slot(endpoint_id=message.endpoint_id, concurrent=limit)
 
 
 def delivery_receive(*, message_id: str, attempt: int = 0, by: str = "", due_ms: int | None = None,

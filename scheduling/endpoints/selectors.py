@@ -33,9 +33,12 @@ def endpoint_any_task_queue() -> bool:
 
 def endpoint_get_flow_limits() -> dict[str, Limit]:
     """Queue name -> the flow control of each endpoint that has any (the delivery loop's gate)."""
-    limited = Endpoint.objects.filter(Q(max_deliveries_per_second__isnull=False) | Q(max_concurrent__isnull=False))
-    return {name: Limit(endpoint_id, per_second, concurrent) for name, endpoint_id, per_second, concurrent
-            in limited.values_list("queue", "id", "max_deliveries_per_second", "max_concurrent")}
+    limited = Endpoint.objects.filter(Q(max_deliveries_per_second__isnull=False) | Q(max_concurrent__isnull=False)
+                                      | Q(max_deliveries_per_second_per_key__isnull=False)
+                                      | Q(max_concurrent_per_key__isnull=False))
+    return {name: Limit(endpoint_id, *limits) for name, endpoint_id, *limits
+            in limited.values_list("queue", "id", "max_deliveries_per_second", "max_concurrent",
+                                   "max_deliveries_per_second_per_key", "max_concurrent_per_key")}
 
 
 def endpoint_list_in_teams(*, team_ids):

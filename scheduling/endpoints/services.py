@@ -152,6 +152,8 @@ def endpoint_create(
     delivery_mode: str = DeliveryMode.NATIVE,
     max_deliveries_per_second: int | None = None,
     max_concurrent: int | None = None,
+    max_deliveries_per_second_per_key: int | None = None,
+    max_concurrent_per_key: int | None = None,
     webhook_timeout_seconds: float | None = None,
     check_quota: bool = True,
 ) -> Endpoint:
@@ -174,6 +176,8 @@ def endpoint_create(
         delivery_mode=delivery_mode,
         max_deliveries_per_second=max_deliveries_per_second,
         max_concurrent=max_concurrent,
+        max_deliveries_per_second_per_key=max_deliveries_per_second_per_key,
+        max_concurrent_per_key=max_concurrent_per_key,
         webhook_timeout_seconds=webhook_timeout_seconds,
     )
     endpoint.new_webhook_secret = ""  # the plaintext, for the caller to show once; never a field
@@ -271,6 +275,8 @@ def endpoint_update(
     handler_target: str | None = None,
     max_deliveries_per_second: int | None | object = UNCHANGED,
     max_concurrent: int | None | object = UNCHANGED,
+    max_deliveries_per_second_per_key: int | None | object = UNCHANGED,
+    max_concurrent_per_key: int | None | object = UNCHANGED,
     webhook_timeout_seconds: float | None | object = UNCHANGED,
 ) -> Endpoint:
     """Change where *new* messages go (another version, the timeout manager), how they are
@@ -294,7 +300,10 @@ def endpoint_update(
             current.handler_target = handler_target
         flow_changed = False
         for name, value in (("max_deliveries_per_second", max_deliveries_per_second),
-                            ("max_concurrent", max_concurrent), ("webhook_timeout_seconds", webhook_timeout_seconds)):
+                            ("max_concurrent", max_concurrent),
+                            ("max_deliveries_per_second_per_key", max_deliveries_per_second_per_key),
+                            ("max_concurrent_per_key", max_concurrent_per_key),
+                            ("webhook_timeout_seconds", webhook_timeout_seconds)):
             if value is not UNCHANGED and value != getattr(current, name):
                 setattr(current, name, value)
                 flow_changed = True

@@ -156,8 +156,9 @@ class ScheduledMessageQuerySet(models.QuerySet):
 
     def locked_for_delivery(self, ids) -> list[models.Model]:
         """Lock a batch of rows (FOR UPDATE, one array parameter) and load only what delivering
-        them reads and writes, with their endpoint's team, handler, max_concurrent and queue as
-        ``endpoint_team_id``, ``endpoint_handler``, ``endpoint_max_concurrent`` and ``endpoint_queue``; other fields load on access. The ORM's IN list of 500 ids and its full rows cost the delivery
+        them reads and writes, with their endpoint's team, handler, max_concurrent, max_concurrent_per_key
+        and queue as ``endpoint_team_id``, ``endpoint_handler``, ``endpoint_max_concurrent``,
+        ``endpoint_max_concurrent_per_key`` and ``endpoint_queue``; other fields load on access. The ORM's IN list of 500 ids and its full rows cost the delivery
         loop ~40 % of its time in a burst, and a second query for the endpoints a round trip of
         every delivery's lateness (docs/operations/performance.md)."""
         if not ids:
@@ -168,7 +169,8 @@ class ScheduledMessageQuerySet(models.QuerySet):
         endpoints = self.model._meta.get_field("endpoint").related_model._meta.db_table
         with connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT {columns}, e.team_id, e.handler, e.max_concurrent, e.queue FROM {self.model._meta.db_table} m "
+                f"SELECT {columns}, e.team_id, e.handler, e.max_concurrent, e.max_concurrent_per_key, e.queue "
+                f"FROM {self.model._meta.db_table} m "
                 f"JOIN {endpoints} e ON e.id = m.endpoint_id "
                 f"WHERE m.id = ANY(%s::uuid[]) FOR UPDATE OF m",
                 [uuid_array(ids)],
@@ -176,8 +178,9 @@ class ScheduledMessageQuerySet(models.QuerySet):
             rows = cursor.fetchall()
         messages = []
         for row in rows:
-            values = {**dict(zip(fields, row)), "endpoint_team_id": row[-4], "endpoint_handler": row[-3],
-                      "endpoint_max_concurrent": row[-2], "endpoint_queue": row[-1]}
+            values = {**dict(zip(fields, row)), "endpoint_team_id": row[-5], "endpoint_handler": row[-4],
+                      "endpoint_max_concurrent": row[-3], "endpoint_max_concurrent_per_key": row[-2],
+                      "endpoint_queue": row[-1]}
             messages.append(loaded_instance(self.model, self.db, values))
         return messages
 

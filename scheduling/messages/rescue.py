@@ -33,7 +33,7 @@ from collections.abc import Callable, Collection
 from datetime import timedelta
 
 from django.db import transaction
-from django.db.models import DurationField, ExpressionWrapper, F, Value
+from django.db.models import DurationField, Exists, ExpressionWrapper, F, OuterRef, Value
 from django.utils import timezone
 
 from rabbit import Outcome, Outgoing
@@ -42,7 +42,7 @@ from scheduling.messages import wire
 from scheduling.core.clock import to_epoch_ms
 from scheduling.config.conf import conf
 from scheduling.core.lifecycle import Status
-from scheduling.models import DeliveryMode, ScheduledMessage
+from scheduling.models import DeliveryMode, EndpointKeyFlow, ScheduledMessage
 from scheduling.observability import metrics
 from scheduling.messages.expiry import message_expire_past
 from scheduling.messages.unroutable import message_build_copies
@@ -83,10 +83,18 @@ def message_rescue_overdue(*, queues: Collection[str], skip: Collection[str],
             .exclude(endpoint__handler__in=TASK_HANDLERS)  # never the loop's: message_rescue_overdue_tasks
             # late because of their endpoint's rate limit, not the broker: its slots reach past the cutoff
             .exclude(endpoint__flow__next_slot_us__gt=to_epoch_ms(cutoff) * 1000)
+            .exclude(_key_slots_reach_past(cutoff))  # the same for its flow key's rate (flow_slots.py)
             .exclude(call_lease_until__gt=now)  # a webhook call of it is out (delivery/webhook_calls.py)
             .order_by("due_at")[:limit + len(skip)]
         ) if str(row.id) not in skip][:limit]
         return len(_publish(rows, now, publish, after_ms))
+
+
+def _key_slots_reach_past(cutoff) -> Exists:
+    """A row whose flow key's rate slots reach past ``cutoff``: late because of its key's limit, not
+    the broker (the key's row, by the (endpoint, key) unique index; a row without a key has none)."""
+    return Exists(EndpointKeyFlow.objects.filter(endpoint_id=OuterRef("endpoint_id"), key=OuterRef("flow_key"),
+                                                 next_slot_us__gt=to_epoch_ms(cutoff) * 1000))
 
 
 def message_rescue_overdue_tasks(*, publish: Callable[[list[Outgoing]], Outcome], limit: int,

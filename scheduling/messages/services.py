@@ -28,7 +28,7 @@ from scheduling.delivery.models import Trigger
 from scheduling.endpoints.services import endpoint_lock_wires
 from scheduling.core.errors import BulkValidationError, Conflict, Forbidden, NotFound
 from scheduling.core.lifecycle import Status
-from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
+from scheduling.models import FLOW_KEY_MAX_LENGTH, DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
 from scheduling.observability import metrics, tracing
 from scheduling.core import traceparent as trace_context
 from scheduling.teams.caller import PLATFORM, Caller
@@ -273,6 +273,10 @@ def _build(item: dict, endpoints: dict[str, list[Endpoint]], now: datetime) -> S
                                      "schedules' runs): choose another")
     debounced = message_debounce_check(value=item.get("debounce"), max_delay_ms=_limit_ms(
         endpoint.topology if endpoint else None), errors=errors) if item.get("debounce") is not None else {}
+    flow_key = item.get("flow_key")
+    if flow_key is not None and (not isinstance(flow_key, str) or not 1 <= len(flow_key) <= FLOW_KEY_MAX_LENGTH
+                                 or _has_nul(flow_key)):
+        errors["flow_key"] = f"must be a string of 1 to {FLOW_KEY_MAX_LENGTH} characters, without NUL"
     if errors:
         raise ValidationError(errors)
     row = ScheduledMessage.new(
@@ -294,6 +298,7 @@ def _build(item: dict, endpoints: dict[str, list[Endpoint]], now: datetime) -> S
         on_failed_id=callbacks["on_failed"].pk if callbacks["on_failed"] else None,
         expires_at=expires_at,
         **debounced,  # its key, mode and durations (messages/debounce.py sets its window when saved)
+        flow_key=flow_key,  # its endpoint's per-key limits (docs/guides/flow-control.md "By key")
     )
     row.payload_json = encoded  # what insert_many writes
     row.payload_bytes = len(encoded.encode())  # what the team's bytes quota sums
@@ -471,6 +476,7 @@ def message_schedule(
     expires_at: datetime | None = None,
     expire_after_seconds: timedelta | float | int | Decimal | str | None = None,
     debounce: dict | None = None,
+    flow_key: str | None = None,
 ) -> ScheduledMessage:
     """Schedule one message for ``endpoint`` after ``delay`` (seconds or timedelta) or at
     ``deliver_at``. Raises ValidationError naming the field for bad input; stores nothing then.
@@ -494,6 +500,7 @@ def message_schedule(
                     "expires_at": expires_at,
                     "expire_after_seconds": expire_after_seconds,
                     "debounce": debounce,
+                    "flow_key": flow_key,
                 }
             ],
             caller=caller,

@@ -25,7 +25,7 @@ from scheduling.celery import structured
 from scheduling.core import task_names
 from scheduling.core import traceparent as trace_context
 from scheduling.core.clock import from_epoch_ms, to_epoch_ms
-from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.models import FLOW_KEY_MAX_LENGTH, Endpoint, ScheduledMessage
 
 DELIVER_TASK = task_names.DELIVER
 ENVELOPE_TASK = task_names.DELIVER_ENVELOPE  # one broker message, many messages (docs/concepts/envelopes.md)
@@ -44,6 +44,13 @@ FANOUT_QUEUE = cascade.FANOUT_QUEUE
 # message without stays byte for byte what it was (v1/v2 copies are NServiceBus's shape).
 H_TRACEPARENT = "traceparent"
 H_TRACEPARENTS = "x-dp-traceparents"  # an envelope's: message id -> traceparent, of those that have one
+# Flow control by key (docs/guides/flow-control.md "By key"): a message's flow_key travels with it, so
+# the delivery loop knows the key of every message it holds without a query per message (or per
+# batch: a key is known the moment the message arrives, before its slot is asked for, and held
+# messages of many endpoints need no join). Added only to a message that has a key, like the
+# traceparent: a message without stays byte for byte what it was (v1/v2 copies: NServiceBus's shape).
+H_FLOW_KEY = "x-dp-flow-key"
+H_FLOW_KEYS = "x-dp-flow-keys"  # an envelope's: message id -> flow key, of those that have one
 
 
 Route = cascade.Route  # exchange, routing key and CC keys of a publish, with its whole units
@@ -59,7 +66,8 @@ class Unbuildable(ValueError):
 # What building a row reads of it (with its topology's cascade): the relay and the rescue load only
 # these (decoding payloads cost ~0.1 ms a row; a Celery queue's rows load theirs apart).
 PUBLISH_FIELDS = ("id", "due_at", "topology", "endpoint__queue", "endpoint__handler", "captured_task",
-                  "idempotency_key", "traceparent", "event", "expires_at")  # expires_at: messages/expiry.py
+                  "idempotency_key", "traceparent", "event", "expires_at",  # expires_at: messages/expiry.py
+                  "flow_key")
 
 # What building a row from a payload that is not what its path expects raises (a missing key, a
 # value of another type, an unknown encoding, a destination the cascade cannot carry).
@@ -117,9 +125,12 @@ def retry(message: Received, message_id: str, attempt: int, eta: datetime) -> Ou
     """The next handler attempt of a delivered message: the same message with ``attempt`` and a
     new eta, back where it came from (the delivery exchange with its key, or the queue)."""
     body, headers, properties = deliver_message(message_id, eta, attempt)
-    kept = {k: v for k, v in message.headers.items() if k.startswith("x-dp-") and k not in (H_ENVELOPE, H_TRACEPARENTS)}
+    kept = {k: v for k, v in message.headers.items()
+            if k.startswith("x-dp-") and k not in (H_ENVELOPE, H_TRACEPARENTS, H_FLOW_KEYS, H_FLOW_KEY)}
     if traceparent := traceparent_of(message.headers, message_id):  # its own, or its envelope's entry
         kept[H_TRACEPARENT] = traceparent
+    if flow_key := flow_key_of(message.headers, message_id):
+        kept[H_FLOW_KEY] = flow_key
     return Outgoing(message.exchange, message.routing_key, body, {**kept, H_MESSAGE_ID: message_id, **headers},
                     properties)
 
@@ -141,6 +152,8 @@ def _x_dp_headers(message: ScheduledMessage, version: cascade.Version, r: Route,
     }
     if traceparent := sent_traceparent(message):
         headers[H_TRACEPARENT] = traceparent
+    if flow_key := message.__dict__.get("flow_key"):  # never a query (a row loaded without it has none here)
+        headers[H_FLOW_KEY] = flow_key
     return headers
 
 
@@ -253,10 +266,14 @@ def outgoing_envelope(messages: list[ScheduledMessage], version: cascade.Version
     headers.update(_x_dp_headers(first, version, r, now_ms), **r.headers)
     del headers[H_MESSAGE_ID]  # the ids are in the body
     headers.pop(H_TRACEPARENT, None)  # the first message's: each message's is in H_TRACEPARENTS
+    headers.pop(H_FLOW_KEY, None)  # the same: each message's is in H_FLOW_KEYS
     headers[H_ENVELOPE] = len(messages)
     traced = {str(m.id): t for m in messages if (t := sent_traceparent(m))}
     if traced:
         headers[H_TRACEPARENTS] = traced
+    keyed = {str(m.id): k for m in messages if (k := m.__dict__.get("flow_key"))}
+    if keyed:
+        headers[H_FLOW_KEYS] = keyed
     return Outgoing(r.exchange, r.routing_key, body, headers, properties), r
 
 
@@ -293,6 +310,7 @@ def outgoing_event(messages: list[ScheduledMessage], version: cascade.Version, n
     headers.update(_x_dp_headers(first, version, r, now_ms), **r.headers)
     del headers[H_MESSAGE_ID]  # the ids are in the body
     headers.pop(H_TRACEPARENT, None)  # the rows' copies carry their own (each row's column)
+    headers.pop(H_FLOW_KEY, None)  # and their own flow keys
     headers[H_DESTINATION] = FANOUT_QUEUE
     headers[H_EVENT] = event_id
     headers[H_ENVELOPE] = len(messages)
@@ -338,6 +356,7 @@ class Delivery:
     attempt: int  # 0: the copy that came through the cascade; n: the n-th handler retry
     due_ms: int  # hold it until then
     stamped: bool = True  # due_ms is the due time the platform stamped on it (not a guess from eta or now)
+    flow_key: str | None = None  # its endpoint's per-key limits count it under this key (H_FLOW_KEY)
 
     @property
     def stamped_due_ms(self) -> int | None:
@@ -377,13 +396,24 @@ def traceparent_of(headers: dict, message_id: str) -> str | None:
     return trace_context.parse(value)
 
 
+def flow_key_of(headers: dict, message_id: str) -> str | None:
+    """The flow key a delivered copy carries for ``message_id`` (its own header, or its envelope's
+    entry); None without one, or for a value that is no key (a header is anyone's input)."""
+    keyed = headers.get(H_FLOW_KEYS)
+    value = keyed.get(message_id) if isinstance(keyed, dict) else headers.get(H_FLOW_KEY)
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    return value if isinstance(value, str) and 0 < len(value) <= FLOW_KEY_MAX_LENGTH else None
+
+
 def read_envelope(headers: dict, body: bytes) -> list[Delivery] | None:
     """The messages an envelope carries, each with its own due time; None if it is not one."""
     if headers.get("task") != ENVELOPE_TASK:
         return None
     try:
         (items,), _, _ = json.loads(body)
-        deliveries = [Delivery(str(message_id), 0, int(due_ms)) for message_id, due_ms in items]
+        deliveries = [Delivery(str(message_id), 0, int(due_ms), flow_key=flow_key_of(headers, str(message_id)))
+                      for message_id, due_ms in items]
     except (ValueError, TypeError, IndexError, KeyError, AttributeError):
         return None
     return deliveries or None
@@ -463,7 +493,7 @@ def read_delivery(headers: dict, body: bytes, now_ms: int) -> Delivery | None:
         due = now_ms if due is None else due
     if attempt and (eta := _iso_ms(headers.get("eta"))) is not None:
         due = max(due, eta)
-    return Delivery(message_id, attempt, due, stamped)
+    return Delivery(message_id, attempt, due, stamped, flow_key_of(headers, message_id))
 
 
 # --- reading a message found in a level queue (migrate_delays, transfer_delays) ---------------
@@ -556,6 +586,8 @@ def moved_envelope(message: Received, found: Found, parts: list[Delivery], versi
         headers[H_MESSAGE_ID] = part.message_id
         if traceparent := traceparent_of(message.headers, part.message_id):  # its entry of the envelope's map
             headers[H_TRACEPARENT] = traceparent
+        if part.flow_key:
+            headers[H_FLOW_KEY] = part.flow_key
         out, r = moved(headers, properties, body, replace(found, due_at_ms=part.due_ms, message_id=part.message_id),
                        version, now_ms, margin_ms=margin_ms)
         singles.append((out, r, part.message_id))

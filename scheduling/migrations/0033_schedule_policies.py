@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduling', '0031_message_debounce'),
+        ('scheduling', '0032_flow_by_key'),
     ]
 
     operations = [

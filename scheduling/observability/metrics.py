@@ -38,7 +38,7 @@ LATENESS = Histogram(
     "the time it was accepted, less its wait for its endpoint's flow control.", BY_MESSAGE, buckets=LATENESS_BUCKETS)
 THROTTLED = Counter(
     "delay_throttled", "Deliveries that waited for their endpoint's flow control (max_deliveries_per_second, "
-    "max_concurrent).", BY_MESSAGE)
+    "max_concurrent, and their per-key forms).", BY_MESSAGE)
 THROTTLE_WAIT = Histogram(
     "delay_throttle_wait_seconds", "How long each throttled delivery waited for its endpoint's flow control.",
     BY_MESSAGE, buckets=LATENESS_BUCKETS)

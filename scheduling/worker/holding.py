@@ -25,6 +25,9 @@ class Held:
     slot_ms: float | None = field(compare=False, default=None)
     throttled_since_ms: int | None = field(compare=False, default=None)
     counted: bool = field(compare=False, default=False)
+    # flow control by key: its key's rate slot, and the (queue, key) it counts in while in flight
+    key_slot_ms: float | None = field(compare=False, default=None)
+    key_counted: tuple[str, str] | None = field(compare=False, default=None)
 
 
 class Holding:

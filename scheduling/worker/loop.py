@@ -42,7 +42,9 @@ from scheduling.observability import metrics, tracing
 from scheduling.endpoints.selectors import (
     endpoint_any_task_queue, endpoint_get_consumption, endpoint_get_flow_limits, endpoint_get_labels_by_queue)
 from scheduling.delivery.services import Outcome, Result, delivery_receive_many, delivery_retry_unsent
-from scheduling.delivery.flow_slots import endpoint_release_call_slots, endpoint_take_call_slots, endpoint_take_slots
+from scheduling.delivery.flow_slots import (
+    endpoint_key_flow_forget, endpoint_key_take_slots, endpoint_key_take_slots_many, endpoint_release_call_slots,
+    endpoint_take_call_slots, endpoint_take_slots)
 from scheduling.messages.rescue import message_rescue_overdue, message_rescue_overdue_tasks
 from scheduling.delivery.webhook_calls import webhook_call_take
 from scheduling.delivery.orphans import Carried, orphan_copy_set_aside
@@ -50,6 +52,7 @@ from scheduling.core.flow_gate import FlowGate, Limit
 from scheduling.delivery.handlers import WebhookProfile, payload_body, signed_headers, webhook_profiles
 from scheduling.worker.fanning import Fanning, FanOutThread
 from scheduling.worker.holding import Held, Holding
+from scheduling.worker.key_slots import KeyCallSlots
 from scheduling.delivery.recorder import Recorder
 from scheduling.delivery.webhooks import Call, CallResult, EngineSettings, WebhookEngine
 
@@ -82,6 +85,7 @@ class DeliveryLoop(threading.Thread):
         self.parked: dict[int, deque[Held]] = defaultdict(deque)  # endpoint id -> due, its bulkhead full
         self.recorder = Recorder(worker_name)  # writes the ended calls' results (recorder.py)
         self.call_slots: dict[int, set[int]] = defaultdict(set)  # endpoint id -> max_concurrent slots held
+        self.key_slots = KeyCallSlots()  # max_concurrent_per_key's, per call in flight (key_slots.py)
         self.holding = Holding()
         self.flow = FlowGate()  # endpoints' rate and concurrency limits (flow.py)
         self.consumer: rabbit.Consumer | None = None
@@ -190,12 +194,15 @@ class DeliveryLoop(threading.Thread):
 
     def _sync(self) -> None:
         try:
-            if not any(self.call_slots.values()):  # max_concurrent's slots are this connection's session locks:
-                close_old_connections()  # closed (CONN_MAX_AGE) while calls were out, they went to other workers
+            if not any(self.call_slots.values()) and not self.key_slots:  # max_concurrent's slots are this
+                close_old_connections()  # connection's session locks: closed (CONN_MAX_AGE) while calls were out,
+                # they went to other workers
             wanted = {name for name, active in endpoint_get_consumption().items() if active}
             if wire.FANOUT_QUEUE in self.consumer.queues or self.consumer.queue_exists(wire.FANOUT_QUEUE):
                 wanted.add(wire.FANOUT_QUEUE)  # events' copies (docs/concepts/fan-out.md), once provisioned
             self.flow.set_limits(endpoint_get_flow_limits())
+            if any(limit.per_key_second for limit in self.flow.limits.values()):
+                endpoint_key_flow_forget()  # the key slots' table keeps the keys of the last minute (flow_slots.py)
             self.profiles = webhook_profiles()
             if tracing.ENABLED:
                 self.labels = endpoint_get_labels_by_queue()
@@ -261,7 +268,7 @@ class DeliveryLoop(threading.Thread):
         due = ready
         try:
             now = now_ms()
-            due, waiting = self.flow.admit(ready, now, self._take_slots)
+            due, waiting = self.flow.admit(ready, now, self._take_slots, self._take_key_slots)
             for held, until_ms in waiting:  # over an endpoint's limit: held for its slot
                 self.holding.hold_until(held, until_ms)
             if not due:
@@ -285,6 +292,7 @@ class DeliveryLoop(threading.Thread):
         except DatabaseError as exc:
             close_old_connections()
             self.call_slots.clear()  # a closed connection held them
+            self.key_slots.clear()
             for held in due:
                 self.flow.done(held)
                 if self.deliver_ids:
@@ -394,6 +402,7 @@ class DeliveryLoop(threading.Thread):
             if row is None:
                 self.flow.done(held)
                 self._release_call_slot(profile_of[message_id].endpoint_id, slot_of.get(message_id))
+                self._release_key_slots([held])
                 outcome = others[message_id]
                 if outcome.result is Result.BUSY:
                     self.holding.hold_until(held, now_ms() + LEASED_RETRY_MS)
@@ -417,6 +426,7 @@ class DeliveryLoop(threading.Thread):
     def _take_call_slots(self, due: list[Held], now: int) -> tuple[list[Held], dict[str, int]]:
         """An endpoint with max_concurrent: a slot of it for each call, across workers (delivery/flow_slots.py);
         a message with none free waits as flow control's BUSY does."""
+        due = self._take_key_call_slots(due, now)
         go, slot_of, wanting = [], {}, defaultdict(list)
         for held in due:
             profile = self.profiles[held.message.queue]
@@ -431,8 +441,38 @@ class DeliveryLoop(threading.Thread):
                 go.append(held)
             for held in helds[len(slots):]:
                 self.flow.done(held)
+                self._release_key_slots([held])
                 self.holding.hold_until(held, self.flow.back(held, now))
         return go, slot_of
+
+    def _take_key_call_slots(self, due: list[Held], now: int) -> list[Held]:
+        """A keyed message of an endpoint with max_concurrent_per_key: a slot of its key for its call,
+        across workers (key_slots.py), taken before the endpoint's; with none free it waits as above."""
+        go, wanting = [], defaultdict(list)
+        for held in due:
+            profile = self.profiles[held.message.queue]
+            key = held.delivery.flow_key
+            if profile.max_concurrent_per_key and key:
+                wanting[(profile.endpoint_id, key, profile.max_concurrent_per_key)].append(held)
+            else:
+                go.append(held)
+        if not wanting:
+            return go
+        got, missed = self.key_slots.take(wanting)
+        for held in missed:
+            self.flow.done(held)
+            self.holding.hold_until(held, self.flow.back(held, now))
+        return go + got
+
+    def _release_key_slots(self, helds: list[Held]) -> None:
+        if not self.key_slots:
+            return
+        try:
+            self.key_slots.release(helds)
+        except DatabaseError:  # the connection is gone, and with it every lock it held
+            close_old_connections()
+            self.key_slots.clear()
+            self.call_slots.clear()
 
     def _release_call_slot(self, endpoint_id: int, slot: int | None) -> None:
         self._release_slots({endpoint_id: [slot]} if slot is not None else {})
@@ -456,13 +496,22 @@ class DeliveryLoop(threading.Thread):
         except DatabaseError:  # the connection is gone, and with it every lock it held
             close_old_connections()
             self.call_slots.clear()
+            self.key_slots.clear()
 
     @staticmethod
-    def _take_slots(limit: Limit, count: int, spacing_us: int, since_ms: int) -> int:
-        """The first slot's delay from ``since_ms``: the database's delay counts from its
-        statement, which this clock reads after it (the slot is never placed early)."""
-        first_us = endpoint_take_slots(limit=limit, count=count, spacing_us=spacing_us)
+    def _take_slots(limit: Limit, count: int, spacing_us: int, since_ms: int, key: str | None = None) -> int:
+        """The first slot's delay from ``since_ms`` (the endpoint's, or ``key``'s): the database's
+        delay counts from its statement, which this clock reads after it (never placed early)."""
+        first_us = (endpoint_take_slots(limit=limit, count=count, spacing_us=spacing_us) if key is None
+                    else endpoint_key_take_slots(limit=limit, key=key, count=count, spacing_us=spacing_us))
         return first_us + (now_ms() - since_ms) * 1000
+
+    @staticmethod
+    def _take_key_slots(limit: Limit, counts: dict[str, int], spacing_us: int, since_ms: int) -> dict[str, int]:
+        """_take_slots for the keys of one endpoint, in one statement."""
+        firsts = endpoint_key_take_slots_many(limit=limit, counts=counts, spacing_us=spacing_us)
+        elapsed_us = (now_ms() - since_ms) * 1000
+        return {key: first_us + elapsed_us for key, first_us in firsts.items()}
 
     def _calls_ended(self) -> None:
         """Calls that ended go to the recorder; their endpoints' slots are free at once: a healthy
@@ -474,6 +523,7 @@ class DeliveryLoop(threading.Thread):
         if not ended:
             return
         self._release_call_slots(ended)  # the calls are over: max_concurrent counts calls, not records
+        self._release_key_slots([result.call.token[0] for result in ended])
         if self.spans:
             for result in ended:
                 if (spans := self.spans.get(result.call.message_id)) is not None and spans[1] is not None:

@@ -468,6 +468,12 @@ def test_schedule_with_callbacks_sends_them(api, run):
     assert api.body["on_delivered"] == "outcomes" and api.body["on_failed"] == "ops"
 
 
+def test_schedule_with_a_flow_key_sends_it(api, run):
+    api.on("POST", "/api/messages/", message(flow_key="customer-42"), status=201)
+    assert run("schedule", "billing", "--delay", "5", "--flow-key", "customer-42")[0] == 0
+    assert api.body["flow_key"] == "customer-42"
+
+
 def test_notifications_add_list_show_and_remove(api, run):
     api.on("POST", "/api/notifications/", ROUTE, status=201)
     assert run("notifications", "add", "ops", "message.failed", "quota.warning")[:2] == (0, f"{ROUTE['id']}\n")

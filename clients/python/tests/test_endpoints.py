@@ -13,6 +13,10 @@ def test_create_update_and_flow_limits(client, unique):
     assert (limited.max_deliveries_per_second, limited.max_concurrent) == (50, 4)
     unlimited = client.endpoints.set_flow_limits(made.name, max_concurrent=None)
     assert (unlimited.max_deliveries_per_second, unlimited.max_concurrent) == (50, None)
+    keyed = client.endpoints.set_flow_limits(made.name, max_deliveries_per_second_per_key=5, max_concurrent_per_key=2)
+    assert (keyed.max_deliveries_per_second_per_key, keyed.max_concurrent_per_key, keyed.max_deliveries_per_second) \
+        == (5, 2, 50)
+    assert client.endpoints.get(made.name).max_concurrent_per_key == 2
     assert client.endpoints.update(made.name, webhook_timeout_seconds=2.5).webhook_timeout_seconds == 2.5
     assert client.endpoints.get(made.name).webhook_secret is None  # never shown again
     assert made.name in [e.name for e in client.endpoints.list()]

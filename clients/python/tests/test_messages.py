@@ -22,6 +22,15 @@ def test_schedule_get_and_cancel(client, endpoint):
     assert client.messages.get(message.id).status == "cancelled"
 
 
+def test_a_flow_key_is_sent_and_read_back(client, endpoint):
+    message = client.messages.schedule(endpoint.name, {}, delay=3600, flow_key="customer-42")
+    assert message.flow_key == "customer-42" and client.messages.get(message.id).flow_key == "customer-42"
+    (bulk,) = client.messages.schedule_many([{"endpoint": endpoint.name, "payload": {}, "delay": 3600,
+                                              "flow_key": "k"}])
+    assert client.messages.get(bulk.id).flow_key == "k"
+    assert client.messages.schedule(endpoint.name, {}, delay=3600).flow_key is None
+
+
 def test_the_same_idempotency_key_schedules_once(client, endpoint, unique):
     first = client.messages.schedule(endpoint.name, {"n": 1}, delay=Decimal("60.5"), idempotency_key=unique)
     again = client.messages.schedule(endpoint.name, {"n": 1}, delay=60.5, idempotency_key=unique)

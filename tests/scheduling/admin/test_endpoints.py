@@ -88,6 +88,17 @@ def test_edit_validates_like_create_and_keeps_the_name(admin_client, endpoint_ro
     assert (endpoint_row.handler, endpoint_row.handler_target) == ("celery_task", "testapp.record_receipt")
 
 
+def test_edit_sets_the_per_key_limits_as_the_api_does(admin_client, endpoint_row):
+    url = reverse("admin:scheduling_endpoint_change", args=[endpoint_row.pk])
+    refused = admin_client.post(url, {"topology": "v2", "handler": "none", "max_concurrent_per_key": "2"})
+    assert "applies to webhook endpoints only" in form_errors(refused)["max_concurrent_per_key"][0]
+    good = admin_client.post(url, {"topology": "v2", "handler": "none", "max_deliveries_per_second_per_key": "5"})
+    assert good.status_code == 302
+    endpoint_row.refresh_from_db()
+    assert (endpoint_row.max_deliveries_per_second_per_key, endpoint_row.max_concurrent_per_key) == (5, None)
+    assert "5/s per key" in admin_client.get(LIST).content.decode()
+
+
 def test_rotating_a_secret_shows_the_new_one_once(admin_client, endpoint_row, staff_client):
     old = webhook_signing.generate_secret()
     Endpoint.objects.filter(pk=endpoint_row.pk).update(handler="webhook", handler_target="http://127.0.0.1:9/hook",

@@ -209,6 +209,15 @@ def test_schedule_form_schedules_through_the_service(admin_client, platform, end
     assert ScheduledMessage.objects.filter(payload=[1], due_at=deliver_at).exists()
 
 
+def test_schedule_form_sets_the_flow_key_and_the_page_shows_it(admin_client, platform, endpoint_row):
+    response = admin_client.post(ADD, {"endpoint": endpoint_row.pk, "payload": "{}", "delay_seconds": "60",
+                                       "flow_key": "customer-42"})
+    message = ScheduledMessage.objects.get()
+    assert response.status_code == 302 and message.flow_key == "customer-42"
+    page = admin_client.get(detail(message)).content.decode()
+    assert "Flow key" in page and "customer-42" in page
+
+
 @pytest.mark.parametrize("data,field,text", [
     ({"payload": "{}", }, "delay_seconds", "give exactly one of a delay or a deliver-at time"),
     ({"payload": "{}", "delay_seconds": "-1"}, "delay_seconds", "must not be negative"),

@@ -31,7 +31,10 @@ def test_a_message_maps_to_the_services_arguments():
     assert serializer.to_item() == {"team": None, "endpoint": "billing", "payload": {"n": 1}, "delay": Decimal("2.5"),
                                     "deliver_at": None, "idempotency_key": "k", "on_delivered": None,
                                     "on_failed": None, "expires_at": None, "expire_after_seconds": None,
-                                    "debounce": None}
+                                    "debounce": None, "flow_key": None}
+    keyed = MessageCreateSerializer(data=item(flow_key="account-42"))
+    assert keyed.is_valid(), keyed.errors
+    assert keyed.to_item()["flow_key"] == "account-42"
 
 
 @pytest.mark.parametrize(("data", "field"), [

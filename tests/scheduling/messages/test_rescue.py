@@ -11,7 +11,7 @@ from django.utils import timezone
 from scheduling.core.clock import to_epoch_ms
 from scheduling.messages import wire
 from scheduling.config.conf import broker
-from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.models import Endpoint, EndpointKeyFlow, ScheduledMessage
 from scheduling.messages.rescue import message_rescue_overdue, message_rescue_overdue_tasks
 from tests.topology.helpers import get, wait_get
 from topology import cascade
@@ -67,6 +67,19 @@ def test_nothing_else_is_copied(endpoint, amqp, overdue_ms, fields):
     published(endpoint, overdue_ms, **fields)
     assert rescue(endpoint) == 0
     assert get(amqp, endpoint.name) is None
+
+
+def test_a_message_waiting_for_its_flow_keys_slot_is_left_alone(endpoint, amqp):
+    """Late because its key's rate slots reach past the cutoff (flow control by key), not the broker;
+    another key's, and a key whose slots are past, are copied."""
+    waiting, other, past = published(endpoint, 3000, flow_key="hot"), published(endpoint, 3000, flow_key="calm"), \
+        published(endpoint, 3000, flow_key="past")
+    now_us = to_epoch_ms(timezone.now()) * 1000
+    EndpointKeyFlow.objects.create(endpoint=endpoint, key="hot", next_slot_us=now_us + 2_000_000)
+    EndpointKeyFlow.objects.create(endpoint=endpoint, key="past", next_slot_us=now_us - 5_000_000)
+    assert rescue(endpoint) == 2
+    copied = {wait_get(amqp, endpoint.name, timeout=3)[0].headers[wire.H_MESSAGE_ID] for _ in range(2)}
+    assert copied == {str(other.id), str(past.id)} and str(waiting.id) not in copied
 
 
 def test_what_the_loop_holds_and_other_queues_are_left_alone(endpoint, amqp):

@@ -111,6 +111,14 @@ def test_unknown_and_inactive_endpoints_are_refused(endpoint):
     assert ScheduledMessage.objects.count() == 0
 
 
+@pytest.mark.parametrize("flow_key", ["", "x" * 201, 5, "a\x00b"])
+def test_a_flow_key_is_a_short_string_without_nul(endpoint, flow_key):
+    with pytest.raises(ValidationError) as refused:
+        schedule(endpoint, delay=5, flow_key=flow_key)
+    assert "flow_key" in refused.value.message_dict and not ScheduledMessage.objects.exists()
+    assert schedule(endpoint, delay=5, flow_key="x" * 200).flow_key == "x" * 200
+
+
 def test_idempotency_key_returns_the_existing_message(endpoint, versions):
     first = schedule(endpoint, delay=5, idempotency_key="order-42")
     again = schedule(endpoint, delay=99, idempotency_key="order-42")

@@ -439,3 +439,45 @@ def test_an_envelope_split_for_a_version_without_envelopes_keeps_each_messages_t
     carried = {message_id: single.headers.get(wire.H_TRACEPARENT) for single, _, message_id in singles}
     assert carried == {str(rows[0].id): TRACEPARENT, str(rows[1].id): None}
     assert all(wire.H_TRACEPARENTS not in single.headers for single, _, _ in singles)
+
+
+# --- flow control by key (docs/guides/flow-control.md "By key") -----------------------------------
+
+
+@pytest.mark.parametrize("version", [V2, V3])
+def test_a_flow_key_travels_in_its_header_and_a_message_without_one_goes_out_as_before(version):
+    (row,) = rows_on(version.name, 10_500)
+    out, _ = wire.outgoing(row, version, NOW, margin_ms=250)
+    assert wire.H_FLOW_KEY not in out.headers  # v1/v2 copies keep NServiceBus's shape
+    row.flow_key = "customer-42"
+    keyed, _ = wire.outgoing(row, version, NOW, margin_ms=250)
+    assert {k: v for k, v in keyed.headers.items() if k != wire.H_FLOW_KEY} == out.headers and keyed.body == out.body
+    assert keyed.headers[wire.H_FLOW_KEY] == "customer-42"
+    assert wire.read_delivery(keyed.headers, keyed.body, NOW_MS).flow_key == "customer-42"
+    assert wire.read_delivery(out.headers, out.body, NOW_MS).flow_key is None
+
+
+def test_an_envelope_carries_each_keyed_messages_flow_key_and_a_retry_or_split_keeps_it():
+    from rabbit import Received
+
+    rows = rows_on("v3", 10_500, 10_700)
+    rows[1].flow_key = "k"
+    out, _ = wire.outgoing_envelope(rows, V3, NOW, margin_ms=250)
+    assert out.headers[wire.H_FLOW_KEYS] == {str(rows[1].id): "k"} and wire.H_FLOW_KEY not in out.headers
+    assert [d.flow_key for d in wire.read_deliveries(out.headers, out.body, NOW_MS)] == [None, "k"]
+    came = Received(tag=1, body=out.body, headers=out.headers, exchange="dp.v3.delay-delivery", routing_key="orders",
+                    queue="orders")
+    retry = wire.retry(came, str(rows[1].id), 1, NOW)
+    assert retry.headers[wire.H_FLOW_KEY] == "k" and wire.H_FLOW_KEYS not in retry.headers
+    assert wire.H_FLOW_KEY not in wire.retry(came, str(rows[0].id), 1, NOW).headers
+    found = wire.read_found(came.headers, came.properties, came.routing_key, V3)
+    singles = wire.moved_envelope(came, found, wire.read_envelope(came.headers, came.body), V2, NOW_MS, margin_ms=250)
+    assert {i: single.headers.get(wire.H_FLOW_KEY) for single, _, i in singles} == {str(rows[0].id): None,
+                                                                                       str(rows[1].id): "k"}
+
+
+@pytest.mark.parametrize("value", ["", "x" * 201, 42, ["k"], None])
+def test_a_flow_key_read_off_the_wire_is_checked(value):
+    assert wire.flow_key_of({wire.H_FLOW_KEY: value}, "m") is None
+    assert wire.flow_key_of({wire.H_FLOW_KEY: "x" * 200}, "m") == "x" * 200
+    assert wire.flow_key_of({wire.H_FLOW_KEYS: {"m": value}}, "m") is None

@@ -207,7 +207,8 @@ def cmd_schedule(client: Client, args):
     message = client.messages.schedule(args.endpoint, payload, delay=args.delay, deliver_at=args.at,
                                        idempotency_key=args.idempotency_key, team=args.team,
                                        on_delivered=args.on_delivered, on_failed=args.on_failed,
-                                       expires_at=args.expires_at, expire_after=args.expire_after)
+                                       expires_at=args.expires_at, expire_after=args.expire_after,
+                                       flow_key=args.flow_key)
     if message.created is False:  # on stderr: `ID=$(delayctl schedule ...)` still gets the id alone
         print(f"{PROG}: idempotency key already used: this is the existing message", file=sys.stderr)
     return message.raw, message.id
@@ -380,6 +381,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="never handed over from this time on (after the due time): it ends expired")
     expiry.add_argument("--expire-after", type=seconds, metavar="SECONDS",
                         help="never handed over from this many seconds after its due time on: it ends expired")
+    p.add_argument("--flow-key", metavar="KEY",
+                   help="its flow key: the endpoint's per-key limits (max_deliveries_per_second_per_key, "
+                        "max_concurrent_per_key) count it with the messages of the same key")
 
     for name, run, help in (("get", cmd_get, "show one message"),
                             ("cancel", cmd_cancel, "cancel a pending or published message"),

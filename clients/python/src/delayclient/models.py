@@ -77,6 +77,7 @@ class Message(Model):
     expires_at: datetime | None = None  # never handed over from then on (ends "expired"); None: never expires
     debounce: dict | None = None  # {"key", "seconds", "max_seconds", "mode", "until"}, or None
     schedule_run_at: datetime | None = None  # a schedule's run: its time by the rule (due_at: moved by its jitter)
+    flow_key: str | None = None  # its endpoint's per-key limits count it under this key
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,8 @@ class Endpoint(Model):
     handler_target: str | None = None
     max_deliveries_per_second: int | None = None
     max_concurrent: int | None = None
+    max_deliveries_per_second_per_key: int | None = None  # per flow_key of its messages
+    max_concurrent_per_key: int | None = None
     webhook_timeout_seconds: float | None = None
     is_active: bool | None = None
     disabled_at: datetime | None = None

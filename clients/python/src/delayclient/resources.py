@@ -113,7 +113,8 @@ class Messages(Resource):
     @route("POST", "/api/messages/")
     def schedule(self, endpoint: str, payload: Any, *, delay=None, deliver_at=None, idempotency_key: str | None = None,
                  team: str | None = None, traceparent: str | None = None, on_delivered: str | None = None,
-                 on_failed: str | None = None, expires_at=None, expire_after=None, debounce: dict | None = None):
+                 on_failed: str | None = None, expires_at=None, expire_after=None, debounce: dict | None = None,
+                 flow_key: str | None = None):
         """Schedule one message ``delay`` seconds from now (int, float, Decimal, timedelta) or at
         ``deliver_at`` (an aware datetime). ``expires_at`` (an aware datetime) or ``expire_after``
         (seconds after its due time): never handed over from then on, it ends ``expired``. The
@@ -125,9 +126,10 @@ class Messages(Resource):
         that get the message's outcome record once it ends (callbacks). ``debounce``: ``{"key": ...,
         "seconds": ..., "max_seconds": ..., "mode": "trailing" | "leading"}``: a newer message with
         the key on the endpoint replaces this one while it waits (trailing), or this one is
-        superseded within the first's window (leading)."""
+        superseded within the first's window (leading). ``flow_key``: the endpoint's per-key limits
+        (max_deliveries_per_second_per_key, max_concurrent_per_key) count it under it."""
         body = _fields(endpoint=endpoint, payload=payload, team=team, on_delivered=on_delivered, on_failed=on_failed,
-                       debounce=debounce, idempotency_key=idempotency_key or new_idempotency_key(),
+                       debounce=debounce, flow_key=flow_key, idempotency_key=idempotency_key or new_idempotency_key(),
                        **_when(delay, deliver_at), **_expiry(expires_at, expire_after))
         return self._send(Call("POST", "/api/messages/", json=body, idempotent=True,
                                parse=_created(models.Message), headers=trace_headers(traceparent)))
@@ -137,7 +139,7 @@ class Messages(Resource):
         """Schedule up to the platform's bulk maximum (1,000 by default) at once, all or nothing.
         Each item takes ``schedule``'s arguments as keys (``endpoint``, ``payload``, ``delay`` or
         ``deliver_at``, ``idempotency_key``, ``team``, ``on_delivered``, ``on_failed``, ``debounce``,
-        ``expires_at`` or ``expire_after``); keys are
+        ``flow_key``, ``expires_at`` or ``expire_after``); keys are
         made for items without one.
         ``traceparent`` (or the current span's) is every message's, as in ``schedule``."""
         items = []
@@ -146,7 +148,7 @@ class Messages(Resource):
             when = _when(item.pop("delay", None), item.pop("deliver_at", None))
             when |= _expiry(item.pop("expires_at", None), item.pop("expire_after", None))
             unknown = set(item) - {"endpoint", "payload", "idempotency_key", "team", "on_delivered", "on_failed",
-                                   "debounce"}
+                                   "debounce", "flow_key"}
             if unknown:
                 raise TypeError(f"unknown message field(s): {', '.join(sorted(unknown))}")
             items.append(_fields(**item, **when) | {"payload": item.get("payload"),
@@ -304,13 +306,15 @@ class Endpoints(Resource):
     def create(self, name: str, *, handler: str | None = None, handler_target: str | None = None,
                topology: str | None = None, delivery_mode: str | None = None, webhook_secret: str | None = None,
                max_deliveries_per_second: int | None = None, max_concurrent: int | None = None,
-               webhook_timeout_seconds: float | None = None, team: str | None = None, queue: str | None = None):
+               webhook_timeout_seconds: float | None = None, team: str | None = None, queue: str | None = None,
+               max_deliveries_per_second_per_key: int | None = None, max_concurrent_per_key: int | None = None):
         """Create and bind an endpoint (handler ``none``, ``webhook``, ``celery_queue``, ``celery_task``).
         A webhook endpoint's signing secret is in the result's ``webhook_secret``, this once."""
         body = _fields(name=name, handler=handler, handler_target=handler_target, topology=topology,
                        delivery_mode=delivery_mode, webhook_secret=webhook_secret, team=team, queue=queue,
                        max_deliveries_per_second=max_deliveries_per_second, max_concurrent=max_concurrent,
-                       webhook_timeout_seconds=webhook_timeout_seconds)
+                       max_deliveries_per_second_per_key=max_deliveries_per_second_per_key,
+                       max_concurrent_per_key=max_concurrent_per_key, webhook_timeout_seconds=webhook_timeout_seconds)
         return self._send(Call("POST", "/api/endpoints/", json=body, parse=_one(models.Endpoint)))
 
     @route("GET", "/api/endpoints/{name}/")
@@ -325,20 +329,25 @@ class Endpoints(Resource):
     @route("PATCH", "/api/endpoints/{name}/")
     def update(self, name: str, *, team: str | None = None, topology=UNSET, delivery_mode=UNSET,
                max_deliveries_per_second=UNSET, max_concurrent=UNSET, webhook_timeout_seconds=UNSET,
-               is_active=UNSET):
+               is_active=UNSET, max_deliveries_per_second_per_key=UNSET, max_concurrent_per_key=UNSET):
         """Change what is given; ``None`` for a limit or the timeout means "none" (the platform's)."""
         changes = {k: v for k, v in dict(topology=topology, delivery_mode=delivery_mode,
                                          max_deliveries_per_second=max_deliveries_per_second,
                                          max_concurrent=max_concurrent, is_active=is_active,
+                                         max_deliveries_per_second_per_key=max_deliveries_per_second_per_key,
+                                         max_concurrent_per_key=max_concurrent_per_key,
                                          webhook_timeout_seconds=webhook_timeout_seconds).items() if v is not UNSET}
         return self._send(Call("PATCH", f"/api/endpoints/{_seg(name)}/", params={"team": team}, json=changes,
                                idempotent=True, parse=_one(models.Endpoint)))
 
     def set_flow_limits(self, name: str, *, max_deliveries_per_second=UNSET, max_concurrent=UNSET,
-                        team: str | None = None):
-        """Flow control across all workers: hand-overs per second, calls at once (None: no limit)."""
+                        team: str | None = None, max_deliveries_per_second_per_key=UNSET, max_concurrent_per_key=UNSET):
+        """Flow control across all workers: hand-overs per second, calls at once, and the same per
+        flow key of its messages (None: no limit)."""
         return self.update(name, team=team, max_deliveries_per_second=max_deliveries_per_second,
-                           max_concurrent=max_concurrent)
+                           max_concurrent=max_concurrent,
+                           max_deliveries_per_second_per_key=max_deliveries_per_second_per_key,
+                           max_concurrent_per_key=max_concurrent_per_key)
 
     @route("POST", "/api/endpoints/{name}/activate/")
     def activate(self, name: str, *, team: str | None = None):
