@@ -75,7 +75,8 @@ def test_dashboard_figures_equal_direct_queries(board_rows):
     board = dashboard_get(now=now)
     direct = dict(ScheduledMessage.objects.order_by().values_list("status").annotate(n=Count("id")))
     assert board.by_status == {s.value: direct.get(s.value, 0) for s in Status}
-    assert board.by_status == {"pending": 3, "published": 2, "delivered": 11, "cancelled": 1, "failed": 1}
+    assert board.by_status == {"pending": 3, "published": 2, "delivered": 11, "cancelled": 1, "failed": 1,
+                               "superseded": 0}
     assert all(count.exact for count in board.by_status.values())
     assert board.overdue == 1
     assert board.due == [("next minute", 2), ("next hour", 3), ("next day", 4)]
@@ -236,11 +237,13 @@ def test_a_merged_page_costs_the_same_queries_whatever_the_groups(history, versi
     for n in range(20):  # more endpoints, more groups: not more queries
         Endpoint.objects.create(name=f"{first.name}-{n}", queue=f"{first.name}-{n}", topology=versions["v1"])
     groups = message_list_groups(fixed={"topology"})
-    assert len(groups) == 22 * 5  # every endpoint x status
+    assert len(groups) == 22 * 6  # every endpoint x status (superseded: debounce)
     queryset = ScheduledMessage.objects.filter(topology__name="v2")
     with django_assert_num_queries(3) as captured:  # the finished ranges, the in-flight ones, then their rows
         page = message_get_page(queryset=queryset, groups=groups)
-    assert "IN ('cancelled', 'delivered', 'failed')" in captured.captured_queries[0]["sql"]  # its partial index
+    # the finished statuses written out; superseded (debounce) is not yet in message_endpoint_history's
+    # condition: the index of the new final statuses comes with their plumbing (issue 49, expiry)
+    assert "IN ('cancelled', 'delivered', 'failed', 'superseded')" in captured.captured_queries[0]["sql"]
     assert [r.id for r in page.rows] == list(queryset.order_by("-created_at", "-id").values_list("id", flat=True)[:50])
 
 
