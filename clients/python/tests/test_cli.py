@@ -452,6 +452,15 @@ def test_schedule_with_callbacks_sends_them(api, run):
     assert api.body["on_delivered"] == "outcomes" and api.body["on_failed"] == "ops"
 
 
+def test_schedule_with_a_debounce_sends_it(api, run):
+    api.on("POST", "/api/messages/", message(), status=201)
+    assert run("schedule", "billing", "--delay", "0", "--debounce", "doc-7", "--debounce-seconds", "30",
+               "--debounce-max-seconds", "300")[0] == 0
+    assert api.body["debounce"] == {"key": "doc-7", "seconds": 30, "max_seconds": 300, "mode": "trailing"}
+    status, _, err = run("schedule", "billing", "--delay", "0", "--debounce-seconds", "30")
+    assert status == 2 and "go with --debounce KEY" in err
+
+
 def test_notifications_add_list_show_and_remove(api, run):
     api.on("POST", "/api/notifications/", ROUTE, status=201)
     assert run("notifications", "add", "ops", "message.failed", "quota.warning")[:2] == (0, f"{ROUTE['id']}\n")
