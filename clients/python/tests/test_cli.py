@@ -472,6 +472,13 @@ def test_schedule_with_a_flow_key_sends_it(api, run):
     api.on("POST", "/api/messages/", message(flow_key="customer-42"), status=201)
     assert run("schedule", "billing", "--delay", "5", "--flow-key", "customer-42")[0] == 0
     assert api.body["flow_key"] == "customer-42"
+def test_schedule_with_a_debounce_sends_it(api, run):
+    api.on("POST", "/api/messages/", message(), status=201)
+    assert run("schedule", "billing", "--delay", "0", "--debounce", "doc-7", "--debounce-seconds", "30",
+               "--debounce-max-seconds", "300")[0] == 0
+    assert api.body["debounce"] == {"key": "doc-7", "seconds": 30, "max_seconds": 300, "mode": "trailing"}
+    status, _, err = run("schedule", "billing", "--delay", "0", "--debounce-seconds", "30")
+    assert status == 2 and "go with --debounce KEY" in err
 
 
 def test_notifications_add_list_show_and_remove(api, run):

@@ -202,13 +202,26 @@ def fields(record: dict) -> str:
 
 # -- the commands: each returns (the JSON document, the plain text) ----------------------------
 
+def debounce_of(args) -> dict | None:
+    """--debounce KEY with its --debounce-seconds (and --debounce-max-seconds, --debounce-mode)."""
+    given = (args.debounce_seconds, args.debounce_max_seconds, args.debounce_mode)
+    if args.debounce is None:
+        if any(v is not None for v in given):
+            raise UsageError("--debounce-seconds, --debounce-max-seconds and --debounce-mode go with --debounce KEY")
+        return None
+    if args.debounce_seconds is None:
+        raise UsageError("--debounce KEY needs --debounce-seconds")
+    debounce = {"key": args.debounce, "seconds": args.debounce_seconds, "mode": args.debounce_mode or "trailing"}
+    return debounce | ({"max_seconds": args.debounce_max_seconds} if args.debounce_max_seconds is not None else {})
+
+
 def cmd_schedule(client: Client, args):
     payload = read_payload(args)
     message = client.messages.schedule(args.endpoint, payload, delay=args.delay, deliver_at=args.at,
                                        idempotency_key=args.idempotency_key, team=args.team,
                                        on_delivered=args.on_delivered, on_failed=args.on_failed,
                                        expires_at=args.expires_at, expire_after=args.expire_after,
-                                       flow_key=args.flow_key)
+                                       flow_key=args.flow_key, debounce=debounce_of(args))
     if message.created is False:  # on stderr: `ID=$(delayctl schedule ...)` still gets the id alone
         print(f"{PROG}: idempotency key already used: this is the existing message", file=sys.stderr)
     return message.raw, message.id
@@ -384,6 +397,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--flow-key", metavar="KEY",
                    help="its flow key: the endpoint's per-key limits (max_deliveries_per_second_per_key, "
                         "max_concurrent_per_key) count it with the messages of the same key")
+    p.add_argument("--debounce", metavar="KEY",
+                   help="debounce by KEY on the endpoint: trailing, a newer message with the key replaces this one "
+                        "while it waits; leading, this one is dropped within the first's window")
+    p.add_argument("--debounce-seconds", type=int, metavar="N",
+                   help="trailing: due N s after the newest; leading: the window")
+    p.add_argument("--debounce-max-seconds", type=int, metavar="M",
+                   help="trailing (required): never due later than M s after the window's first")
+    p.add_argument("--debounce-mode", choices=["trailing", "leading"], help="default: trailing")
 
     for name, run, help in (("get", cmd_get, "show one message"),
                             ("cancel", cmd_cancel, "cancel a pending or published message"),
