@@ -70,6 +70,7 @@ COLUMNS: dict[str, tuple[str, pa.DataType]] = {
     "debounce_seconds": (f'{M}."debounce_seconds"', pa.int32()),
     "debounce_max_seconds": (f'{M}."debounce_max_seconds"', pa.int32()),
     "debounce_until": (f'{M}."debounce_until"', TIMESTAMP),
+    "flow_key": (f'{M}."flow_key"', pa.string()),  # flow control by key (0032): files before it have none
     "payload": (f'{M}."payload"::text', pa.string()),
     "attempt_log": (ATTEMPTS_SQL, pa.string()),
 }
