@@ -227,6 +227,11 @@ class MessageCreateSerializer(RefuseControlCharacters, serializers.Serializer):
         help_text="seconds after the due time from which it is never handed over (ends expired); at most the "
                   "longest delay")
     debounce = DebounceField(required=False, allow_null=True)
+    ordering_key = serializers.CharField(
+        max_length=200, required=False, allow_null=True, trim_whitespace=False,
+        help_text="messages of the endpoint with the same key are handed over one at a time, in due order, each "
+                  "after the one before it ended (docs/guides/scheduling.md#ordering); webhook and record-only "
+                  "endpoints")
 
     def to_item(self) -> dict:
         return message_item(self.validated_data)
@@ -299,6 +304,7 @@ def message_item(data: dict) -> dict:
         "expires_at": data.get("expires_at"),
         "expire_after_seconds": data.get("expire_after_seconds"),
         "debounce": data.get("debounce"),
+        "ordering_key": data.get("ordering_key"),
     }
 
 
@@ -457,6 +463,7 @@ class MessageSerializer(serializers.ModelSerializer):
         fields += ["expires_at"]  # never handed over from then on (null: never expires)
         fields += ["debounce"]
         fields += ["schedule_run_at"]  # a schedule's run: its time by the rule (its key names it)
+        fields += ["ordering_key", "waiting_since"]  # its key's turn; since when it waited for it (status waiting)
         read_only_fields = fields
 
     @extend_schema_field(DebounceSerializer(allow_null=True))

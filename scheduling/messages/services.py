@@ -19,12 +19,13 @@ from uuid_utils.compat import uuid7
 
 from topology import cascade
 
-from scheduling.core import lifecycle
+from scheduling.core import lifecycle, ordering
 from scheduling.audit.services import audit_record
 from scheduling.celery.structured import task_problem
 from scheduling.core.clock import MS, ceil_ms
 from scheduling.config.conf import conf
 from scheduling.delivery.models import Trigger
+from scheduling.delivery.ordering import ordering_end
 from scheduling.endpoints.services import endpoint_lock_wires
 from scheduling.core.errors import BulkValidationError, Conflict, Forbidden, NotFound
 from scheduling.core.lifecycle import Status
@@ -273,6 +274,9 @@ def _build(item: dict, endpoints: dict[str, list[Endpoint]], now: datetime) -> S
                                      "schedules' runs): choose another")
     debounced = message_debounce_check(value=item.get("debounce"), max_delay_ms=_limit_ms(
         endpoint.topology if endpoint else None), errors=errors) if item.get("debounce") is not None else {}
+    ordering_key = item.get("ordering_key")
+    if ordering_key is not None:
+        _check_ordering_key(ordering_key, endpoint, errors)
     if errors:
         raise ValidationError(errors)
     row = ScheduledMessage.new(
@@ -294,10 +298,22 @@ def _build(item: dict, endpoints: dict[str, list[Endpoint]], now: datetime) -> S
         on_failed_id=callbacks["on_failed"].pk if callbacks["on_failed"] else None,
         expires_at=expires_at,
         **debounced,  # its key, mode and durations (messages/debounce.py sets its window when saved)
+        ordering_key=ordering_key,
     )
     row.payload_json = encoded  # what insert_many writes
     row.payload_bytes = len(encoded.encode())  # what the team's bytes quota sums
     return row
+
+
+def _check_ordering_key(key, endpoint: Endpoint | None, errors: dict) -> None:
+    """A key of 1 to 200 characters without NUL, on a webhook or record-only endpoint: their hand-over
+    is where a key's turn is taken and ended (delivery/ordering.py); a Celery task ends in a worker the
+    platform does not hear from, so its turn could not be ended."""
+    if why := ordering.key_problem(key):
+        errors["ordering_key"] = why
+    elif endpoint is not None and endpoint.handler not in (Endpoint.Handler.WEBHOOK, Endpoint.Handler.NONE):
+        errors["ordering_key"] = (f"endpoint {endpoint.name!r} runs Celery tasks ({endpoint.handler}): ordering "
+                                  "keys are for webhook and record-only endpoints")
 
 
 def _limit_ms(version: TopologyVersion | None) -> int:
@@ -471,13 +487,15 @@ def message_schedule(
     expires_at: datetime | None = None,
     expire_after_seconds: timedelta | float | int | Decimal | str | None = None,
     debounce: dict | None = None,
+    ordering_key: str | None = None,
 ) -> ScheduledMessage:
     """Schedule one message for ``endpoint`` after ``delay`` (seconds or timedelta) or at
     ``deliver_at``. Raises ValidationError naming the field for bad input; stores nothing then.
     ``traceparent``: a W3C traceparent the message continues (ignored unless valid).
     ``on_delivered``/``on_failed``: endpoints of its team that get its outcome record.
     ``expires_at`` or ``expire_after_seconds`` (after the due time): never handed over from then on.
-    ``debounce``: ``{"key", "seconds", "max_seconds", "mode"}`` (core/debounce.py)."""
+    ``debounce``: ``{"key", "seconds", "max_seconds", "mode"}`` (core/debounce.py).
+    ``ordering_key``: handed over one at a time, in due order, with the endpoint's messages of this key."""
     try:
         (result,) = message_schedule_many(
             items=[
@@ -494,6 +512,7 @@ def message_schedule(
                     "expires_at": expires_at,
                     "expire_after_seconds": expire_after_seconds,
                     "debounce": debounce,
+                    "ordering_key": ordering_key,
                 }
             ],
             caller=caller,
@@ -538,6 +557,8 @@ def message_cancel(*, message_id, caller: Caller = PLATFORM) -> ScheduledMessage
         if change:
             team_record_copies(rows=[message], now=timezone.now())  # its copy in the cascade still counts
             message.save(update_fields=lifecycle.apply(message, change))
+            if message.ordering_key is not None:  # the next of its key (once a call of it still out has ended)
+                ordering_end(keys=[(message.endpoint_id, message.ordering_key)])
             metrics.cancelled(message)
             audit_record(action="message.cancel", obj=message, team=message.endpoint.team,
                          before={"status": was}, after={"status": message.status})
