@@ -113,7 +113,8 @@ class Messages(Resource):
     @route("POST", "/api/messages/")
     def schedule(self, endpoint: str, payload: Any, *, delay=None, deliver_at=None, idempotency_key: str | None = None,
                  team: str | None = None, traceparent: str | None = None, on_delivered: str | None = None,
-                 on_failed: str | None = None, expires_at=None, expire_after=None, debounce: dict | None = None):
+                 on_failed: str | None = None, expires_at=None, expire_after=None, debounce: dict | None = None,
+                 ordering_key: str | None = None):
         """Schedule one message ``delay`` seconds from now (int, float, Decimal, timedelta) or at
         ``deliver_at`` (an aware datetime). ``expires_at`` (an aware datetime) or ``expire_after``
         (seconds after its due time): never handed over from then on, it ends ``expired``. The
@@ -125,9 +126,10 @@ class Messages(Resource):
         that get the message's outcome record once it ends (callbacks). ``debounce``: ``{"key": ...,
         "seconds": ..., "max_seconds": ..., "mode": "trailing" | "leading"}``: a newer message with
         the key on the endpoint replaces this one while it waits (trailing), or this one is
-        superseded within the first's window (leading)."""
+        superseded within the first's window (leading). ``ordering_key``: messages of the endpoint with
+        this key are handed over one at a time, in due order, each once the one before it ended."""
         body = _fields(endpoint=endpoint, payload=payload, team=team, on_delivered=on_delivered, on_failed=on_failed,
-                       debounce=debounce, idempotency_key=idempotency_key or new_idempotency_key(),
+                       debounce=debounce, ordering_key=ordering_key, idempotency_key=idempotency_key or new_idempotency_key(),
                        **_when(delay, deliver_at), **_expiry(expires_at, expire_after))
         return self._send(Call("POST", "/api/messages/", json=body, idempotent=True,
                                parse=_created(models.Message), headers=trace_headers(traceparent)))
@@ -137,7 +139,7 @@ class Messages(Resource):
         """Schedule up to the platform's bulk maximum (1,000 by default) at once, all or nothing.
         Each item takes ``schedule``'s arguments as keys (``endpoint``, ``payload``, ``delay`` or
         ``deliver_at``, ``idempotency_key``, ``team``, ``on_delivered``, ``on_failed``, ``debounce``,
-        ``expires_at`` or ``expire_after``); keys are
+        ``ordering_key``, ``expires_at`` or ``expire_after``); keys are
         made for items without one.
         ``traceparent`` (or the current span's) is every message's, as in ``schedule``."""
         items = []
@@ -146,7 +148,7 @@ class Messages(Resource):
             when = _when(item.pop("delay", None), item.pop("deliver_at", None))
             when |= _expiry(item.pop("expires_at", None), item.pop("expire_after", None))
             unknown = set(item) - {"endpoint", "payload", "idempotency_key", "team", "on_delivered", "on_failed",
-                                   "debounce"}
+                                   "debounce", "ordering_key"}
             if unknown:
                 raise TypeError(f"unknown message field(s): {', '.join(sorted(unknown))}")
             items.append(_fields(**item, **when) | {"payload": item.get("payload"),
