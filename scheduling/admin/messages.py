@@ -122,7 +122,7 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
     EXCERPT_SHOWN = 300  # characters of each answer in the table (the API gives the whole excerpt)
     fieldsets = (
         (None, {"fields": ("id", "endpoint", "topology", "status_badge", "idempotency_key", "schedule", "due_history",
-                           "last_error", "event_link", "debounce", "ordering")}),
+                           "last_error", "event_link", "debounce", "ordering_key_shown")}),
         ("Timing (UTC)", {"fields": ("requested_delay", "created", "due", "expires", "published", "delivered",
                                      "cancelled", "lateness", "delivery_count", "attempts", "trigger",
                                      "delivered_by")}),
@@ -326,7 +326,7 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
         return f"key {message.debounce_key!r}: {rule}; window until {html.moment(message.debounce_until)}"
 
     @admin.display(description="ordering key")
-    def ordering(self, message):
+    def ordering_key_shown(self, message):
         """Its ordering key (docs/guides/scheduling.md#ordering), and since when it waited for its turn."""
         if message.ordering_key is None:
             return "none"
