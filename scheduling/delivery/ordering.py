@@ -13,6 +13,13 @@ turn. What is decided is read in a statement *after* the turn lock: under READ C
 commit of whoever held the turn before (an ender or a newcomer), which closes the lost wake-up.
 
 Messages without a key never get here: no statement on their path.
+
+Where this departs from the design study (issue 49): keys are for webhook and record-only endpoints
+only (the scheduling service refuses them on Celery endpoints): the end of a Celery task would need
+a task_postrun hook, a claim answer and an ``/ended/`` route that are not built, and a turn ended only
+by a lease would hold a key for 15 minutes per message. A holder is written for webhook calls only
+(record-only messages end in the transaction that hands them over). No setting gates the feature:
+the upgrade note says to send keys once every worker runs this release.
 """
 
 from __future__ import annotations
@@ -159,15 +166,17 @@ def _publish(ids: list[str]) -> None:
     relay_publish(ids=ids)  # what it misses stays pending: the relay's sweep publishes it
 
 
-def ordering_sweep(*, limit: int = SWEEP_KEYS) -> int:
+def ordering_sweep(*, limit: int = SWEEP_KEYS, older_than_s: float = SWEEP_SECONDS) -> int:
     """Wake what a lost wake left waiting (a publish after commit lost, an ending path that does not
-    wake) and let go of holders whose lease passed (a worker died mid-call): every key with a waiting
-    message or a lapsed holder. Returns how many messages it woke."""
+    wake) and let go of holders whose lease passed (a worker died mid-call): every key with a message
+    waiting for ``older_than_s`` (a wake normally follows within milliseconds: the others are not
+    touched, so a busy key's turn is not locked for nothing) or a lapsed holder. Returns how many
+    messages it woke."""
     with connection.cursor() as cursor:
         cursor.execute(
             f"(SELECT DISTINCT endpoint_id, ordering_key FROM {MESSAGES} WHERE status = '{Status.WAITING.value}' "
-            f"LIMIT %s) UNION (SELECT endpoint_id, key FROM {TURNS} WHERE holder_id IS NOT NULL "
-            f"AND holder_until <= statement_timestamp() LIMIT %s)", [limit, limit])
+            f"AND waiting_since < statement_timestamp() - make_interval(secs => %s) LIMIT %s) UNION (SELECT endpoint_id, key FROM {TURNS} WHERE holder_id IS NOT NULL "
+            f"AND holder_until <= statement_timestamp() LIMIT %s)", [older_than_s, limit, limit])
         keys = [(e, k) for e, k in cursor.fetchall()]
     woken = 0
     for start in range(0, len(keys), 100):  # short transactions: a hot key's turn is not held long

@@ -658,6 +658,8 @@ def message_reschedule(*, message_id, delay=None, deliver_at: datetime | None = 
             team_record_copies(rows=[message], now=now)
         was = message.due_at
         message.save(update_fields=lifecycle.apply(message, change))
+        if message.ordering_key is not None:  # moved later, another message of its key may now be first
+            ordering_end(keys=[(message.endpoint_id, message.ordering_key)])
         metrics.rescheduled(message)
         audit_record(action="message.reschedule", obj=message, team=message.endpoint.team,
                      before={"due_at": was}, after={"due_at": message.due_at})

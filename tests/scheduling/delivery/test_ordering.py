@@ -103,6 +103,26 @@ def test_messages_without_a_key_pay_no_statement_more(make):
 
 
 @pytest.mark.django_db
+def test_the_sweep_leaves_a_fresh_wait_alone_and_wakes_an_old_lost_one(make):
+    first, second = make(due_in=timedelta(milliseconds=-90)), make(due_in=timedelta(milliseconds=-60))
+    assert receive(second) == [Result.WAITING]
+    ScheduledMessage.objects.filter(id=first.id).update(status=Status.DELIVERED)  # ended, no wake (lost)
+    assert ordering_sweep() == 0  # a wait of milliseconds: its wake is on its way
+    ScheduledMessage.objects.filter(id=second.id).update(waiting_since=timezone.now() - timedelta(seconds=6))
+    assert ordering_sweep() == 1 and statuses(second) == [Status.PENDING]
+
+
+@pytest.mark.django_db
+def test_rescheduling_the_head_later_wakes_the_next(make):
+    from scheduling.messages.services import message_reschedule
+
+    first, second = make(due_in=timedelta(milliseconds=-90)), make(due_in=timedelta(milliseconds=-60))
+    assert receive(second) == [Result.WAITING]
+    message_reschedule(message_id=first.id, delay=60)
+    assert statuses(first, second) == [Status.PENDING, Status.PENDING]
+
+
+@pytest.mark.django_db
 def test_cancelling_the_head_wakes_the_next(make):
     first, second = make(due_in=timedelta(milliseconds=-90)), make(due_in=timedelta(milliseconds=-60))
     assert receive(second) == [Result.WAITING]
@@ -147,7 +167,7 @@ def test_cancelling_a_head_whose_call_is_out_keeps_the_key_until_the_call_is_rec
     message_cancel(message_id=first.id)
     _, others = _take(second)
     assert others[str(second.id)].result is Result.WAITING  # the cancelled head's call may still be running
-    assert ordering_sweep() == 0  # its lease is live
+    assert ordering_sweep(older_than_s=0) == 0  # its lease is live
     webhook_call_record(results=[_ended(taken[str(first.id)])])
     assert statuses(first, second) == [Status.CANCELLED, Status.PENDING]
 
@@ -158,9 +178,9 @@ def test_the_sweep_wakes_a_lost_wake_and_lets_a_lapsed_holder_go(make):
     _take(first)
     _take(second)
     ScheduledMessage.objects.filter(id=first.id).update(status=Status.CANCELLED)  # ended without a wake
-    assert ordering_sweep() == 0  # the holder's lease still runs
+    assert ordering_sweep(older_than_s=0) == 0  # the holder's lease still runs
     OrderingTurn.objects.update(holder_until=timezone.now() - timedelta(seconds=1))  # the worker died
-    assert ordering_sweep() == 1
+    assert ordering_sweep() == 1  # the lapsed holder's key, though its message waited only now
     assert statuses(second) == [Status.PENDING] and OrderingTurn.objects.get(key="k").holder_id is None
 
 

@@ -102,6 +102,9 @@ def test_each_due_date_gets_a_partition_with_the_facts(message, tmp_path):
         "on_failed_id": None,
         "notification": None,  # not a notification
         "expires_at": None,  # never expires
+        "debounce_key": None, "debounce_mode": None, "debounce_seconds": None,  # not debounced
+        "debounce_max_seconds": None, "debounce_until": None,
+        "ordering_key": None, "waiting_since": None,  # no ordering key
         "attempt_log": None,  # nor attempts
         "shard": 0,  # v2 has one shard here
     }
