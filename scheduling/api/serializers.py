@@ -230,7 +230,7 @@ class MessageCreateSerializer(RefuseControlCharacters, serializers.Serializer):
     ordering_key = serializers.CharField(
         max_length=200, required=False, allow_null=True, trim_whitespace=False,
         help_text="messages of the endpoint with the same key are handed over one at a time, in due order, each "
-                  "after the one before it ended (docs/guides/scheduling.md#ordering); webhook and record-only "
+                  "after the one before it ended (docs/guides/scheduling.md#ordering); not on celery_queue "
                   "endpoints")
 
     def to_item(self) -> dict:

@@ -14,11 +14,10 @@ commit of whoever held the turn before (an ender or a newcomer), which closes th
 
 Messages without a key never get here: no statement on their path.
 
-Where this departs from the design study (issue 49): keys are for webhook and record-only endpoints
-only (the scheduling service refuses them on Celery endpoints): the end of a Celery task would need
-a task_postrun hook, a claim answer and an ``/ended/`` route that are not built, and a turn ended only
-by a lease would hold a key for 15 minutes per message. A holder is written for webhook calls only
-(record-only messages end in the transaction that hands them over). No setting gates the feature:
+Where this departs from the design study (issue 49): keys are refused on celery_queue endpoints (the
+claim's turn, its answer and an ``/ended/`` route are not built); celery_task endpoints take them,
+their end reported by the worker's task_postrun (celery/claim.py) or, failing that, a 15-minute lease. A holder is written for webhook calls and Celery
+tasks (record-only messages end in the transaction that hands them over). No setting gates the feature:
 the upgrade note says to send keys once every worker runs this release.
 """
 
@@ -26,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import connection, transaction
 from django.utils import timezone
@@ -40,6 +39,10 @@ from scheduling.observability import metrics
 log = logging.getLogger(__name__)
 
 SWEEP_SECONDS = 5.0  # beat: wake what a lost wake or a lapsed holder left waiting
+# A Celery task handed over in its key's turn holds the key until its worker reports its end
+# (task_postrun: celery/claim.py), or at the latest this long after it was sent (a worker without the
+# platform's code, a crash with early acks: the sweep then lets the key go).
+TASK_LEASE_SECONDS = 900
 SWEEP_KEYS = 1000  # keys looked at per sweep
 MESSAGES = ScheduledMessage._meta.db_table
 TURNS = OrderingTurn._meta.db_table
@@ -95,12 +98,12 @@ def _lock(keys, *, ended=()) -> dict[tuple[int, str], Holder]:
         return {(e, k): Holder(str(h) if h else None, until) for e, k, h, until in cursor.fetchall()}
 
 
-def ordering_take(*, candidates: list, now: datetime, chain: bool) -> dict[str, Turn]:
+def ordering_take(*, candidates: list, now: datetime, chain) -> dict[str, Turn]:
     """Decide the turn of keyed messages whose copies are to be handed over now (rows locked by the
     caller, in its transaction; each with id, endpoint_id, ordering_key, due_at, created_at). Each
     key's candidates are walked in due order: the first goes if no other message holds the key and
-    none due before it is open; with ``chain`` (the handover itself ends the message: no handler, or
-    one run inside this transaction) the next ones of the key go after it, else they wait. The turn
+    none due before it is open; with ``chain`` (a bool, or a function of a candidate: the handover
+    itself ends the message, no handler) the next ones of the key go after it, else they wait. The turn
     rows stay locked until the caller commits. Returns id -> GO or WAIT."""
     if not candidates:
         return {}
@@ -121,7 +124,7 @@ def ordering_take(*, candidates: list, now: datetime, chain: bool) -> dict[str, 
             go = not blocked and turn(mine=str(m.id), holder=holders[key], earlier_open=earlier[str(m.id)],
                                       now=now) is Turn.GO
             decided[str(m.id)] = Turn.GO if go else Turn.WAIT
-            blocked = blocked or not go or not chain
+            blocked = blocked or not go or not (chain(m) if callable(chain) else chain)
     return decided
 
 
@@ -135,7 +138,7 @@ def ordering_hold(*, held: list[tuple[int, str, str, datetime]]) -> None:
         cursor.execute(
             f"UPDATE {TURNS} AS t SET holder_id = h.id, holder_until = h.until "
             f"FROM unnest(%s::bigint[], %s::text[], %s::uuid[], %s::timestamptz[]) AS h(e, key, id, until) "
-            f"WHERE t.endpoint_id = h.e AND t.key = h.key",
+            f"WHERE t.endpoint_id = h.e AND t.key = h.key AND (t.holder_id IS NULL OR t.holder_id = h.id)",
             [[h[0] for h in held], [h[1] for h in held], uuid_array(h[2] for h in held), [h[3] for h in held]])
 
 
@@ -158,6 +161,20 @@ def ordering_end(*, keys, ended=()) -> list[str]:
         metrics.ordering_woken_on_commit(len(woken))
         transaction.on_commit(lambda: _publish(woken))
     return woken
+
+
+def ordering_task_ended(*, message_id: str, retrying: bool = False) -> list[str]:
+    """The Celery task of an ordered message ended in its worker: let its key go and wake the next
+    (its own transaction); a task retrying keeps the key for another lease. Returns the ids woken."""
+    row = ScheduledMessage.objects.filter(id=message_id).values_list("endpoint_id", "ordering_key").first()
+    if row is None or row[1] is None:
+        return []
+    with transaction.atomic():
+        if retrying:
+            _lock([row])
+            ordering_hold(held=[(row[0], row[1], message_id, timezone.now() + timedelta(seconds=TASK_LEASE_SECONDS))])
+            return []
+        return ordering_end(keys=[row], ended=[message_id])
 
 
 def _publish(ids: list[str]) -> None:

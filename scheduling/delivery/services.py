@@ -34,7 +34,8 @@ from scheduling.messages.queries import CANONICAL_UUID
 from scheduling.delivery.log import Delivered, delivery_log_on_commit
 from scheduling.delivery.minutes import delivery_minute_prune, delivery_minute_record, delivery_minute_upsert_sql
 from scheduling.delivery.flow_slots import endpoint_try_call_slot
-from scheduling.delivery.ordering import ordering_end, ordering_take
+from scheduling.delivery.ordering import TASK_LEASE_SECONDS as ORDERING_TASK_LEASE_SECONDS
+from scheduling.delivery.ordering import ordering_end, ordering_hold, ordering_take
 from scheduling.core.ordering import Turn
 from scheduling.notifications.services import notification_attempt_failing, notification_emit_ended
 
@@ -268,8 +269,13 @@ def _receive_one_by_one(left: list[tuple[int, tuple]], outcomes: list, *, defer_
         if outcomes[index].result is Result.EXPIRED:
             counted.append(metrics.Counted(metrics.EXPIRED, message))
     ScheduledMessage.objects.save_delivery_state(list(changed.values()))
+    tasks = [m for index, m in to_handle if m.ordering_key is not None and outcomes[index].result is Result.DELIVERED
+             and m.endpoint_handler == Endpoint.Handler.CELERY_TASK]
+    if tasks:  # sent: their keys are held until their workers report their ends (celery/claim.py) or the lease
+        until = now + timedelta(seconds=ORDERING_TASK_LEASE_SECONDS)
+        ordering_hold(held=[(m.endpoint_id, m.ordering_key, str(m.id), until) for m in tasks])
     ended = {(m.endpoint_id, m.ordering_key) for m in changed.values()
-             if m.ordering_key is not None and m.status in lifecycle.FINISHED}
+             if m.ordering_key is not None and m.status in lifecycle.FINISHED and m not in tasks}
     if ended:  # a keyed message ended here (delivered, failed, expired): the next of its key is woken
         ordering_end(keys=ended)
     delivered = [m for index, m in to_handle if outcomes[index].result is Result.DELIVERED]
@@ -285,7 +291,10 @@ def _take_turns(keyed: dict, take, outcomes: list, changed: dict, now: datetime)
     """The keyed copies that would be delivered: those whose ordering key's turn it is are taken as
     any other (``take``), in the key's order; the others are acked and their rows set waiting (a
     waiting row's stray copy leaves it waiting). Returns what the waits count."""
-    turns = ordering_take(candidates=[m for *_, m, _ in keyed.values()], now=now, chain=True)
+    # a record-only message ends at its hand-over: the next of its key in this batch goes too; a
+    # handler's (a Celery task's, a webhook run here) ends later: one of a key at a time
+    turns = ordering_take(candidates=[m for *_, m, _ in keyed.values()], now=now,
+                          chain=lambda m: m.endpoint_handler == Endpoint.Handler.NONE)
     counted = []
     for index, message_id, attempt, message, change in keyed.values():
         if turns[str(message.id)] is Turn.GO:

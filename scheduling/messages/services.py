@@ -306,14 +306,14 @@ def _build(item: dict, endpoints: dict[str, list[Endpoint]], now: datetime) -> S
 
 
 def _check_ordering_key(key, endpoint: Endpoint | None, errors: dict) -> None:
-    """A key of 1 to 200 characters without NUL, on a webhook or record-only endpoint: their hand-over
-    is where a key's turn is taken and ended (delivery/ordering.py); a Celery task ends in a worker the
-    platform does not hear from, so its turn could not be ended."""
+    """A key of 1 to 200 characters without NUL, on an endpoint whose hand-over takes the key's turn
+    (delivery/ordering.py): not a celery_queue one, whose tasks claim their own delivery in the team's
+    workers (their turn is not built)."""
     if why := ordering.key_problem(key):
         errors["ordering_key"] = why
-    elif endpoint is not None and endpoint.handler not in (Endpoint.Handler.WEBHOOK, Endpoint.Handler.NONE):
-        errors["ordering_key"] = (f"endpoint {endpoint.name!r} runs Celery tasks ({endpoint.handler}): ordering "
-                                  "keys are for webhook and record-only endpoints")
+    elif endpoint is not None and endpoint.handler == Endpoint.Handler.CELERY_QUEUE:
+        errors["ordering_key"] = (f"endpoint {endpoint.name!r} is a Celery queue: ordering keys are for webhook, "
+                                  "celery_task and record-only endpoints")
 
 
 def _limit_ms(version: TopologyVersion | None) -> int:

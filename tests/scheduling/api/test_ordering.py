@@ -37,12 +37,16 @@ def test_a_bad_key_is_400_naming_the_field_and_stores_nothing(api, endpoint, key
     assert not ScheduledMessage.objects.exists()
 
 
-def test_a_celery_endpoint_refuses_a_key(api, platform):
-    created = api.post("/api/endpoints/", {"name": "tasks-ordered", "handler": "celery_task",
-                                           "handler_target": "testapp.record_receipt"}, format="json")
-    assert created.status_code == 201, created.content
-    response = post(api, "tasks-ordered", "k")
-    assert response.status_code == 400 and "webhook and record-only" in response.json()["ordering_key"][0]
+def test_a_celery_queue_endpoint_refuses_a_key_and_a_celery_task_one_takes_it(api, platform):
+    for name, handler, target in (("tasks-queue", "celery_queue", ""), ("tasks-run", "celery_task",
+                                                                         "testapp.record_receipt")):
+        created = api.post("/api/endpoints/", {"name": name, "handler": handler, "handler_target": target},
+                           format="json")
+        assert created.status_code == 201, created.content
+    refused = api.post("/api/messages/", {"endpoint": "tasks-queue", "payload": {"task": "extapp.tasks.add"},
+                                          "delay_seconds": 60, "ordering_key": "k"}, format="json")
+    assert refused.status_code == 400 and "is a Celery queue" in refused.json()["ordering_key"][0], refused.json()
+    assert post(api, "tasks-run", "k").status_code == 201
 
 
 def test_waiting_messages_are_listed_counted_and_in_the_quota(api, endpoint):

@@ -130,6 +130,27 @@ def test_cancelling_the_head_wakes_the_next(make):
     assert statuses(second) == [Status.PENDING]
 
 
+@pytest.mark.django_db
+def test_a_celery_task_holds_its_key_until_its_worker_reports_its_end(make, django_capture_on_commit_callbacks):
+    from scheduling.delivery.handlers import TaskSends
+    from scheduling.delivery.ordering import ordering_task_ended
+
+    first, second = make("celery_task", due_in=timedelta(milliseconds=-90)), make("celery_task",
+                                                                                   due_in=timedelta(milliseconds=-60))
+    Endpoint.objects.filter(id=first.endpoint_id).update(handler_target="testapp.record_receipt")
+    with mock.patch("scheduling.delivery.services.send_celery_tasks", return_value=TaskSends()) as send:
+        assert receive(first, second) == [Result.DELIVERED, Result.WAITING]  # one task of a key at a time
+        assert [str(m.id) for m in send.call_args.args[0]] == [str(first.id)]
+        turn = OrderingTurn.objects.get(key="k")
+        assert str(turn.holder_id) == str(first.id) and turn.holder_until > timezone.now() + timedelta(minutes=14)
+        ScheduledMessage.objects.filter(id=second.id).update(status=Status.PUBLISHED)  # a stray copy of it
+        assert receive(second) == [Result.WAITING]  # the task is still running: delivered is not ended
+        assert ordering_task_ended(message_id=str(first.id), retrying=True) == []  # a retry keeps the key
+        with django_capture_on_commit_callbacks(execute=False):
+            assert ordering_task_ended(message_id=str(first.id)) == [str(second.id)]
+        assert receive(second) == [Result.DELIVERED]
+
+
 def _take(*messages, attempt=0):
     return webhook_call_take(items=[(str(m.id), attempt, None, None) for m in messages],
                              deadlines={str(m.id): 5.0 for m in messages})
