@@ -1,8 +1,9 @@
 """Case 10, ordering keys (issue 49): the same burst to record-only endpoints, all due at one moment,
 without a key, with many keys (2 messages each) and with 1 key (sequential), in one run: throughput
 (due -> last delivered), lateness p50/p99 (the wait for the key's turn included) and the share of
-messages that waited for their turn (each such one was woken and published again). Messages without a key take the same statements as before keys existed; a keyed
-one whose copy comes before its turn is set waiting and woken by the end of the one before it."""
+messages that waited for their turn (each such one was woken and published again). Messages without
+a key take the same statements as before keys existed; a keyed one whose copy comes before its turn
+is set waiting and woken by the end of the one before it."""
 
 from __future__ import annotations
 

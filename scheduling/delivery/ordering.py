@@ -16,9 +16,10 @@ Messages without a key never get here: no statement on their path.
 
 Where this departs from the design study (issue 49): keys are refused on celery_queue endpoints (the
 claim's turn, its answer and an ``/ended/`` route are not built); celery_task endpoints take them,
-their end reported by the worker's task_postrun (celery/claim.py) or, failing that, a 15-minute lease. A holder is written for webhook calls and Celery
-tasks (record-only messages end in the transaction that hands them over). No setting gates the feature:
-the upgrade note says to send keys once every worker runs this release.
+their end reported by the worker's task_postrun (celery/claim.py) or, failing that, a 15-minute
+lease. A holder is written for webhook calls and Celery tasks (record-only messages end in the
+transaction that hands them over). No setting gates the feature: the upgrade note says to send keys
+once every worker runs this release.
 """
 
 from __future__ import annotations
@@ -192,7 +193,8 @@ def ordering_sweep(*, limit: int = SWEEP_KEYS, older_than_s: float = SWEEP_SECON
     with connection.cursor() as cursor:
         cursor.execute(
             f"(SELECT DISTINCT endpoint_id, ordering_key FROM {MESSAGES} WHERE status = '{Status.WAITING.value}' "
-            f"AND waiting_since < statement_timestamp() - make_interval(secs => %s) LIMIT %s) UNION (SELECT endpoint_id, key FROM {TURNS} WHERE holder_id IS NOT NULL "
+            f"AND waiting_since < statement_timestamp() - make_interval(secs => %s) LIMIT %s) "
+            f"UNION (SELECT endpoint_id, key FROM {TURNS} WHERE holder_id IS NOT NULL "
             f"AND holder_until <= statement_timestamp() LIMIT %s)", [older_than_s, limit, limit])
         keys = [(e, k) for e, k in cursor.fetchall()]
     woken = 0

@@ -164,7 +164,8 @@ def _ended(taken, ok=True):
 
 @pytest.mark.django_db
 def test_a_webhook_key_has_one_call_out_at_a_time(make):
-    first, second = make("webhook", due_in=timedelta(milliseconds=-90)), make("webhook", due_in=timedelta(milliseconds=-60))
+    first = make("webhook", due_in=timedelta(milliseconds=-90))
+    second = make("webhook", due_in=timedelta(milliseconds=-60))
     taken, others = _take(first, second)
     assert list(taken) == [str(first.id)] and others[str(second.id)].result is Result.WAITING
     turn = OrderingTurn.objects.get(key="k")
@@ -183,7 +184,8 @@ def test_a_webhook_key_has_one_call_out_at_a_time(make):
 
 @pytest.mark.django_db
 def test_cancelling_a_head_whose_call_is_out_keeps_the_key_until_the_call_is_recorded(make):
-    first, second = make("webhook", due_in=timedelta(milliseconds=-90)), make("webhook", due_in=timedelta(milliseconds=-60))
+    first = make("webhook", due_in=timedelta(milliseconds=-90))
+    second = make("webhook", due_in=timedelta(milliseconds=-60))
     taken, _ = _take(first)
     message_cancel(message_id=first.id)
     _, others = _take(second)
@@ -195,7 +197,8 @@ def test_cancelling_a_head_whose_call_is_out_keeps_the_key_until_the_call_is_rec
 
 @pytest.mark.django_db
 def test_the_sweep_wakes_a_lost_wake_and_lets_a_lapsed_holder_go(make):
-    first, second = make("webhook", due_in=timedelta(milliseconds=-90)), make("webhook", due_in=timedelta(milliseconds=-60))
+    first = make("webhook", due_in=timedelta(milliseconds=-90))
+    second = make("webhook", due_in=timedelta(milliseconds=-60))
     _take(first)
     _take(second)
     ScheduledMessage.objects.filter(id=first.id).update(status=Status.CANCELLED)  # ended without a wake
@@ -212,7 +215,8 @@ def test_an_ender_and_a_newcomer_racing_never_leave_a_message_waiting(make):
     never left waiting, and never delivered before the head was."""
     seen = set()
     for n in range(40):
-        head, nxt = make(key=f"k{n}", due_in=timedelta(milliseconds=-90)), make(key=f"k{n}", due_in=timedelta(milliseconds=-60))
+        head = make(key=f"k{n}", due_in=timedelta(milliseconds=-90))
+        nxt = make(key=f"k{n}", due_in=timedelta(milliseconds=-60))
         barrier, results = threading.Barrier(2), {}
 
         def run(message, name):

@@ -129,7 +129,8 @@ class Messages(Resource):
         superseded within the first's window (leading). ``ordering_key``: messages of the endpoint with
         this key are handed over one at a time, in due order, each once the one before it ended."""
         body = _fields(endpoint=endpoint, payload=payload, team=team, on_delivered=on_delivered, on_failed=on_failed,
-                       debounce=debounce, ordering_key=ordering_key, idempotency_key=idempotency_key or new_idempotency_key(),
+                       debounce=debounce, ordering_key=ordering_key,
+                       idempotency_key=idempotency_key or new_idempotency_key(),
                        **_when(delay, deliver_at), **_expiry(expires_at, expire_after))
         return self._send(Call("POST", "/api/messages/", json=body, idempotent=True,
                                parse=_created(models.Message), headers=trace_headers(traceparent)))
