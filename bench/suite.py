@@ -39,14 +39,15 @@ import subprocess
 import sys
 import time
 
-from bench.cases import burst, fanout, hol, holding, idle, isolation, rate, throughput, webhooks
+from bench.cases import burst, fanout, hol, holding, idle, isolation, ordering, rate, throughput, webhooks
 from bench.cases.base import Bench
 from bench.measure import idle_share
 from bench.table import print_table, table_rows
 from harness.paths import ARTIFACTS
 from harness.platform import MANAGEMENT, platform
 
-CASES = ("idle", "burst", "burst100k", "rate", "hol", "throughput", "holding", "webhooks", "tarpit", "flood", "fanout")
+CASES = ("idle", "burst", "burst100k", "rate", "hol", "throughput", "holding", "webhooks", "tarpit", "flood", "fanout",
+         "ordering")
 VERSIONS = ("v2", "v3")
 SERIES_CASES = ("idle", "burst")  # what also runs on RabbitMQ 4.0.5
 # the platform's webhook SSRF guard refuses loopback: the local receivers of the webhook cases need it
@@ -176,6 +177,8 @@ def run_cases(p, args, cases, versions, runs, results, step, comparisons: bool =
         step(f"8b isolation: one team's flood ({engine})"); results["flood"] = isolation.flood(b, engine)
     if "fanout" in cases and "v3" in versions:  # events' one copy needs envelopes: v3 only
         step("9 fan-out 1 and 50, beside separate messages (v3)"); results["fanout"] = fanout.run(b, "v3")
+    if "ordering" in cases:
+        step(f"10 ordering keys: none, many, one ({engine})"); results["ordering"] = ordering.run(b, engine)
 
 
 def child(args, cases, versions, runs) -> None:

@@ -26,7 +26,7 @@ import sys
 from scheduling.core import task_names, traceparent
 
 PERIODIC_TASKS = frozenset({task_names.RELAY_SWEEP, task_names.RELAY_TIMEOUTS, task_names.DRAIN_UNROUTABLE,
-                            task_names.SCHEDULE_RUNS})
+                            task_names.SCHEDULE_RUNS, task_names.ORDERING_SWEEP})
 PLAIN = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 

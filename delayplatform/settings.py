@@ -211,6 +211,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 5.0,
         "options": {"expires": 30},
     },
+    "sweep-ordering": {  # waiting messages of an ordering key a lost wake left (delivery/ordering.py)
+        "task": task_names.ORDERING_SWEEP,
+        "schedule": 5.0,
+        "options": {"expires": 30},
+    },
 }
 
 # --- the nightly accuracy report and the prune -------------------------------------------------

@@ -15,7 +15,8 @@ class RecordingServer:
     ``fail_first`` answers 500 that many times; ``answer`` (status, headers) replaces the 200 (a
     redirect, say); ``hold_seconds`` keeps each request that long before answering, and
     ``most_in_flight`` is the most requests it held at once (flow control's concurrency, counted
-    here, where the calls arrive); ``body`` is what each answer carries; ``failure`` what the
+    here, where the calls arrive; each request's ``ended`` is when its answer was about to go);
+    ``body`` is what each answer carries; ``failure`` what the
     ``fail_first`` answers are (a 429 with Retry-After, say); ``key_of`` names each request's key (from
     its body): ``most_in_flight_by`` is then the most requests of each key it held at once."""
 
@@ -41,8 +42,9 @@ class RecordingServer:
                     if key_of:
                         now = recorder.in_flight_by[key] = recorder.in_flight_by.get(key, 0) + 1
                         recorder.most_in_flight_by[key] = max(recorder.most_in_flight_by.get(key, 0), now)
-                    recorder.requests.append({"path": self.path, "headers": dict(self.headers), "body": body,
-                                              "peer": self.client_address, "at": time.monotonic()})
+                    request = {"path": self.path, "headers": dict(self.headers), "body": body,
+                               "peer": self.client_address, "at": time.monotonic()}
+                    recorder.requests.append(request)
                     failing = recorder.fail_first > 0
                     recorder.fail_first -= 1 if failing else 0
                 if hold_seconds:
@@ -51,6 +53,7 @@ class RecordingServer:
                     recorder.in_flight -= 1
                     if key_of:
                         recorder.in_flight_by[key] -= 1
+                    request["ended"] = time.monotonic()
                 status, headers = failure if failing else answer
                 self.send_response(status)
                 for name, value in headers.items():

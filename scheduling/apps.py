@@ -23,4 +23,7 @@ class SchedulingConfig(AppConfig):
 
             trace_tasks()  # a Celery-queue task's deliver span ends with the task
 
+        from scheduling.celery.claim import order_tasks
+
+        order_tasks()  # an ordered Celery task's end ends its key's turn (delivery/ordering.py)
         post_migrate.connect(create_cache_tables, sender=self, dispatch_uid="scheduling.create_cache_tables")

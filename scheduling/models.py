@@ -17,7 +17,7 @@ from scheduling.core.clock import to_epoch_ms
 from scheduling.config.conf import conf, configured_version, setting_name
 from scheduling.core.flow_gate import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
 from scheduling.delivery.models import EndpointHealth, MessageAttempt, OrphanCopy, Trigger  # noqa: F401  (registers them)
-from scheduling.core.lifecycle import IN_FLIGHT_VALUES, LATER_FINISHED_VALUES, Status
+from scheduling.core.lifecycle import IN_FLIGHT_VALUES, LATER_FINISHED_VALUES, ORDER_OPEN_VALUES, Status
 from scheduling.messages.queries import ScheduledMessageQuerySet, loaded_instance
 from scheduling.retention.listing import ParquetFileListing
 from scheduling.teams.models import ApiKey, Invitation, Membership, Team, default_team_id  # noqa: F401  (registers them)
@@ -328,6 +328,13 @@ class ScheduledMessage(models.Model):
     flow_key = models.CharField(
         max_length=FLOW_KEY_MAX_LENGTH, null=True, blank=True, editable=False,
         help_text="its flow key: the endpoint's per-key limits count it with the messages of the same key")
+    # Ordering (issue 49; 0034; core/ordering.py): messages of the endpoint with the same key are handed
+    # over one at a time in due order. Nullable, no default: rows without a key never enter its indexes.
+    ordering_key = models.CharField(max_length=200, null=True, blank=True, editable=False,
+                                    help_text="handed over one at a time, in due order, with the endpoint's "
+                                              "other messages of this key")
+    waiting_since = models.DateTimeField(null=True, blank=True, editable=False,
+                                         help_text="when it first waited for its ordering key's turn")
 
     objects = ScheduledMessageQuerySet.as_manager()
 
@@ -392,6 +399,13 @@ class ScheduledMessage(models.Model):
                          condition=models.Q(debounce_key__isnull=False, status__in=IN_FLIGHT_SORTED)),
             models.Index(fields=["endpoint", "debounce_key", "debounce_until"], name="message_debounce_leading",
                          condition=models.Q(debounce_mode="leading")),
+            # an ordering key's open messages in turn order: "an earlier one is open", "the next one"
+            models.Index(fields=["endpoint", "ordering_key", "due_at", "created_at", "id"], name="message_ordering",
+                         condition=models.Q(ordering_key__isnull=False,
+                                            status__in=sorted(ORDER_OPEN_VALUES))),
+            # the waiting messages (the sweep's keys; the team's quota and the dashboard count them)
+            models.Index(fields=["endpoint", "ordering_key"], include=["payload_bytes"], name="message_waiting",
+                         condition=models.Q(status="waiting")),
         ]
         permissions = [
             ("cancel_scheduledmessage", "Can cancel scheduled messages"),
@@ -430,6 +444,26 @@ schedule_key_validator = RegexValidator(
     r"^[A-Za-z0-9_-]+(?:[.:][A-Za-z0-9_-]+)*$",
     "Use letters, digits, '-' and '_', in words joined by '.' or ':'.", code="invalid_key",
 )
+
+
+class OrderingTurn(models.Model):
+    """One row per (endpoint, ordering key): what the hand-overs of the key lock, one key at a time
+    (no global lock), and the message whose webhook call may still be out (``holder``) until its
+    lease: a successor never overlaps it, even once the holder was cancelled."""
+
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="+", db_index=False)
+    key = models.CharField(max_length=200)
+    holder_id = models.UUIDField(null=True, blank=True)
+    holder_until = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["endpoint", "key"], name="ordering_turn_key")]
+        indexes = [models.Index(fields=["holder_until"], name="ordering_turn_held",
+                                condition=models.Q(holder_id__isnull=False))]
+
+    def __str__(self) -> str:
+        return f"{self.endpoint_id}/{self.key}"
 
 
 class Schedule(models.Model):

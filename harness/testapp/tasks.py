@@ -1,6 +1,8 @@
 """Celery tasks that tests schedule. Each run writes a Receipt (one row per run, duplicates
 included), so tests count how often a handler really ran."""
 
+import time
+
 from celery import shared_task
 
 from scheduling.celery import DelayedTask
@@ -13,6 +15,15 @@ def record_receipt(self, payload):
     """The handler of ``celery_task`` endpoints: gets the message payload; its task id is the
     message id. acks_late, so a killed worker runs it again rather than losing it."""
     Receipt.objects.create(message_id=self.request.id, payload=payload)
+
+
+@shared_task(bind=True, name="testapp.held_receipt")
+def held_receipt(self, payload):
+    """Holds ``payload["hold"]`` seconds, then records when it started and ended (wall clock): the
+    ordering keys' end-to-end test tells from them whether two tasks of a key overlapped."""
+    started = time.time()
+    time.sleep(payload.get("hold", 0))
+    Receipt.objects.create(message_id=self.request.id, payload={**payload, "started": started, "ended": time.time()})
 
 
 def _record(task, args, kwargs):

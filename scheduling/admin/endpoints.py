@@ -67,6 +67,7 @@ class EndpointAdmin(ControlRoomAdmin):
     n_failed = _count_column(Status.FAILED)
     n_expired = _count_column(Status.EXPIRED)
     n_superseded = _count_column(Status.SUPERSEDED)
+    n_waiting = _count_column(Status.WAITING)
 
     @admin.display(description="handler", ordering="handler")
     def handler_summary(self, endpoint, *, redact: bool = False):

@@ -122,7 +122,7 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
     EXCERPT_SHOWN = 300  # characters of each answer in the table (the API gives the whole excerpt)
     fieldsets = (
         (None, {"fields": ("id", "endpoint", "topology", "status_badge", "idempotency_key", "schedule", "due_history",
-                           "last_error", "event_link", "debounce", "flow_key")}),
+                           "last_error", "event_link", "debounce", "flow_key", "ordering_key_shown")}),
         ("Timing (UTC)", {"fields": ("requested_delay", "created", "due", "expires", "published", "delivered",
                                      "cancelled", "lateness", "delivery_count", "attempts", "trigger",
                                      "delivered_by")}),
@@ -325,6 +325,14 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
         else:
             rule = f"trailing, {message.debounce_seconds:,} s after the newest, at most {message.debounce_max_seconds:,} s"
         return f"key {message.debounce_key!r}: {rule}; window until {html.moment(message.debounce_until)}"
+
+    @admin.display(description="ordering key")
+    def ordering_key_shown(self, message):
+        """Its ordering key (docs/guides/scheduling.md#ordering), and since when it waited for its turn."""
+        if message.ordering_key is None:
+            return "none"
+        waited = f"; waited for its turn from {html.moment(message.waiting_since)}" if message.waiting_since else ""
+        return f"{message.ordering_key!r}: one at a time, in due order, with the endpoint's others of this key{waited}"
 
     @admin.display(description="notification type")
     def notification_type(self, message):

@@ -239,6 +239,11 @@ class MessageCreateSerializer(RefuseControlCharacters, serializers.Serializer):
         max_length=FLOW_KEY_MAX_LENGTH, required=False, allow_null=True,
         help_text="its flow key: the endpoint's max_deliveries_per_second_per_key and max_concurrent_per_key "
                   "count it with the messages of the same key (docs/guides/flow-control.md)")
+    ordering_key = serializers.CharField(
+        max_length=200, required=False, allow_null=True, trim_whitespace=False,
+        help_text="messages of the endpoint with the same key are handed over one at a time, in due order, each "
+                  "after the one before it ended (docs/guides/scheduling.md#ordering); not on celery_queue "
+                  "endpoints")
 
     def to_item(self) -> dict:
         return message_item(self.validated_data)
@@ -312,6 +317,7 @@ def message_item(data: dict) -> dict:
         "expire_after_seconds": data.get("expire_after_seconds"),
         "debounce": data.get("debounce"),
         "flow_key": data.get("flow_key"),
+        "ordering_key": data.get("ordering_key"),
     }
 
 
@@ -470,6 +476,7 @@ class MessageSerializer(serializers.ModelSerializer):
         fields += ["expires_at"]  # never handed over from then on (null: never expires)
         fields += ["debounce"]
         fields += ["schedule_run_at"]  # a schedule's run: its time by the rule (its key names it)
+        fields += ["ordering_key", "waiting_since"]  # its key's turn; since when it waited for it (status waiting)
         read_only_fields = fields
 
     @extend_schema_field(DebounceSerializer(allow_null=True))

@@ -93,6 +93,37 @@ def _task_ended(sender=None, task=None, state=None, **_) -> None:
         tracing.task_end(started, _OUTCOMES.get(state, str(state).lower()))
 
 
+def _ordered_task_ended(sender=None, task_id=None, task=None, state=None, **_) -> None:
+    """Celery's ``task_postrun`` in the worker that ran the task: a task handed over in its ordering
+    key's turn (header ``dp_ordered``) ends the turn, and the next message of the key is woken; a
+    retry keeps it (its lease runs again). Any other task pays one header lookup."""
+    request = getattr(task, "request", None)
+    if request is None or not request.get("dp_ordered"):
+        return
+    from scheduling.delivery.ordering import ordering_task_ended  # models: not at import time
+
+    try:
+        ordering_task_ended(message_id=task_id, retrying=state == "RETRY")
+    except Exception:  # the lease (and the sweep) end the turn instead; the task's outcome stands
+        log.exception("ordered task %s: its key's turn not ended (its lease will end it)", task_id)
+
+
+def _ordered_task_revoked(sender=None, request=None, **_) -> None:
+    """Celery's ``task_revoked``: a revoked ordered task ends its key's turn as if it had run."""
+    if request is not None and (getattr(request, "request_dict", None) or {}).get("dp_ordered"):
+        from scheduling.delivery.ordering import ordering_task_ended
+
+        ordering_task_ended(message_id=request.id, retrying=False)
+
+
+def order_tasks() -> None:
+    """Connect the end of an ordered task to its key's turn: always (apps.py), not only with tracing."""
+    from celery.signals import task_postrun, task_revoked
+
+    task_postrun.connect(_ordered_task_ended, weak=False, dispatch_uid="scheduling.celery.claim.ordered")
+    task_revoked.connect(_ordered_task_revoked, weak=False, dispatch_uid="scheduling.celery.claim.ordered_revoked")
+
+
 def trace_tasks() -> None:
     """Connect the span's end to every task's end: called once, when tracing is on (apps.py)."""
     from celery.signals import task_postrun

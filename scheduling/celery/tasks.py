@@ -12,6 +12,7 @@ from scheduling.reports.services import accuracy_report_run
 from scheduling.models import BulkAction
 from scheduling.messages.bulk import message_apply_matching
 from scheduling.delivery.services import Result, delivery_receive
+from scheduling.delivery.ordering import ordering_sweep
 from scheduling.delivery.orphans import orphan_copy_carried_by_task, orphan_copy_set_aside
 from scheduling.messages.relay import relay_sweep, timeout_publish_due
 from scheduling.messages.fanout import message_fan_out
@@ -31,6 +32,12 @@ BUSY_RETRY_SECONDS = 0.05
 @shared_task(name=task_names.RELAY_SWEEP)
 def sweep_pending() -> int:
     return relay_sweep().published
+
+
+@shared_task(name=task_names.ORDERING_SWEEP)
+def sweep_ordering() -> int:
+    """Beat runs this every 5 s: waiting messages a lost wake left, and holders whose lease passed."""
+    return ordering_sweep()
 
 
 @shared_task(name=task_names.RELAY_TIMEOUTS)

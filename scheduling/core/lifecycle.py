@@ -16,6 +16,8 @@ loop, Celery tasks, the migration tools and the unroutable drain.
     expire: pending or published ──► expired (past its ``expires_at``: never handed over after it),
     also delivered ──► expired when its handler failed and the retry would land after it
     superseded: a newer message with its debounce key replaced it (debounce's transitions)
+    wait: pending or published ──► waiting (an ordering_key's turn is another message's: its copy is
+    acked; core/ordering.py), wake: waiting ──► pending (the message before it ended: published anew)
 
 ``deliver`` is taken *before* the handler runs, so a second copy of the message in the same
 batch (or transaction) already sees ``delivered`` and is a duplicate: the handler runs once per
@@ -41,6 +43,7 @@ class Status(enum.StrEnum):
     FAILED = "failed"  # the handler gave up, or the broker could not route it
     EXPIRED = "expired"  # not handed over by its expires_at: never will be (never retried)
     SUPERSEDED = "superseded"  # replaced by a newer message with its debounce key
+    WAITING = "waiting"  # due, but an earlier message of its ordering key has not ended yet (woken after)
 
 
 # Waiting to be delivered: what the relay may still publish, a cancel may still stop, and the
@@ -56,6 +59,10 @@ LATER_FINISHED = frozenset({Status.EXPIRED, Status.SUPERSEDED})
 IN_FLIGHT_VALUES = frozenset(status.value for status in IN_FLIGHT)
 FINISHED_VALUES = frozenset(status.value for status in FINISHED)
 LATER_FINISHED_VALUES = frozenset(status.value for status in LATER_FINISHED)
+# Not ended, for an ordering key's turn: in flight or waiting for its turn. Kept apart from IN_FLIGHT,
+# whose values are the condition of four partial indexes (changing it would rebuild them).
+ORDER_OPEN = IN_FLIGHT | {Status.WAITING}
+ORDER_OPEN_VALUES = frozenset(status.value for status in ORDER_OPEN)
 # The finished statuses grouped by the partial index that holds their rows (message_endpoint_history,
 # message_endpoint_ended): a read that states its statuses states one group per part.
 FINISHED_BY_INDEX = (FINISHED_VALUES - LATER_FINISHED_VALUES, LATER_FINISHED_VALUES)
@@ -76,26 +83,30 @@ class Event(enum.StrEnum):
     RESEND = "resend"
     EXPIRE = "expire"
     SUPERSEDE = "supersede"  # a newer message with its debounce key replaced it (messages/debounce.py)
+    WAIT = "wait"  # due, not its ordering key's turn: acked, waits for the message before it to end
+    WAKE = "wake"  # the message before it ended: pending again, published by the relay
 
 
 NEW = None  # the "status" of a message before it exists
 P, U, D, C, F = Status.PENDING, Status.PUBLISHED, Status.DELIVERED, Status.CANCELLED, Status.FAILED
-X = Status.EXPIRED
+X, W = Status.EXPIRED, Status.WAITING
 TRANSITIONS: dict[Event, dict[Status | None, Status]] = {
     Event.SCHEDULE: {NEW: P},
     Event.PUBLISH: {P: U, U: U},  # published again: moved to another cascade or broker
-    Event.DELIVER: {P: D, U: D},  # pending: the broker handed it over before the relay's commit
+    Event.DELIVER: {P: D, U: D, W: D},  # pending: the broker handed it over before the relay's commit
     Event.DUPLICATE: {s: s for s in Status},  # counted, nothing else changes
     Event.RETRY: {D: U},
     Event.GIVE_UP: {D: F},
     Event.UNROUTABLE: {P: F, U: F},
     Event.UNBUILDABLE: {P: F, U: F},
-    Event.CANCEL: {P: C, U: C, C: C},
+    Event.CANCEL: {P: C, U: C, W: C, C: C},
     Event.REPUBLISH: {F: P},
-    Event.RESCHEDULE: {P: P, U: P},  # pending again: its copy for the new time is published anew
+    Event.RESCHEDULE: {P: P, U: P, W: P},  # pending again: its copy for the new time is published anew
     Event.RESEND: {D: P, F: P},  # a person's resend: delivered (or failed) once more, a new attempt
-    Event.EXPIRE: {P: X, U: X, D: X},  # delivered: its handler failed and the retry would be too late
+    Event.EXPIRE: {P: X, U: X, W: X, D: X},  # delivered: its handler failed and the retry would be too late
     Event.SUPERSEDE: {P: Status.SUPERSEDED, U: Status.SUPERSEDED},  # never delivered: its copy is dropped
+    Event.WAIT: {P: W, U: W},
+    Event.WAKE: {W: P},
 }
 
 
@@ -289,6 +300,20 @@ def reschedule(state: State, *, due_at: datetime, now: datetime, history: list |
     status = transition(state.status, Event.RESCHEDULE)
     moved = {"due_at": state.due_at.isoformat().replace("+00:00", "Z"), "moved_at": now.isoformat().replace("+00:00", "Z")}
     return {"status": status, "due_at": due_at, "published_at": None, "due_history": [*(history or []), moved]}
+
+
+def wait(state: State, *, now: datetime) -> dict:
+    """Due, but an earlier message of its ordering key has not ended: waiting from ``now`` (kept once
+    woken, so the wait stays visible); its copy is acked and nothing is counted as a hand-over."""
+    if getattr(state, "waiting_since", None) is not None:
+        return {"status": transition(state.status, Event.WAIT)}
+    return {"status": transition(state.status, Event.WAIT), "waiting_since": now}
+
+
+def wake(state: State) -> dict:
+    """The message before it ended: pending again, for the relay to publish (lateness keeps counting
+    from its due time: the wait is part of it)."""
+    return {"status": transition(state.status, Event.WAKE), "published_at": None}
 
 
 def supersede(state: State, *, now: datetime) -> dict:

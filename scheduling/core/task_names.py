@@ -4,6 +4,7 @@ write path never imports tasks.py, which imports the services (no cycle, no arro
 RELAY_SWEEP = "scheduling.relay.sweep"
 RELAY_TIMEOUTS = "scheduling.relay.timeouts"
 DRAIN_UNROUTABLE = "scheduling.relay.drain_unroutable"
+ORDERING_SWEEP = "scheduling.relay.ordering_sweep"
 DELIVER = "scheduling.deliver"
 DELIVER_ENVELOPE = "scheduling.deliver_envelope"
 FAN_OUT_EVENT = "scheduling.fan_out_event"

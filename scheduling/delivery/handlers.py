@@ -349,6 +349,8 @@ def post_webhook(message: ScheduledMessage) -> None:
 
 def _task_headers(message: ScheduledMessage) -> dict:
     headers = {"dp_message_id": str(message.id), "dp_due_at": message.due_at.isoformat()}
+    if getattr(message, "ordering_key", None) is not None:  # its key's turn ends when the task ends (claim.py)
+        headers["dp_ordered"] = 1
     if traceparent := handover_traceparent(message):
         headers[H_TRACEPARENT] = traceparent  # the task's self.request.traceparent
     return headers

@@ -34,6 +34,9 @@ from scheduling.messages.queries import CANONICAL_UUID
 from scheduling.delivery.log import Delivered, delivery_log_on_commit
 from scheduling.delivery.minutes import delivery_minute_prune, delivery_minute_record, delivery_minute_upsert_sql
 from scheduling.delivery.flow_slots import endpoint_key_try_call_slot, endpoint_try_call_slot
+from scheduling.delivery.ordering import TASK_LEASE_SECONDS as ORDERING_TASK_LEASE_SECONDS
+from scheduling.delivery.ordering import ordering_end, ordering_hold, ordering_take
+from scheduling.core.ordering import Turn
 from scheduling.notifications.services import notification_attempt_failing, notification_emit_ended
 
 log = logging.getLogger(__name__)
@@ -45,6 +48,7 @@ class Result(enum.Enum):
     CANCELLED = "cancelled"
     SUPERSEDED = "superseded"  # a copy for the due time before a reschedule: dropped
     EXPIRED = "expired"  # past its expires_at (expired now or before): dropped, never handed over
+    WAITING = "waiting"  # not its ordering key's turn: acked, the row waits to be woken (delivery/ordering.py)
     EARLY = "early"
     RETRY = "retry"
     DEFERRED = "deferred"  # left for the one-by-one path (webhooks)
@@ -196,7 +200,23 @@ def _receive_one_by_one(left: list[tuple[int, tuple]], outcomes: list, *, defer_
     rows = {str(m.id): m for m in ScheduledMessage.objects.locked_for_delivery(
         [message_id for message_id in {item[0] for _, item in left} if wire.is_row_id(message_id)])}
     now = timezone.now()
-    changed, to_handle, counted, arrived, misrouted = {}, [], [], {}, []
+    changed, to_handle, counted, arrived, misrouted, keyed = {}, [], [], {}, [], {}
+
+    def take(index, message_id, attempt, message, arrival, change) -> None:
+        if arrival is Arrival.DELIVER and not _call_slot_free(message):
+            outcomes[index] = Outcome(Result.BUSY, attempt=attempt)
+            return
+        before = {name: getattr(message, name) for name in change}  # to undo a postponed one
+        lifecycle.apply(message, change)
+        changed[message.id] = message
+        arrived[index] = (before, metrics.arrival(arrival, message, change))
+        if arrival in _DROPPED:
+            outcomes[index] = Outcome(_DROPPED[arrival])
+        if arrival is Arrival.DELIVER:
+            to_handle.append((index, message))
+            if traceparents and (traceparent := traceparents.get(message_id)):
+                message.handover_traceparent = traceparent  # handlers.handover_traceparent
+
     for index, (message_id, attempt, *stamps) in left:
         due_ms, throttled_ms, queue = (*stamps, None, None, None)[:3]
         message = rows.get(message_id)
@@ -219,19 +239,15 @@ def _receive_one_by_one(left: list[tuple[int, tuple]], outcomes: list, *, defer_
             outcomes[index] = Outcome(Result.EARLY, attempt=attempt, eta=message.due_at)
             continue
         arrival, change = lifecycle.arrive(message, attempt=attempt, now=now, by=by, throttled_ms=throttled_ms)
-        if arrival is Arrival.DELIVER and not _call_slot_free(message):
-            outcomes[index] = Outcome(Result.BUSY, attempt=attempt)
-            continue
-        before = {name: getattr(message, name) for name in change}  # to undo a postponed one
-        lifecycle.apply(message, change)
-        changed[message.id] = message
-        arrived[index] = (before, metrics.arrival(arrival, message, change))
-        if arrival in _DROPPED:
-            outcomes[index] = Outcome(_DROPPED[arrival])
-        if arrival is Arrival.DELIVER:
-            to_handle.append((index, message))
-            if traceparents and (traceparent := traceparents.get(message_id)):
-                message.handover_traceparent = traceparent  # handlers.handover_traceparent
+        if arrival is Arrival.DELIVER and message.ordering_key is not None:
+            if message.id in keyed:  # a second copy in this batch: the first one is decided
+                arrival, change = Arrival.DUPLICATE, {}
+            else:  # its turn is decided for the batch's keyed ones together, below
+                keyed[message.id] = (index, message_id, attempt, message, change)
+                continue
+        take(index, message_id, attempt, message, arrival, change)
+    if keyed:
+        counted += _take_turns(keyed, take, outcomes, changed, now)
     with_handlers = [m for _, m in to_handle if m.endpoint_handler != Endpoint.Handler.NONE]
     if with_handlers:  # what a handler reads: its endpoint and the payload
         data = ScheduledMessage.objects.handler_data([m.id for m in with_handlers])
@@ -253,6 +269,15 @@ def _receive_one_by_one(left: list[tuple[int, tuple]], outcomes: list, *, defer_
         if outcomes[index].result is Result.EXPIRED:
             counted.append(metrics.Counted(metrics.EXPIRED, message))
     ScheduledMessage.objects.save_delivery_state(list(changed.values()))
+    tasks = [m for index, m in to_handle if m.ordering_key is not None and outcomes[index].result is Result.DELIVERED
+             and m.endpoint_handler == Endpoint.Handler.CELERY_TASK]
+    if tasks:  # sent: their keys are held until their workers report their ends (celery/claim.py) or the lease
+        until = now + timedelta(seconds=ORDERING_TASK_LEASE_SECONDS)
+        ordering_hold(held=[(m.endpoint_id, m.ordering_key, str(m.id), until) for m in tasks])
+    ended = {(m.endpoint_id, m.ordering_key) for m in changed.values()
+             if m.ordering_key is not None and m.status in lifecycle.FINISHED and m not in tasks}
+    if ended:  # a keyed message ended here (delivered, failed, expired): the next of its key is woken
+        ordering_end(keys=ended)
     delivered = [m for index, m in to_handle if outcomes[index].result is Result.DELIVERED]
     _tell(to_handle, outcomes)
     delivery_minute_record(messages=delivered)
@@ -260,6 +285,27 @@ def _receive_one_by_one(left: list[tuple[int, tuple]], outcomes: list, *, defer_
     if misrouted:
         transaction.on_commit(lambda: metrics.misrouted(misrouted))
     return delivered
+
+
+def _take_turns(keyed: dict, take, outcomes: list, changed: dict, now: datetime) -> list:
+    """The keyed copies that would be delivered: those whose ordering key's turn it is are taken as
+    any other (``take``), in the key's order; the others are acked and their rows set waiting (a
+    waiting row's stray copy leaves it waiting). Returns what the waits count."""
+    # a record-only message ends at its hand-over: the next of its key in this batch goes too; a
+    # handler's (a Celery task's, a webhook run here) ends later: one of a key at a time
+    turns = ordering_take(candidates=[m for *_, m, _ in keyed.values()], now=now,
+                          chain=lambda m: m.endpoint_handler == Endpoint.Handler.NONE)
+    counted = []
+    for index, message_id, attempt, message, change in keyed.values():
+        if turns[str(message.id)] is Turn.GO:
+            take(index, message_id, attempt, message, Arrival.DELIVER, change)
+            continue
+        outcomes[index] = Outcome(Result.WAITING, attempt=attempt)
+        if message.status != lifecycle.Status.WAITING:
+            lifecycle.apply(message, lifecycle.wait(message, now=now))
+            changed[message.id] = message
+            counted.append(metrics.Counted(metrics.ORDERING_WAITS, message))
+    return counted
 
 
 def _tell(handled: list[tuple[int, ScheduledMessage]], outcomes: list) -> None:

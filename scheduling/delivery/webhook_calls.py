@@ -39,6 +39,8 @@ from scheduling.observability import metrics, webhook_metrics
 from scheduling.delivery.services import Outcome, Result, delivery_drop_misrouted
 from scheduling.delivery.log import delivery_log_on_commit
 from scheduling.delivery.minutes import delivery_minute_record
+from scheduling.delivery.ordering import ordering_end, ordering_hold, ordering_take
+from scheduling.core.ordering import Turn
 from scheduling.notifications.models import NotificationType
 from scheduling.notifications.services import (
     notification_attempt_failing, notification_endpoint_fact, notification_emit, notification_emit_ended,
@@ -69,6 +71,7 @@ class Taken:
     throttled_ms: int | None
     expires_at: datetime | None = None  # a failed call's retry after it: expired instead
     team_id: int | None = None  # the endpoint's team: the caller fills it in from its endpoint profile
+    ordering_key: str | None = None  # its key's turn is released when its call is recorded (delivery/ordering.py)
 
 
 _TAKE = f"""
@@ -83,8 +86,22 @@ WHERE m.id = c.id AND m.status IN ('pending', 'published') AND m.attempts = c.at
   AND m.due_at <= statement_timestamp()
   AND (m.expires_at IS NULL OR m.expires_at > statement_timestamp())
   AND (m.call_lease_until IS NULL OR m.call_lease_until < statement_timestamp())
+  AND m.ordering_key IS NULL
 RETURNING m.id, c.attempt, m.call_lease_until, statement_timestamp(), m.endpoint_id, m.topology_id, m.payload,
           m.due_at, m.created_at, m.trigger, c.throttled_ms, m.expires_at
+"""
+
+# a keyed row whose turn it is (locked and checked by the caller): its lease, as _TAKE's; a waiting one
+# woken and published at once (its copy is in hand, so the relay must not publish it again)
+_TAKE_KEYED = f"""
+UPDATE {MESSAGES} AS m
+SET call_lease_until = statement_timestamp() + make_interval(secs => c.lease_s),
+    delivery_count = m.delivery_count + (c.attempt = 0)::int,
+    status = CASE WHEN m.status = '{Status.WAITING.value}' THEN '{Status.PUBLISHED.value}' ELSE m.status END
+FROM unnest(%s::uuid[], %s::int[], %s::bigint[], %s::float8[]) AS c(id, attempt, throttled_ms, lease_s)
+WHERE m.id = c.id
+RETURNING m.id, c.attempt, m.call_lease_until, statement_timestamp(), m.endpoint_id, m.topology_id, m.payload,
+          m.due_at, m.created_at, m.trigger, c.throttled_ms, m.expires_at, NULL, m.ordering_key
 """
 
 
@@ -121,24 +138,35 @@ def webhook_call_take(*, items: list[tuple], deadlines: dict[str, float]) -> tup
         else:
             left.append(item)
     if left:
-        others.update(_sort_out(left))
+        others.update(_sort_out(left, deadlines, taken))
     return taken, others
 
 
-def _sort_out(items: list[tuple]) -> dict[str, Outcome]:
-    """What each copy not taken is; attempt-0 duplicates counted in delivery_count (one statement)."""
+def _sort_out(items: list[tuple], deadlines: dict[str, float], taken: dict[str, Taken]) -> dict[str, Outcome]:
+    """What each copy not taken is; attempt-0 duplicates counted in delivery_count (one statement).
+    Keyed rows (never taken by _TAKE) that could be are taken here in their key's turn, into ``taken``."""
     ids = [i[0] for i in items if wire.is_row_id(i[0])]
     rows = {str(r[0]): r[1:] for r in ScheduledMessage.objects.filter(id__in=ids).values_list(
         "id", "status", "attempts", "due_at", "call_lease_until", "endpoint_id", "topology_id", "endpoint__queue",
-        "expires_at")}
+        "expires_at", "ordering_key")}
     now = timezone.now()
-    outcomes, duplicates, counted, misrouted, expiring = {}, [], [], [], []
+    outcomes, duplicates, counted, misrouted, expiring, keyed = {}, [], [], [], [], {}
     for message_id, attempt, due_ms, *rest in items:
         row = rows.get(message_id)
         if row is None:
             outcomes[message_id] = Outcome(Result.UNKNOWN)  # no row: the loop sets the copy aside (orphans.py)
             continue
-        status, attempts, due_at, lease, endpoint_id, topology_id, endpoint_queue, expires_at = row
+        status, attempts, due_at, lease, endpoint_id, topology_id, endpoint_queue, expires_at, key = row
+        if key is not None and status in lifecycle.ORDER_OPEN and attempts == attempt and due_at <= now \
+                and not lifecycle.expired(lifecycle.State(status=status, due_at=due_at, expires_at=expires_at),
+                                          now=now) and (lease is None or lease < now) \
+                and not lifecycle.superseded(lifecycle.State(status=status, due_at=due_at), attempt=attempt,
+                                             due_ms=due_ms):
+            if message_id in keyed:  # a second copy in this batch: it waits for the first one's call
+                outcomes[message_id] = Outcome(Result.BUSY, attempt=attempt)
+            else:
+                keyed[message_id] = (message_id, attempt, rest[0] if rest else None)
+            continue
         queue = rest[1] if len(rest) > 1 else None
         if queue is not None and endpoint_queue != queue:
             outcomes[message_id] = Outcome(Result.MISROUTED)
@@ -172,9 +200,55 @@ def _sort_out(items: list[tuple]) -> dict[str, Outcome]:
             duplicates += [message_id] if attempt == 0 else []
     if duplicates:
         ScheduledMessage.objects.filter(id__in=duplicates).update(delivery_count=F("delivery_count") + 1)
+    if keyed:
+        outcomes.update(_take_keyed(list(keyed.values()), deadlines, taken, counted))
     counted += _expire(expiring, now)
     metrics.record(counted)
     metrics.misrouted(misrouted)
+    return outcomes
+
+
+def _take_keyed(items: list[tuple], deadlines: dict[str, float], taken: dict[str, Taken],
+                counted: list) -> dict[str, Outcome]:
+    """Keyed copies (id, attempt, throttled ms) that could be called: in one transaction, their rows
+    locked and checked again, their keys' turns taken (one call per key at a time); those whose turn
+    it is are leased as _TAKE leases (into ``taken``), with their key held until the lease; the
+    others are set waiting (WAITING: acked) or, taken by another call meanwhile, BUSY."""
+    outcomes: dict[str, Outcome] = {}
+    with transaction.atomic():
+        now = timezone.now()
+        rows = {str(m.id): m for m in ScheduledMessage.objects.select_for_update().filter(
+            id__in=[i[0] for i in items]).order_by("id").only(
+            "id", "status", "attempts", "due_at", "created_at", "expires_at", "call_lease_until", "endpoint_id",
+            "topology_id", "ordering_key", "waiting_since")}
+        ready = []
+        for message_id, attempt, throttled_ms in items:
+            m = rows.get(message_id)
+            if m is None or m.status not in lifecycle.ORDER_OPEN or m.attempts != attempt \
+                    or (m.call_lease_until and m.call_lease_until >= now) or lifecycle.expired(m, now=now):
+                outcomes[message_id] = Outcome(Result.BUSY, attempt=attempt)  # moved meanwhile: looked at again
+            else:
+                ready.append((m, attempt, throttled_ms))
+        turns = ordering_take(candidates=[m for m, _, _ in ready], now=now, chain=False)
+        go = [(m, a, t) for m, a, t in ready if turns[str(m.id)] is Turn.GO]
+        if go:
+            for row in execute_prepared(_TAKE_KEYED, [
+                    uuid_array(str(m.id) for m, _, _ in go), int_array(a for _, a, _ in go),
+                    int_array(t for _, _, t in go),
+                    [deadlines[str(m.id)] + LEASE_MARGIN_SECONDS for m, _, _ in go]]):
+                t = Taken(str(row[0]), *row[1:])
+                t.payload = orjson.loads(t.payload) if isinstance(t.payload, str) else t.payload
+                taken[t.message_id] = t
+            ordering_hold(held=[(t.endpoint_id, t.ordering_key, t.message_id, t.lease_until)
+                                for t in taken.values() if t.ordering_key is not None])
+        waiting = [m for m, _, _ in ready if turns[str(m.id)] is Turn.WAIT]
+        for m in waiting:
+            if m.status != Status.WAITING:
+                m.save(update_fields=lifecycle.apply(m, lifecycle.wait(m, now=now)))
+                counted.append(metrics.Counted(metrics.ORDERING_WAITS, m))
+        for m, attempt, _ in ready:
+            if turns[str(m.id)] is Turn.WAIT:
+                outcomes[str(m.id)] = Outcome(Result.WAITING, attempt=attempt)
     return outcomes
 
 
@@ -288,6 +362,9 @@ def webhook_call_record(*, results: list[tuple[CallResult, Taken]], by: str = ""
                 outcomes[t.message_id] = Outcome(Result.BUSY, attempt=t.attempt)
         delivered = _record_delivered([(r, t) for r, t in called if r.ok], by)
         failed_outcomes = _record_failed([(r, t) for r, t in called if not r.ok], by, settings, now)
+        keyed = [t for _, t in results if t.ordering_key is not None]
+        if keyed:  # their keys let go of them; the next of a key whose message ended is woken
+            ordering_end(keys={(t.endpoint_id, t.ordering_key) for t in keyed}, ended=[t.message_id for t in keyed])
         for _, t in called:
             if t.message_id in delivered:
                 outcomes[t.message_id] = Outcome(Result.DELIVERED)

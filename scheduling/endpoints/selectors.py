@@ -92,15 +92,17 @@ def endpoint_count_messages(*, endpoint_ids) -> dict[int, dict[str, Tally]]:
 
     cap = ENDPOINT_COUNT_CAP
     counted = [(e, s.value) for e in endpoint_ids for s in Status
-               if s in IN_FLIGHT or (estimate(e, s.value) or 0) <= cap]
+               if s in IN_FLIGHT or s is Status.WAITING or (estimate(e, s.value) or 0) <= cap]
     found = {}
     if counted:
-        # one part per partial index (message_endpoint_in_flight, _history, _ended): each states its statuses
+        # one part per partial index (message_endpoint_in_flight, _history, _ended; message_waiting): each
+        # states its statuses
         part = (f"SELECT p.e, p.s, (SELECT count(*) FROM (SELECT 1 FROM {ScheduledMessage._meta.db_table} m "
                 f"WHERE m.endpoint_id = p.e AND m.status = p.s AND m.status = ANY(%s) LIMIT %s) x) "
                 f"FROM unnest(%s::bigint[], %s::text[]) AS p(e, s)")
         parts, params = [], []
-        for statuses in (sorted(IN_FLIGHT_VALUES), *(sorted(group) for group in FINISHED_BY_INDEX)):
+        for statuses in (sorted(IN_FLIGHT_VALUES), *(sorted(group) for group in FINISHED_BY_INDEX),
+                         [Status.WAITING.value]):
             pairs = [(e, s) for e, s in counted if s in statuses]
             if pairs:
                 parts.append(part)

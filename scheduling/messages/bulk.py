@@ -30,6 +30,7 @@ from scheduling.core.lifecycle import Event, Status
 from scheduling.models import BulkAction, DeliveryMode, ScheduledMessage, Team
 from scheduling.observability import metrics
 from scheduling.endpoints.selectors import endpoint_get_one
+from scheduling.delivery.ordering import ordering_end
 from scheduling.messages.counts import queryset_tally
 from scheduling.messages.selectors import message_list_matching
 from scheduling.messages.relay import relay_publish_rows
@@ -150,6 +151,9 @@ def _apply_batch(action: BulkAction, filters: dict, *, after, size: int) -> tupl
         if action.kind == BulkAction.Kind.CANCEL:
             for row in changed:
                 metrics.cancelled(row)
+            keyed = {(row.endpoint_id, row.ordering_key) for row in changed if row.ordering_key is not None}
+            if keyed:  # the next message of each key is woken (a call still out keeps its key until it ends)
+                ordering_end(keys=keyed)
         else:
             native = [row for row in changed if row.delivery_mode == DeliveryMode.NATIVE]
             transaction.on_commit(lambda: relay_publish_rows(rows=native))

@@ -125,9 +125,10 @@ class ScheduledMessageQuerySet(models.QuerySet):
                     copy.write_row([prep(row) if prep else getattr(row, name) for name, prep in prepare])
 
     DELIVERY_FIELDS = ("status", "delivered_at", "lateness_ms", "delivery_count", "attempts", "last_error",
-                       "delivered_by", "finished_at", "throttled_ms")
+                       "delivered_by", "finished_at", "throttled_ms", "waiting_since")
 
-    DELIVERY_TYPES = ("text", "timestamptz", "bigint", "integer", "integer", "text", "text", "timestamptz", "bigint")
+    DELIVERY_TYPES = ("text", "timestamptz", "bigint", "integer", "integer", "text", "text", "timestamptz", "bigint",
+                      "timestamptz")
 
     def save_delivery_state(self, rows: list[models.Model]) -> None:
         """Write what the delivery path changed on a batch of locked rows, in one statement: the
@@ -151,8 +152,9 @@ class ScheduledMessageQuerySet(models.QuerySet):
     # topology_id: the version a delivery is counted under (scheduling/observability/metrics.py)
     # on_delivered_id, on_failed_id, notification: whether its outcome is told (notifications/services.py)
     # expires_at: past it, an arrival expires the row instead (lifecycle.arrive)
+    # ordering_key: a keyed row is handed over only in its turn (delivery/ordering.py)
     LOCKED_FOR_DELIVERY = ("id", "endpoint_id", "topology_id", "due_at", "created_at", *DELIVERY_FIELDS,
-                           "on_delivered_id", "on_failed_id", "notification", "expires_at")
+                           "on_delivered_id", "on_failed_id", "notification", "expires_at", "ordering_key")
 
     def locked_for_delivery(self, ids) -> list[models.Model]:
         """Lock a batch of rows (FOR UPDATE, one array parameter) and load only what delivering
@@ -234,7 +236,7 @@ class ScheduledMessageQuerySet(models.QuerySet):
             f"WHERE m.id = v.id AND e.id = m.endpoint_id AND e.handler IN ({handler_list}) "
             f"AND (v.queue IS NULL OR e.queue = v.queue) "
             f"AND (m.status IN ({statuses}) AND m.due_at <= c.now) IS TRUE AND m.attempts = v.attempt "
-            f"AND (m.expires_at IS NULL OR m.expires_at > c.now) "
+            f"AND (m.expires_at IS NULL OR m.expires_at > c.now) AND m.ordering_key IS NULL "
             f"AND (v.due_ms IS NULL OR v.attempt <> 0 OR v.due_ms = floor(extract(epoch FROM m.due_at) * 1000)) "
             f"RETURNING v.n, m.endpoint_id, m.topology_id, m.lateness_ms, v.attempt, "
             f"CASE WHEN v.attempt = 0 AND v.throttled_ms <> 0 THEN v.throttled_ms END AS throttled_ms, "

@@ -151,9 +151,11 @@ def message_get_page(*, queryset, groups: list[dict], order_by: str = "created_a
 def _merged(base, groups: list[dict], order_by: str, down: bool, limit: int) -> list:
     """The first ``limit`` rows of the groups' ranges merged. Groups of finished (per partial
     index: the history's, the later final statuses') and of in-flight statuses are read apart,
-    each with its statuses written out, so that PostgreSQL may use the partial indexes of each (a status that is only a LATERAL parameter proves neither predicate)."""
+    each with its statuses written out, so that PostgreSQL may use the partial indexes of each (a status that is only a LATERAL parameter proves neither predicate).
+    Waiting messages (an ordering key's turn; few) are a class of their own: no partial index of the
+    others holds them."""
     classes = [[g for g in groups if g.get("status") in statuses]
-               for statuses in (*FINISHED_BY_INDEX, IN_FLIGHT_VALUES)]
+               for statuses in (*FINISHED_BY_INDEX, IN_FLIGHT_VALUES, {Status.WAITING.value})]
     if "status" not in groups[0]:
         classes = [groups]
     found = []

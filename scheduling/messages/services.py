@@ -19,12 +19,13 @@ from uuid_utils.compat import uuid7
 
 from topology import cascade
 
-from scheduling.core import lifecycle
+from scheduling.core import lifecycle, ordering
 from scheduling.audit.services import audit_record
 from scheduling.celery.structured import task_problem
 from scheduling.core.clock import MS, ceil_ms
 from scheduling.config.conf import conf
 from scheduling.delivery.models import Trigger
+from scheduling.delivery.ordering import ordering_end
 from scheduling.endpoints.services import endpoint_lock_wires
 from scheduling.core.errors import BulkValidationError, Conflict, Forbidden, NotFound
 from scheduling.core.lifecycle import Status
@@ -277,6 +278,9 @@ def _build(item: dict, endpoints: dict[str, list[Endpoint]], now: datetime) -> S
     if flow_key is not None and (not isinstance(flow_key, str) or not 1 <= len(flow_key) <= FLOW_KEY_MAX_LENGTH
                                  or _has_nul(flow_key)):
         errors["flow_key"] = f"must be a string of 1 to {FLOW_KEY_MAX_LENGTH} characters, without NUL"
+    ordering_key = item.get("ordering_key")
+    if ordering_key is not None:
+        _check_ordering_key(ordering_key, endpoint, errors)
     if errors:
         raise ValidationError(errors)
     row = ScheduledMessage.new(
@@ -299,10 +303,22 @@ def _build(item: dict, endpoints: dict[str, list[Endpoint]], now: datetime) -> S
         expires_at=expires_at,
         **debounced,  # its key, mode and durations (messages/debounce.py sets its window when saved)
         flow_key=flow_key,  # its endpoint's per-key limits (docs/guides/flow-control.md "By key")
+        ordering_key=ordering_key,
     )
     row.payload_json = encoded  # what insert_many writes
     row.payload_bytes = len(encoded.encode())  # what the team's bytes quota sums
     return row
+
+
+def _check_ordering_key(key, endpoint: Endpoint | None, errors: dict) -> None:
+    """A key of 1 to 200 characters without NUL, on an endpoint whose hand-over takes the key's turn
+    (delivery/ordering.py): not a celery_queue one, whose tasks claim their own delivery in the team's
+    workers (their turn is not built)."""
+    if why := ordering.key_problem(key):
+        errors["ordering_key"] = why
+    elif endpoint is not None and endpoint.handler == Endpoint.Handler.CELERY_QUEUE:
+        errors["ordering_key"] = (f"endpoint {endpoint.name!r} is a Celery queue: ordering keys are for webhook, "
+                                  "celery_task and record-only endpoints")
 
 
 def _limit_ms(version: TopologyVersion | None) -> int:
@@ -477,13 +493,15 @@ def message_schedule(
     expire_after_seconds: timedelta | float | int | Decimal | str | None = None,
     debounce: dict | None = None,
     flow_key: str | None = None,
+    ordering_key: str | None = None,
 ) -> ScheduledMessage:
     """Schedule one message for ``endpoint`` after ``delay`` (seconds or timedelta) or at
     ``deliver_at``. Raises ValidationError naming the field for bad input; stores nothing then.
     ``traceparent``: a W3C traceparent the message continues (ignored unless valid).
     ``on_delivered``/``on_failed``: endpoints of its team that get its outcome record.
     ``expires_at`` or ``expire_after_seconds`` (after the due time): never handed over from then on.
-    ``debounce``: ``{"key", "seconds", "max_seconds", "mode"}`` (core/debounce.py)."""
+    ``debounce``: ``{"key", "seconds", "max_seconds", "mode"}`` (core/debounce.py).
+    ``ordering_key``: handed over one at a time, in due order, with the endpoint's messages of this key."""
     try:
         (result,) = message_schedule_many(
             items=[
@@ -501,6 +519,7 @@ def message_schedule(
                     "expire_after_seconds": expire_after_seconds,
                     "debounce": debounce,
                     "flow_key": flow_key,
+                    "ordering_key": ordering_key,
                 }
             ],
             caller=caller,
@@ -545,6 +564,8 @@ def message_cancel(*, message_id, caller: Caller = PLATFORM) -> ScheduledMessage
         if change:
             team_record_copies(rows=[message], now=timezone.now())  # its copy in the cascade still counts
             message.save(update_fields=lifecycle.apply(message, change))
+            if message.ordering_key is not None:  # the next of its key (once a call of it still out has ended)
+                ordering_end(keys=[(message.endpoint_id, message.ordering_key)])
             metrics.cancelled(message)
             audit_record(action="message.cancel", obj=message, team=message.endpoint.team,
                          before={"status": was}, after={"status": message.status})
@@ -644,6 +665,8 @@ def message_reschedule(*, message_id, delay=None, deliver_at: datetime | None = 
             team_record_copies(rows=[message], now=now)
         was = message.due_at
         message.save(update_fields=lifecycle.apply(message, change))
+        if message.ordering_key is not None:  # moved later, another message of its key may now be first
+            ordering_end(keys=[(message.endpoint_id, message.ordering_key)])
         metrics.rescheduled(message)
         audit_record(action="message.reschedule", obj=message, team=message.endpoint.team,
                      before={"due_at": was}, after={"due_at": message.due_at})

@@ -54,6 +54,12 @@ EXPIRED = Counter(
 MESSAGES_SUPERSEDED = Counter(
     "delay_messages_superseded", "Messages that ended superseded, never delivered: replaced by a newer one with "
     "their debounce key (trailing), or scheduled within a leading debounce window.", BY_MESSAGE)
+ORDERING_WAITS = Counter(
+    "delay_ordering_waits", "Copies of keyed messages that came before their ordering key's turn: acked, the "
+    "message set waiting until the one before it ends.", BY_MESSAGE)
+ORDERING_WAKES = Counter(
+    "delay_ordering_wakes", "Waiting messages woken (pending again) because the message of their ordering key "
+    "before them ended, or by the ordering sweep.")
 RESCHEDULES = Counter(
     "delay_reschedules", "Messages moved to another due time (PATCH, admin).", BY_MESSAGE)
 HANDLER_FAILURES = Counter(
@@ -241,6 +247,10 @@ def cancelled(row) -> None:
 
 def superseded_by_debounce(rows) -> None:
     record_on_commit([Counted(MESSAGES_SUPERSEDED, row) for row in rows])
+
+
+def ordering_woken_on_commit(count: int) -> None:
+    transaction.on_commit(lambda: ORDERING_WAKES.inc(count), robust=True)
 
 
 def rescheduled(row) -> None:

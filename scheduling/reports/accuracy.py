@@ -104,7 +104,8 @@ def with_delay_bucket(facts: DataFrame) -> DataFrame:
 
 def with_outcomes(facts: DataFrame, *, as_of: datetime, lost_after: timedelta) -> DataFrame:
     """0/1 flags per message. Lost = still pending/published although due + lost_after has
-    passed (cancelled, failed and expired messages are accounted for, so never lost); a message handed
+    passed (cancelled, failed and expired messages are accounted for, so never lost; a message
+    waiting for its ordering key's turn is in flight, never lost); a message handed
     over twice is one delivery and one duplicate. Due and lateness count from the later of
     due_at and created_at (the lifecycle's rule); the stored lateness of a message scheduled in
     the past is recomputed, so rows recorded before that rule are counted by it too. The time a
@@ -124,7 +125,9 @@ def with_outcomes(facts: DataFrame, *, as_of: datetime, lost_after: timedelta) -
         "failed": status == "failed",
         "expired": status == "expired",  # past its expires_at before it was handed over: accounted for, not lost
         "lost": still_open & overdue,
-        "in_flight": still_open & ~overdue,
+        # waiting for its ordering key's turn: held back on purpose (the message before it has not
+        # ended), so in flight however overdue, never lost
+        "in_flight": (still_open & ~overdue) | (status == "waiting"),
         "duplicates": F.col("delivery_count") > 1,
         "early": delivered & (lateness < 0),
         "scheduled_in_past": in_past,

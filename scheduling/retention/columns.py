@@ -71,6 +71,9 @@ COLUMNS: dict[str, tuple[str, pa.DataType]] = {
     "debounce_max_seconds": (f'{M}."debounce_max_seconds"', pa.int32()),
     "debounce_until": (f'{M}."debounce_until"', TIMESTAMP),
     "flow_key": (f'{M}."flow_key"', pa.string()),  # flow control by key (0032): files before it have none
+    # ordering (0034): files before it have none
+    "ordering_key": (f'{M}."ordering_key"', pa.string()),
+    "waiting_since": (f'{M}."waiting_since"', TIMESTAMP),
     "payload": (f'{M}."payload"::text', pa.string()),
     "attempt_log": (ATTEMPTS_SQL, pa.string()),
 }

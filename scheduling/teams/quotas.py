@@ -121,14 +121,19 @@ def _count_in_flight(team_id: int, cap: int) -> InFlight:
     from scheduling.models import CascadeCopy, Endpoint, ScheduledMessage
 
     with connection.cursor() as cursor:
+        # the waiting messages (an ordering key's turn) are still to be delivered: counted too, a
+        # second index-only range (message_waiting); without it they would escape the quota
         cursor.execute(
-            f"SELECT m.n + c.n, m.b + c.b FROM "
+            f"SELECT m.n + w.n + c.n, m.b + w.b + c.b FROM "
             f"(SELECT count(*) AS n, coalesce(sum(payload_bytes), 0) AS b FROM (SELECT payload_bytes FROM "
             f"{ScheduledMessage._meta.db_table} WHERE endpoint_id IN (SELECT id FROM {Endpoint._meta.db_table} "
             f"WHERE team_id = %s) AND status = ANY(%s) LIMIT %s) AS r) AS m, "
+            f"(SELECT count(*) AS n, coalesce(sum(payload_bytes), 0) AS b FROM (SELECT payload_bytes FROM "
+            f"{ScheduledMessage._meta.db_table} WHERE endpoint_id IN (SELECT id FROM {Endpoint._meta.db_table} "
+            f"WHERE team_id = %s) AND status = '{Status.WAITING.value}' LIMIT %s) AS r) AS w, "
             f"(SELECT count(*) AS n, coalesce(sum(payload_bytes), 0) AS b FROM {CascadeCopy._meta.db_table} "
             f"WHERE team_id = %s AND until > statement_timestamp()) AS c",
-            [team_id, sorted(s.value for s in IN_FLIGHT), cap, team_id])
+            [team_id, sorted(s.value for s in IN_FLIGHT), cap, team_id, cap, team_id])
         messages, size = cursor.fetchone()
         return InFlight(messages=messages, bytes=int(size))
 

@@ -9,7 +9,7 @@ from scheduling.core import lifecycle
 from scheduling.core.lifecycle import Arrival, Event, State, Status
 
 P, U, D, C, F = Status.PENDING, Status.PUBLISHED, Status.DELIVERED, Status.CANCELLED, Status.FAILED
-X, S = Status.EXPIRED, Status.SUPERSEDED
+X, S, W = Status.EXPIRED, Status.SUPERSEDED, Status.WAITING
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=timezone.utc)
 DUE = NOW - timedelta(milliseconds=40)
 
@@ -30,6 +30,9 @@ ALLOWED = {
     (D, Event.RESEND): P, (F, Event.RESEND): P,
     (P, Event.EXPIRE): X, (U, Event.EXPIRE): X, (D, Event.EXPIRE): X,
     (P, Event.SUPERSEDE): S, (U, Event.SUPERSEDE): S,  # debounce: a newer message replaced it
+    # ordering keys: waiting for the key's turn, woken once the message before it ended
+    (P, Event.WAIT): W, (U, Event.WAIT): W, (W, Event.WAKE): P, (W, Event.DELIVER): D, (W, Event.DUPLICATE): W,
+    (W, Event.CANCEL): C, (W, Event.RESCHEDULE): P, (W, Event.EXPIRE): X,
 }
 
 
@@ -45,12 +48,12 @@ def test_every_transition_is_allowed_or_refused_as_the_table_says(status, event)
 
 def test_statuses_are_strings_the_database_stores():
     assert [s.value for s in Status] == ["pending", "published", "delivered", "cancelled", "failed", "expired",
-                                        "superseded"]
+                                        "superseded", "waiting"]
     assert lifecycle.transition("published", Event.DELIVER) == "delivered"
 
 
 def test_in_flight_is_what_may_still_be_delivered():
-    assert lifecycle.IN_FLIGHT == {P, U} == lifecycle.sources(Event.DELIVER)
+    assert lifecycle.IN_FLIGHT == {P, U} == lifecycle.sources(Event.DELIVER) - {W}  # waiting: in its key's turn
     assert lifecycle.sources(Event.PUBLISH) == {P, U}
     assert lifecycle.sources(Event.UNROUTABLE) == {P, U}  # a delivered message is never marked unroutable
 
@@ -234,8 +237,9 @@ def test_unroutable_fails_a_message_and_finishes_it():
 
 
 def test_every_status_is_in_flight_or_finished():
-    """In flight: never pruned. Finished: pruned once its retention has passed since finished_at."""
-    assert lifecycle.FINISHED | lifecycle.IN_FLIGHT == set(Status) and not lifecycle.FINISHED & lifecycle.IN_FLIGHT
+    """In flight (or waiting for its ordering key's turn): never pruned. Finished: pruned once its
+    retention has passed since finished_at."""
+    assert lifecycle.FINISHED | lifecycle.ORDER_OPEN == set(Status) and not lifecycle.FINISHED & lifecycle.ORDER_OPEN
 
 
 def test_apply_sets_fields_and_names_them():

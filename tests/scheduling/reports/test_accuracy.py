@@ -81,6 +81,7 @@ def test_outcomes_flag_each_kind_of_message(facts):
         fact(7200, status="published", **undelivered),  # not due yet
         fact(6, status="failed", delivery_count=1),  # arrived, then the handler gave up
         fact(8, status="expired", **undelivered),  # past its expires_at: accounted for, not lost
+        fact(9, status="waiting", **undelivered),  # an hour overdue, waiting for its ordering key's turn: not lost
     )
     flags = ("delivered", "cancelled", "failed", "lost", "in_flight", "duplicates", "early", "expired")
     expected = {
@@ -94,6 +95,7 @@ def test_outcomes_flag_each_kind_of_message(facts):
         "m7200": (0, 0, 0, 0, 1, 0, 0, 0, None),
         "m6": (1, 0, 1, 0, 0, 0, 0, 0, 4),
         "m8": (0, 0, 0, 0, 0, 0, 0, 1, None),
+        "m9": (0, 0, 0, 0, 1, 0, 0, 0, None),
     }
     assertDataFrameEqual(
         with_outcomes(rows, as_of=AS_OF, lost_after=GRACE).select("id", *flags, "arrival_lateness_ms"),

@@ -126,7 +126,7 @@ def test_an_archived_row_has_every_column_as_the_table_had_it(archive, history, 
         "traceparent": None, "event_id": None, "on_delivered_id": None, "on_failed_id": None, "notification": None,
         "expires_at": None,
         "debounce_key": None, "debounce_mode": None, "debounce_seconds": None, "debounce_max_seconds": None,
-        "debounce_until": None, "flow_key": None,
+        "debounce_until": None, "flow_key": None, "ordering_key": None, "waiting_since": None,
         "attempt_log": None, "shard": 0,  # none were kept
         "due_date": max(first.due_at, first.created_at).date().isoformat(),  # from the directory's name
     }

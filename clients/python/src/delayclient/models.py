@@ -78,6 +78,8 @@ class Message(Model):
     debounce: dict | None = None  # {"key", "seconds", "max_seconds", "mode", "until"}, or None
     schedule_run_at: datetime | None = None  # a schedule's run: its time by the rule (due_at: moved by its jitter)
     flow_key: str | None = None  # its endpoint's per-key limits count it under this key
+    ordering_key: str | None = None  # handed over one at a time, in due order, with its endpoint's others of this key
+    waiting_since: datetime | None = None  # when it first waited for its ordering key's turn (status "waiting")
 
 
 @dataclass(frozen=True)

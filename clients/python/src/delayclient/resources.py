@@ -114,7 +114,7 @@ class Messages(Resource):
     def schedule(self, endpoint: str, payload: Any, *, delay=None, deliver_at=None, idempotency_key: str | None = None,
                  team: str | None = None, traceparent: str | None = None, on_delivered: str | None = None,
                  on_failed: str | None = None, expires_at=None, expire_after=None, debounce: dict | None = None,
-                 flow_key: str | None = None):
+                 flow_key: str | None = None, ordering_key: str | None = None):
         """Schedule one message ``delay`` seconds from now (int, float, Decimal, timedelta) or at
         ``deliver_at`` (an aware datetime). ``expires_at`` (an aware datetime) or ``expire_after``
         (seconds after its due time): never handed over from then on, it ends ``expired``. The
@@ -127,9 +127,12 @@ class Messages(Resource):
         "seconds": ..., "max_seconds": ..., "mode": "trailing" | "leading"}``: a newer message with
         the key on the endpoint replaces this one while it waits (trailing), or this one is
         superseded within the first's window (leading). ``flow_key``: the endpoint's per-key limits
-        (max_deliveries_per_second_per_key, max_concurrent_per_key) count it under it."""
+        (max_deliveries_per_second_per_key, max_concurrent_per_key) count it under it. ``ordering_key``:
+        messages of the endpoint with this key are handed over one at a time, in due order, each once
+        the one before it ended."""
         body = _fields(endpoint=endpoint, payload=payload, team=team, on_delivered=on_delivered, on_failed=on_failed,
-                       debounce=debounce, flow_key=flow_key, idempotency_key=idempotency_key or new_idempotency_key(),
+                       debounce=debounce, flow_key=flow_key, ordering_key=ordering_key,
+                       idempotency_key=idempotency_key or new_idempotency_key(),
                        **_when(delay, deliver_at), **_expiry(expires_at, expire_after))
         return self._send(Call("POST", "/api/messages/", json=body, idempotent=True,
                                parse=_created(models.Message), headers=trace_headers(traceparent)))
@@ -139,7 +142,7 @@ class Messages(Resource):
         """Schedule up to the platform's bulk maximum (1,000 by default) at once, all or nothing.
         Each item takes ``schedule``'s arguments as keys (``endpoint``, ``payload``, ``delay`` or
         ``deliver_at``, ``idempotency_key``, ``team``, ``on_delivered``, ``on_failed``, ``debounce``,
-        ``flow_key``, ``expires_at`` or ``expire_after``); keys are
+        ``flow_key``, ``ordering_key``, ``expires_at`` or ``expire_after``); keys are
         made for items without one.
         ``traceparent`` (or the current span's) is every message's, as in ``schedule``."""
         items = []
@@ -148,7 +151,7 @@ class Messages(Resource):
             when = _when(item.pop("delay", None), item.pop("deliver_at", None))
             when |= _expiry(item.pop("expires_at", None), item.pop("expire_after", None))
             unknown = set(item) - {"endpoint", "payload", "idempotency_key", "team", "on_delivered", "on_failed",
-                                   "debounce", "flow_key"}
+                                   "debounce", "flow_key", "ordering_key"}
             if unknown:
                 raise TypeError(f"unknown message field(s): {', '.join(sorted(unknown))}")
             items.append(_fields(**item, **when) | {"payload": item.get("payload"),

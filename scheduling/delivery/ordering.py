@@ -1,0 +1,206 @@
+"""Ordering keys' turns (issue 49; the rules: core/ordering.py): messages of one endpoint with the
+same ``ordering_key`` are handed over one at a time, in due order, each once the one before it ended.
+
+The turn is decided where a copy is handed over, under a lock on the key's row of OrderingTurn (one
+row per endpoint and key: no global lock). A copy that comes before its turn is acked and its row set
+``waiting``; whatever ends a message of the key (its delivery, its last failure, a cancel) wakes the
+next one (``waiting`` -> ``pending``, published after the commit by the relay), and a sweep (beat,
+every SWEEP_SECONDS) wakes what a lost wake or a lapsed holder left waiting.
+
+Locks are always taken in one order: message rows, then turn rows (sorted by endpoint and key, in one
+statement), then successor rows with SKIP LOCKED, so nothing waits for a message row while holding a
+turn. What is decided is read in a statement *after* the turn lock: under READ COMMITTED it sees the
+commit of whoever held the turn before (an ender or a newcomer), which closes the lost wake-up.
+
+Messages without a key never get here: no statement on their path.
+
+Where this departs from the design study (issue 49): keys are refused on celery_queue endpoints (the
+claim's turn, its answer and an ``/ended/`` route are not built); celery_task endpoints take them,
+their end reported by the worker's task_postrun (celery/claim.py) or, failing that, a 15-minute
+lease. A holder is written for webhook calls and Celery tasks (record-only messages end in the
+transaction that hands them over). No setting gates the feature: the upgrade note says to send keys
+once every worker runs this release.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from datetime import datetime, timedelta
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from scheduling.core.lifecycle import ORDER_OPEN_VALUES, Status
+from scheduling.core.ordering import Holder, Turn, turn
+from scheduling.messages.queries import uuid_array
+from scheduling.models import OrderingTurn, ScheduledMessage
+from scheduling.observability import metrics
+
+log = logging.getLogger(__name__)
+
+SWEEP_SECONDS = 5.0  # beat: wake what a lost wake or a lapsed holder left waiting
+# A Celery task handed over in its key's turn holds the key until its worker reports its end
+# (task_postrun: celery/claim.py), or at the latest this long after it was sent (a worker without the
+# platform's code, a crash with early acks: the sweep then lets the key go).
+TASK_LEASE_SECONDS = 900
+SWEEP_KEYS = 1000  # keys looked at per sweep
+MESSAGES = ScheduledMessage._meta.db_table
+TURNS = OrderingTurn._meta.db_table
+_OPEN = ", ".join(f"'{s}'" for s in sorted(ORDER_OPEN_VALUES))  # literals: the partial index message_ordering
+
+# statement 1: lock the keys' turn rows (made on first use), in one order; a holder whose message ended
+# (listed) or whose lease passed is let go. Returns each key's holder.
+_LOCK = f"""
+INSERT INTO {TURNS} AS t (endpoint_id, key, updated_at)
+SELECT k.e, k.key, statement_timestamp() FROM unnest(%s::bigint[], %s::text[]) AS k(e, key) ORDER BY 1, 2
+ON CONFLICT (endpoint_id, key) DO UPDATE SET updated_at = excluded.updated_at,
+    holder_id = CASE WHEN t.holder_id = ANY(%s::uuid[]) OR t.holder_until <= statement_timestamp() THEN NULL
+                     ELSE t.holder_id END,
+    holder_until = CASE WHEN t.holder_id = ANY(%s::uuid[]) OR t.holder_until <= statement_timestamp() THEN NULL
+                        ELSE t.holder_until END
+RETURNING t.endpoint_id, t.key, t.holder_id, t.holder_until
+"""
+
+# statement 2 (after the lock): whether a message of the key due before each candidate is still open,
+# the batch's candidates left out (the caller walks those in order). One b-tree probe per candidate.
+_EARLIER = f"""
+SELECT c.id, EXISTS (
+    SELECT 1 FROM {MESSAGES} p
+    WHERE p.endpoint_id = c.e AND p.ordering_key = c.key AND p.status IN ({_OPEN})
+      AND (p.due_at, p.created_at, p.id) < (c.due_at, c.created_at, c.id) AND p.id <> ALL(%s::uuid[]))
+FROM unnest(%s::uuid[], %s::bigint[], %s::text[], %s::timestamptz[], %s::timestamptz[])
+     AS c(id, e, key, due_at, created_at)
+"""
+
+# wake: the first open message of each key, if it is waiting (and no one else holds its row), is pending again
+_WAKE = f"""
+WITH heads AS (
+    SELECT h.id FROM unnest(%s::bigint[], %s::text[]) AS k(e, key)
+    CROSS JOIN LATERAL (
+        SELECT p.id, p.status FROM {MESSAGES} p
+        WHERE p.endpoint_id = k.e AND p.ordering_key = k.key AND p.status IN ({_OPEN})
+        ORDER BY p.due_at, p.created_at, p.id LIMIT 1) h
+    WHERE h.status = '{Status.WAITING.value}'),
+locked AS (
+    SELECT m.id FROM {MESSAGES} m WHERE m.id IN (SELECT id FROM heads) AND m.status = '{Status.WAITING.value}'
+    FOR UPDATE SKIP LOCKED)
+UPDATE {MESSAGES} AS m SET status = '{Status.PENDING.value}', published_at = NULL
+FROM locked WHERE m.id = locked.id
+RETURNING m.id
+"""
+
+
+def _lock(keys, *, ended=()) -> dict[tuple[int, str], Holder]:
+    keys = sorted(set(keys))
+    ended = uuid_array(ended)
+    with connection.cursor() as cursor:
+        cursor.execute(_LOCK, [[e for e, _ in keys], [k for _, k in keys], ended, ended])
+        return {(e, k): Holder(str(h) if h else None, until) for e, k, h, until in cursor.fetchall()}
+
+
+def ordering_take(*, candidates: list, now: datetime, chain) -> dict[str, Turn]:
+    """Decide the turn of keyed messages whose copies are to be handed over now (rows locked by the
+    caller, in its transaction; each with id, endpoint_id, ordering_key, due_at, created_at). Each
+    key's candidates are walked in due order: the first goes if no other message holds the key and
+    none due before it is open; with ``chain`` (a bool, or a function of a candidate: the handover
+    itself ends the message, no handler) the next ones of the key go after it, else they wait. The turn
+    rows stay locked until the caller commits. Returns id -> GO or WAIT."""
+    if not candidates:
+        return {}
+    holders = _lock((m.endpoint_id, m.ordering_key) for m in candidates)
+    ids = uuid_array(m.id for m in candidates)
+    with connection.cursor() as cursor:
+        cursor.execute(_EARLIER, [ids, ids, [m.endpoint_id for m in candidates],
+                                  [m.ordering_key for m in candidates], [m.due_at for m in candidates],
+                                  [m.created_at for m in candidates]])
+        earlier = {str(i): bool(e) for i, e in cursor.fetchall()}
+    per_key = defaultdict(list)
+    for m in candidates:
+        per_key[m.endpoint_id, m.ordering_key].append(m)
+    decided: dict[str, Turn] = {}
+    for key, rows in per_key.items():
+        blocked = False
+        for m in sorted(rows, key=lambda r: (r.due_at, r.created_at, str(r.id))):
+            go = not blocked and turn(mine=str(m.id), holder=holders[key], earlier_open=earlier[str(m.id)],
+                                      now=now) is Turn.GO
+            decided[str(m.id)] = Turn.GO if go else Turn.WAIT
+            blocked = blocked or not go or not (chain(m) if callable(chain) else chain)
+    return decided
+
+
+def ordering_hold(*, held: list[tuple[int, str, str, datetime]]) -> None:
+    """Record (endpoint, key, message id, until) as the key's holder: its webhook call is out until
+    then (turn rows locked by ordering_take in this transaction). A successor never overlaps the
+    call, even once the holder was cancelled."""
+    if not held:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {TURNS} AS t SET holder_id = h.id, holder_until = h.until "
+            f"FROM unnest(%s::bigint[], %s::text[], %s::uuid[], %s::timestamptz[]) AS h(e, key, id, until) "
+            f"WHERE t.endpoint_id = h.e AND t.key = h.key AND (t.holder_id IS NULL OR t.holder_id = h.id)",
+            [[h[0] for h in held], [h[1] for h in held], uuid_array(h[2] for h in held), [h[3] for h in held]])
+
+
+def ordering_end(*, keys, ended=()) -> list[str]:
+    """Messages of these (endpoint, key) pairs ended (``ended``: their ids, let go as holders): wake
+    the next of each key, in the caller's transaction (after its message rows are written); the
+    relay publishes the woken after the commit. Returns the ids woken."""
+    keys = set(keys)
+    if not keys:
+        return []
+    holders = _lock(keys, ended=ended)
+    now = timezone.now()
+    free = sorted(key for key, holder in holders.items() if not holder.live(now))
+    if not free:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(_WAKE, [[e for e, _ in free], [k for _, k in free]])
+        woken = [str(row[0]) for row in cursor.fetchall()]
+    if woken:
+        metrics.ordering_woken_on_commit(len(woken))
+        transaction.on_commit(lambda: _publish(woken))
+    return woken
+
+
+def ordering_task_ended(*, message_id: str, retrying: bool = False) -> list[str]:
+    """The Celery task of an ordered message ended in its worker: let its key go and wake the next
+    (its own transaction); a task retrying keeps the key for another lease. Returns the ids woken."""
+    row = ScheduledMessage.objects.filter(id=message_id).values_list("endpoint_id", "ordering_key").first()
+    if row is None or row[1] is None:
+        return []
+    with transaction.atomic():
+        if retrying:
+            _lock([row])
+            ordering_hold(held=[(row[0], row[1], message_id, timezone.now() + timedelta(seconds=TASK_LEASE_SECONDS))])
+            return []
+        return ordering_end(keys=[row], ended=[message_id])
+
+
+def _publish(ids: list[str]) -> None:
+    from scheduling.messages.relay import relay_publish  # the relay imports the delivery path's neighbours
+
+    relay_publish(ids=ids)  # what it misses stays pending: the relay's sweep publishes it
+
+
+def ordering_sweep(*, limit: int = SWEEP_KEYS, older_than_s: float = SWEEP_SECONDS) -> int:
+    """Wake what a lost wake left waiting (a publish after commit lost, an ending path that does not
+    wake) and let go of holders whose lease passed (a worker died mid-call): every key with a message
+    waiting for ``older_than_s`` (a wake normally follows within milliseconds: the others are not
+    touched, so a busy key's turn is not locked for nothing) or a lapsed holder. Returns how many
+    messages it woke."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"(SELECT DISTINCT endpoint_id, ordering_key FROM {MESSAGES} WHERE status = '{Status.WAITING.value}' "
+            f"AND waiting_since < statement_timestamp() - make_interval(secs => %s) LIMIT %s) "
+            f"UNION (SELECT endpoint_id, key FROM {TURNS} WHERE holder_id IS NOT NULL "
+            f"AND holder_until <= statement_timestamp() LIMIT %s)", [older_than_s, limit, limit])
+        keys = [(e, k) for e, k in cursor.fetchall()]
+    woken = 0
+    for start in range(0, len(keys), 100):  # short transactions: a hot key's turn is not held long
+        with transaction.atomic():
+            woken += len(ordering_end(keys=keys[start:start + 100]))
+    if woken:
+        log.info("ordering sweep: woke %d message(s)", woken)
+    return woken
