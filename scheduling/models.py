@@ -17,6 +17,7 @@ from scheduling.core.clock import to_epoch_ms
 from scheduling.config.conf import conf, configured_version, setting_name
 from scheduling.core.flow_gate import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
 from scheduling.delivery.models import EndpointHealth, MessageAttempt, OrphanCopy, Trigger  # noqa: F401  (registers them)
+from scheduling.core.ordering import Overlap
 from scheduling.core.lifecycle import IN_FLIGHT_VALUES, LATER_FINISHED_VALUES, ORDER_OPEN_VALUES, Status
 from scheduling.messages.queries import ScheduledMessageQuerySet, loaded_instance
 from scheduling.retention.listing import ParquetFileListing
@@ -335,6 +336,10 @@ class ScheduledMessage(models.Model):
                                               "other messages of this key")
     waiting_since = models.DateTimeField(null=True, blank=True, editable=False,
                                          help_text="when it first waited for its ordering key's turn")
+    # A recurring schedule's run (0035): its schedule's overlap policy (skip or buffer_one; core/ordering.py),
+    # set with its platform ordering key. Nullable, no default: every other row leaves it NULL.
+    overlap = models.CharField(max_length=12, null=True, blank=True, editable=False,
+                               help_text="a schedule's run: what it does when the previous run has not ended")
 
     objects = ScheduledMessageQuerySet.as_manager()
 
@@ -507,6 +512,15 @@ class Schedule(models.Model):
         help_text="runs missed while the platform was down and not made (older than the catch-up window)")
     last_run_missed_at = models.DateTimeField(null=True, blank=True, editable=False,
                                               help_text="the time of the last run missed and not made")
+    # Overlap (issue 49; 0035; core/ordering.py): db_default, so the previous release's INSERTs still work.
+    overlap = models.CharField(
+        max_length=12, choices=[(o.value, o.value) for o in Overlap], default=Overlap.ALLOW.value,
+        db_default=Overlap.ALLOW.value,
+        help_text="a run due while the previous run has not ended: sent anyway (allow), not sent (skip), or "
+                  "waits for its end, one at most (buffer_one)")
+    runs_overlap_skipped = models.BigIntegerField(
+        default=0, db_default=0, editable=False,
+        help_text="runs not sent because the previous run had not ended (its overlap policy)")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

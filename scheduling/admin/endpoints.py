@@ -68,6 +68,7 @@ class EndpointAdmin(ControlRoomAdmin):
     n_expired = _count_column(Status.EXPIRED)
     n_superseded = _count_column(Status.SUPERSEDED)
     n_waiting = _count_column(Status.WAITING)
+    n_skipped = _count_column(Status.SKIPPED)
 
     @admin.display(description="handler", ordering="handler")
     def handler_summary(self, endpoint, *, redact: bool = False):

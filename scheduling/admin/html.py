@@ -11,7 +11,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 STATUS_COLORS = {
     "pending": "#8c6d31", "published": "#2f6fb0", "delivered": "#3a9b5c", "cancelled": "#777", "failed": "#c23b3b",
-    "expired": "#a0522d", "superseded": "#777", "waiting": "#8c6d31",
+    "expired": "#a0522d", "superseded": "#777", "waiting": "#8c6d31", "skipped": "#777",
 }
 
 

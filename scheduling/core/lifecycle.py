@@ -18,6 +18,8 @@ loop, Celery tasks, the migration tools and the unroutable drain.
     superseded: a newer message with its debounce key replaced it (debounce's transitions)
     wait: pending or published ──► waiting (an ordering_key's turn is another message's: its copy is
     acked; core/ordering.py), wake: waiting ──► pending (the message before it ended: published anew)
+    skip: pending, published or waiting ──► skipped (a recurring schedule's run whose overlap policy
+    says not to run it: the schedule's previous run had not ended; core/ordering.py)
 
 ``deliver`` is taken *before* the handler runs, so a second copy of the message in the same
 batch (or transaction) already sees ``delivered`` and is a duplicate: the handler runs once per
@@ -44,6 +46,7 @@ class Status(enum.StrEnum):
     EXPIRED = "expired"  # not handed over by its expires_at: never will be (never retried)
     SUPERSEDED = "superseded"  # replaced by a newer message with its debounce key
     WAITING = "waiting"  # due, but an earlier message of its ordering key has not ended yet (woken after)
+    SKIPPED = "skipped"  # a schedule's run not sent: its previous run had not ended (its overlap policy)
 
 
 # Waiting to be delivered: what the relay may still publish, a cancel may still stop, and the
@@ -51,10 +54,11 @@ class Status(enum.StrEnum):
 IN_FLIGHT = frozenset({Status.PENDING, Status.PUBLISHED})
 # Done, for now: ``finished_at`` says since when, and the prune archives and removes the row once
 # its retention has passed (a failed one can still be republished until then).
-FINISHED = frozenset({Status.DELIVERED, Status.CANCELLED, Status.FAILED, Status.EXPIRED, Status.SUPERSEDED})
+FINISHED = frozenset({Status.DELIVERED, Status.CANCELLED, Status.FAILED, Status.EXPIRED, Status.SUPERSEDED,
+                      Status.SKIPPED})
 # The final statuses added after the history index (message_endpoint_history lists the first three
 # by value): their rows have an index of their own with the same fields (message_endpoint_ended).
-LATER_FINISHED = frozenset({Status.EXPIRED, Status.SUPERSEDED})
+LATER_FINISHED = frozenset({Status.EXPIRED, Status.SUPERSEDED, Status.SKIPPED})
 # As stored: the partial indexes' conditions (models.py) and the reads that pick an index by them.
 IN_FLIGHT_VALUES = frozenset(status.value for status in IN_FLIGHT)
 FINISHED_VALUES = frozenset(status.value for status in FINISHED)
@@ -85,6 +89,7 @@ class Event(enum.StrEnum):
     SUPERSEDE = "supersede"  # a newer message with its debounce key replaced it (messages/debounce.py)
     WAIT = "wait"  # due, not its ordering key's turn: acked, waits for the message before it to end
     WAKE = "wake"  # the message before it ended: pending again, published by the relay
+    SKIP = "skip"  # a schedule's run its overlap policy does not send (the previous run has not ended)
 
 
 NEW = None  # the "status" of a message before it exists
@@ -107,6 +112,7 @@ TRANSITIONS: dict[Event, dict[Status | None, Status]] = {
     Event.SUPERSEDE: {P: Status.SUPERSEDED, U: Status.SUPERSEDED},  # never delivered: its copy is dropped
     Event.WAIT: {P: W, U: W},
     Event.WAKE: {W: P},
+    Event.SKIP: {P: Status.SKIPPED, U: Status.SKIPPED, W: Status.SKIPPED},
 }
 
 
@@ -314,6 +320,13 @@ def wake(state: State) -> dict:
     """The message before it ended: pending again, for the relay to publish (lateness keeps counting
     from its due time: the wait is part of it)."""
     return {"status": transition(state.status, Event.WAKE), "published_at": None}
+
+
+def skip(state: State, *, now: datetime, reason: str) -> dict:
+    """A schedule's run that found its schedule's previous run not ended, under the overlap policy
+    ``skip`` (or ``buffer_one`` with a run already waiting): finished, never handed over, the reason
+    (which run was still running) in last_error."""
+    return {"status": transition(state.status, Event.SKIP), "finished_at": now, "last_error": reason}
 
 
 def supersede(state: State, *, now: datetime) -> dict:

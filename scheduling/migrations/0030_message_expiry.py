@@ -36,6 +36,6 @@ class Migration(migrations.Migration):
         ),
         AddIndexConcurrently(
             model_name='scheduledmessage',
-            index=models.Index(condition=models.Q(('status__in', ['expired', 'superseded'])), fields=['endpoint', 'status', 'topology', 'created_at', 'id'], name='message_endpoint_ended'),
+            index=models.Index(condition=models.Q(('status__in', ['expired', 'skipped', 'superseded'])), fields=['endpoint', 'status', 'topology', 'created_at', 'id'], name='message_endpoint_ended'),
         ),
     ]
