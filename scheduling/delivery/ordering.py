@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import connection, transaction
 from django.utils import timezone
 
 from scheduling.core.lifecycle import ORDER_OPEN_VALUES, Status
-from scheduling.core.ordering import Holder, Turn, turn
+from scheduling.core.ordering import Holder, Overlap, Turn, skip_reason, turn
 from scheduling.messages.queries import uuid_array
 from scheduling.models import OrderingTurn, ScheduledMessage
 from scheduling.observability import metrics
@@ -62,15 +63,22 @@ ON CONFLICT (endpoint_id, key) DO UPDATE SET updated_at = excluded.updated_at,
 RETURNING t.endpoint_id, t.key, t.holder_id, t.holder_until
 """
 
-# statement 2 (after the lock): whether a message of the key due before each candidate is still open,
-# the batch's candidates left out (the caller walks those in order). One b-tree probe per candidate.
+# statement 2 (after the lock): the first message of the key due before each candidate that is still
+# open (NULL: none), the batch's candidates left out (the caller walks those in order); and for a
+# schedule's run under buffer_one, whether another message of the key already waits. One b-tree probe
+# per candidate (two for buffer_one's: message_waiting).
 _EARLIER = f"""
-SELECT c.id, EXISTS (
-    SELECT 1 FROM {MESSAGES} p
+SELECT c.id, (
+    SELECT p.id FROM {MESSAGES} p
     WHERE p.endpoint_id = c.e AND p.ordering_key = c.key AND p.status IN ({_OPEN})
-      AND (p.due_at, p.created_at, p.id) < (c.due_at, c.created_at, c.id) AND p.id <> ALL(%s::uuid[]))
-FROM unnest(%s::uuid[], %s::bigint[], %s::text[], %s::timestamptz[], %s::timestamptz[])
-     AS c(id, e, key, due_at, created_at)
+      AND (p.due_at, p.created_at, p.id) < (c.due_at, c.created_at, c.id) AND p.id <> ALL(%s::uuid[])
+    ORDER BY p.due_at, p.created_at, p.id LIMIT 1),
+    c.overlap = '{Overlap.BUFFER_ONE.value}' AND EXISTS (
+    SELECT 1 FROM {MESSAGES} p
+    WHERE p.endpoint_id = c.e AND p.ordering_key = c.key AND p.status = '{Status.WAITING.value}'
+      AND p.id <> c.id AND p.id <> ALL(%s::uuid[]))
+FROM unnest(%s::uuid[], %s::bigint[], %s::text[], %s::timestamptz[], %s::timestamptz[], %s::text[])
+     AS c(id, e, key, due_at, created_at, overlap)
 """
 
 # wake: the first open message of each key, if it is waiting (and no one else holds its row), is pending again
@@ -91,6 +99,14 @@ RETURNING m.id
 """
 
 
+@dataclass(frozen=True)
+class Decision:
+    """A keyed copy's turn: GO, WAIT or SKIP (a schedule's run, by its overlap policy: ``reason``)."""
+
+    turn: Turn
+    reason: str | None = None
+
+
 def _lock(keys, *, ended=()) -> dict[tuple[int, str], Holder]:
     keys = sorted(set(keys))
     ended = uuid_array(ended)
@@ -99,33 +115,46 @@ def _lock(keys, *, ended=()) -> dict[tuple[int, str], Holder]:
         return {(e, k): Holder(str(h) if h else None, until) for e, k, h, until in cursor.fetchall()}
 
 
-def ordering_take(*, candidates: list, now: datetime, chain) -> dict[str, Turn]:
+def ordering_take(*, candidates: list, now: datetime, chain) -> dict[str, Decision]:
     """Decide the turn of keyed messages whose copies are to be handed over now (rows locked by the
-    caller, in its transaction; each with id, endpoint_id, ordering_key, due_at, created_at). Each
-    key's candidates are walked in due order: the first goes if no other message holds the key and
+    caller, in its transaction; each with id, endpoint_id, ordering_key, due_at, created_at, overlap).
+    Each key's candidates are walked in due order: the first goes if no other message holds the key and
     none due before it is open; with ``chain`` (a bool, or a function of a candidate: the handover
-    itself ends the message, no handler) the next ones of the key go after it, else they wait. The turn
-    rows stay locked until the caller commits. Returns id -> GO or WAIT."""
+    itself ends the message, no handler) the next ones of the key go after it, else they wait, or for
+    a schedule's run are skipped by its overlap policy (core/ordering.turn). The turn rows stay locked
+    until the caller commits. Returns id -> Decision (GO, WAIT or SKIP, and for SKIP the reason)."""
     if not candidates:
         return {}
     holders = _lock((m.endpoint_id, m.ordering_key) for m in candidates)
     ids = uuid_array(m.id for m in candidates)
     with connection.cursor() as cursor:
-        cursor.execute(_EARLIER, [ids, ids, [m.endpoint_id for m in candidates],
+        cursor.execute(_EARLIER, [ids, ids, ids, [m.endpoint_id for m in candidates],
                                   [m.ordering_key for m in candidates], [m.due_at for m in candidates],
-                                  [m.created_at for m in candidates]])
-        earlier = {str(i): bool(e) for i, e in cursor.fetchall()}
+                                  [m.created_at for m in candidates],
+                                  [getattr(m, "overlap", None) for m in candidates]])
+        earlier = {str(i): (str(first) if first else None, bool(buffered)) for i, first, buffered in cursor.fetchall()}
     per_key = defaultdict(list)
     for m in candidates:
         per_key[m.endpoint_id, m.ordering_key].append(m)
-    decided: dict[str, Turn] = {}
+    decided: dict[str, Decision] = {}
     for key, rows in per_key.items():
-        blocked = False
+        blocked_by = waits = None  # the batch's own: the first of the key that did not go, one that waits
         for m in sorted(rows, key=lambda r: (r.due_at, r.created_at, str(r.id))):
-            go = not blocked and turn(mine=str(m.id), holder=holders[key], earlier_open=earlier[str(m.id)],
-                                      now=now) is Turn.GO
-            decided[str(m.id)] = Turn.GO if go else Turn.WAIT
-            blocked = blocked or not go or not (chain(m) if callable(chain) else chain)
+            first, buffered = earlier[str(m.id)]
+            overlap = getattr(m, "overlap", None)
+            holder = holders[key]
+            answer = turn(mine=str(m.id), holder=holder, earlier_open=bool(first or blocked_by), now=now,
+                          overlap=overlap, buffered=buffered or waits is not None)
+            reason = None
+            if answer is Turn.SKIP:
+                running = holder.message_id if holder.live(now) and holder.message_id != str(m.id) \
+                    else first or blocked_by
+                reason = skip_reason(overlap=overlap, running=running, buffered=buffered or waits is not None)
+            decided[str(m.id)] = Decision(answer, reason)
+            if answer is Turn.WAIT and waits is None:
+                waits = str(m.id)
+            if blocked_by is None and (answer is not Turn.GO or not (chain(m) if callable(chain) else chain)):
+                blocked_by = str(m.id) if answer is not Turn.SKIP else None
     return decided
 
 

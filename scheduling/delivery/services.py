@@ -37,6 +37,7 @@ from scheduling.delivery.flow_slots import endpoint_key_try_call_slot, endpoint_
 from scheduling.delivery.ordering import TASK_LEASE_SECONDS as ORDERING_TASK_LEASE_SECONDS
 from scheduling.delivery.ordering import ordering_end, ordering_hold, ordering_take
 from scheduling.core.ordering import Turn
+from scheduling.delivery.overlap import schedule_count_overlap_skipped
 from scheduling.notifications.services import notification_attempt_failing, notification_emit_ended
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ class Result(enum.Enum):
     SUPERSEDED = "superseded"  # a copy for the due time before a reschedule: dropped
     EXPIRED = "expired"  # past its expires_at (expired now or before): dropped, never handed over
     WAITING = "waiting"  # not its ordering key's turn: acked, the row waits to be woken (delivery/ordering.py)
+    SKIPPED = "skipped"  # a schedule's run its overlap policy does not send: acked, the row ended skipped
     EARLY = "early"
     RETRY = "retry"
     DEFERRED = "deferred"  # left for the one-by-one path (webhooks)
@@ -290,21 +292,29 @@ def _receive_one_by_one(left: list[tuple[int, tuple]], outcomes: list, *, defer_
 def _take_turns(keyed: dict, take, outcomes: list, changed: dict, now: datetime) -> list:
     """The keyed copies that would be delivered: those whose ordering key's turn it is are taken as
     any other (``take``), in the key's order; the others are acked and their rows set waiting (a
-    waiting row's stray copy leaves it waiting). Returns what the waits count."""
+    waiting row's stray copy leaves it waiting), or, a schedule's run its overlap policy does not send,
+    skipped (ended, with the reason). Returns what the waits and skips count."""
     # a record-only message ends at its hand-over: the next of its key in this batch goes too; a
     # handler's (a Celery task's, a webhook run here) ends later: one of a key at a time
     turns = ordering_take(candidates=[m for *_, m, _ in keyed.values()], now=now,
                           chain=lambda m: m.endpoint_handler == Endpoint.Handler.NONE)
-    counted = []
+    counted, skipped = [], []
     for index, message_id, attempt, message, change in keyed.values():
-        if turns[str(message.id)] is Turn.GO:
+        decision = turns[str(message.id)]
+        if decision.turn is Turn.GO:
             take(index, message_id, attempt, message, Arrival.DELIVER, change)
             continue
-        outcomes[index] = Outcome(Result.WAITING, attempt=attempt)
-        if message.status != lifecycle.Status.WAITING:
+        outcomes[index] = Outcome(Result.WAITING if decision.turn is Turn.WAIT else Result.SKIPPED, attempt=attempt)
+        if decision.turn is Turn.SKIP:
+            lifecycle.apply(message, lifecycle.skip(message, now=now, reason=decision.reason))
+            changed[message.id] = message
+            skipped.append(message)
+        elif message.status != lifecycle.Status.WAITING:
             lifecycle.apply(message, lifecycle.wait(message, now=now))
             changed[message.id] = message
             counted.append(metrics.Counted(metrics.ORDERING_WAITS, message))
+    if skipped:
+        counted += schedule_count_overlap_skipped(runs=skipped)
     return counted
 
 

@@ -41,6 +41,7 @@ from scheduling.delivery.log import delivery_log_on_commit
 from scheduling.delivery.minutes import delivery_minute_record
 from scheduling.delivery.ordering import ordering_end, ordering_hold, ordering_take
 from scheduling.core.ordering import Turn
+from scheduling.delivery.overlap import schedule_count_overlap_skipped
 from scheduling.notifications.models import NotificationType
 from scheduling.notifications.services import (
     notification_attempt_failing, notification_endpoint_fact, notification_emit, notification_emit_ended,
@@ -220,7 +221,7 @@ def _take_keyed(items: list[tuple], deadlines: dict[str, float], taken: dict[str
         rows = {str(m.id): m for m in ScheduledMessage.objects.select_for_update().filter(
             id__in=[i[0] for i in items]).order_by("id").only(
             "id", "status", "attempts", "due_at", "created_at", "expires_at", "call_lease_until", "endpoint_id",
-            "topology_id", "ordering_key", "waiting_since")}
+            "topology_id", "ordering_key", "waiting_since", "overlap", "schedule", "finished_at", "last_error")}
         ready = []
         for message_id, attempt, throttled_ms in items:
             m = rows.get(message_id)
@@ -230,7 +231,7 @@ def _take_keyed(items: list[tuple], deadlines: dict[str, float], taken: dict[str
             else:
                 ready.append((m, attempt, throttled_ms))
         turns = ordering_take(candidates=[m for m, _, _ in ready], now=now, chain=False)
-        go = [(m, a, t) for m, a, t in ready if turns[str(m.id)] is Turn.GO]
+        go = [(m, a, t) for m, a, t in ready if turns[str(m.id)].turn is Turn.GO]
         if go:
             for row in execute_prepared(_TAKE_KEYED, [
                     uuid_array(str(m.id) for m, _, _ in go), int_array(a for _, a, _ in go),
@@ -241,14 +242,20 @@ def _take_keyed(items: list[tuple], deadlines: dict[str, float], taken: dict[str
                 taken[t.message_id] = t
             ordering_hold(held=[(t.endpoint_id, t.ordering_key, t.message_id, t.lease_until)
                                 for t in taken.values() if t.ordering_key is not None])
-        waiting = [m for m, _, _ in ready if turns[str(m.id)] is Turn.WAIT]
+        waiting = [m for m, _, _ in ready if turns[str(m.id)].turn is Turn.WAIT]
         for m in waiting:
             if m.status != Status.WAITING:
                 m.save(update_fields=lifecycle.apply(m, lifecycle.wait(m, now=now)))
                 counted.append(metrics.Counted(metrics.ORDERING_WAITS, m))
+        skipped = [m for m, _, _ in ready if turns[str(m.id)].turn is Turn.SKIP]
+        for m in skipped:  # a schedule's run its overlap policy does not send: ended at once
+            m.save(update_fields=lifecycle.apply(m, lifecycle.skip(m, now=now, reason=turns[str(m.id)].reason)))
+        if skipped:
+            counted += schedule_count_overlap_skipped(runs=skipped)
         for m, attempt, _ in ready:
-            if turns[str(m.id)] is Turn.WAIT:
-                outcomes[str(m.id)] = Outcome(Result.WAITING, attempt=attempt)
+            if turns[str(m.id)].turn is not Turn.GO:
+                outcomes[str(m.id)] = Outcome(Result.WAITING if turns[str(m.id)].turn is Turn.WAIT
+                                              else Result.SKIPPED, attempt=attempt)
     return outcomes
 
 

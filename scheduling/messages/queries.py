@@ -152,9 +152,11 @@ class ScheduledMessageQuerySet(models.QuerySet):
     # topology_id: the version a delivery is counted under (scheduling/observability/metrics.py)
     # on_delivered_id, on_failed_id, notification: whether its outcome is told (notifications/services.py)
     # expires_at: past it, an arrival expires the row instead (lifecycle.arrive)
-    # ordering_key: a keyed row is handed over only in its turn (delivery/ordering.py)
+    # ordering_key: a keyed row is handed over only in its turn (delivery/ordering.py); overlap, schedule:
+    # a schedule's run its overlap policy skips, counted on its schedule (delivery/overlap.py)
     LOCKED_FOR_DELIVERY = ("id", "endpoint_id", "topology_id", "due_at", "created_at", *DELIVERY_FIELDS,
-                           "on_delivered_id", "on_failed_id", "notification", "expires_at", "ordering_key")
+                           "on_delivered_id", "on_failed_id", "notification", "expires_at", "ordering_key",
+                           "overlap", "schedule")
 
     def locked_for_delivery(self, ids) -> list[models.Model]:
         """Lock a batch of rows (FOR UPDATE, one array parameter) and load only what delivering

@@ -279,8 +279,8 @@ def _build(item: dict, endpoints: dict[str, list[Endpoint]], now: datetime) -> S
                                  or _has_nul(flow_key)):
         errors["flow_key"] = f"must be a string of 1 to {FLOW_KEY_MAX_LENGTH} characters, without NUL"
     ordering_key = item.get("ordering_key")
-    if ordering_key is not None:
-        _check_ordering_key(ordering_key, endpoint, errors)
+    if ordering_key is not None:  # the platform's own (a schedule's run with an overlap policy) may start schedule:
+        _check_ordering_key(ordering_key, endpoint, errors, platform=bool(item.get("schedule")))
     if errors:
         raise ValidationError(errors)
     row = ScheduledMessage.new(
@@ -304,17 +304,19 @@ def _build(item: dict, endpoints: dict[str, list[Endpoint]], now: datetime) -> S
         **debounced,  # its key, mode and durations (messages/debounce.py sets its window when saved)
         flow_key=flow_key,  # its endpoint's per-key limits (docs/guides/flow-control.md "By key")
         ordering_key=ordering_key,
+        overlap=item.get("overlap") if ordering_key is not None else None,  # a schedule's run (schedules/services.py)
     )
     row.payload_json = encoded  # what insert_many writes
     row.payload_bytes = len(encoded.encode())  # what the team's bytes quota sums
     return row
 
 
-def _check_ordering_key(key, endpoint: Endpoint | None, errors: dict) -> None:
-    """A key of 1 to 200 characters without NUL, on an endpoint whose hand-over takes the key's turn
+def _check_ordering_key(key, endpoint: Endpoint | None, errors: dict, *, platform: bool = False) -> None:
+    """A key of 1 to 200 characters without NUL, not starting ``schedule:`` unless the platform's own
+    (``platform``: a schedule's run), on an endpoint whose hand-over takes the key's turn
     (delivery/ordering.py): not a celery_queue one, whose tasks claim their own delivery in the team's
     workers (their turn is not built)."""
-    if why := ordering.key_problem(key):
+    if why := ordering.key_problem(key, platform=platform):
         errors["ordering_key"] = why
     elif endpoint is not None and endpoint.handler == Endpoint.Handler.CELERY_QUEUE:
         errors["ordering_key"] = (f"endpoint {endpoint.name!r} is a Celery queue: ordering keys are for webhook, "

@@ -60,6 +60,9 @@ ORDERING_WAITS = Counter(
 ORDERING_WAKES = Counter(
     "delay_ordering_wakes", "Waiting messages woken (pending again) because the message of their ordering key "
     "before them ended, or by the ordering sweep.")
+SCHEDULE_RUNS_OVERLAP_SKIPPED = Counter(
+    "delay_schedule_runs_overlap_skipped", "Recurring schedules' runs not sent because the schedule's previous run "
+    "had not ended (overlap skip, or buffer_one with a run already waiting): ended skipped.", BY_MESSAGE)
 RESCHEDULES = Counter(
     "delay_reschedules", "Messages moved to another due time (PATCH, admin).", BY_MESSAGE)
 HANDLER_FAILURES = Counter(

@@ -17,7 +17,12 @@ be made is skipped, counted on the schedule (``runs_skipped``, ``last_run_skippe
 Jitter moves each run's due time by an offset fixed per run (rules.jitter_offset_ms); its key
 keeps the nominal time, so a run made again is still the same run. Catch-up makes the runs missed
 in a downtime and due within ``catchup_ms`` before now, oldest first; older ones are counted on
-the schedule (``runs_missed``, ``last_run_missed_at``)."""
+the schedule (``runs_missed``, ``last_run_missed_at``).
+
+Overlap (core/ordering.py): with ``skip`` or ``buffer_one``, its runs share the platform's ordering
+key ``schedule:<key>`` and carry the policy, so a run due while the previous run has not ended is
+skipped, or waits (one at most); with ``allow`` (the default) they get no key and may overlap. A
+change of the policy is a new revision: the runs to come are made again with (or without) the key."""
 
 from __future__ import annotations
 
@@ -33,7 +38,9 @@ from scheduling.audit.services import audit_changed, audit_record, audit_values
 from scheduling.core.clock import MS, ceil_ms, to_epoch_ms
 from scheduling.config.conf import conf
 from scheduling.core.errors import BulkValidationError, NotFound, QuotaExceeded
+from scheduling.core import ordering
 from scheduling.core.lifecycle import IN_FLIGHT
+from scheduling.core.ordering import Overlap
 from scheduling.models import Endpoint, Schedule, ScheduledMessage, Team
 from scheduling.schedules import rules
 from scheduling.teams.models import default_team_id
@@ -47,7 +54,8 @@ log = logging.getLogger(__name__)
 
 MAX_RUNS_PER_PASS = 1_000  # runs one schedule gets per materialiser pass (a 1 s interval needs 60)
 # what a change of these makes a new revision of (its runs to come are cancelled and made again)
-_REVISED_BY = ("endpoint_id", "payload", "cron", "timezone", "interval_ms", "start_at", "end_at", "jitter_ms")
+_REVISED_BY = ("endpoint_id", "payload", "cron", "timezone", "interval_ms", "start_at", "end_at", "jitter_ms",
+               "overlap")
 
 
 @dataclass(frozen=True)
@@ -129,18 +137,20 @@ def _check_interval(team: Team, values: dict, errors: dict) -> None:
 def schedule_upsert(*, key: str, endpoint: str | Endpoint, payload, cron: str = "", timezone_name: str = "UTC",
                     interval_seconds=None, start_at: datetime | None = None, end_at: datetime | None = None,
                     missed_runs: str = Schedule.MissedRuns.SKIP, jitter_seconds=None, catchup_seconds=None,
-                    team: Team | None = None) -> tuple[Schedule, bool]:
+                    overlap: str = Overlap.ALLOW, team: Team | None = None) -> tuple[Schedule, bool]:
     """Create the team's schedule ``key``, or make it what is given (True when created). A change
     to its rule, payload, endpoint or jitter is a new revision: its runs to come are cancelled and
     made again from the new rule. Its first runs are created before this returns. ``team``: the
     default team when None; the endpoint must be the team's. ``jitter_seconds``: each run due a
     fixed offset in [0, it) after its time (below its interval); ``catchup_seconds``: after a
-    downtime, the missed runs due within it before now are made (None: ``missed_runs`` decides)."""
+    downtime, the missed runs due within it before now are made (None: ``missed_runs`` decides).
+    ``overlap``: a run due while the previous one has not ended is sent (allow), skipped (skip), or
+    waits for its end, one at most (buffer_one)."""
     team = _team(team)
     target, values = _checked(key=key, endpoint=endpoint, payload=payload, cron=cron, timezone_name=timezone_name,
                               interval_seconds=interval_seconds, start_at=start_at, end_at=end_at,
                               missed_runs=missed_runs, jitter_seconds=jitter_seconds,
-                              catchup_seconds=catchup_seconds, team=team)
+                              catchup_seconds=catchup_seconds, overlap=overlap, team=team)
     now = timezone.now()
     with transaction.atomic():
         if not Schedule.objects.filter(team=team, key=key).exists():
@@ -237,7 +247,7 @@ def _policy_values(jitter_seconds, catchup_seconds, errors: dict) -> dict:
 
 
 def _checked(*, key, endpoint, payload, cron, timezone_name, interval_seconds, start_at, end_at, missed_runs,
-             jitter_seconds, catchup_seconds, team: Team) -> tuple[Endpoint, dict]:
+             jitter_seconds, catchup_seconds, team: Team, overlap=Overlap.ALLOW) -> tuple[Endpoint, dict]:
     """The endpoint and the schedule's field values, every problem reported at once (a
     ValidationError naming each field)."""
     errors: dict[str, str] = {}
@@ -258,6 +268,10 @@ def _checked(*, key, endpoint, payload, cron, timezone_name, interval_seconds, s
         errors.update({k: v[0] for k, v in exc.message_dict.items()})
     if missed_runs not in Schedule.MissedRuns.values:
         errors["missed_runs"] = f"must be one of {', '.join(Schedule.MissedRuns.values)}"
+    # every handler a schedule may use reports its run's end (record-only: its hand-over; webhook: the
+    # call returned or gave up; celery_task: its worker's task_postrun, or a lease): no other refusal
+    if not isinstance(overlap, str) or overlap not in {o.value for o in Overlap}:
+        errors["overlap"] = f"must be one of {', '.join(o.value for o in Overlap)}"
     policies = _policy_values(jitter_seconds, catchup_seconds, errors)
     try:
         values = _rule_values(cron=cron, tz=timezone_name, interval_seconds=interval_seconds,
@@ -270,7 +284,7 @@ def _checked(*, key, endpoint, payload, cron, timezone_name, interval_seconds, s
             _check_jitter({**values, **policies}, errors)
     if errors:
         raise ValidationError(errors)
-    values.update(endpoint_id=target.pk, payload=payload, missed_runs=missed_runs, **policies)
+    values.update(endpoint_id=target.pk, payload=payload, missed_runs=missed_runs, overlap=str(overlap), **policies)
     return target, values
 
 
@@ -437,9 +451,11 @@ def _create_runs(schedule: Schedule, now: datetime) -> tuple[int, int, int]:
             schedule.last_run_at = made[-1]
             made = made[:admitted.count]
     if made:
+        keyed = {} if schedule.overlap == Overlap.ALLOW else {  # one run at a time (core/ordering.py)
+            "ordering_key": ordering.schedule_key(schedule.key), "overlap": schedule.overlap}
         items = [{"endpoint": schedule.endpoint, "payload": schedule.payload, "deliver_at": schedule.run_due_at(run),
-                  "idempotency_key": schedule_run_key(schedule=schedule, run_at=run), "schedule": schedule.key}
-                 for run in made]
+                  "idempotency_key": schedule_run_key(schedule=schedule, run_at=run), "schedule": schedule.key,
+                  **keyed} for run in made]
         try:
             message_schedule_many(items=items)
         except BulkValidationError as exc:  # the endpoint was deactivated, say: try again next pass

@@ -9,7 +9,7 @@ from scheduling.core import lifecycle
 from scheduling.core.lifecycle import Arrival, Event, State, Status
 
 P, U, D, C, F = Status.PENDING, Status.PUBLISHED, Status.DELIVERED, Status.CANCELLED, Status.FAILED
-X, S, W = Status.EXPIRED, Status.SUPERSEDED, Status.WAITING
+X, S, W, K = Status.EXPIRED, Status.SUPERSEDED, Status.WAITING, Status.SKIPPED
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=timezone.utc)
 DUE = NOW - timedelta(milliseconds=40)
 
@@ -33,6 +33,8 @@ ALLOWED = {
     # ordering keys: waiting for the key's turn, woken once the message before it ended
     (P, Event.WAIT): W, (U, Event.WAIT): W, (W, Event.WAKE): P, (W, Event.DELIVER): D, (W, Event.DUPLICATE): W,
     (W, Event.CANCEL): C, (W, Event.RESCHEDULE): P, (W, Event.EXPIRE): X,
+    # a schedule's overlap: a run not sent because the previous run had not ended
+    (P, Event.SKIP): K, (U, Event.SKIP): K, (W, Event.SKIP): K, (K, Event.DUPLICATE): K,
 }
 
 
@@ -48,7 +50,7 @@ def test_every_transition_is_allowed_or_refused_as_the_table_says(status, event)
 
 def test_statuses_are_strings_the_database_stores():
     assert [s.value for s in Status] == ["pending", "published", "delivered", "cancelled", "failed", "expired",
-                                        "superseded", "waiting"]
+                                        "superseded", "waiting", "skipped"]
     assert lifecycle.transition("published", Event.DELIVER) == "delivered"
 
 
