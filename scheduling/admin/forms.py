@@ -5,6 +5,7 @@ from django import forms
 
 from scheduling.config.conf import setting_name
 from scheduling.core.flow_gate import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
+from scheduling.core.ordering import Overlap
 from scheduling.models import FLOW_KEY_MAX_LENGTH, DeliveryMode, Endpoint, Schedule, Team, TopologyVersion
 from scheduling.endpoints.selectors import endpoint_list
 from scheduling.versions.selectors import topology_version_get_default
@@ -151,6 +152,10 @@ class ScheduleForm(forms.Form):
                                                                   "after its time: below the gap between two runs")
     catchup_seconds = forms.DecimalField(required=False, help_text="after a downtime, the missed runs due within "
                                                                    "this before now are made; empty: missed runs")
+    overlap = forms.ChoiceField(
+        choices=[(o.value, o.value) for o in Overlap], initial=Overlap.ALLOW.value,
+        help_text="a run due while the previous run has not ended: sent anyway (allow), ended skipped (skip), or "
+                  "kept waiting for its end, one at most (buffer_one)")
 
     def __init__(self, *args, caller: Caller, next_runs=None, **kwargs):
         super().__init__(*args, **kwargs)

@@ -19,7 +19,7 @@ from scheduling.admin.forms import ScheduleForm
 @admin.register(Schedule)
 class ScheduleAdmin(ControlRoomAdmin):
     list_display = ("key", "team", "endpoint", "rule_summary", "missed_runs", "is_paused", "next_run", "runs",
-                    "runs_skipped", "runs_missed")
+                    "runs_skipped", "runs_missed", "overlap", "runs_overlap_skipped")
     list_filter = ("is_paused", TeamListFilter, EndpointListFilter)
     team_actions = {"view": Action.READ, "add": Action.SCHEDULES, "change": Action.SCHEDULES,
                     "pause": Action.SCHEDULES, "remove": Action.SCHEDULES}
@@ -28,9 +28,9 @@ class ScheduleAdmin(ControlRoomAdmin):
     actions = ("pause", "resume", "delete_schedules")
     object_actions = {"pause": "Pause", "resume": "Resume", "delete_schedules": "Delete"}
     fields = ("team", "key", "endpoint", "payload", "cron", "timezone", "interval_seconds", "start_at", "end_at",
-              "missed_runs", "jitter_seconds", "catchup_seconds", "is_paused", "revision", "next_run_at",
+              "missed_runs", "jitter_seconds", "catchup_seconds", "overlap", "is_paused", "revision", "next_run_at",
               "next_run_due", "last_run_at", "runs_skipped", "last_run_skipped_at", "runs_missed", "last_run_missed_at",
-              "created_at", "updated_at")
+              "runs_overlap_skipped", "created_at", "updated_at")
     readonly_fields = fields
 
     def base_queryset(self, request):
@@ -105,7 +105,7 @@ class ScheduleAdmin(ControlRoomAdmin):
         initial = {"key": obj.key, "endpoint": obj.endpoint_id, "payload": obj.payload, "cron": obj.cron,
                    "timezone": obj.timezone, "interval_seconds": obj.interval_seconds, "start_at": obj.start_at,
                    "end_at": obj.end_at, "missed_runs": obj.missed_runs, "jitter_seconds": obj.jitter_seconds,
-                   "catchup_seconds": obj.catchup_seconds}
+                   "catchup_seconds": obj.catchup_seconds, "overlap": obj.overlap}
         upcoming = obj.upcoming(timezone.now(), count=5)
         caller = self.caller(request)
 

@@ -15,6 +15,7 @@ from scheduling.config.conf import conf, setting_name
 from scheduling.core.flow_gate import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
 from scheduling.delivery.models import EndpointHealth, MessageAttempt
 from scheduling.core.lifecycle import Status, scheduled_in_past
+from scheduling.core.ordering import Overlap
 from scheduling.models import (
     FLOW_KEY_MAX_LENGTH, BulkAction, DeliveryMode, Endpoint, Schedule, ScheduledMessage, TopologyVersion)
 from scheduling.schedules.rules import run_time_of_key
@@ -555,9 +556,9 @@ class ScheduleSerializer(serializers.ModelSerializer):
     class Meta:
         model = Schedule
         fields = ["team", "key", "endpoint", "payload", "cron", "timezone", "interval_seconds", "start_at", "end_at",
-                  "missed_runs", "jitter_seconds", "catchup_seconds", "is_paused", "next_run_at", "next_run_due_at",
-                  "revision", "runs_skipped", "last_run_skipped_at", "runs_missed", "last_run_missed_at",
-                  "created_at", "updated_at"]
+                  "missed_runs", "jitter_seconds", "catchup_seconds", "overlap", "is_paused", "next_run_at",
+                  "next_run_due_at", "revision", "runs_skipped", "last_run_skipped_at", "runs_missed",
+                  "last_run_missed_at", "runs_overlap_skipped", "created_at", "updated_at"]
         read_only_fields = fields
 
     def get_next_run_at(self, schedule) -> datetime | None:
@@ -599,6 +600,11 @@ class ScheduleWriteSerializer(RefuseControlCharacters, serializers.Serializer):
         max_digits=None, decimal_places=None, required=False, allow_null=True,
         help_text="after a downtime, its missed runs due within this before now are made, oldest first; older "
                   "ones are skipped and counted (0 to 31 days; null: missed_runs decides)")
+    overlap = serializers.ChoiceField(
+        choices=[o.value for o in Overlap], required=False,
+        help_text="a run due while the previous run has not ended (its webhook call or task still running): "
+                  "sent anyway (allow, the default), not sent, ended skipped (skip), or kept waiting for its end, "
+                  "one at most, a later one skipped (buffer_one)")
 
     def to_service(self) -> dict:
         data = self.validated_data
@@ -607,7 +613,8 @@ class ScheduleWriteSerializer(RefuseControlCharacters, serializers.Serializer):
                 "cron": data.get("cron", ""), "timezone_name": data.get("timezone", "UTC"),
                 "interval_seconds": data.get("interval_seconds"), "start_at": data.get("start_at"),
                 "end_at": data.get("end_at"), "missed_runs": data.get("missed_runs", Schedule.MissedRuns.SKIP),
-                "jitter_seconds": data.get("jitter_seconds"), "catchup_seconds": data.get("catchup_seconds")}
+                "jitter_seconds": data.get("jitter_seconds"), "catchup_seconds": data.get("catchup_seconds"),
+                "overlap": data.get("overlap", Overlap.ALLOW.value)}
 
 
 class SchedulePreviewSerializer(RefuseControlCharacters, serializers.Serializer):

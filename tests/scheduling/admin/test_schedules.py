@@ -18,7 +18,8 @@ LIST = reverse("admin:scheduling_schedule_changelist")
 
 def form(endpoint, **changes):
     return {"key": "poll", "endpoint": endpoint.pk, "payload": "{}", "cron": "", "timezone": "UTC",
-            "interval_seconds": "7", "missed_runs": "skip", "jitter_seconds": "", "catchup_seconds": "", **changes}
+            "interval_seconds": "7", "missed_runs": "skip", "jitter_seconds": "", "catchup_seconds": "",
+            "overlap": "allow", **changes}
 
 
 def test_the_form_sets_jitter_and_catch_up_and_the_pages_show_the_missed_runs(admin_client, endpoint_row):
@@ -60,3 +61,19 @@ def test_a_viewer_sees_the_policies_and_the_next_runs_due_time(readonly_client, 
     assert f"{due:%Y-%m-%d %H:%M:%S.%f}"[:-3] in page
     for label in ("Jitter seconds", "Catchup seconds", "Runs missed", "Next run due (UTC)"):
         assert label in page, label
+
+
+def test_the_form_sets_overlap_and_the_pages_show_it_and_its_skipped_runs(admin_client, endpoint_row):
+    assert admin_client.post(ADD, form(endpoint_row, overlap="skip")).status_code == 302
+    schedule = Schedule.objects.get(key="poll")
+    assert schedule.overlap == "skip"
+    change = reverse("admin:scheduling_schedule_change", args=[schedule.pk])
+    assert '<option value="skip" selected>' in admin_client.get(change).content.decode()
+    assert admin_client.post(change, form(endpoint_row, overlap="buffer_one")).status_code == 302
+    event = AuditEvent.objects.filter(action="schedule.update").latest("id")
+    assert (event.before["overlap"], event.after["overlap"]) == ("skip", "buffer_one")
+    Schedule.objects.filter(pk=schedule.pk).update(runs_overlap_skipped=4)
+    listed = admin_client.get(LIST).content.decode()
+    assert '<td class="field-overlap">buffer_one</td>' in listed
+    assert '<td class="field-runs_overlap_skipped">4</td>' in listed
+    assert admin_client.post(ADD, form(endpoint_row, key="other", overlap="often")).status_code == 200

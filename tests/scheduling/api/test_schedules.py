@@ -91,6 +91,7 @@ def test_the_preview_is_daylight_saving_correct_on_both_change_days(api):
     ({"cron": "", "interval_seconds": 5, "jitter_seconds": 5}, "jitter_seconds", "below interval_seconds (5 s)"),
     ({"jitter_seconds": "soon"}, "jitter_seconds", "A valid number"),
     ({"catchup_seconds": 31 * 86_400 + 1}, "catchup_seconds", "at most 2,678,400 s"),
+    ({"overlap": "sometimes"}, "overlap", "not a valid choice"),
     ({"start_at": "yesterday"}, "start_at", "Datetime has wrong format"),
     ({"start_at": "2026-01-02T00:00:00Z", "end_at": "2026-01-01T00:00:00Z"}, "end_at", "after start_at"),
 ])
@@ -147,3 +148,18 @@ def test_jitter_and_catch_up_are_set_shown_and_audited(api, body):
     cleared = api.post("/api/schedules/", interval, format="json").json()  # left out: back to none
     assert cleared["jitter_seconds"] is None and cleared["catchup_seconds"] is None
     assert cleared["next_run_due_at"] == cleared["next_run_at"]
+
+
+def test_overlap_is_set_shown_audited_and_its_runs_listed_skipped(api, body):
+    interval = {**body, "cron": "", "interval_seconds": 7}
+    created = api.post("/api/schedules/", interval, format="json").json()
+    assert created["overlap"] == "allow" and created["runs_overlap_skipped"] == 0
+    changed = api.post("/api/schedules/", {**interval, "overlap": "buffer_one"}, format="json")
+    assert changed.status_code == 200, changed.content
+    assert changed.json()["overlap"] == "buffer_one" and changed.json()["revision"] == 2
+    event = AuditEvent.objects.filter(action="schedule.update").latest("id")
+    assert (event.before["overlap"], event.after["overlap"]) == ("allow", "buffer_one")
+    assert api.get("/api/schedules/reports.daily/").json()["overlap"] == "buffer_one"
+    ScheduledMessage.objects.filter(schedule="reports.daily", status="published").update(status="skipped")
+    skipped = api.get("/api/messages/?schedule=reports.daily&status=skipped").json()["results"]
+    assert len(skipped) == 8 and {r["status"] for r in skipped} == {"skipped"}
