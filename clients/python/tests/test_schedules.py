@@ -51,3 +51,14 @@ def test_jitter_and_catch_up(client, endpoint, unique):
         client.schedules.upsert(made.key, endpoint.name, {}, interval=60, jitter=60)
     assert "below interval_seconds" in caught.value.fields["jitter_seconds"][0]
     client.schedules.delete(made.key)
+
+
+def test_overlap(client, endpoint, unique):
+    made = client.schedules.upsert(f"one-at-a-time-{unique}", endpoint.name, {}, interval=60, overlap="skip")
+    assert made.overlap == "skip" and made.runs_overlap_skipped == 0
+    assert client.schedules.get(made.key).overlap == "skip"
+    assert client.schedules.upsert(made.key, endpoint.name, {}, interval=60).overlap == "allow"  # left out: allow
+    with pytest.raises(BadRequest) as caught:
+        client.schedules.upsert(made.key, endpoint.name, {}, interval=60, overlap="sometimes")
+    assert "overlap" in caught.value.fields
+    client.schedules.delete(made.key)

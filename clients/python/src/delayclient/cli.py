@@ -60,7 +60,7 @@ from .client import KEY_ENV, URL_ENV, Client
 PROG = "delayctl"
 EXIT_OK, EXIT_API, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 EXIT_BROKEN_PIPE = 141  # as a shell reports a command killed by SIGPIPE (`delayctl list | head -1`)
-STATUSES = "pending, published, delivered, cancelled, failed, expired, superseded, waiting"
+STATUSES = "pending, published, delivered, cancelled, failed, expired, superseded, waiting, skipped"
 
 
 class UsageError(Exception):

@@ -181,6 +181,7 @@ class Schedule(Model):
     missed_runs: str | None = None
     jitter_seconds: float | None = None  # each run due a fixed offset in [0, this) after its time
     catchup_seconds: float | None = None  # missed runs due within this before now are made after a downtime
+    overlap: str | None = None  # a run due while the previous has not ended: allow, skip or buffer_one
     is_paused: bool | None = None
     next_run_at: datetime | None = None
     next_run_due_at: datetime | None = None  # next_run_at moved by its jitter
@@ -189,6 +190,7 @@ class Schedule(Model):
     last_run_skipped_at: datetime | None = None
     runs_missed: int | None = None  # missed in a downtime and not made (older than the catch-up window)
     last_run_missed_at: datetime | None = None
+    runs_overlap_skipped: int | None = None  # not sent: the previous run had not ended (overlap)
     created_at: datetime | None = None
     updated_at: datetime | None = None
     created: bool | None = None  # the upsert created it (True) or updated it (False)

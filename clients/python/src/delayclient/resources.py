@@ -254,17 +254,20 @@ class Schedules(Resource):
     @route("POST", "/api/schedules/")
     def upsert(self, key: str, endpoint: str, payload: Any, *, cron: str | None = None, timezone: str | None = None,
                interval=None, start_at=None, end_at=None, missed_runs: str | None = None, jitter=None,
-               catchup=None, team: str | None = None):
+               catchup=None, overlap: str | None = None, team: str | None = None):
         """Create the schedule ``key`` or make it exactly this (``created`` says which): a cron
         rule read in ``timezone`` (IANA, default UTC), or every ``interval`` seconds. ``jitter``
         (seconds or a timedelta): each run is due a fixed offset in [0, jitter) after its time;
-        ``catchup``: after a downtime, the missed runs due within it before now are made."""
+        ``catchup``: after a downtime, the missed runs due within it before now are made.
+        ``overlap``: a run due while the previous run has not ended is sent anyway (``"allow"``,
+        the default), ends ``skipped`` (``"skip"``), or waits for its end, one at most, a later
+        one skipped (``"buffer_one"``)."""
         body = _fields(key=key, endpoint=endpoint, payload=payload, cron=cron, timezone=timezone, team=team,
                        interval_seconds=None if interval is None else _seconds(interval, "interval"),
                        start_at=None if start_at is None else _time(start_at, "start_at"),
                        end_at=None if end_at is None else _time(end_at, "end_at"), missed_runs=missed_runs,
                        jitter_seconds=None if jitter is None else _seconds(jitter, "jitter"),
-                       catchup_seconds=None if catchup is None else _seconds(catchup, "catchup"))
+                       catchup_seconds=None if catchup is None else _seconds(catchup, "catchup"), overlap=overlap)
         return self._send(Call("POST", "/api/schedules/", json=body, idempotent=True,
                                parse=_created(models.Schedule)))
 
