@@ -70,7 +70,8 @@ def key_problem(key, *, platform: bool = False) -> str | None:
     if not isinstance(key, str) or not 1 <= len(key) <= KEY_MAX_CHARS or "\x00" in key:
         return f"must be a string of 1 to {KEY_MAX_CHARS} characters, without NUL"
     if key.startswith(SCHEDULE_KEY_PREFIX) and not platform:
-        return f"keys starting {SCHEDULE_KEY_PREFIX!r} are the platform's (its recurring schedules' runs): choose another"
+        return (f"keys starting {SCHEDULE_KEY_PREFIX!r} are the platform's (its recurring schedules' runs): "
+                "choose another")
     return None
 
 

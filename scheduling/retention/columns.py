@@ -74,6 +74,7 @@ COLUMNS: dict[str, tuple[str, pa.DataType]] = {
     # ordering (0034): files before it have none
     "ordering_key": (f'{M}."ordering_key"', pa.string()),
     "waiting_since": (f'{M}."waiting_since"', TIMESTAMP),
+    "overlap": (f'{M}."overlap"', pa.string()),  # a schedule's run's overlap policy (0035): files before it have none
     "payload": (f'{M}."payload"::text', pa.string()),
     "attempt_log": (ATTEMPTS_SQL, pa.string()),
 }

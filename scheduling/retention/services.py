@@ -122,10 +122,11 @@ def retention_describe() -> str:
 def _prune_rules(now: datetime) -> list[tuple[Status, datetime]]:
     """(status, cutoff): messages of that status that finished before the cutoff go."""
     settings = conf()
-    # expired: a dead letter like the failed (kept as long, to be looked at); superseded: replaced, like cancelled
+    # expired: a dead letter like the failed (kept as long, to be looked at); superseded: replaced, like
+    # cancelled; skipped: a schedule's run its overlap policy did not send, like cancelled
     return [(Status.DELIVERED, now - settings.retention), (Status.CANCELLED, now - settings.retention),
             (Status.FAILED, now - settings.failed_retention), (Status.EXPIRED, now - settings.failed_retention),
-            (Status.SUPERSEDED, now - settings.retention)]
+            (Status.SUPERSEDED, now - settings.retention), (Status.SKIPPED, now - settings.retention)]
 
 
 def message_prune(*, now: datetime | None = None, dry_run: bool = False, progress: Progress | None = None,

@@ -79,10 +79,10 @@ def test_endpoint_counts_come_from_the_views_counts_and_name_the_estimates(versi
     endpoint = Endpoint(pk=7, team=TEAM, name="billing", queue="billing", topology=versions["v2"])
     counts = {7: {"pending": Tally(2), "published": Tally(0), "delivered": Tally(5_000_000, exact=False),
                   "cancelled": Tally(0), "failed": Tally(1), "expired": Tally(3), "superseded": Tally(0),
-                  "waiting": Tally(0)}}
+                  "waiting": Tally(0), "skipped": Tally(0)}}
     data = EndpointSerializer(endpoint, context={"message_counts": counts}).data
     assert data["message_counts"] == {"pending": 2, "published": 0, "delivered": 5_000_000, "cancelled": 0, "failed": 1,
-                                      "expired": 3, "superseded": 0, "waiting": 0}
+                                      "expired": 3, "superseded": 0, "waiting": 0, "skipped": 0}
     assert data["message_counts_estimated"] == ["delivered"]
     assert "webhook_secret" not in data
     assert EndpointSerializer(endpoint).data["message_counts"] == dict.fromkeys(counts[7], 0)  # none computed

@@ -76,7 +76,7 @@ def test_dashboard_figures_equal_direct_queries(board_rows):
     direct = dict(ScheduledMessage.objects.order_by().values_list("status").annotate(n=Count("id")))
     assert board.by_status == {s.value: direct.get(s.value, 0) for s in Status}
     assert board.by_status == {"pending": 3, "published": 2, "delivered": 11, "cancelled": 1, "failed": 1,
-                               "expired": 0, "superseded": 0, "waiting": 0}
+                               "expired": 0, "superseded": 0, "waiting": 0, "skipped": 0}
     assert all(count.exact for count in board.by_status.values())
     assert board.overdue == 1
     assert board.due == [("next minute", 2), ("next hour", 3), ("next day", 4)]
@@ -237,14 +237,14 @@ def test_a_merged_page_costs_the_same_queries_whatever_the_groups(history, versi
     for n in range(20):  # more endpoints, more groups: not more queries
         Endpoint.objects.create(name=f"{first.name}-{n}", queue=f"{first.name}-{n}", topology=versions["v1"])
     groups = message_list_groups(fixed={"topology"})
-    assert len(groups) == 22 * 8  # every endpoint x status
+    assert len(groups) == 22 * 9  # every endpoint x status
     queryset = ScheduledMessage.objects.filter(topology__name="v2")
     # the finished ranges of each partial index (history, ended), the in-flight ones, the waiting ones
     # (an ordering key's turn: in no partial index of the others), then their rows
     with django_assert_num_queries(5) as captured:
         page = message_get_page(queryset=queryset, groups=groups)
     assert "IN ('cancelled', 'delivered', 'failed')" in captured.captured_queries[0]["sql"]  # its partial index
-    assert "IN ('expired', 'superseded')" in captured.captured_queries[1]["sql"]  # message_endpoint_ended's
+    assert "IN ('expired', 'skipped', 'superseded')" in captured.captured_queries[1]["sql"]  # message_endpoint_ended's
     assert [r.id for r in page.rows] == list(queryset.order_by("-created_at", "-id").values_list("id", flat=True)[:50])
 
 

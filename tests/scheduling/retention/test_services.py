@@ -76,6 +76,7 @@ def history(row):
             last_error="NULL"),
         row("expired", created_days=40, finished_days=31, last_error="expired at ..."),  # a dead letter, like failed
         row("superseded", created_days=9, finished_days=8),  # replaced by a newer message: like cancelled
+        row("skipped", created_days=9, finished_days=8),  # a schedule's run its overlap did not send: like cancelled
     ]
     stay = [
         row("delivered", created_days=6.9, finished_days=6.9),  # finished within the retention
@@ -83,6 +84,7 @@ def history(row):
         row("failed", created_days=20, finished_days=10),  # failed: kept 30 days for a republish
         row("expired", created_days=20, finished_days=10),  # expired: kept as long as the failed
         row("superseded", created_days=6.9, finished_days=6.9),
+        row("skipped", created_days=6.9, finished_days=6.9),
         row("pending", created_days=400),  # never pruned, however old
         row("published", created_days=20, due_days=-8 * 365),  # due in eight years
     ]
@@ -98,8 +100,8 @@ def test_prune_archives_then_deletes_exactly_the_finished_messages_past_retentio
     assert {m.id for m in ScheduledMessage.objects.all()} == {m.id for m in stay}
     archived = archive_rows(archive)
     assert set(archived) == {str(m.id) for m in go}
-    assert (result.candidates, result.archived, result.deleted, result.kept_in_flight) == (8, 8, 8, 2)
-    assert ArchiveFile.objects.count() == result.files and sum(f.rows for f in ArchiveFile.objects.all()) == 8
+    assert (result.candidates, result.archived, result.deleted, result.kept_in_flight) == (9, 9, 9, 2)
+    assert ArchiveFile.objects.count() == result.files and sum(f.rows for f in ArchiveFile.objects.all()) == 9
     assert all((archive / f.path).stat().st_size == f.bytes for f in ArchiveFile.objects.all())
     assert result.reusable_bytes > 0 and not result.skipped
 
@@ -126,7 +128,7 @@ def test_an_archived_row_has_every_column_as_the_table_had_it(archive, history, 
         "traceparent": None, "event_id": None, "on_delivered_id": None, "on_failed_id": None, "notification": None,
         "expires_at": None,
         "debounce_key": None, "debounce_mode": None, "debounce_seconds": None, "debounce_max_seconds": None,
-        "debounce_until": None, "flow_key": None, "ordering_key": None, "waiting_since": None,
+        "debounce_until": None, "flow_key": None, "ordering_key": None, "waiting_since": None, "overlap": None,
         "attempt_log": None, "shard": 0,  # none were kept
         "due_date": max(first.due_at, first.created_at).date().isoformat(),  # from the directory's name
     }
@@ -193,8 +195,8 @@ def test_payloads_can_be_left_out(archive, row, settings):
 
 def test_a_dry_run_counts_and_changes_nothing(archive, history):
     result = message_prune(now=NOW, dry_run=True)
-    assert (result.candidates, result.archived, result.deleted, result.kept_in_flight) == (8, 0, 0, 2)
-    assert ScheduledMessage.objects.count() == 15 and not archive.exists() and not ArchiveFile.objects.exists()
+    assert (result.candidates, result.archived, result.deleted, result.kept_in_flight) == (9, 0, 0, 2)
+    assert ScheduledMessage.objects.count() == 17 and not archive.exists() and not ArchiveFile.objects.exists()
 
 
 def test_files_of_a_killed_run_are_removed_before_anything_is_written(archive, row):
@@ -285,7 +287,7 @@ def test_the_archive_is_read_as_it_is_by_spark_pandas_and_duckdb(archive, histor
     assert sorted(found.fetchall()) == expected
     rows = spark.read.parquet(str(archive)).select("id", "due_date", "status").collect()
     assert sorted((r.id, r.due_date) for r in rows) == expected
-    assert {r.status for r in rows} == {"delivered", "cancelled", "failed", "expired", "superseded"}
+    assert {r.status for r in rows} == {"delivered", "cancelled", "failed", "expired", "superseded", "skipped"}
 
 
 def test_after_the_prune_the_api_says_where_a_message_went_and_its_key_is_free(archive, row, api, settings):
