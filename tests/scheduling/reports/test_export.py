@@ -105,7 +105,7 @@ def test_each_due_date_gets_a_partition_with_the_facts(message, tmp_path):
         "debounce_key": None, "debounce_mode": None, "debounce_seconds": None, "debounce_max_seconds": None,
         "debounce_until": None,  # not debounced
         "flow_key": None,  # no flow key
-        "ordering_key": None, "waiting_since": None,  # no ordering key
+        "ordering_key": None, "waiting_since": None, "overlap": None,  # no ordering key, not a run with a policy
         "attempt_log": None,  # nor attempts
         "shard": 0,  # v2 has one shard here
     }
