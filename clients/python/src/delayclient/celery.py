@@ -26,6 +26,9 @@ endpoint; shorter delays, and calls without one, take Celery's own path. When th
 of the cascade into the endpoint's queue, any worker of that queue runs it at once; right before
 it runs, the task claims it through the API (``POST /api/messages/<id>/claim/``), which records
 the delivery and skips a cancelled task, or a second copy of one already run.
+``apply_async(..., ordering_key="account-42")`` runs the tasks of a key one at a time in due order:
+a claim out of turn skips the copy (the platform sends it again in its turn), and a run in turn
+reports its end (``after_return``: ``POST /api/messages/<id>/ended/``) so the next one goes.
 
 Settings (``app.conf.delay_platform``, each also read from the environment): ``url``
 (DELAY_PLATFORM_URL), ``key`` (DELAY_PLATFORM_KEY: scopes ``write``, ``cancel`` and ``tasks``),
