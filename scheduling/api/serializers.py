@@ -407,8 +407,34 @@ class TaskClaimedSerializer(serializers.Serializer):
     id = serializers.UUIDField(read_only=True)
     status = serializers.CharField(read_only=True, help_text="the message's status after the claim")
     run = serializers.BooleanField(read_only=True,
-                                   help_text="run the task: false for a cancelled task or a second hand-over of one "
-                                             "already delivered (skip it, and acknowledge the message)")
+                                   help_text="run the task: false for a cancelled task, a second hand-over of one "
+                                             "already delivered, or a message whose ordering key's turn it is not "
+                                             "(status waiting: it comes again when it is; or a schedule's run ended "
+                                             "skipped): skip it, and acknowledge the message")
+    ordered = serializers.BooleanField(read_only=True,
+                                       help_text="the run holds an ordering key's turn (the message's key, or the "
+                                                 "key of the first run a retry continues): report its end with "
+                                                 "POST /api/messages/<id>/ended/ so the next message of the key goes")
+
+
+class TaskEndedSerializer(RefuseControlCharacters, serializers.Serializer):
+    """A worker of another codebase reports that a task it claimed ended (its key's turn ends)."""
+
+    retrying = serializers.BooleanField(
+        required=False, default=False,
+        help_text="the task ended by retrying (Celery's RETRY): its ordering key stays held for the retry, for "
+                  "another lease, and the next message of the key keeps waiting")
+
+
+class TaskEndAnswerSerializer(serializers.Serializer):
+    """The answer to a task's end (read-only)."""
+
+    id = serializers.UUIDField(read_only=True)
+    turn = serializers.ChoiceField(
+        read_only=True, choices=["ended", "kept", "none"],
+        help_text="ended: the run held its ordering key, let go (the next message of the key is woken); kept: "
+                  "retrying, held for another lease; none: no key, or the key's turn is not this run's (ended "
+                  "already, its lease passed): nothing changed")
 
 
 class TaskCancelSerializer(RefuseControlCharacters, serializers.Serializer):

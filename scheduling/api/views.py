@@ -11,7 +11,7 @@ from rest_framework.decorators import action
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
-from scheduling.celery.services import celery_task_cancel, celery_task_claim_message
+from scheduling.celery.services import celery_task_cancel, celery_task_claim_message, celery_task_end
 from scheduling.core.errors import BulkValidationError, NotFound
 from scheduling.core.lifecycle import Status
 from scheduling.models import BulkAction, Endpoint
@@ -71,6 +71,8 @@ from scheduling.api.serializers import (
     StatusSerializer,
     TaskCancelSerializer,
     TaskClaimedSerializer,
+    TaskEndAnswerSerializer,
+    TaskEndedSerializer,
     TaskClaimSerializer,
     message_item,
 )
@@ -266,7 +268,7 @@ class MessageViewSet(TeamScoped, mixins.ListModelMixin, mixins.RetrieveModelMixi
                     "bulk": Action.SCHEDULE, "partial_update": Action.SCHEDULE, "cancel": Action.CANCEL,
                     "republish": Action.CANCEL, "resend": Action.CANCEL, "attempts": Action.READ,
                     "cancel_matching": Action.CANCEL, "republish_matching": Action.CANCEL,
-                    "claim": Action.TASKS, "cancel_task": Action.CANCEL}
+                    "claim": Action.TASKS, "ended": Action.TASKS, "cancel_task": Action.CANCEL}
 
     @staticmethod
     def team_id_of(obj) -> int:
@@ -414,7 +416,20 @@ class MessageViewSet(TeamScoped, mixins.ListModelMixin, mixins.RetrieveModelMixi
         body.is_valid(raise_exception=True)
         claim = celery_task_claim_message(message_id=pk, redelivered=body.validated_data["redelivered"],
                                           by=body.validated_data.get("worker", ""), caller=self.caller)
-        return Response({"id": claim.message.id, "status": claim.message.status, "run": claim.run})
+        return Response({"id": claim.message.id, "status": claim.message.status, "run": claim.run,
+                         "ordered": claim.ordered is not None})
+
+    @extend_schema(request=TaskEndedSerializer, responses={200: TaskEndAnswerSerializer}, operation_id="messages_ended")
+    @action(detail=True, methods=["post"])
+    def ended(self, request, pk=None):
+        """A worker of another codebase reports that a task it claimed ended (the claim answered
+        ordered: true): its ordering key's turn ends and the next message of the key is woken;
+        ``retrying`` keeps the key for the retry. A message that holds no turn changes nothing
+        (turn: none). 409 for a message that is not a Celery task."""
+        body = TaskEndedSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        message, turn = celery_task_end(message_id=pk, retrying=body.validated_data["retrying"], caller=self.caller)
+        return Response({"id": message.id, "turn": turn})
 
     @extend_schema(request=TaskCancelSerializer, responses={200: CountSerializer}, operation_id="messages_cancel_task")
     @action(detail=False, methods=["post"], url_path="cancel-task")

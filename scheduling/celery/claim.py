@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 H_MESSAGE_ID = "x-dp-message-id"  # wire.H_MESSAGE_ID; wire imports models, too early here
 H_TRACEPARENT = "traceparent"  # wire.H_TRACEPARENT
 _SPAN = "_dp_trace"  # the request's attribute that holds its span until task_postrun
+# the request's attribute naming the message whose ordering key's turn a claimed celery_queue task holds
+ORDERED_BY = "dp_ordered_by"
 # Celery's final state -> the span's outcome (tracing._end marks failed and retry as errors)
 _OUTCOMES = {"SUCCESS": "delivered", "FAILURE": "failed", "RETRY": "retry", "IGNORED": "ignored",
              "REJECTED": "rejected"}
@@ -38,12 +40,14 @@ def claim_around(before_start):
             redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
             carried = _carried(self, message_id, task_id, args, kwargs)
             parent = traceparent.parse(self.request.get(H_TRACEPARENT)) if tracing.ENABLED else None
-            run = (_claim_traced(self, message_id, redelivered, parent, carried) if parent
-                   else _claim(message_id, redelivered, self.request.hostname or "", carried).run)
-            if not run:
-                log.info("task %s[%s] skipped: cancelled, already run, or its row is missing (set aside)",
-                         self.name, task_id)
+            claim = (_claim_traced(self, message_id, redelivered, parent, carried) if parent
+                     else _claim(message_id, redelivered, self.request.hostname or "", carried))
+            if not claim.run:
+                log.info("task %s[%s] skipped: cancelled, already run, not its ordering key's turn (waiting), "
+                         "or its row is missing (set aside)", self.name, task_id)
                 raise Ignore()
+            if claim.ordered:  # its key's turn ends with the task (task_postrun: _ordered_task_ended)
+                setattr(self.request, ORDERED_BY, claim.ordered)
         return before_start(self, task_id, args, kwargs)
 
     return before_start_claimed
@@ -63,7 +67,7 @@ def _claim(message_id: str, redelivered: bool, by: str, carried):
     return celery_task_claim_message(message_id=message_id, redelivered=redelivered, by=by, carried=carried)
 
 
-def _claim_traced(task, message_id: str, redelivered: bool, parent: str, carried) -> bool:
+def _claim_traced(task, message_id: str, redelivered: bool, parent: str, carried):
     """The claim inside the task's deliver span; a skipped task's span ends here, a run's when
     the task ends (task_postrun)."""
     started = tracing.task_start(parent=parent, message_id=message_id, task=task.name)
@@ -78,10 +82,11 @@ def _claim_traced(task, message_id: str, redelivered: bool, parent: str, carried
                            lateness_ms=message.lateness_ms if claim.run else None)
     if not claim.run:
         ended = message.status if message is not None else None
-        tracing.task_end(started, ended if ended in (Status.CANCELLED, Status.EXPIRED) else "duplicate")
-        return False
+        tracing.task_end(started, ended if ended in (Status.CANCELLED, Status.EXPIRED, Status.WAITING, Status.SKIPPED)
+                         else "duplicate")
+        return claim
     setattr(task.request, _SPAN, started)
-    return True
+    return claim
 
 
 def _task_ended(sender=None, task=None, state=None, **_) -> None:
@@ -95,15 +100,19 @@ def _task_ended(sender=None, task=None, state=None, **_) -> None:
 
 def _ordered_task_ended(sender=None, task_id=None, task=None, state=None, **_) -> None:
     """Celery's ``task_postrun`` in the worker that ran the task: a task handed over in its ordering
-    key's turn (header ``dp_ordered``) ends the turn, and the next message of the key is woken; a
-    retry keeps it (its lease runs again). Any other task pays one header lookup."""
+    key's turn (a celery_task endpoint's: header ``dp_ordered``, its task id is the message's; a
+    celery_queue endpoint's: marked by its claim, ORDERED_BY) ends the turn, and the next message of
+    the key is woken; a retry keeps it (its lease runs again). Any other task pays two lookups."""
     request = getattr(task, "request", None)
-    if request is None or not request.get("dp_ordered"):
+    if request is None:
+        return
+    holder = getattr(request, ORDERED_BY, None) or (task_id if request.get("dp_ordered") else None)
+    if not holder:
         return
     from scheduling.delivery.ordering import ordering_task_ended  # models: not at import time
 
     try:
-        ordering_task_ended(message_id=task_id, retrying=state == "RETRY")
+        ordering_task_ended(message_id=holder, retrying=state == "RETRY")
     except Exception:  # the lease (and the sweep) end the turn instead; the task's outcome stands
         log.exception("ordered task %s: its key's turn not ended (its lease will end it)", task_id)
 

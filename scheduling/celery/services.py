@@ -24,7 +24,10 @@ from scheduling.observability import metrics
 from scheduling.endpoints.selectors import endpoint_get_one
 from scheduling.delivery.log import delivery_log_on_commit
 from scheduling.delivery.minutes import delivery_minute_record
+from scheduling.delivery.ordering import Release, ordering_release
 from scheduling.delivery.orphans import Carried, orphan_copy_set_aside
+from scheduling.celery.turns import holder_of, take_turn
+from scheduling.core.ordering import Turn
 from scheduling.endpoints.services import endpoint_create
 from scheduling.messages.services import message_cancel, message_lock, message_schedule_many
 from scheduling.teams.caller import PLATFORM, Caller
@@ -121,6 +124,9 @@ def _task_endpoint(name: str, team_ids: frozenset[int] | None) -> Endpoint:
 class Claim:
     message: ScheduledMessage | None  # None: no row (the platform's own hook sets the copy aside, not run)
     run: bool
+    # the message whose ordering key's turn the run holds (its own, or a retry's first run: celery/turns.py):
+    # its end must be reported (task_postrun, POST /api/messages/<id>/ended/); None: no key, nothing to report
+    ordered: str | None = None
 
 
 def celery_task_claim(*, message_id: str, redelivered: bool, by: str = "", caller: Caller = PLATFORM,
@@ -145,7 +151,9 @@ def celery_task_claim_message(*, message_id: str, redelivered: bool, by: str = "
     so such a claim is no hand-over, and taking it would deliver the row and skip the real run (a
     cancel without the cancel right). The platform's own hook is not refused: only the platform
     publishes into its workers' queues. A redelivered task reruns at most DELAY_TASK_MAX_RERUNS
-    times (lifecycle.arrive), then fails instead of running."""
+    times (lifecycle.arrive), then fails instead of running. A message with an ordering key runs
+    in its key's turn only (celery/turns.py): otherwise it is set waiting (or, a schedule's run, ends
+    skipped) and not run; ``ordered`` names the message whose turn a run holds."""
     settings = conf()
     with transaction.atomic():
         try:
@@ -167,6 +175,11 @@ def celery_task_claim_message(*, message_id: str, redelivered: bool, by: str = "
                            f"({setting_name('claim_margin_ms')}); claim it when the task comes out of the cascade")
         arrival, change = lifecycle.arrive(message, attempt=0, now=now, redelivered=redelivered,
                                            rerun_redelivered=True, max_reruns=settings.task_max_reruns, by=by)
+        if arrival is Arrival.DELIVER and message.ordering_key is not None:
+            taken = take_turn(message, now=now)  # before the arrival is applied: WAIT and SKIP record no delivery
+            if taken.turn is not Turn.GO:
+                metrics.record_on_commit(taken.counted)
+                return Claim(message=message, run=False)
         message.save(update_fields=lifecycle.apply(message, change))
         if arrival is Arrival.DELIVER and was != Status.DELIVERED:  # a rerun after a crash is not a new delivery
             delivery_minute_record(messages=[message])
@@ -176,6 +189,26 @@ def celery_task_claim_message(*, message_id: str, redelivered: bool, by: str = "
                 delivered=[message.id] if ended == Status.DELIVERED and message.on_delivered_id else [],
                 failed=[message.id] if ended == Status.FAILED else [])
         metrics.record_on_commit([metrics.arrival(arrival, message, change)])
-    if arrival is Arrival.DELIVER:
-        delivery_log_on_commit(messages=[message], by=by)
-    return Claim(message=message, run=arrival is Arrival.DELIVER)
+    if arrival is not Arrival.DELIVER:
+        return Claim(message=message, run=False)
+    delivery_log_on_commit(messages=[message], by=by)
+    return Claim(message=message, run=True, ordered=holder_of(message))
+
+
+def celery_task_end(*, message_id: str, retrying: bool, caller: Caller = PLATFORM) -> tuple[ScheduledMessage, str]:
+    """A worker of another codebase reports that a claimed task ended (``POST
+    /api/messages/<id>/ended/``; the platform's own workers report it by task_postrun, claim.py):
+    if its run holds an ordering key's turn (its own key, or a retry's first run's), the key is let
+    go and the next message of the key woken; ``retrying`` keeps it for another lease. Anything else
+    (no key, a turn not its own any more, a second report) changes nothing. Same scope as the claim:
+    the tasks right in the message's team (another team's id is NotFound), a celery_queue endpoint's
+    message (else Conflict). Returns the message and what it did (delivery/ordering.Release)."""
+    with transaction.atomic():
+        message = message_lock(message_id=message_id, caller=caller, action=Action.TASKS)
+        if message.endpoint.handler != Endpoint.Handler.CELERY_QUEUE:
+            raise Conflict(f"message {message.id} is not a Celery task (its endpoint {message.endpoint.name!r} is "
+                           f"a {message.endpoint.handler} endpoint)")
+        holder = holder_of(message)
+    if holder is None:
+        return message, Release.NONE
+    return message, ordering_release(message_id=holder, retrying=retrying)

@@ -14,10 +14,10 @@ commit of whoever held the turn before (an ender or a newcomer), which closes th
 
 Messages without a key never get here: no statement on their path.
 
-Where this departs from the design study (issue 49): keys are refused on celery_queue endpoints (the
-claim's turn, its answer and an ``/ended/`` route are not built); celery_task endpoints take them,
-their end reported by the worker's task_postrun (celery/claim.py) or, failing that, a 15-minute
-lease. A holder is written for webhook calls and Celery tasks (record-only messages end in the
+Celery tasks: celery_task endpoints' keyed tasks hold the key from their hand-over, celery_queue
+endpoints' from their claim (celery/turns.py); their end is reported by the worker's task_postrun
+(celery/claim.py), by a team's worker through ``POST /api/messages/<id>/ended/`` (ordering_release),
+or, failing that, ends with a 15-minute lease. A holder is written for webhook calls and Celery tasks (record-only messages end in the
 transaction that hands them over). No setting gates the feature: the upgrade note says to send keys
 once every worker runs this release.
 """
@@ -200,11 +200,39 @@ def ordering_task_ended(*, message_id: str, retrying: bool = False) -> list[str]
     if row is None or row[1] is None:
         return []
     with transaction.atomic():
-        if retrying:
-            _lock([row])
-            ordering_hold(held=[(row[0], row[1], message_id, timezone.now() + timedelta(seconds=TASK_LEASE_SECONDS))])
+        if retrying:  # renewed only while it still holds the key (a lapsed hold is not taken back)
+            if _lock([row])[row].message_id == message_id:
+                ordering_hold(held=[(row[0], row[1], message_id,
+                                     timezone.now() + timedelta(seconds=TASK_LEASE_SECONDS))])
             return []
         return ordering_end(keys=[row], ended=[message_id])
+
+
+class Release:
+    """What reporting a task's end did to its key's turn (``POST /api/messages/<id>/ended/``)."""
+
+    ENDED = "ended"  # it held the key: let go, the next of the key woken
+    KEPT = "kept"  # it held the key and retries: held for another lease
+    NONE = "none"  # no key, or the key is not its own (ended already, lease lapsed): nothing changed
+
+
+def ordering_release(*, message_id: str, retrying: bool = False) -> str:
+    """A Celery task's end reported by a worker of another codebase: as ordering_task_ended, but only
+    while the message holds its key's turn (its hold live), so that a report for any other message
+    (unkeyed, waiting, ended long ago, repeated) changes nothing. Returns a Release value."""
+    row = ScheduledMessage.objects.filter(id=message_id).values_list("endpoint_id", "ordering_key").first()
+    if row is None or row[1] is None:
+        return Release.NONE
+    with transaction.atomic():
+        now = timezone.now()
+        holder = _lock([row])[row]
+        if holder.message_id != message_id or not holder.live(now):
+            return Release.NONE
+        if retrying:
+            ordering_hold(held=[(row[0], row[1], message_id, now + timedelta(seconds=TASK_LEASE_SECONDS))])
+            return Release.KEPT
+        ordering_end(keys=[row], ended=[message_id])
+        return Release.ENDED
 
 
 def _publish(ids: list[str]) -> None:

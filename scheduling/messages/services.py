@@ -280,7 +280,7 @@ def _build(item: dict, endpoints: dict[str, list[Endpoint]], now: datetime) -> S
         errors["flow_key"] = f"must be a string of 1 to {FLOW_KEY_MAX_LENGTH} characters, without NUL"
     ordering_key = item.get("ordering_key")
     if ordering_key is not None:  # the platform's own (a schedule's run with an overlap policy) may start schedule:
-        _check_ordering_key(ordering_key, endpoint, errors, platform=bool(item.get("schedule")))
+        _check_ordering_key(ordering_key, errors, platform=bool(item.get("schedule")))
     if errors:
         raise ValidationError(errors)
     row = ScheduledMessage.new(
@@ -311,16 +311,12 @@ def _build(item: dict, endpoints: dict[str, list[Endpoint]], now: datetime) -> S
     return row
 
 
-def _check_ordering_key(key, endpoint: Endpoint | None, errors: dict, *, platform: bool = False) -> None:
+def _check_ordering_key(key, errors: dict, *, platform: bool = False) -> None:
     """A key of 1 to 200 characters without NUL, not starting ``schedule:`` unless the platform's own
-    (``platform``: a schedule's run), on an endpoint whose hand-over takes the key's turn
-    (delivery/ordering.py): not a celery_queue one, whose tasks claim their own delivery in the team's
-    workers (their turn is not built)."""
+    (``platform``: a schedule's run). Every handler takes one: the delivery path takes the key's turn
+    (delivery/ordering.py), a celery_queue endpoint's claim does (celery/turns.py)."""
     if why := ordering.key_problem(key, platform=platform):
         errors["ordering_key"] = why
-    elif endpoint is not None and endpoint.handler == Endpoint.Handler.CELERY_QUEUE:
-        errors["ordering_key"] = (f"endpoint {endpoint.name!r} is a Celery queue: ordering keys are for webhook, "
-                                  "celery_task and record-only endpoints")
 
 
 def _limit_ms(version: TopologyVersion | None) -> int:

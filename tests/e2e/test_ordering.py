@@ -2,20 +2,24 @@
 receiver that holds each call 0.1 s and records when each began and ended. 3 keys x 20 messages due
 at the same second, in one bulk request: per key never two calls at once and in the order sent;
 across keys calls go side by side (no global lock). The same for Celery tasks (celery_task endpoint):
-a key's next task starts only once the one before it ended in its worker (task_postrun)."""
+a key's next task starts only once the one before it ended in its worker (task_postrun); and for
+tasks sent as data to a celery_queue endpoint, whose claim takes the key's turn (celery/turns.py)."""
 
 import json
+import os
 from collections import defaultdict
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
-from harness.celery_worker import start_workers
+from harness.celery_worker import Worker, start_workers
+from harness.paths import ARTIFACTS
 from harness.testapp.models import Receipt
 from harness.recording_server import RecordingServer
 from harness.waiting import wait_until
 from scheduling.models import ScheduledMessage
+from scheduling.teams.models import default_team_id
 
 pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 Status = ScheduledMessage.Status
@@ -81,3 +85,51 @@ def test_a_key_s_celery_tasks_run_one_after_the_other(api, platform, two_workers
         assert [n for *_, n in made] == list(range(per_key)), f"key {key} out of order"
         assert all(ended <= next_started for (_, ended, _), (next_started, _, _) in zip(made, made[1:])), \
             f"key {key}: two tasks at once"
+
+
+@pytest.fixture(scope="module")
+def queue_worker(worker_env, provisioned):
+    """The platform's worker, also consuming the celery_queue endpoint's queue (its tasks run here,
+    claimed by the platform's before_start hook), 4 processes so that keys can go side by side."""
+    run_id = os.environ["DP_TEST_RUN_ID"]
+    w = Worker(f"ordering-q-{run_id}", worker_env, ARTIFACTS / f"worker-{run_id}-ordering-q.log", concurrency=4,
+               extra_args=("-Q", f"celery,dp.relay,default--{QUEUE_ENDPOINT}")).start()
+    yield w
+    w.stop()
+
+
+QUEUE_ENDPOINT = "ordered-tasks"
+
+
+def test_a_key_s_celery_queue_tasks_run_one_after_the_other_keys_side_by_side(api, platform, queue_worker):
+    default_team_id()  # the default team with its grants (testapp.* tasks)
+    created = api.post("/api/endpoints/", {"name": QUEUE_ENDPOINT, "topology": "v3", "handler": "celery_queue",
+                                           "team": "default"}, format="json")
+    assert created.status_code == 201, created.content
+    due = (timezone.now() + timedelta(seconds=3)).isoformat()
+    keys, per_key = 2, 6
+    bulk = [{"endpoint": QUEUE_ENDPOINT, "team": "default", "deliver_at": due, "ordering_key": f"q{k}",
+             "payload": {"task": "testapp.held_receipt", "args": [{"key": k, "n": n, "hold": 0.2}], "id": f"q{k}-{n}"}}
+            for n in range(per_key) for k in range(keys)]
+    response = api.post("/api/messages/bulk/", {"messages": bulk}, format="json")
+    assert response.status_code == 201, response.content
+    ids = [m["id"] for m in response.json()["messages"]]
+    task_ids = [item["payload"]["id"] for item in bulk]
+    wait_until(lambda: Receipt.objects.filter(message_id__in=task_ids).count() == len(ids), 60, 0.2, "every task ran")
+    runs = defaultdict(list)
+    for payload in Receipt.objects.filter(message_id__in=task_ids).values_list("payload", flat=True):
+        runs[payload["key"]].append((payload["started"], payload["ended"], payload["n"]))
+    assert len(runs) == keys
+    for key, made in runs.items():
+        made.sort()
+        assert [n for *_, n in made] == list(range(per_key)), f"key {key} out of order (or a task ran twice)"
+        assert all(ended <= next_started for (_, ended, _), (next_started, _, _) in zip(made, made[1:])), \
+            f"key {key}: two tasks at once"
+    spans = [(a, e) for made in runs.values() for a, e, _ in made]
+    side_by_side = any(a0 < e1 and a1 < e0 for a0, e0, _ in runs[0] for a1, e1, _ in runs[1])
+    assert side_by_side, "the two keys never ran at the same time (a global lock?)"
+    rows = ScheduledMessage.objects.filter(id__in=ids)
+    assert set(rows.values_list("status", flat=True)) == {Status.DELIVERED}
+    assert rows.exclude(waiting_since=None).count() >= keys * (per_key - 2)  # most waited, visibly
+    span = max(e for _, e in spans) - min(a for a, _ in spans)
+    print(f"\ncelery_queue ordering: {keys} keys x {per_key} tasks of 0.2 s over {span:.2f} s")

@@ -175,3 +175,14 @@ def test_the_current_opentelemetry_span_is_sent_when_there_is_one():
     with trace.use_span(span):
         client.messages.schedule("e", {}, delay=5)
     assert seen[0].headers["traceparent"] == TRACEPARENT
+
+
+def test_a_claim_says_ordered_and_ended_reports_the_end():
+    answers = {"/claim/": {"id": "m", "status": "waiting", "run": False, "ordered": False},
+               "/ended/": {"id": "m", "turn": "kept"}}
+    client, seen = make(lambda request, n: httpx.Response(
+        200, json=next(v for k, v in answers.items() if request.url.path.endswith(k))))
+    claim = client.messages.claim("m")
+    assert (claim.run, claim.status, claim.ordered) == (False, "waiting", False)
+    assert client.messages.ended("m", retrying=True).turn == "kept"
+    assert seen[-1].url.path == "/api/messages/m/ended/" and json.loads(seen[-1].content) == {"retrying": True}

@@ -63,19 +63,21 @@ def test_the_first_claim_runs_and_records_the_delivery_and_a_second_does_not_run
     worker = team_key("default", "tasks")
     first = claim(worker, row.id, worker="celery@billing-1")
     assert first.status_code == 200, first.content
-    assert first.json() == {"id": str(row.id), "status": "delivered", "run": True}
+    assert first.json() == {"id": str(row.id), "status": "delivered", "run": True, "ordered": False}
     stored = ScheduledMessage.objects.get(id=row.id)
     assert stored.status == Status.DELIVERED and stored.delivery_count == 1
     assert stored.delivered_by == "celery@billing-1"
     again = claim(worker, row.id)
-    assert again.status_code == 200 and again.json() == {"id": str(row.id), "status": "delivered", "run": False}
+    assert again.status_code == 200
+    assert again.json() == {"id": str(row.id), "status": "delivered", "run": False, "ordered": False}
     assert ScheduledMessage.objects.get(id=row.id).delivery_count == 2  # the duplicate is counted, not run
 
 
 def test_a_redelivery_after_a_worker_died_runs_again(team_key, task):
     row = task(status=Status.DELIVERED)
     response = claim(team_key("default", "tasks"), row.id, redelivered=True)
-    assert response.status_code == 200 and response.json() == {"id": str(row.id), "status": "delivered", "run": True}
+    assert response.status_code == 200
+    assert response.json() == {"id": str(row.id), "status": "delivered", "run": True, "ordered": False}
 
 
 @pytest.mark.parametrize("status", [Status.PENDING, Status.PUBLISHED])
@@ -114,7 +116,8 @@ def test_reruns_of_a_claimed_task_are_bounded_then_it_fails(team_key, task, sett
 def test_a_cancelled_task_does_not_run(team_key, task, redelivered):
     row = task(status=Status.CANCELLED)
     response = claim(team_key("default", "tasks"), row.id, redelivered=redelivered)
-    assert response.status_code == 200 and response.json() == {"id": str(row.id), "status": "cancelled", "run": False}
+    assert response.status_code == 200
+    assert response.json() == {"id": str(row.id), "status": "cancelled", "run": False, "ordered": False}
     assert status_of(row) == Status.CANCELLED
 
 
@@ -277,14 +280,18 @@ def test_the_in_project_cancel_task_still_cancels_in_every_team(task, endpoint_i
 # --- the schema --------------------------------------------------------------------------------------
 
 
-def test_the_schema_describes_both_routes(api):
+def test_the_schema_describes_the_routes(api):
     schema = api.get("/api/schema/", HTTP_ACCEPT="application/json").json()
     claim_op = schema["paths"]["/api/messages/{id}/claim/"]["post"]
     cancel_op = schema["paths"]["/api/messages/cancel-task/"]["post"]
+    ended_op = schema["paths"]["/api/messages/{id}/ended/"]["post"]
     assert (claim_op["operationId"], cancel_op["operationId"]) == ("messages_claim", "messages_cancel_task")
+    assert ended_op["operationId"] == "messages_ended"
     components = schema["components"]["schemas"]
     assert set(components["TaskClaimRequest"]["properties"]) == {"redelivered", "worker"}
-    assert set(components["TaskClaimed"]["properties"]) == {"id", "status", "run"}
+    assert set(components["TaskClaimed"]["properties"]) == {"id", "status", "run", "ordered"}
+    assert set(components["TaskEndedRequest"]["properties"]) == {"retrying"}
+    assert set(components["TaskEndAnswer"]["properties"]) == {"id", "turn"}
     assert set(components["TaskCancelRequest"]["properties"]) == {"task_id", "endpoint", "team"}
     assert claim_op["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/TaskClaimed")
     assert cancel_op["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/Count")
@@ -325,3 +332,69 @@ def test_a_retry_sent_through_the_api_carries_its_retries_to_the_worker(team_key
     refused = key.post("/api/messages/", {"endpoint": endpoint.name, "delay_seconds": 5,
                                           "payload": {**payload, "retries": True}}, format="json")
     assert refused.status_code == 400 and refused.json()["payload"][0].startswith("retries must be")
+
+
+# --- ended (ordering keys) ------------------------------------------------------------------------
+
+
+def ended(client, row_id, **body):
+    return client.post(f"/api/messages/{row_id}/ended/", body, format="json")
+
+
+def keyed_pair(task):
+    """Two tasks of one ordering key on one endpoint, the first due first."""
+    first = task()
+    second = task(endpoint=first.endpoint)
+    ScheduledMessage.objects.filter(id__in=[first.id, second.id]).update(ordering_key="acct-7")
+    ScheduledMessage.objects.filter(id=second.id).update(due_at=first.due_at + timedelta(milliseconds=1))
+    return first, second
+
+
+def test_a_keyed_claim_answers_ordered_or_waiting_and_ended_wakes_the_next(team_key, task):
+    first, second = keyed_pair(task)
+    worker = team_key("default", "tasks")
+    assert claim(worker, first.id).json() == {"id": str(first.id), "status": "delivered", "run": True, "ordered": True}
+    assert claim(worker, second.id).json() == {"id": str(second.id), "status": "waiting", "run": False,
+                                               "ordered": False}
+    kept = ended(worker, first.id, retrying=True)
+    assert kept.status_code == 200 and kept.json() == {"id": str(first.id), "turn": "kept"}
+    assert status_of(second) == Status.WAITING
+    done = ended(worker, first.id)
+    assert done.status_code == 200 and done.json() == {"id": str(first.id), "turn": "ended"}
+    assert status_of(second) == Status.PENDING  # woken: the relay publishes it again
+    assert ended(worker, first.id).json() == {"id": str(first.id), "turn": "none"}  # a second report: nothing
+    assert status_of(second) == Status.PENDING
+
+
+def test_ended_for_a_message_that_holds_no_turn_changes_nothing(team_key, task):
+    worker = team_key("default", "tasks")
+    plain = task()
+    assert claim(worker, plain.id).json()["run"] is True
+    assert ended(worker, plain.id).json() == {"id": str(plain.id), "turn": "none"}
+    first, second = keyed_pair(task)
+    assert claim(worker, first.id).json()["ordered"] is True
+    assert claim(worker, second.id).json()["status"] == "waiting"
+    for report in (ended(worker, second.id), ended(worker, second.id, retrying=True)):  # not the holder
+        assert report.json() == {"id": str(second.id), "turn": "none"}
+    assert status_of(second) == Status.WAITING
+    assert ended(worker, first.id).json()["turn"] == "ended"
+
+
+def test_ended_is_team_scoped_needs_the_tasks_scope_and_checks_its_body(team_key, task, endpoint_in, settings):
+    first, second = keyed_pair(task)
+    worker = team_key("default", "tasks")
+    assert claim(worker, first.id).json()["ordered"] is True and claim(worker, second.id).json()["run"] is False
+    theirs = team_key("other", "all")
+    refused, unknown = ended(theirs, first.id), ended(theirs, uuid.uuid4())
+    assert refused.status_code == unknown.status_code == 404
+    for scopes in (("read", "write", "cancel"), ("read",)):
+        assert ended(team_key("default", *scopes), first.id).status_code == 403
+    bad = ended(worker, first.id, retrying="perhaps")
+    assert bad.status_code == 400 and "retrying" in bad.json(), bad.content
+    settings.DELAY_MAX_BODY_BYTES = 65536
+    huge = worker.post(f"/api/messages/{first.id}/ended/", {"retrying": False, "x": "y" * 70_000}, format="json")
+    assert huge.status_code == 413, huge.content
+    assert status_of(second) == Status.WAITING  # none of these let the key go
+    hook = task(endpoint=endpoint_in(handler=Endpoint.Handler.NONE))
+    assert ended(worker, hook.id).status_code == 409  # not a Celery task
+    assert ended(worker, first.id).json()["turn"] == "ended"

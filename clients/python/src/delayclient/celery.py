@@ -26,6 +26,9 @@ endpoint; shorter delays, and calls without one, take Celery's own path. When th
 of the cascade into the endpoint's queue, any worker of that queue runs it at once; right before
 it runs, the task claims it through the API (``POST /api/messages/<id>/claim/``), which records
 the delivery and skips a cancelled task, or a second copy of one already run.
+``apply_async(..., ordering_key="account-42")`` runs the tasks of a key one at a time in due order:
+a claim out of turn skips the copy (the platform sends it again in its turn), and a run in turn
+reports its end (``after_return``: ``POST /api/messages/<id>/ended/``) so the next one goes.
 
 Settings (``app.conf.delay_platform``, each also read from the environment): ``url``
 (DELAY_PLATFORM_URL), ``key`` (DELAY_PLATFORM_KEY: scopes ``write``, ``cancel`` and ``tasks``),
@@ -54,6 +57,7 @@ from .client import Client
 log = logging.getLogger(__name__)
 
 MESSAGE_ID_HEADER = "x-dp-message-id"  # on every message the platform publishes
+ORDERED = "dp_ordered_by"  # the request's mark: this run holds an ordering key's turn (its claim said so)
 CONF_KEY = "delay_platform"
 _ENV = {"url": "DELAY_PLATFORM_URL", "key": "DELAY_PLATFORM_KEY", "endpoint": "DELAY_PLATFORM_ENDPOINT",
         "team": "DELAY_PLATFORM_TEAM", "threshold_seconds": "DELAY_PLATFORM_THRESHOLD_SECONDS",
@@ -142,10 +146,11 @@ def team_worker_settings(team: str) -> dict:
 
 
 def send_task_through_platform(task: Task, args, kwargs, *, task_id: str, due: datetime, retries: int = 0,
-                               priority: int | None = None, countdown=None):
+                               priority: int | None = None, countdown=None, ordering_key: str | None = None):
     """Store the run with the platform; the countdown is sent as a delay (the platform's clock)
     and an eta as a time. The idempotency key makes a retried request, or a task sent twice
-    with the same id, one run."""
+    with the same id, one run; it also ties a retry (``<id>#retry<n>``) to its first run, whose
+    ``ordering_key`` turn the retry holds."""
     client, settings = client_of(task.app)
     payload = {"task": task.name, "args": _plain(list(args or [])), "kwargs": _plain(dict(kwargs or {})),
                "id": task_id}
@@ -154,6 +159,8 @@ def send_task_through_platform(task: Task, args, kwargs, *, task_id: str, due: d
     if priority is not None:
         payload["priority"] = priority
     when = {"delay": float(countdown)} if countdown is not None else {"deliver_at": due}
+    if ordering_key is not None:
+        when["ordering_key"] = ordering_key
     return client.messages.schedule(settings.endpoint, payload, idempotency_key=idempotency_key(task_id, retries),
                                     team=settings.team, **when)
 
@@ -165,9 +172,15 @@ class PlatformTask(Task):
     def apply_async(self, args=None, kwargs=None, task_id=None, producer=None, link=None, link_error=None,
                     shadow=None, **options):
         countdown, eta = options.get("countdown"), options.get("eta")
+        ordering_key = options.pop("ordering_key", None)
         due = _due(countdown, eta)
-        if due is None or producer is not None or self.app.conf.task_always_eager or \
+        if ordering_key is not None and due is None:
+            due = datetime.now(timezone.utc)  # a keyed task goes through the platform, which keeps its key's order
+        elif due is None or producer is not None or self.app.conf.task_always_eager or \
                 due - datetime.now(timezone.utc) <= timedelta(seconds=settings_of(self.app).threshold_seconds):
+            if ordering_key is not None:
+                raise ValueError("ordering_key needs the task to go through the platform (a countdown or eta past "
+                                 "threshold_seconds, no producer, not eager)")
             return super().apply_async(args, kwargs, task_id=task_id, producer=producer, link=link,
                                        link_error=link_error, shadow=shadow, **options)
         if link or link_error or options.get("chain") or shadow:
@@ -175,7 +188,8 @@ class PlatformTask(Task):
                              "chains) and shadow names cannot go with it")
         task_id = task_id or celery_uuid()
         send_task_through_platform(self, args, kwargs, task_id=task_id, due=due, retries=options.get("retries") or 0,
-                                   priority=options.get("priority"), countdown=None if eta is not None else countdown)
+                                   priority=options.get("priority"), countdown=None if eta is not None else countdown,
+                                   ordering_key=ordering_key)
         return self.AsyncResult(task_id)
 
     def before_start(self, task_id, args, kwargs):
@@ -183,6 +197,14 @@ class PlatformTask(Task):
         if message_id and not self.request.is_eager:
             claim_or_skip(self, message_id)
         return super().before_start(task_id, args, kwargs)
+
+    def after_return(self, status, retval, task_id, args, kwargs, einfo):
+        """A run that holds an ordering key's turn (its claim said ``ordered``) reports its end, so
+        the next message of the key goes; a retry keeps the key for the retry's run."""
+        message_id = getattr(self.request, ORDERED, None)
+        if message_id:
+            report_end(self, message_id, retrying=status == "RETRY")
+        return super().after_return(status, retval, task_id, args, kwargs, einfo)
 
 
 def claim_or_skip(task: Task, message_id: str) -> None:
@@ -201,8 +223,22 @@ def claim_or_skip(task: Task, message_id: str) -> None:
         return
     if not claim.run:
         log.info("task %s[%s] skipped: %s", task.name, task.request.id,
-                 "cancelled" if claim.status == "cancelled" else "already run")
+                 {"cancelled": "cancelled", "waiting": "not its ordering key's turn (it comes again when it is)",
+                  "skipped": "its schedule's previous run had not ended"}.get(claim.status, "already run"))
         raise Ignore()
+    if claim.ordered:  # its end is reported (after_return), so the next message of its key goes
+        setattr(task.request, ORDERED, message_id)
+
+
+def report_end(task: Task, message_id: str, *, retrying: bool) -> None:
+    """Tell the platform that a run holding an ordering key's turn ended. Never raises: a report
+    that fails leaves the key held until its lease passes (15 minutes), then the platform lets it go."""
+    client, _ = client_of(task.app)
+    try:
+        client.messages.ended(message_id, retrying=retrying)
+    except errors.DelayError as exc:
+        log.warning("task %s[%s]: its end not reported (%s); its ordering key goes when its lease passes",
+                    task.name, task.request.id, exc)
 
 
 def cancel(task_id: str, *, app=None) -> int:

@@ -104,11 +104,23 @@ class Attempt(Model):
 
 @dataclass(frozen=True)
 class Claim(Model):
-    """A task's arrival recorded: ``run`` says whether the worker runs it."""
+    """A task's arrival recorded: ``run`` says whether the worker runs it (``status`` ``waiting``:
+    not its ordering key's turn, it comes again when it is); ``ordered``: the run holds an ordering
+    key's turn, so its end is reported (``messages.ended``)."""
 
     id: str = ""
     status: str = ""
     run: bool = False
+    ordered: bool = False
+
+
+@dataclass(frozen=True)
+class TaskEnd(Model):
+    """A task's end reported: ``turn`` is ``ended`` (its ordering key let go, the next message of the
+    key woken), ``kept`` (retrying: held for the retry) or ``none`` (it held no turn: nothing changed)."""
+
+    id: str = ""
+    turn: str = ""
 
 
 @dataclass(frozen=True)

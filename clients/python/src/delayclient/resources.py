@@ -235,6 +235,14 @@ class Messages(Resource):
         return self._send(Call("POST", f"/api/messages/{_seg(message_id)}/claim/", json=body, idempotent=True,
                                retried_json={**body, "redelivered": True}, parse=_one(models.Claim)))
 
+    @route("POST", "/api/messages/{id}/ended/")
+    def ended(self, message_id: str, *, retrying: bool = False):
+        """For a worker whose claimed task ended, when the claim answered ``ordered``: the task's
+        ordering key is let go and the next message of the key goes (``retrying``: kept for the
+        retry). Reporting twice, or for a message that holds no turn, changes nothing."""
+        return self._send(Call("POST", f"/api/messages/{_seg(message_id)}/ended/", json={"retrying": bool(retrying)},
+                               idempotent=True, parse=_one(models.TaskEnd)))
+
     @route("POST", "/api/messages/cancel-task/")
     def cancel_task(self, task_id: str, *, endpoint: str | None = None, team: str | None = None) -> int:
         """Cancel every waiting run of a Celery task id (its first run and its delayed retries);
