@@ -23,7 +23,7 @@ from scheduling.core import lifecycle, ordering
 from scheduling.audit.services import audit_record
 from scheduling.celery.structured import task_problem
 from scheduling.core.clock import MS, ceil_ms
-from scheduling.config.conf import conf
+from scheduling.config.conf import conf, setting_name
 from scheduling.delivery.models import Trigger
 from scheduling.delivery.ordering import ordering_end
 from scheduling.endpoints.services import endpoint_lock_wires
@@ -315,8 +315,11 @@ def _check_ordering_key(key, endpoint: Endpoint | None, errors: dict, *, platfor
     """A key of 1 to 200 characters without NUL, not starting ``schedule:`` unless the platform's own
     (``platform``: a schedule's run), on an endpoint whose hand-over takes the key's turn
     (delivery/ordering.py): not a celery_queue one, whose tasks claim their own delivery in the team's
-    workers (their turn is not built)."""
-    if why := ordering.key_problem(key, platform=platform):
+    workers (their turn is not built); while DELAY_ORDERING_KEYS is off, none from a caller.
+    """
+    if not platform and not conf().ordering_keys:  # a rolling upgrade: old workers would ignore the key
+        errors["ordering_key"] = ordering.keys_off_problem(setting=setting_name("ordering_keys"))
+    elif why := ordering.key_problem(key, platform=platform):
         errors["ordering_key"] = why
     elif endpoint is not None and endpoint.handler == Endpoint.Handler.CELERY_QUEUE:
         errors["ordering_key"] = (f"endpoint {endpoint.name!r} is a Celery queue: ordering keys are for webhook, "
