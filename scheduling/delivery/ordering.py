@@ -18,8 +18,9 @@ Where this departs from the design study (issue 49): keys are refused on celery_
 claim's turn, its answer and an ``/ended/`` route are not built); celery_task endpoints take them,
 their end reported by the worker's task_postrun (celery/claim.py) or, failing that, a 15-minute
 lease. A holder is written for webhook calls and Celery tasks (record-only messages end in the
-transaction that hands them over). No setting gates the feature: the upgrade note says to send keys
-once every worker runs this release.
+transaction that hands them over). DELAY_ORDERING_KEYS off refuses callers' keys and schedules' overlap
+skip/buffer_one at the edges (messages/services.py, schedules/services.py) while a rolling upgrade
+runs workers that ignore keys; this module never reads it.
 """
 
 from __future__ import annotations
