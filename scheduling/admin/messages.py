@@ -19,7 +19,8 @@ from scheduling.messages import wire
 from scheduling.config.conf import conf
 from scheduling.core.lifecycle import IN_FLIGHT, Status, scheduled_in_past
 from scheduling.models import Endpoint, ScheduledMessage
-from scheduling.messages.selectors import SCHEDULED_IN_PAST, message_list_attempts, message_search
+from scheduling.messages.selectors import (SCHEDULED_IN_PAST, message_list_attempts, message_list_waiting_for,
+                                           message_search)
 from scheduling.schedules.selectors import schedule_list
 from scheduling.messages.services import (
     message_cancel,
@@ -122,7 +123,8 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
     EXCERPT_SHOWN = 300  # characters of each answer in the table (the API gives the whole excerpt)
     fieldsets = (
         (None, {"fields": ("id", "endpoint", "topology", "status_badge", "idempotency_key", "schedule", "due_history",
-                           "last_error", "event_link", "debounce", "flow_key", "ordering_key_shown")}),
+                           "last_error", "event_link", "debounce", "flow_key", "ordering_key_shown",
+                           "waiting_for")}),
         ("Timing (UTC)", {"fields": ("requested_delay", "created", "due", "expires", "published", "delivered",
                                      "cancelled", "lateness", "delivery_count", "attempts", "trigger",
                                      "delivered_by")}),
@@ -333,6 +335,18 @@ class ScheduledMessageAdmin(ControlRoomAdmin):
             return "none"
         waited = f"; waited for its turn from {html.moment(message.waiting_since)}" if message.waiting_since else ""
         return f"{message.ordering_key!r}: one at a time, in due order, with the endpoint's others of this key{waited}"
+
+    @admin.display(description="waiting for")
+    def waiting_for(self, message):
+        """A waiting message: the message of its key it waits for (message_list_waiting_for), linked
+        to its page; the same endpoint's, so the viewer's team's."""
+        if message.status != ScheduledMessage.Status.WAITING:
+            return "not waiting"
+        waited = message_list_waiting_for(messages=[message]).get(str(message.id))
+        if waited is None:
+            return "its turn has come: it is woken within seconds"
+        return format_html('<a href="{}">{}</a>', reverse("admin:scheduling_scheduledmessage_change", args=[waited]),
+                           waited)
 
     @admin.display(description="notification type")
     def notification_type(self, message):

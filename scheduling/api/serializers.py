@@ -16,6 +16,7 @@ from scheduling.core.flow_gate import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
 from scheduling.delivery.models import EndpointHealth, MessageAttempt
 from scheduling.core.lifecycle import Status, scheduled_in_past
 from scheduling.core.ordering import Overlap
+from scheduling.messages.selectors import message_list_waiting_for
 from scheduling.models import (
     FLOW_KEY_MAX_LENGTH, BulkAction, DeliveryMode, Endpoint, Schedule, ScheduledMessage, TopologyVersion)
 from scheduling.schedules.rules import run_time_of_key
@@ -478,6 +479,28 @@ class CallbackEndpointField(serializers.Field):
         return names[endpoint_id]
 
 
+@extend_schema_field({"type": "string", "format": "uuid", "nullable": True,
+                      "description": "status waiting: the message of its ordering key it waits for"})
+class WaitingForField(serializers.Field):
+    """What a waiting message waits for (message_list_waiting_for), computed for the whole page at
+    its first waiting message (on the root serializer): one statement a page, none when nothing on
+    it waits; per message it would be a query each."""
+
+    def __init__(self, **kwargs):
+        super().__init__(read_only=True, allow_null=True, source="*", **kwargs)
+
+    def to_representation(self, message):
+        if message.status != Status.WAITING:
+            return None
+        answers = self.root.__dict__.get("_waiting_for")
+        if answers is None or str(message.id) not in answers:
+            shown = self.root.instance
+            page = list(shown) if isinstance(shown, (list, tuple)) else [message]
+            answers = self.root.__dict__["_waiting_for"] = message_list_waiting_for(
+                messages=page if message in page else [message])
+        return answers.get(str(message.id))
+
+
 class MessageSerializer(serializers.ModelSerializer):
     team = serializers.CharField(source="endpoint.team.name", read_only=True)
     endpoint = serializers.SlugRelatedField(slug_field="name", read_only=True)
@@ -492,6 +515,9 @@ class MessageSerializer(serializers.ModelSerializer):
     schedule_run_at = serializers.SerializerMethodField(
         help_text="a schedule's run: its time by the schedule's rule (due_at is that moved by its jitter); "
                   "null for other messages")
+    waiting_for = WaitingForField(
+        help_text="status waiting: the id of the message of its ordering key it waits for (the one whose "
+                  "call is still out, else the first open one due before it); null otherwise")
 
     class Meta:
         model = ScheduledMessage
@@ -504,6 +530,7 @@ class MessageSerializer(serializers.ModelSerializer):
         fields += ["debounce"]
         fields += ["schedule_run_at"]  # a schedule's run: its time by the rule (its key names it)
         fields += ["ordering_key", "waiting_since"]  # its key's turn; since when it waited for it (status waiting)
+        fields += ["waiting_for"]  # status waiting: the message of its key it waits for (computed on read)
         read_only_fields = fields
 
     @extend_schema_field(DebounceSerializer(allow_null=True))

@@ -116,6 +116,11 @@ class DelaySettings:
     task_max_reruns: int
     """reruns of a delivered Celery task redelivered after its worker died (acks_late) or claimed again as
     redelivered; past them the task fails instead of running"""
+    ordering_keys: bool
+    """accept a message's `ordering_key` and a schedule's overlap `skip` or `buffer_one`; off: they are
+    refused (400 naming the field and this setting), for the time of a rolling upgrade from a release
+    whose workers ignore them (they would hand keyed messages over out of order): off while it rolls
+    out, on once every worker runs this release ([Ordering](../guides/scheduling.md#ordering))"""
     schedules_every_seconds: float
     """how often beat creates the coming runs of recurring schedules ([Recurring
     schedules](../guides/schedules.md))"""

@@ -225,6 +225,11 @@ SPECS: tuple[Spec, ...] = (
         Spec("DELAY_TASK_MAX_RERUNS", Integer(min=0), "3", "reruns of a delivered Celery task redelivered after its "
              "worker died (acks_late) or claimed again as redelivered; past them the task fails instead of running",
              "5", conf=True),
+        Spec("DELAY_ORDERING_KEYS", Boolean(), "on", "accept a message's `ordering_key` and a schedule's overlap "
+             "`skip` or `buffer_one`; off: they are refused (400 naming the field and this setting), for the time "
+             "of a rolling upgrade from a release whose workers ignore them (they would hand keyed messages over "
+             "out of order): off while it rolls out, on once every worker runs this release "
+             "([Ordering](../guides/scheduling.md#ordering))", "off", conf=True),
         Spec("DELAY_SCHEDULES_EVERY_SECONDS", Number(above=0), "5", "how often beat creates the coming runs of "
              "recurring schedules ([Recurring schedules](../guides/schedules.md))", "10", conf=True),
         Spec("DELAY_SCHEDULES_AHEAD_SECONDS", Number(min=0), "60", "how far ahead a schedule's runs are created "

@@ -75,6 +75,14 @@ def key_problem(key, *, platform: bool = False) -> str | None:
     return None
 
 
+def keys_off_problem(*, setting: str, allowed: str | None = None) -> str:
+    """Why a caller's ordering key (or a schedule's overlap other than ``allowed``) is refused while the
+    setting turns ordering off: a rolling upgrade, whose previous release's workers ignore keys."""
+    instead = f"use {str(allowed)!r}, or " if allowed else ""
+    return (f"ordering is off ({setting}), for a rolling upgrade whose older workers would ignore it: "
+            f"{instead}ask the operator to set {setting} on once every worker runs this release")
+
+
 def schedule_key(key: str) -> str:
     """The ordering key a recurring schedule's runs share when its overlap is not ``allow`` (a schedule
     key too long for the column keeps its start and a digest of the whole)."""

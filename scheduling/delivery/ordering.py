@@ -17,9 +17,10 @@ Messages without a key never get here: no statement on their path.
 Celery tasks: celery_task endpoints' keyed tasks hold the key from their hand-over, celery_queue
 endpoints' from their claim (celery/turns.py); their end is reported by the worker's task_postrun
 (celery/claim.py), by a team's worker through ``POST /api/messages/<id>/ended/`` (ordering_release),
-or, failing that, ends with a 15-minute lease. A holder is written for webhook calls and Celery tasks (record-only messages end in the
-transaction that hands them over). No setting gates the feature: the upgrade note says to send keys
-once every worker runs this release.
+or, failing that, ends with a 15-minute lease. A holder is written for webhook calls and Celery tasks
+(record-only messages end in the transaction that hands them over). DELAY_ORDERING_KEYS off refuses
+callers' keys and schedules' overlap skip/buffer_one at the edges (messages/services.py,
+schedules/services.py) while a rolling upgrade runs workers that ignore keys; this module never reads it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Reads of scheduled messages: filtered lists, pages that stay flat as history grows (merged
-from the partial indexes' ranges), attempts, search, the outbox and what is overdue."""
+from the partial indexes' ranges), attempts, search, the outbox, what is overdue and what waits for its
+ordering key's turn."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from scheduling.core.cursors import Position
-from scheduling.core.lifecycle import FINISHED_BY_INDEX, IN_FLIGHT, IN_FLIGHT_VALUES, Status
+from scheduling.core.lifecycle import FINISHED_BY_INDEX, IN_FLIGHT, IN_FLIGHT_VALUES, ORDER_OPEN_VALUES, Status
 from scheduling.delivery.models import MessageAttempt
 from scheduling.endpoints.selectors import endpoint_list_in_teams
-from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
+from scheduling.messages.queries import uuid_array
+from scheduling.models import DeliveryMode, Endpoint, OrderingTurn, ScheduledMessage, TopologyVersion
 from topology.cascade import UNIT_MS
 
 
@@ -270,3 +272,45 @@ def message_load_task_payloads(*, rows: list[ScheduledMessage]) -> None:
         payloads = dict(ScheduledMessage.objects.filter(id__in=[r.id for r in tasks]).values_list("id", "payload"))
         for row in tasks:
             row.payload = payloads[row.id]
+
+
+# What each waiting message waits for (issue 49): its key's live holder (a webhook call or task still out,
+# delivery/ordering.py), else the first open message of its key due before it, as the turn decides
+# (delivery/ordering._EARLIER: the same probe of message_ordering). Both are of its own endpoint.
+_WAITING_FOR = f"""
+SELECT c.id, COALESCE(
+    (SELECT t.holder_id FROM {OrderingTurn._meta.db_table} t
+     WHERE t.endpoint_id = c.e AND t.key = c.key AND t.holder_id <> c.id
+       AND t.holder_until > statement_timestamp()),
+    (SELECT p.id FROM {ScheduledMessage._meta.db_table} p
+     WHERE p.endpoint_id = c.e AND p.ordering_key = c.key
+       AND p.status IN ({", ".join(f"'{s}'" for s in sorted(ORDER_OPEN_VALUES))})
+       AND (p.due_at, p.created_at, p.id) < (c.due_at, c.created_at, c.id)
+     ORDER BY p.due_at, p.created_at, p.id LIMIT 1))
+FROM unnest(%s::uuid[], %s::bigint[], %s::text[], %s::timestamptz[], %s::timestamptz[])
+     AS c(id, e, key, due_at, created_at)
+"""
+
+
+def message_list_waiting_for(*, messages) -> dict[str, str | None]:
+    """Message id -> the id of the message it waits for, for those of ``messages`` that are
+    ``waiting`` (the others are left out): its ordering key's live holder, else the first open
+    message of its key due before it; None when neither is left (its wake is on its way, or the
+    sweep's). One statement for a whole page, none when nothing on it waits: computed on read, so
+    it is never stale and costs no column. Only ids of the message's own endpoint are answered."""
+    waiting = [m for m in messages if m.status == Status.WAITING and m.ordering_key is not None]
+    if not waiting:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(_WAITING_FOR, [uuid_array(m.id for m in waiting), [m.endpoint_id for m in waiting],
+                                      [m.ordering_key for m in waiting], [m.due_at for m in waiting],
+                                      [m.created_at for m in waiting]])
+        return {str(i): str(first) if first else None for i, first in cursor.fetchall()}
+
+
+def message_count_waiting() -> dict[tuple[str, str], int]:
+    """(team, endpoint) -> messages waiting for their ordering key's turn, of the endpoints that have
+    some: read from the waiting index (message_waiting), so it costs the waiting rows only."""
+    grouped = (ScheduledMessage.objects.filter(status=Status.WAITING)
+               .order_by().values("endpoint__team__name", "endpoint__name").annotate(n=Count("id")))
+    return {(row["endpoint__team__name"], row["endpoint__name"]): row["n"] for row in grouped}

@@ -23,7 +23,7 @@ from scheduling.core import lifecycle, ordering
 from scheduling.audit.services import audit_record
 from scheduling.celery.structured import task_problem
 from scheduling.core.clock import MS, ceil_ms
-from scheduling.config.conf import conf
+from scheduling.config.conf import conf, setting_name
 from scheduling.delivery.models import Trigger
 from scheduling.delivery.ordering import ordering_end
 from scheduling.endpoints.services import endpoint_lock_wires
@@ -314,8 +314,11 @@ def _build(item: dict, endpoints: dict[str, list[Endpoint]], now: datetime) -> S
 def _check_ordering_key(key, errors: dict, *, platform: bool = False) -> None:
     """A key of 1 to 200 characters without NUL, not starting ``schedule:`` unless the platform's own
     (``platform``: a schedule's run). Every handler takes one: the delivery path takes the key's turn
-    (delivery/ordering.py), a celery_queue endpoint's claim does (celery/turns.py)."""
-    if why := ordering.key_problem(key, platform=platform):
+    (delivery/ordering.py), a celery_queue endpoint's claim does (celery/turns.py). While
+    DELAY_ORDERING_KEYS is off, none from a caller (a rolling upgrade: old workers would ignore it)."""
+    if not platform and not conf().ordering_keys:
+        errors["ordering_key"] = ordering.keys_off_problem(setting=setting_name("ordering_keys"))
+    elif why := ordering.key_problem(key, platform=platform):
         errors["ordering_key"] = why
 
 

@@ -1,8 +1,9 @@
 """The figures /metrics reads from the database and the RabbitMQ management API: the outbox (its
 depth and the age of its oldest row), the messages overdue past the report's grace (what it calls
 lost), those overdue past the rescue's delay per team and endpoint (copies the rescue has not
-brought: a Celery queue's workers down, a broker that takes no copy), and per version what is in
-flight in each level and in the unroutable queue.
+brought: a Celery queue's workers down, a broker that takes no copy), the messages waiting for their
+ordering key's turn per team and endpoint, and per version what is in flight in each level and in the
+unroutable queue.
 
 They cost queries and an HTTP call, so they are never read on a scrape's path: a scrape answers
 from the last reading at once and, when that is older than DELAY_METRICS_CACHE_SECONDS, starts a
@@ -29,7 +30,7 @@ from rabbit import BrokerError
 from scheduling.config.conf import conf, setting_name
 from scheduling.versions.broker import VersionDepths, topology_version_list_depths
 from scheduling.messages.selectors import (Outbox, message_count_overdue_by_version,
-                                           message_count_overdue_in_flight, outbox_get)
+                                           message_count_overdue_in_flight, message_count_waiting, outbox_get)
 from scheduling.versions.selectors import topology_version_list_provisioned
 
 log = logging.getLogger(__name__)
@@ -45,12 +46,13 @@ class Figures:
     overdue: dict[str, int] | None = None
     depths: dict[str, VersionDepths] | None = None  # None: the management API could not be read
     stuck: dict[tuple[str, str], int] = field(default_factory=dict)  # (team, endpoint) -> overdue in flight
+    waiting: dict[tuple[str, str], int] = field(default_factory=dict)  # (team, endpoint) -> waiting for a key's turn
 
 
 def read_figures() -> Figures:
     """One reading; a part that cannot be read is None (and its ``up`` gauge 0)."""
     now = timezone.now()
-    versions, outbox, overdue, depths, stuck = [], None, None, None, {}
+    versions, outbox, overdue, depths, stuck, waiting = [], None, None, None, {}, {}
     try:
         try:
             versions = list(topology_version_list_provisioned().order_by("name")
@@ -60,6 +62,7 @@ def read_figures() -> Figures:
                 now=now, grace=timedelta(seconds=conf().accuracy_lost_after_seconds))
             stuck = message_count_overdue_in_flight(now=now, overdue_by=timedelta(
                 milliseconds=conf().rescue_after_ms or STUCK_AFTER_MS_WITHOUT_RESCUE))
+            waiting = message_count_waiting()
         except DatabaseError as exc:
             log.warning("metrics: the outbox and overdue figures were not read (%s)", exc)
         try:
@@ -68,7 +71,7 @@ def read_figures() -> Figures:
             log.warning("metrics: the in-flight figures were not read (%s)", exc)
     finally:
         connection.close()  # this thread's own connection: it would otherwise stay open
-    return Figures(now.timestamp(), versions, outbox, overdue, depths, stuck)
+    return Figures(now.timestamp(), versions, outbox, overdue, depths, stuck, waiting)
 
 
 def families(figures: Figures, now: float) -> list[GaugeMetricFamily]:
@@ -96,8 +99,13 @@ def families(figures: Figures, now: float) -> list[GaugeMetricFamily]:
             labels=["team", "endpoint"])
         for (team, endpoint), messages in sorted(figures.stuck.items()):
             stuck.add_metric([team, endpoint], messages)
+        waiting = GaugeMetricFamily(
+            "delay_messages_waiting", "Messages waiting for their ordering key's turn (status waiting), per "
+            "endpoint that has some.", labels=["team", "endpoint"])
+        for (team, endpoint), messages in sorted(figures.waiting.items()):
+            waiting.add_metric([team, endpoint], messages)
         oldest = figures.outbox.oldest_created_at
-        found += [pending, overdue, stuck, GaugeMetricFamily(
+        found += [pending, overdue, stuck, waiting, GaugeMetricFamily(
             "delay_outbox_oldest_age_seconds", "Age of the oldest row waiting for the relay (0: none).",
             value=max(0.0, figures.taken_at - oldest.timestamp()) if oldest else 0.0)]
     if figures.depths is not None:

@@ -36,7 +36,7 @@ from django.utils import timezone
 
 from scheduling.audit.services import audit_changed, audit_record, audit_values
 from scheduling.core.clock import MS, ceil_ms, to_epoch_ms
-from scheduling.config.conf import conf
+from scheduling.config.conf import conf, setting_name
 from scheduling.core.errors import BulkValidationError, NotFound, QuotaExceeded
 from scheduling.core import ordering
 from scheduling.core.lifecycle import IN_FLIGHT
@@ -272,6 +272,8 @@ def _checked(*, key, endpoint, payload, cron, timezone_name, interval_seconds, s
     # call returned or gave up; celery_task: its worker's task_postrun, or a lease): no other refusal
     if not isinstance(overlap, str) or overlap not in {o.value for o in Overlap}:
         errors["overlap"] = f"must be one of {', '.join(o.value for o in Overlap)}"
+    elif overlap != Overlap.ALLOW and not conf().ordering_keys:  # its runs would carry a key old workers ignore
+        errors["overlap"] = ordering.keys_off_problem(setting=setting_name("ordering_keys"), allowed=Overlap.ALLOW)
     policies = _policy_values(jitter_seconds, catchup_seconds, errors)
     try:
         values = _rule_values(cron=cron, tz=timezone_name, interval_seconds=interval_seconds,

@@ -92,6 +92,7 @@ EFFECTS = {
     "DELAY_DELIVERY_PREFETCH": ("1000", "conf().delivery_prefetch", 1000),
     "DELAY_RESCUE_AFTER_MS": ("2500", "conf().rescue_after_ms", 2500),
     "DELAY_ENVELOPES": ("off", "conf().envelopes", False),
+    "DELAY_ORDERING_KEYS": ("off", "conf().ordering_keys", False),
     "DELAY_DELIVERY_LOOP": ("off", "conf().delivery_loop", False),
     "DELAY_DELIVERY_PROCESSES": ("4", "conf().delivery_processes", 4),
     "DELAY_RELAY_QUEUE": ("dp.relay2", "[conf().relay_queue, settings.CELERY_TASK_ROUTES['scheduling.relay.*']"

@@ -194,3 +194,23 @@ def test_read_figures_counts_first_deliveries_overdue_past_the_rescue_s_delay(pl
     row(tasks, Status.PUBLISHED, 2.5)  # a task leaves the cascade up to a unit (1 s) late: not yet
     row(tasks, Status.PUBLISHED, 3.5)
     assert read_figures().stuck == {("default", endpoint_name): 2, ("default", endpoint_name + "-t"): 1}
+
+
+def test_messages_waiting_are_a_gauge_per_team_and_endpoint_that_has_some():
+    figures = Figures(100.0, ["v3"], Outbox({}, None), {}, None, waiting={("default", "billing"): 4,
+                                                                        ("acme", "orders"): 1})
+    found = {(s.name, tuple(sorted(s.labels.items()))): s.value
+             for family in families(figures, now=100.0) for s in family.samples}
+    assert found[("delay_messages_waiting", (("endpoint", "billing"), ("team", "default")))] == 4
+    assert found[("delay_messages_waiting", (("endpoint", "orders"), ("team", "acme")))] == 1
+    assert len([name for name, _ in found if name == "delay_messages_waiting"]) == 2
+
+
+@pytest.mark.django_db
+def test_read_figures_counts_the_messages_waiting_for_their_keys_turn(platform, endpoint_name):
+    endpoint = Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=platform["v3"])
+    now = timezone.now()
+    for status in (Status.WAITING, Status.WAITING, Status.PUBLISHED, Status.DELIVERED):
+        ScheduledMessage.objects.create(endpoint=endpoint, topology=endpoint.topology, payload={}, status=status,
+                                        due_at=now, requested_delay_ms=0, ordering_key="k")
+    assert read_figures().waiting == {("default", endpoint_name): 2}

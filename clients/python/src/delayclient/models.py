@@ -80,6 +80,7 @@ class Message(Model):
     flow_key: str | None = None  # its endpoint's per-key limits count it under this key
     ordering_key: str | None = None  # handed over one at a time, in due order, with its endpoint's others of this key
     waiting_since: datetime | None = None  # when it first waited for its ordering key's turn (status "waiting")
+    waiting_for: str | None = None  # status "waiting": the id of the message of its ordering key it waits for
 
 
 @dataclass(frozen=True)
