@@ -78,6 +78,19 @@ def test_an_early_successor_waits_and_is_woken_when_the_one_before_it_is_deliver
 
 
 @pytest.mark.django_db
+def test_an_open_message_outside_the_batch_between_two_candidates_stops_only_the_later_one(make):
+    """_EARLIER probes each key once (its first open message outside the batch) and compares it with
+    every candidate: the one due before it goes, the one due after it waits."""
+    early = make(due_in=timedelta(milliseconds=-90))
+    outside = make(due_in=timedelta(milliseconds=-60))  # published, its copy not in this batch
+    late = make(due_in=timedelta(milliseconds=-30))
+    other = make(key="other", due_in=timedelta(milliseconds=-20))
+    assert receive(late, other, early) == [Result.WAITING, Result.DELIVERED, Result.DELIVERED]
+    assert statuses(early, outside, late, other) == [Status.DELIVERED, Status.PUBLISHED, Status.WAITING,
+                                                     Status.DELIVERED]
+
+
+@pytest.mark.django_db
 def test_ties_go_by_creation(make):
     due = timedelta(milliseconds=-40)
     older = make(due_in=due, created_ago=timedelta(hours=2))
