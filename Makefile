@@ -8,7 +8,7 @@ TEST_PROCESSES ?= 3
 # the developer set: runtime, test, docs and tools (requirements.txt includes each; the image installs runtime.txt only)
 REQUIREMENTS := requirements.txt $(addprefix requirements/,runtime.txt test.txt docs.txt tools.txt)
 
-.PHONY: venv run test test-fast test-upgrade test-rabbitmq4 test-reliability test-cluster test-cluster-rabbitmq4 cluster cluster-stop soak bench bench-profile bench-moves bench-admin bench-history bench-report docs
+.PHONY: venv run test test-fast test-upgrade test-rabbitmq4 test-reliability test-cluster test-cluster-rabbitmq4 cluster cluster-stop soak bench bench-profile bench-moves bench-admin bench-history bench-report bench-ordering-explain docs
 
 $(BIN)/.installed: $(REQUIREMENTS)
 	scripts/services.sh python-venv
@@ -115,6 +115,11 @@ bench-history: venv
 bench-report: venv
 	scripts/services.sh postgres java
 	$(BIN)/python -m bench.report_pipeline
+
+## bench-ordering-explain: the ordering turn's statements explained on 10,000 keys x 10 and 1 key x 100,000, before and after 100,000 deliveries without a vacuum (own database, ~10 min)
+bench-ordering-explain: venv
+	scripts/services.sh postgres
+	$(BIN)/python -m bench.explain_ordering $(BENCH_ARGS)
 
 ## docs: build the documentation site (docs/, mkdocs.yml) into site/, strictly: a broken link or page fails
 docs: venv

@@ -64,22 +64,33 @@ ON CONFLICT (endpoint_id, key) DO UPDATE SET updated_at = excluded.updated_at,
 RETURNING t.endpoint_id, t.key, t.holder_id, t.holder_until
 """
 
-# statement 2 (after the lock): the first message of the key due before each candidate that is still
-# open (NULL: none), the batch's candidates left out (the caller walks those in order); and for a
+# statement 2 (after the lock): for each candidate, the first message of its key due before it that is
+# still open (NULL: none), the batch's candidates left out (the caller walks those in order); and for a
 # schedule's run under buffer_one, whether another message of the key already waits. One b-tree probe
-# per candidate (two for buffer_one's: message_waiting).
+# per key of the batch, not per candidate (the first open message of the key outside the batch is
+# each candidate's answer if it comes before it, else none comes before it): each probe walks the
+# index entries the key's ended messages left since the last vacuum (bench/explain_ordering.py), so
+# a batch of one deep key's copies pays that walk once (f is MATERIALIZED: inlined, the planner ran
+# the probe once per candidate again). buffer_one's probe (message_waiting) only for keys with such a
+# candidate (IS NOT DISTINCT FROM: a NULL overlap AND EXISTS evaluated the EXISTS).
 _EARLIER = f"""
-SELECT c.id, (
-    SELECT p.id FROM {MESSAGES} p
-    WHERE p.endpoint_id = c.e AND p.ordering_key = c.key AND p.status IN ({_OPEN})
-      AND (p.due_at, p.created_at, p.id) < (c.due_at, c.created_at, c.id) AND p.id <> ALL(%s::uuid[])
-    ORDER BY p.due_at, p.created_at, p.id LIMIT 1),
-    c.overlap = '{Overlap.BUFFER_ONE.value}' AND EXISTS (
-    SELECT 1 FROM {MESSAGES} p
-    WHERE p.endpoint_id = c.e AND p.ordering_key = c.key AND p.status = '{Status.WAITING.value}'
-      AND p.id <> c.id AND p.id <> ALL(%s::uuid[]))
-FROM unnest(%s::uuid[], %s::bigint[], %s::text[], %s::timestamptz[], %s::timestamptz[], %s::text[])
-     AS c(id, e, key, due_at, created_at, overlap)
+WITH c AS (
+    SELECT * FROM unnest(%s::uuid[], %s::bigint[], %s::text[], %s::timestamptz[], %s::timestamptz[], %s::text[])
+        AS c(id, e, key, due_at, created_at, overlap)),
+f AS MATERIALIZED (
+    SELECT k.e, k.key, first.id, first.due_at, first.created_at, k.buffer_one AND EXISTS (
+        SELECT 1 FROM {MESSAGES} p
+        WHERE p.endpoint_id = k.e AND p.ordering_key = k.key AND p.status = '{Status.WAITING.value}'
+          AND p.id <> ALL(%s::uuid[])) AS buffered
+    FROM (SELECT e, key, bool_or(overlap IS NOT DISTINCT FROM '{Overlap.BUFFER_ONE.value}') AS buffer_one
+          FROM c GROUP BY e, key) k
+    LEFT JOIN LATERAL (
+        SELECT p.id, p.due_at, p.created_at FROM {MESSAGES} p
+        WHERE p.endpoint_id = k.e AND p.ordering_key = k.key AND p.status IN ({_OPEN}) AND p.id <> ALL(%s::uuid[])
+        ORDER BY p.due_at, p.created_at, p.id LIMIT 1) first ON true)
+SELECT c.id, CASE WHEN (f.due_at, f.created_at, f.id) < (c.due_at, c.created_at, c.id) THEN f.id END,
+       c.overlap IS NOT DISTINCT FROM '{Overlap.BUFFER_ONE.value}' AND f.buffered
+FROM c JOIN f ON f.e = c.e AND f.key = c.key
 """
 
 # wake: the first open message of each key, if it is waiting (and no one else holds its row), is pending again
@@ -116,6 +127,14 @@ def _lock(keys, *, ended=()) -> dict[tuple[int, str], Holder]:
         return {(e, k): Holder(str(h) if h else None, until) for e, k, h, until in cursor.fetchall()}
 
 
+def _earlier_params(candidates) -> list:
+    """_EARLIER's parameters for these candidates (bench/explain_ordering.py explains it with them)."""
+    ids = uuid_array(m.id for m in candidates)
+    return [ids, [m.endpoint_id for m in candidates], [m.ordering_key for m in candidates],
+            [m.due_at for m in candidates], [m.created_at for m in candidates],
+            [getattr(m, "overlap", None) for m in candidates], ids, ids]
+
+
 def ordering_take(*, candidates: list, now: datetime, chain) -> dict[str, Decision]:
     """Decide the turn of keyed messages whose copies are to be handed over now (rows locked by the
     caller, in its transaction; each with id, endpoint_id, ordering_key, due_at, created_at, overlap).
@@ -127,12 +146,8 @@ def ordering_take(*, candidates: list, now: datetime, chain) -> dict[str, Decisi
     if not candidates:
         return {}
     holders = _lock((m.endpoint_id, m.ordering_key) for m in candidates)
-    ids = uuid_array(m.id for m in candidates)
     with connection.cursor() as cursor:
-        cursor.execute(_EARLIER, [ids, ids, ids, [m.endpoint_id for m in candidates],
-                                  [m.ordering_key for m in candidates], [m.due_at for m in candidates],
-                                  [m.created_at for m in candidates],
-                                  [getattr(m, "overlap", None) for m in candidates]])
+        cursor.execute(_EARLIER, _earlier_params(candidates))
         earlier = {str(i): (str(first) if first else None, bool(buffered)) for i, first, buffered in cursor.fetchall()}
     per_key = defaultdict(list)
     for m in candidates:
