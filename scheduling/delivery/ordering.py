@@ -47,6 +47,7 @@ SWEEP_SECONDS = 5.0  # beat: wake what a lost wake or a lapsed holder left waiti
 # platform's code, a crash with early acks: the sweep then lets the key go).
 TASK_LEASE_SECONDS = 900
 SWEEP_KEYS = 1000  # keys looked at per sweep
+SWEEP_CURSOR = "dp:ordering-sweep:after"  # the last waiting key a sweep looked at: the next starts after it
 MESSAGES = ScheduledMessage._meta.db_table
 TURNS = OrderingTurn._meta.db_table
 _OPEN = ", ".join(f"'{s}'" for s in sorted(ORDER_OPEN_VALUES))  # literals: the partial index message_ordering
@@ -251,6 +252,37 @@ def ordering_release(*, message_id: str, retrying: bool = False) -> str:
         return Release.ENDED
 
 
+_WAITING_KEYS = f"""
+SELECT DISTINCT endpoint_id, ordering_key FROM {MESSAGES}
+WHERE status = '{Status.WAITING.value}' AND waiting_since < statement_timestamp() - make_interval(secs => %s)
+  AND (endpoint_id, ordering_key) > (%s, %s) AND (%s::bigint IS NULL OR (endpoint_id, ordering_key) <= (%s, %s))
+ORDER BY 1, 2 LIMIT %s
+"""
+
+
+def _sweep_keys(*, limit: int, older_than_s: float) -> list[tuple[int, str]]:
+    """Up to ``limit`` keys with a message waiting longer than ``older_than_s``, in (endpoint, key)
+    order from just after the cursor the previous sweep left (kept in the shared cache table that every
+    worker sees), wrapping round to the first keys. A key whose messages wait behind a live head
+    (a backlog: waiting legitimately) would otherwise fill every sweep's ``limit`` and a lost wake on
+    a key past them would never be repaired. The cursor lost (a cache cleared) restarts at the first."""
+    after = _sweep_cache().get(SWEEP_CURSOR) or (-1, "")
+    with connection.cursor() as cursor:
+        cursor.execute(_WAITING_KEYS, [older_than_s, after[0], after[1], None, None, None, limit])
+        keys = [(e, k) for e, k in cursor.fetchall()]
+        if len(keys) < limit and after != (-1, ""):  # the end reached: go round from the first key to it
+            cursor.execute(_WAITING_KEYS, [older_than_s, -1, "", after[0], after[0], after[1], limit - len(keys)])
+            keys += [(e, k) for e, k in cursor.fetchall()]
+    _sweep_cache().set(SWEEP_CURSOR, keys[-1] if len(keys) == limit else None, None)
+    return keys
+
+
+def _sweep_cache():
+    from django.core.cache import caches
+
+    return caches["throttle"]  # a table of the platform's database: one cursor for every worker
+
+
 def _publish(ids: list[str]) -> None:
     from scheduling.messages.relay import relay_publish  # the relay imports the delivery path's neighbours
 
@@ -259,17 +291,16 @@ def _publish(ids: list[str]) -> None:
 
 def ordering_sweep(*, limit: int = SWEEP_KEYS, older_than_s: float = SWEEP_SECONDS) -> int:
     """Wake what a lost wake left waiting (a publish after commit lost, an ending path that does not
-    wake) and let go of holders whose lease passed (a worker died mid-call): every key with a message
+    wake) and let go of holders whose lease passed (a worker died mid-call): keys with a message
     waiting for ``older_than_s`` (a wake normally follows within milliseconds: the others are not
-    touched, so a busy key's turn is not locked for nothing) or a lapsed holder. Returns how many
-    messages it woke."""
+    touched, so a busy key's turn is not locked for nothing) or a lapsed holder. At most ``limit``
+    waiting keys a sweep, taken after the last key the previous sweep looked at (``_sweep_keys``):
+    with more keys backlogged than that, each is looked at in turn. Returns how many messages it woke."""
+    keys = _sweep_keys(limit=limit, older_than_s=older_than_s)
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"(SELECT DISTINCT endpoint_id, ordering_key FROM {MESSAGES} WHERE status = '{Status.WAITING.value}' "
-            f"AND waiting_since < statement_timestamp() - make_interval(secs => %s) LIMIT %s) "
-            f"UNION (SELECT endpoint_id, key FROM {TURNS} WHERE holder_id IS NOT NULL "
-            f"AND holder_until <= statement_timestamp() LIMIT %s)", [older_than_s, limit, limit])
-        keys = [(e, k) for e, k in cursor.fetchall()]
+        cursor.execute(f"SELECT endpoint_id, key FROM {TURNS} WHERE holder_id IS NOT NULL "
+                       f"AND holder_until <= statement_timestamp() LIMIT %s", [limit])
+        keys = sorted(set(keys) | {(e, k) for e, k in cursor.fetchall()})
     woken = 0
     for start in range(0, len(keys), 100):  # short transactions: a hot key's turn is not held long
         with transaction.atomic():

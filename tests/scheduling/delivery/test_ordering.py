@@ -9,12 +9,13 @@ from datetime import timedelta
 from unittest import mock
 
 import pytest
+from django.core.cache import caches
 from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from scheduling.delivery.models import Outcome as AttemptOutcome
-from scheduling.delivery.ordering import ordering_sweep
+from scheduling.delivery.ordering import SWEEP_CURSOR, ordering_sweep
 from scheduling.delivery.services import Result, delivery_receive_many
 from scheduling.delivery.webhook_calls import webhook_call_record, webhook_call_take
 from scheduling.delivery.webhooks import Call, CallResult
@@ -123,6 +124,26 @@ def test_the_sweep_leaves_a_fresh_wait_alone_and_wakes_an_old_lost_one(make):
     assert ordering_sweep() == 0  # a wait of milliseconds: its wake is on its way
     ScheduledMessage.objects.filter(id=second.id).update(waiting_since=timezone.now() - timedelta(seconds=6))
     assert ordering_sweep() == 1 and statuses(second) == [Status.PENDING]
+
+
+@pytest.mark.django_db
+def test_the_sweep_goes_round_the_keys_so_a_backlog_does_not_hide_a_lost_wake(make):
+    """Keys a to d each wait legitimately behind a live head (a backlog); z's head ended without a
+    wake. Sweeping 2 keys at a time, each sweep starts after the last key the one before looked at:
+    z is reached on the third sweep (taking the first 2 keys every time, it never would be)."""
+    caches["throttle"].delete(SWEEP_CURSOR)  # a cursor another test's sweep left would shift the turns
+    stale = timezone.now() - timedelta(seconds=6)
+    for key in "abcd":
+        make(key=key, due_in=timedelta(milliseconds=-90), status=Status.PUBLISHED)  # its head, not ended
+        behind = make(key=key, due_in=timedelta(milliseconds=-60))
+        assert receive(behind) == [Result.WAITING]
+    head, lost = make(key="z", due_in=timedelta(milliseconds=-90)), make(key="z", due_in=timedelta(milliseconds=-60))
+    assert receive(lost) == [Result.WAITING]
+    ScheduledMessage.objects.filter(id=head.id).update(status=Status.DELIVERED)  # ended, its wake lost
+    ScheduledMessage.objects.filter(status=Status.WAITING).update(waiting_since=stale)
+    woken = [ordering_sweep(limit=2) for _ in range(3)]
+    assert woken == [0, 0, 1] and statuses(lost) == [Status.PENDING]
+    assert ScheduledMessage.objects.filter(status=Status.WAITING).count() == 4  # the backlogs still wait
 
 
 @pytest.mark.django_db
