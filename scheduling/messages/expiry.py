@@ -1,7 +1,9 @@
 """Expiry on the publishing paths: a row already past its ``expires_at`` when the relay, the
 timeout manager or the rescue would publish it is expired instead (lifecycle.expire): its copy
 could only be dropped on arrival. The hand-over paths (delivery/services.py, webhook_calls.py, the
-Celery claim) enforce it themselves, through lifecycle.arrive."""
+Celery claim) enforce it themselves, through lifecycle.arrive. Each path that expires a row tells
+it once, where its status changes: message.expired to the team's routes and the row's on_failed
+callback (notifications/services.py notification_emit_ended)."""
 
 from __future__ import annotations
 
@@ -13,8 +15,9 @@ from scheduling.observability import metrics
 
 
 def message_expire_past(*, rows: list[ScheduledMessage], now: datetime) -> list[ScheduledMessage]:
-    """Expire the locked rows of ``rows`` past their expires_at (counted once committed); returns
-    the others, still to publish. One statement for those expired, none when there are none."""
+    """Expire the locked rows of ``rows`` past their expires_at (counted once committed, told in
+    this transaction); returns the others, still to publish. One statement for those expired (and
+    one for what they tell), none when there are none."""
     past = [row for row in rows if lifecycle.expired(row, now=now)]
     if not past:
         return rows
@@ -22,5 +25,9 @@ def message_expire_past(*, rows: list[ScheduledMessage], now: datetime) -> list[
         lifecycle.apply(row, lifecycle.expire(row, now=now))
     ScheduledMessage.objects.bulk_update(past, ["status", "finished_at", "last_error"])
     metrics.expired(past)
+    # imported here: notifications/services.py imports the relay, which imports this module
+    from scheduling.notifications.services import notification_emit_ended
+
+    notification_emit_ended(expired=[row.id for row in past])  # its statement skips notifications themselves
     gone = {row.id for row in past}
     return [row for row in rows if row.id not in gone]

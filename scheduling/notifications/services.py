@@ -178,15 +178,19 @@ def _message_part(row) -> dict:
             "last_error": last_error or None, "due_at": _iso(due_at), "delivered_at": _iso(delivered_at)}
     if status == Status.FAILED:
         part["failed_at"] = _iso(finished_at)
+    elif status == Status.EXPIRED:
+        part["expired_at"] = _iso(finished_at)
     return part
 
 
-def notification_emit_ended(*, delivered=(), failed=(), failing=()) -> Emitted:
+def notification_emit_ended(*, delivered=(), failed=(), failing=(), expired=()) -> Emitted:
     """The facts of messages, as their rows are now (in the caller's transaction): ``failed``, ids
     whose handler gave up (the team's message.failed routes, and the message's on_failed callback);
-    ``failing``, ids whose ATTEMPT_FAILING_AT-th attempt in a row just failed; ``delivered``, ids
-    just delivered that have an on_delivered callback. One query for all of them."""
-    ids = {str(i) for i in (*delivered, *failed, *failing)}
+    ``expired``, ids that just expired (message.expired to the team's routes for it and to the
+    on_failed callback: a failure to deliver too); ``failing``, ids whose ATTEMPT_FAILING_AT-th
+    attempt in a row just failed; ``delivered``, ids just delivered that have an on_delivered
+    callback. One query for all of them. Callers pass each id once, where its row changed status."""
+    ids = {str(i) for i in (*delivered, *failed, *failing, *expired)}
     if not ids:
         return Emitted()
     try:
@@ -197,11 +201,12 @@ def notification_emit_ended(*, delivered=(), failed=(), failing=()) -> Emitted:
         log.exception("notifications of %d message(s) not made", len(ids))
         return Emitted()
     facts = []
-    for message_id in (str(i) for i in failed):
-        if (row := rows.get(message_id)) is not None:
-            facts.append(Fact(NotificationType.MESSAGE_FAILED, row[2], message=_message_part(row)))
-            if row[12] is not None:
-                facts.append(Fact(NotificationType.MESSAGE_FAILED, row[2], message=_message_part(row), to=row[12]))
+    for kind, of in ((NotificationType.MESSAGE_FAILED, failed), (NotificationType.MESSAGE_EXPIRED, expired)):
+        for message_id in (str(i) for i in of):
+            if (row := rows.get(message_id)) is not None:
+                facts.append(Fact(kind, row[2], message=_message_part(row)))
+                if row[12] is not None:  # its on_failed endpoint
+                    facts.append(Fact(kind, row[2], message=_message_part(row), to=row[12]))
     for message_id in (str(i) for i in failing):
         if (row := rows.get(message_id)) is not None:
             facts.append(Fact(NotificationType.MESSAGE_ATTEMPT_FAILING, row[2], message=_message_part(row)))
