@@ -14,27 +14,12 @@ from harness.at_once import at_once
 from scheduling.models import Schedule, ScheduledMessage
 from scheduling.schedules import rules
 from scheduling.schedules.rules import run_time_of_key
-from scheduling.schedules.services import schedule_create_runs, schedule_run_key, schedule_upsert
+from scheduling.schedules.services import schedule_create_runs, schedule_run_key
 from scheduling.teams.models import default_team_id
+from tests.scheduling.schedules.conftest import runs, upsert
 
 pytestmark = pytest.mark.django_db
 S = timedelta(seconds=1)
-
-
-@pytest.fixture
-def endpoint(endpoint_of):
-    return endpoint_of("v3")
-
-
-def runs(key, **filters):
-    return list(ScheduledMessage.objects.filter(schedule=key, **filters).order_by("due_at"))
-
-
-def upsert(endpoint, key="poll", **kwargs):
-    kwargs.setdefault("payload", {"job": key})
-    if "cron" not in kwargs:
-        kwargs.setdefault("interval_seconds", 7)
-    return schedule_upsert(key=key, endpoint=endpoint.name, **kwargs)
 
 
 def _reset(schedule, first_run_in, now):
