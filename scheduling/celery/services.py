@@ -183,11 +183,12 @@ def celery_task_claim_message(*, message_id: str, redelivered: bool, by: str = "
         message.save(update_fields=lifecycle.apply(message, change))
         if arrival is Arrival.DELIVER and was != Status.DELIVERED:  # a rerun after a crash is not a new delivery
             delivery_minute_record(messages=[message])
-        if not message.notification:  # its outcome told (a callback; a task past its reruns: message.failed)
+        if not message.notification:  # its outcome told (a callback; past its reruns: message.failed; expired)
             ended = message.status if message.status != was else None
             notification_emit_ended(
                 delivered=[message.id] if ended == Status.DELIVERED and message.on_delivered_id else [],
-                failed=[message.id] if ended == Status.FAILED else [])
+                failed=[message.id] if ended == Status.FAILED else [],
+                expired=[message.id] if ended == Status.EXPIRED else [])
         metrics.record_on_commit([metrics.arrival(arrival, message, change)])
     if arrival is not Arrival.DELIVER:
         return Claim(message=message, run=False)

@@ -4,7 +4,9 @@ gives (messages/debounce.py applies them under a lock per endpoint and key).
 - trailing: a newer message with the key replaces the waiting one (``superseded``) and is due
   ``seconds`` after the newest, never later than ``max_seconds`` after the first of the window
   (the cap travels from row to row in ``debounce_until``). A delay asked for is a floor: the
-  debounce postpones a message, it never brings one forward.
+  debounce postpones a message, it never brings one forward. A reschedule of the waiting one is
+  held to the cap too (``reschedule_error``): the messages it replaced were superseded on that
+  promise.
 - leading: the first goes at its time and opens a window of ``seconds``; the others scheduled
   within it end ``superseded`` at once (never delivered). After it, the next opens a new window.
 """
@@ -96,3 +98,13 @@ def trailing_due(*, asked: datetime, now: datetime, seconds: int, until: datetim
 def leading_open(*, until: datetime | None, now: datetime) -> bool:
     """A leading window that ends at ``until`` still supersedes a message accepted ``now``."""
     return until is not None and now < until
+
+
+def reschedule_error(*, mode: str | None, until: datetime | None, due_at: datetime) -> str | None:
+    """Why a waiting message of a trailing window may not move to ``due_at`` (None: it may): past
+    its window's cap ``until``. Refused, not clamped: a due time asked for is never brought forward
+    behind the caller's back (the floor rule above), so the caller hears of the cap instead."""
+    if mode != Mode.TRAILING or until is None or due_at <= until:
+        return None
+    return (f"is after the debounce window's cap (debounce.until {until.isoformat().replace('+00:00', 'Z')}: "
+            "max_seconds after the window's first message); a trailing message is never due later")

@@ -202,7 +202,7 @@ def _receive_one_by_one(left: list[tuple[int, tuple]], outcomes: list, *, defer_
     rows = {str(m.id): m for m in ScheduledMessage.objects.locked_for_delivery(
         [message_id for message_id in {item[0] for _, item in left} if wire.is_row_id(message_id)])}
     now = timezone.now()
-    changed, to_handle, counted, arrived, misrouted, keyed = {}, [], [], {}, [], {}
+    changed, to_handle, counted, arrived, misrouted, keyed, expired = {}, [], [], {}, [], {}, []
 
     def take(index, message_id, attempt, message, arrival, change) -> None:
         if arrival is Arrival.DELIVER and not _call_slot_free(message):
@@ -214,6 +214,8 @@ def _receive_one_by_one(left: list[tuple[int, tuple]], outcomes: list, *, defer_
         arrived[index] = (before, metrics.arrival(arrival, message, change))
         if arrival in _DROPPED:
             outcomes[index] = Outcome(_DROPPED[arrival])
+        if arrival is Arrival.EXPIRED and change and not message.notification:  # expired by this copy: told once
+            expired.append(message.id)
         if arrival is Arrival.DELIVER:
             to_handle.append((index, message))
             if traceparents and (traceparent := traceparents.get(message_id)):
@@ -281,7 +283,7 @@ def _receive_one_by_one(left: list[tuple[int, tuple]], outcomes: list, *, defer_
     if ended:  # a keyed message ended here (delivered, failed, expired): the next of its key is woken
         ordering_end(keys=ended)
     delivered = [m for index, m in to_handle if outcomes[index].result is Result.DELIVERED]
-    _tell(to_handle, outcomes)
+    _tell(to_handle, outcomes, expired)
     delivery_minute_record(messages=delivered)
     metrics.record_on_commit(counted)
     if misrouted:
@@ -318,12 +320,13 @@ def _take_turns(keyed: dict, take, outcomes: list, changed: dict, now: datetime)
     return counted
 
 
-def _tell(handled: list[tuple[int, ScheduledMessage]], outcomes: list) -> None:
+def _tell(handled: list[tuple[int, ScheduledMessage]], outcomes: list, expired: list) -> None:
     """The outcomes the notifications tell (one statement for the batch, none when nothing is to
     be told): a handler that gave up, its ATTEMPT_FAILING_AT-th failure in a row followed by a
-    retry (one that gives up then says message.failed), a delivery with an on_delivered endpoint.
-    A notification or callback message tells nothing."""
-    delivered, failed, failing = [], [], []
+    retry (one that gives up then says message.failed), a delivery with an on_delivered endpoint,
+    a message expired (``expired``: by its copy's arrival; or its handler failed and the retry
+    would come too late). A notification or callback message tells nothing."""
+    delivered, failed, failing, expired = [], [], [], list(expired)
     for index, message in handled:
         if message.notification:
             continue
@@ -332,9 +335,11 @@ def _tell(handled: list[tuple[int, ScheduledMessage]], outcomes: list) -> None:
             delivered.append(message.id)
         elif result is Result.FAILED:
             failed.append(message.id)
+        elif result is Result.EXPIRED:
+            expired.append(message.id)
         elif result is Result.RETRY and notification_attempt_failing(attempts=message.attempts):
             failing.append(message.id)
-    notification_emit_ended(delivered=delivered, failed=failed, failing=failing)
+    notification_emit_ended(delivered=delivered, failed=failed, failing=failing, expired=expired)
 
 
 def delivery_drop_misrouted(*, message_id: str, queue: str) -> str:

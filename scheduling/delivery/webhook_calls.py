@@ -261,7 +261,8 @@ def _take_keyed(items: list[tuple], deadlines: dict[str, float], taken: dict[str
 
 def _expire(expiring: list[tuple[str, int, object]], now: datetime) -> list:
     """Expire the rows of copies that came past their expires_at (compare-and-set on the status
-    and attempt the copy was judged by, and no call lease out); returns what the rows expired count."""
+    and attempt the copy was judged by, and no call lease out), each told (message.expired) in its
+    transaction; returns what the rows expired count."""
     counted = []
     for message_id, attempt, labels in expiring:
         with transaction.atomic():
@@ -272,6 +273,7 @@ def _expire(expiring: list[tuple[str, int, object]], now: datetime) -> list:
                     or not lifecycle.expired(message, now=now):
                 continue
             message.save(update_fields=lifecycle.apply(message, lifecycle.expire(message, now=now)))
+            notification_emit_ended(expired=[message.id])  # in its transaction (a notification itself: nothing)
         counted.append(metrics.Counted(metrics.EXPIRED, labels))
     return counted
 
@@ -476,9 +478,10 @@ def _tell(delivered: dict, failed: dict[str, Outcome], facts: list) -> None:
     each statement only when there is something to tell."""
     callbacks = [message_id for message_id, row in delivered.items() if row.callback]
     gave_up = [message_id for message_id, o in failed.items() if o.result is Result.FAILED]
+    expired = [message_id for message_id, o in failed.items() if o.result is Result.EXPIRED]  # the retry too late
     failing = [message_id for message_id, o in failed.items()
                if o.result is Result.RETRY and notification_attempt_failing(attempts=o.attempt)]
-    notification_emit_ended(delivered=callbacks, failed=gave_up, failing=failing)
+    notification_emit_ended(delivered=callbacks, failed=gave_up, failing=failing, expired=expired)
     notification_emit(facts=facts)
 
 

@@ -192,7 +192,8 @@ def _publish_batch(rows: list[ScheduledMessage], result: RelayResult, direct: bo
     """Publish locked rows and mark those the broker confirmed, in the caller's transaction:
     here, or (``gather``) by the process's publisher thread with other callers' rows. Rows past
     their expires_at are expired instead (messages/expiry.py)."""
-    rows = message_expire_past(rows=rows, now=timezone.now())  # never published: their copy would be dropped
+    # never published (their copy would be dropped); what they tell is published as any row
+    rows = message_expire_past(rows=rows, now=timezone.now(), publish=relay_publish_rows)
     if not rows:
         return
     if gather:

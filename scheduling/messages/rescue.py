@@ -140,7 +140,8 @@ def message_rescue_overdue_tasks(*, publish: Callable[[list[Outgoing]], Outcome]
 def _publish(rows: list[ScheduledMessage], now, publish: Callable[[list[Outgoing]], Outcome],
              after_ms: int) -> list[ScheduledMessage]:
     """Publish a copy of each row (still locked): the rows the broker confirmed."""
-    rows = message_expire_past(rows=rows, now=now)  # past their expires_at: expired, not rescued
+    # past their expires_at: expired, not rescued; what they tell waits for the sweeper (the relay imports this module)
+    rows = message_expire_past(rows=rows, now=now, publish=None)
     if not rows:
         return []
     # overdue: no delay; a row none can be built of is failed alone, with the reason, the others still go

@@ -19,6 +19,7 @@ from uuid_utils.compat import uuid7
 
 from topology import cascade
 
+from scheduling.core import debounce as debounce_rules
 from scheduling.core import lifecycle, ordering
 from scheduling.audit.services import audit_record
 from scheduling.celery.structured import task_problem
@@ -640,7 +641,8 @@ def message_reschedule(*, message_id, delay=None, deliver_at: datetime | None = 
     its id; its earlier due times stay in ``due_history``. Its copy for the old time, still in the
     cascade, is dropped when it arrives (lifecycle.superseded), and a copy for the new time is
     published after the commit. Conflict once delivered, cancelled or failed. Its expires_at is
-    kept: a new due time at or after it is refused (ValidationError on the due time's field)."""
+    kept: a new due time at or after it is refused (ValidationError on the due time's field); so is
+    one past its trailing debounce window's cap (debounce_until)."""
     now = ceil_ms(timezone.now())
     with transaction.atomic():
         message = _locked(message_id, caller, Action.SCHEDULE)
@@ -648,10 +650,15 @@ def message_reschedule(*, message_id, delay=None, deliver_at: datetime | None = 
             raise Conflict(f"message {message.id} is a Celery task: revoke it with cancel_task and send it again")
         errors: dict[str, str] = {}
         due_at = _due_at(delay, deliver_at, message.topology, now, errors)
+        field = "delay" if delay is not None else "deliver_at"
         if due_at is not None and not lifecycle.expiry_valid(due_at=due_at, expires_at=message.expires_at):
-            errors["delay" if delay is not None else "deliver_at"] = (
+            errors[field] = (
                 f"is at or after the message's expires_at ({message.expires_at.isoformat().replace('+00:00', 'Z')}): "
                 "it would expire before it is due")
+        elif due_at is not None and message.status in lifecycle.IN_FLIGHT and (
+                capped := debounce_rules.reschedule_error(mode=message.debounce_mode, until=message.debounce_until,
+                                                          due_at=due_at)):
+            errors[field] = capped
         if errors:
             raise ValidationError(errors)
         try:

@@ -15,7 +15,10 @@ class NotificationType(models.TextChoices):
     ENDPOINT_DISABLED = "endpoint.disabled"
     ENDPOINT_CIRCUIT_OPENED = "endpoint.circuit_opened"
     QUOTA_WARNING = "quota.warning", "80 % of an in-flight quota"
-    # a callback only (a message's on_delivered; its on_failed sends message.failed): not a route's
+    # a failure to deliver of its own (its time to be worth delivering passed), not a handler that
+    # gave up: routed by its own type, so a route for message.failed hears no more than it asked for
+    MESSAGE_EXPIRED = "message.expired", "a message expired before it was handed over"
+    # a callback only (a message's on_delivered; its on_failed sends message.failed or message.expired)
     MESSAGE_DELIVERED = "message.delivered", "a message was delivered (callback)"
 
 

@@ -15,9 +15,11 @@ pass them is refused when it is made or changed, and a run that finds them full 
 be made is skipped, counted on the schedule (``runs_skipped``, ``last_run_skipped_at``).
 
 Jitter moves each run's due time by an offset fixed per run (rules.jitter_offset_ms); its key
-keeps the nominal time, so a run made again is still the same run. Catch-up makes the runs missed
-in a downtime and due within ``catchup_ms`` before now, oldest first; older ones are counted on
-the schedule (``runs_missed``, ``last_run_missed_at``).
+keeps the nominal time, so a run made again is still the same run. A new revision cancels the runs
+whose time is to come, not one whose time has passed while its jitter still holds it back: that
+run is kept (the new revision's runs start after now), so an edit loses no run and makes none
+twice. Catch-up makes the runs missed in a downtime and due within ``catchup_ms`` before now,
+oldest first; older ones are counted on the schedule (``runs_missed``, ``last_run_missed_at``).
 
 Overlap (core/ordering.py): with ``skip`` or ``buffer_one``, its runs share the platform's ordering
 key ``schedule:<key>`` and carry the policy, so a run due while the previous run has not ended is
@@ -140,7 +142,8 @@ def schedule_upsert(*, key: str, endpoint: str | Endpoint, payload, cron: str = 
                     overlap: str = Overlap.ALLOW, team: Team | None = None) -> tuple[Schedule, bool]:
     """Create the team's schedule ``key``, or make it what is given (True when created). A change
     to its rule, payload, endpoint or jitter is a new revision: its runs to come are cancelled and
-    made again from the new rule. Its first runs are created before this returns. ``team``: the
+    made again from the new rule (a run whose time has passed, still held back by its jitter, is
+    kept as it was made). Its first runs are created before this returns. ``team``: the
     default team when None; the endpoint must be the team's. ``jitter_seconds``: each run due a
     fixed offset in [0, it) after its time (below its interval); ``catchup_seconds``: after a
     downtime, the missed runs due within it before now are made (None: ``missed_runs`` decides).
@@ -162,7 +165,7 @@ def schedule_upsert(*, key: str, endpoint: str | Endpoint, payload, cron: str = 
         for field, value in values.items():
             setattr(schedule, field, value)
         if revised and not created:
-            _cancel_runs(schedule=schedule, due_after=now)
+            _cancel_runs(schedule=schedule, run_after=now)
             schedule.revision += 1
         if revised:
             if reanchored:
@@ -341,14 +344,19 @@ def schedule_delete(*, key: str, team: Team | None = None) -> int:
     return cancelled
 
 
-def _cancel_runs(*, schedule: Schedule, due_after: datetime | None = None) -> int:
-    """Its runs in flight: messages with its key on its team's endpoints (another team may use the key)."""
+def _cancel_runs(*, schedule: Schedule, run_after: datetime | None = None) -> int:
+    """Cancel its runs in flight: messages with its key on its team's endpoints (another team may
+    use the key). ``run_after``: only the runs whose time by the rule (the one in their key) is
+    after it. A run whose time has passed is the old revision's to send, even while its jitter
+    still holds it back (due later): the new revision makes runs after now only (rule.next_run),
+    so cancelling it would lose that run, and keeping it makes none twice."""
     runs = ScheduledMessage.objects.filter(schedule=schedule.key, status__in=[s.value for s in IN_FLIGHT],
                                            endpoint_id__in=Endpoint.objects.filter(team_id=schedule.team_id)
                                            .values("id"))
-    if due_after is not None:
-        runs = runs.filter(due_at__gt=due_after)
-    ids = list(runs.values_list("id", flat=True))
+    if run_after is not None:  # a run's due time is at or after its time: those due by then are past too
+        runs = runs.filter(due_at__gt=run_after)
+    ids = [message_id for message_id, key in runs.values_list("id", "idempotency_key")
+           if run_after is None or (run_at := rules.run_time_of_key(key)) is None or run_at > run_after]
     for message_id in ids:
         message_cancel(message_id=message_id)
     return len(ids)

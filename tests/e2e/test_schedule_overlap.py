@@ -7,28 +7,14 @@ import time
 
 import pytest
 
-from harness.celery_worker import start_workers
 from harness.recording_server import RecordingServer
 from harness.waiting import wait_until
 from scheduling.models import Schedule, ScheduledMessage
 
-pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True),
+              pytest.mark.usefixtures("quick_window")]  # and quick_beat: tests/e2e/conftest.py
 Status = ScheduledMessage.Status
 HOLD, WATCH = 2.5, 8.0  # each call's length; how long the schedule runs
-
-
-@pytest.fixture(scope="module")
-def quick_beat(worker_env):
-    """One worker whose beat runs the materialiser every second over a 2 s window."""
-    env = {**worker_env, "DELAY_SCHEDULES_EVERY_SECONDS": "1", "DELAY_SCHEDULES_AHEAD_SECONDS": "2"}
-    (worker,) = start_workers("overlap", env, 1)
-    yield worker
-    worker.stop()
-
-
-@pytest.fixture(autouse=True)
-def quick_window(settings):
-    settings.DELAY_SCHEDULES_EVERY_SECONDS, settings.DELAY_SCHEDULES_AHEAD_SECONDS = 1, 2
 
 
 def overlapping(calls) -> int:

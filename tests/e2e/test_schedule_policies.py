@@ -10,31 +10,15 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from harness.celery_worker import start_workers
 from harness.testapp.models import Receipt
 from harness.waiting import wait_until
 from scheduling.models import ScheduledMessage
 from scheduling.schedules.rules import run_time_of_key
 
-pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True),
+              pytest.mark.usefixtures("quick_window")]  # and quick_beat: tests/e2e/conftest.py
 Status = ScheduledMessage.Status
 S = timedelta(seconds=1)
-
-
-@pytest.fixture(scope="module")
-def quick_beat(worker_env):
-    """One worker whose beat runs the materialiser every second over a 2 s window: a downtime
-    longer than that misses runs. The catch-up test stops it and starts it again."""
-    env = {**worker_env, "DELAY_SCHEDULES_EVERY_SECONDS": "1", "DELAY_SCHEDULES_AHEAD_SECONDS": "2"}
-    (worker,) = start_workers("policies", env, 1)
-    yield worker
-    worker.stop()
-
-
-@pytest.fixture(autouse=True)
-def quick_window(settings):
-    """The test process's upserts make their first runs over the worker's window."""
-    settings.DELAY_SCHEDULES_EVERY_SECONDS, settings.DELAY_SCHEDULES_AHEAD_SECONDS = 1, 2
 
 
 def receipts(messages) -> Counter:

@@ -1,11 +1,15 @@
-"""POST /api/messages/ with ``debounce``: shown on the message, a 400 names debounce.<field>, and
-another team's message with the same key is never touched."""
+"""POST /api/messages/ with ``debounce``: shown on the message (and in bulk answers), a 400 names
+debounce.<field>, a reschedule keeps a trailing window's cap, and another team's message with the
+same key is never touched."""
+
+from datetime import datetime, timedelta
 
 import pytest
 
 from scheduling.models import ScheduledMessage
 
 pytestmark = pytest.mark.django_db
+MS = timedelta(milliseconds=1)
 TRAILING = {"key": "doc-1", "seconds": 5, "max_seconds": 60, "mode": "trailing"}
 
 
@@ -49,3 +53,36 @@ def test_another_team_s_message_with_the_same_key_is_never_touched(teams):
     assert mine.status_code == theirs.status_code == 201
     assert teams["a"].get(f"/api/messages/{mine.json()['id']}/").json()["status"] in ("pending", "published")
     assert teams["b"].get(f"/api/messages/{mine.json()['id']}/").status_code == 404
+
+
+def test_a_reschedule_of_a_waiting_trailing_message_past_its_cap_is_a_400_naming_the_cap(api, endpoint):
+    created = post(api, endpoint, 1).json()
+    until = created["debounce"]["until"]
+    cap = datetime.fromisoformat(until.replace("Z", "+00:00"))
+    late = api.patch(f"/api/messages/{created['id']}/", {"deliver_at": (cap + MS).isoformat()}, format="json")
+    assert late.status_code == 400, late.content
+    assert until in late.json()["deliver_at"][0] and "debounce.until" in late.json()["deliver_at"][0]
+    far = api.patch(f"/api/messages/{created['id']}/", {"delay_seconds": 3600}, format="json")
+    assert far.status_code == 400 and "debounce.until" in far.json()["delay_seconds"][0], far.content
+    row = ScheduledMessage.objects.get(id=created["id"])
+    assert row.due_at == datetime.fromisoformat(created["due_at"].replace("Z", "+00:00"))  # nothing moved
+    at_cap = api.patch(f"/api/messages/{created['id']}/", {"deliver_at": until}, format="json")
+    assert at_cap.status_code == 200, at_cap.content
+    assert at_cap.json()["due_at"] == until and at_cap.json()["debounce"]["until"] == until
+
+
+def test_a_leading_message_has_no_cap_to_keep_when_rescheduled(api, endpoint):
+    created = post(api, endpoint, 1, {"key": "alert", "seconds": 5, "mode": "leading"}).json()
+    moved = api.patch(f"/api/messages/{created['id']}/", {"delay_seconds": 3600}, format="json")
+    assert moved.status_code == 200, moved.content
+
+
+def test_bulk_answers_show_debounce_as_single_answers_do(api, endpoint):
+    answered = api.post("/api/messages/bulk/", {"messages": [
+        {"endpoint": endpoint, "payload": {"n": 1}, "delay_seconds": 0, "debounce": TRAILING},
+        {"endpoint": endpoint, "payload": {"n": 2}, "delay_seconds": 1}]}, format="json")
+    assert answered.status_code == 201, answered.content
+    keyed, plain = answered.json()["messages"]
+    assert keyed["debounce"] == api.get(f"/api/messages/{keyed['id']}/").json()["debounce"]
+    assert {k: keyed["debounce"][k] for k in TRAILING} == TRAILING and keyed["debounce"]["until"]
+    assert plain["debounce"] is None

@@ -9,6 +9,7 @@ import pytest
 from scheduling.api.notification_views import RouteCursorPagination
 from scheduling.audit.models import AuditEvent
 from scheduling.models import ScheduledMessage
+from scheduling.notifications.models import ROUTABLE
 
 pytestmark = pytest.mark.django_db
 
@@ -38,7 +39,7 @@ def test_400s_name_the_field_and_the_reason(teams):
     assert unknown.status_code == 400 and "message.exploded" in str(unknown.json()["events"])
     assert route(a, events=[]).status_code == 400
     assert route(a, events=["message.delivered"]).status_code == 400  # a callback's type, not a route's
-    too_many = route(a, events=["message.failed"] * 6)
+    too_many = route(a, events=["message.failed"] * (len(ROUTABLE) + 1))  # more items than there are types
     assert too_many.status_code == 400 and "events" in too_many.json()
     missing = route(a, endpoint="nope")
     assert missing.status_code == 400 and "nope" in str(missing.json()["endpoint"])

@@ -5,7 +5,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from scheduling.core.debounce import Debounce, Mode, leading_open, parse, trailing_due, window_until
+from scheduling.core.debounce import (
+    Debounce, Mode, leading_open, parse, reschedule_error, trailing_due, window_until,
+)
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 S = timedelta(seconds=1)
@@ -69,3 +71,17 @@ def test_a_leading_window_is_open_until_its_end():
     assert leading_open(until=T0 + 5 * S, now=T0 + 4 * S)
     assert not leading_open(until=T0 + 5 * S, now=T0 + 5 * S)
     assert not leading_open(until=None, now=T0)
+
+
+@pytest.mark.parametrize(("mode", "until", "due_at", "refused"), [
+    ("trailing", T0 + 60 * S, T0 + 60 * S, False),  # at the cap: kept
+    ("trailing", T0 + 60 * S, T0 + 60 * S + timedelta(milliseconds=1), True),  # a millisecond past it
+    ("trailing", T0 + 60 * S, T0, False),  # earlier: always
+    ("leading", T0 + 5 * S, T0 + 3600 * S, False),  # a leading window has no cap on its first
+    (None, None, T0 + 3600 * S, False),  # no debounce
+])
+def test_a_reschedule_of_a_trailing_message_is_refused_past_its_cap_only(mode, until, due_at, refused):
+    error = reschedule_error(mode=mode, until=until, due_at=due_at)
+    assert (error is not None) == refused
+    if refused:
+        assert "debounce.until" in error and "2026-11-29T12:01:00Z" in error

@@ -8,18 +8,9 @@ from django.core.exceptions import ValidationError
 from scheduling.core.errors import BulkValidationError
 from scheduling.messages.services import message_schedule_many
 from scheduling.models import ScheduledMessage
-from scheduling.schedules.services import schedule_upsert
+from tests.scheduling.schedules.conftest import upsert
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def endpoint(endpoint_of):
-    return endpoint_of("v3")
-
-
-def upsert(endpoint, **kwargs):
-    return schedule_upsert(key="poll", endpoint=endpoint.name, payload={"job": 1}, interval_seconds=7, **kwargs)
 
 
 def open_runs():

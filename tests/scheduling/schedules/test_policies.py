@@ -1,7 +1,9 @@
 """schedules/services.py's policies of issue 49 on the real database: jitter (each run due at its
-time moved by an offset fixed per run, its key on its time) and catch-up (runs missed in a downtime
+time moved by an offset fixed per run, its key on its time; an edit keeps a run whose time passed
+while its jitter holds it back) and catch-up (runs missed in a downtime
 made up within a window, oldest first, each once; older ones skipped and counted on the schedule)."""
 
+from collections import Counter
 from datetime import timedelta
 
 import pytest
@@ -10,26 +12,14 @@ from django.utils import timezone
 
 from harness.at_once import at_once
 from scheduling.models import Schedule, ScheduledMessage
-from scheduling.schedules.services import schedule_create_runs, schedule_run_key, schedule_upsert
+from scheduling.schedules import rules
+from scheduling.schedules.rules import run_time_of_key
+from scheduling.schedules.services import schedule_create_runs, schedule_run_key
+from scheduling.teams.models import default_team_id
+from tests.scheduling.schedules.conftest import runs, upsert
 
 pytestmark = pytest.mark.django_db
 S = timedelta(seconds=1)
-
-
-@pytest.fixture
-def endpoint(endpoint_of):
-    return endpoint_of("v3")
-
-
-def runs(key, **filters):
-    return list(ScheduledMessage.objects.filter(schedule=key, **filters).order_by("due_at"))
-
-
-def upsert(endpoint, key="poll", **kwargs):
-    kwargs.setdefault("payload", {"job": key})
-    if "cron" not in kwargs:
-        kwargs.setdefault("interval_seconds", 7)
-    return schedule_upsert(key=key, endpoint=endpoint.name, **kwargs)
 
 
 def _reset(schedule, first_run_in, now):
@@ -149,3 +139,39 @@ def test_two_materialisers_catching_up_at_once_make_each_run_once(endpoint):
     assert len(rows) == len(set(rows)) == 10 * 17
     assert sum(r.runs for r in results) == 10 * 17 and sum(r.skipped for r in results) == 10 * 78
     assert sum(Schedule.objects.values_list("runs_missed", flat=True)) == 10 * 78
+
+
+def _held_back_key(team_id, run_at, now, jitter_ms, least=3 * S):
+    """A schedule key whose run at ``run_at`` (passed) is due at least ``least`` after ``now``: its
+    jitter still holds it back while the test edits the schedule (offsets are fixed per key and run)."""
+    return next(key for key in (f"held-{n}" for n in range(1_000)) if run_at + timedelta(
+        milliseconds=rules.jitter_offset_ms(seed=f"{team_id}:{key}", run_at=run_at, jitter_ms=jitter_ms)) > now + least)
+
+
+def live_runs(key) -> Counter:
+    """Its runs in flight, counted by their time by the rule (the key's)."""
+    return Counter(run_time_of_key(k) for k in ScheduledMessage.objects.filter(
+        schedule=key, status__in=["pending", "published"]).values_list("idempotency_key", flat=True))
+
+
+def test_an_edit_keeps_a_run_whose_time_passed_while_its_jitter_holds_it_back_and_makes_none_twice(endpoint):
+    now = timezone.now()
+    run_at = now.replace(microsecond=0) - S  # its time has passed...
+    key = _held_back_key(default_team_id(), run_at, now, 6_900)  # ...and it is due 3 s or more from now
+    schedule, _ = upsert(endpoint, key=key, jitter_seconds="6.9", catchup_seconds=60)
+    _reset(schedule, run_at - now.replace(microsecond=0), now)
+    assert schedule_create_runs(now=now).runs == 9  # the run at run_at (caught up) and 8 to come, 7 s apart
+    before = live_runs(key)
+    assert before[run_at] == 1 and ScheduledMessage.objects.get(
+        schedule=key, idempotency_key=schedule_run_key(schedule=schedule, run_at=run_at)).due_at > timezone.now()
+    edited, _ = upsert(endpoint, key=key, payload={"job": "edited"}, jitter_seconds="6.9", catchup_seconds=60)
+    assert edited.revision == schedule.revision + 1
+    schedule_create_runs()  # the materialiser's next pass: no run made again
+    after = live_runs(key)
+    assert after[run_at] == 1  # kept, as made (the old revision's): not lost
+    assert max(after.values()) == 1  # and no run twice
+    times = sorted(after)
+    assert times[0] == run_at and all(b - a == 7 * S for a, b in zip(times, times[1:]))  # no run lost after it
+    kept = ScheduledMessage.objects.get(schedule=key, idempotency_key=schedule_run_key(schedule=schedule,
+                                                                                        run_at=run_at))
+    assert kept.status in ("pending", "published") and kept.payload == {"job": key}

@@ -18,11 +18,6 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def endpoint(endpoint_of):
-    return endpoint_of("v3")
-
-
-@pytest.fixture
 def team(endpoint):
     return team_update(team=Team.objects.get(pk=endpoint.team_id), max_in_flight=30)
 

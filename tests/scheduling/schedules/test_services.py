@@ -18,76 +18,61 @@ from scheduling.schedules.services import (
     schedule_set_paused,
     schedule_upsert,
 )
+from tests.scheduling.schedules.conftest import runs, upsert
 
 pytestmark = pytest.mark.django_db
 Status = ScheduledMessage.Status
 S = timedelta(seconds=1)
 
 
-@pytest.fixture
-def endpoint(endpoint_of):
-    return endpoint_of("v3")
-
-
-def runs(key, **filters):
-    return list(ScheduledMessage.objects.filter(schedule=key, **filters).order_by("due_at"))
-
-
-def upsert(endpoint, key="nightly", **kwargs):
-    kwargs.setdefault("payload", {"job": key})
-    if "cron" not in kwargs:
-        kwargs.setdefault("interval_seconds", 7)  # runs 7 s apart: none near the window's end (60 s)
-    return schedule_upsert(key=key, endpoint=endpoint.name, **kwargs)
-
-
 def test_an_interval_schedule_gets_its_runs_of_the_next_minute_at_once(endpoint):
     before = timezone.now()
     schedule, created = upsert(endpoint, interval_seconds="7")
     assert created and schedule.revision == 1 and schedule.anchor_at >= before + 7 * S
-    made = runs("nightly")
+    made = runs("poll")
     assert [m.due_at for m in made] == [schedule.anchor_at + k * 7 * S for k in range(8)]  # to 56 s: the window is 60
     assert {m.idempotency_key for m in made} == {schedule_run_key(schedule=schedule, run_at=m.due_at) for m in made}
-    assert all(m.payload == {"job": "nightly"} and m.endpoint_id == endpoint.pk for m in made)
+    assert all(m.payload == {"job": "poll"} and m.endpoint_id == endpoint.pk for m in made)
     assert schedule.next_run_at == made[-1].due_at + 7 * S and schedule.last_run_at == made[-1].due_at
 
 
 def test_a_daily_schedule_has_its_next_run_in_the_cascade_a_day_ahead(endpoint):
     schedule, _ = upsert(endpoint, cron="0 3 * * *", timezone_name="Europe/Berlin")
-    (run,) = runs("nightly")
+    (run,) = runs("poll")
     assert run.due_at > timezone.now() and run.due_at - timezone.now() <= timedelta(days=1)
     assert run.due_at.astimezone(schedule.rule.tz and __import__("zoneinfo").ZoneInfo("Europe/Berlin")).hour == 3
     assert schedule_create_runs().runs == 0  # nothing new until its next run comes within the window
-    assert len(runs("nightly")) == 1
+    assert len(runs("poll")) == 1
 
 
 def test_the_materialiser_extends_the_window_and_never_makes_a_run_twice(endpoint):
     schedule, _ = upsert(endpoint)
-    first = {m.due_at for m in runs("nightly")}
+    first = {m.due_at for m in runs("poll")}
     later = schedule.anchor_at - 7 * S + 33 * S  # the window now ends at 93 s: runs at 63, 70, 77, 84 and 91 s
     made = schedule_create_runs(now=later)
     assert made.runs == 5 and made.schedules == 1
     again = schedule_create_runs(now=later)
     assert again.runs == 0
-    due = [m.due_at for m in runs("nightly")]
+    due = [m.due_at for m in runs("poll")]
     assert len(due) == len(set(due)) == 13 and first < set(due)
 
 
 def test_posting_the_same_schedule_again_changes_nothing(endpoint):
     schedule, _ = upsert(endpoint)
-    before = [(m.id, m.status) for m in runs("nightly")]
+    before = [(m.id, m.status) for m in runs("poll")]
     again, created = upsert(endpoint)
     assert not created and again.revision == 1 and again.anchor_at == schedule.anchor_at
-    assert [(m.id, m.status) for m in runs("nightly")] == before
+    assert [(m.id, m.status) for m in runs("poll")] == before
 
 
 def test_a_changed_payload_is_a_new_revision_whose_runs_replace_the_old_ones(endpoint):
     schedule, _ = upsert(endpoint)
-    old = runs("nightly")
+    old = runs("poll")
     changed, created = upsert(endpoint, payload={"job": "v2"})
     assert not created and changed.revision == 2
     assert changed.anchor_at == schedule.anchor_at  # same rule: the runs keep their times
-    assert {m.status for m in runs("nightly", id__in=[m.id for m in old])} == {Status.CANCELLED}
-    new = runs("nightly", status=Status.PUBLISHED)
+    assert {m.status for m in runs("poll", id__in=[m.id for m in old])} == {Status.CANCELLED}
+    new = runs("poll", status=Status.PUBLISHED)
     assert [m.due_at for m in new] == [m.due_at for m in old]
     assert {m.payload["job"] for m in new} == {"v2"} and all(":2:" in m.idempotency_key for m in new)
 
@@ -95,7 +80,7 @@ def test_a_changed_payload_is_a_new_revision_whose_runs_replace_the_old_ones(end
 def test_a_changed_rule_reanchors_the_schedule(endpoint):
     upsert(endpoint)
     changed, _ = upsert(endpoint, interval_seconds=None, cron="*/15 * * * *")
-    live = runs("nightly", status=Status.PUBLISHED)
+    live = runs("poll", status=Status.PUBLISHED)
     assert changed.anchor_at is None and len(live) == 1 and live[0].due_at.minute % 15 == 0
     assert live[0].due_at.second == 0
 
@@ -127,11 +112,11 @@ def test_bad_input_names_the_field_and_stores_nothing(endpoint, kwargs, field, t
 
 def test_pause_cancels_the_runs_made_and_resume_starts_again_from_now(endpoint):
     upsert(endpoint)
-    paused = schedule_set_paused(key="nightly", paused=True)
-    assert paused.is_paused and {m.status for m in runs("nightly")} == {Status.CANCELLED}
+    paused = schedule_set_paused(key="poll", paused=True)
+    assert paused.is_paused and {m.status for m in runs("poll")} == {Status.CANCELLED}
     assert schedule_create_runs(now=timezone.now() + 120 * S).runs == 0
-    resumed = schedule_set_paused(key="nightly", paused=False)
-    live = runs("nightly", status=Status.PUBLISHED)
+    resumed = schedule_set_paused(key="poll", paused=False)
+    live = runs("poll", status=Status.PUBLISHED)
     assert not resumed.is_paused and len(live) == 8 and live[0].due_at > timezone.now()
     assert resumed.revision == 2 and all(":2:" in m.idempotency_key for m in live)
     with pytest.raises(NotFound):
@@ -140,11 +125,11 @@ def test_pause_cancels_the_runs_made_and_resume_starts_again_from_now(endpoint):
 
 def test_delete_cancels_the_runs_to_come_and_keeps_the_history(endpoint):
     upsert(endpoint)
-    done = runs("nightly")[0]
+    done = runs("poll")[0]
     ScheduledMessage.objects.filter(pk=done.pk).update(status=Status.DELIVERED, delivered_at=timezone.now())
-    assert schedule_delete(key="nightly") == 7
+    assert schedule_delete(key="poll") == 7
     assert not Schedule.objects.exists()
-    assert [m.status for m in runs("nightly")] == [Status.DELIVERED, *[Status.CANCELLED] * 7]
+    assert [m.status for m in runs("poll")] == [Status.DELIVERED, *[Status.CANCELLED] * 7]
 
 
 def _reset(schedule, first_run_in, now=None):
@@ -160,7 +145,7 @@ def test_runs_missed_during_a_downtime_are_skipped_by_default(endpoint):
     _reset(schedule, -timedelta(minutes=10))
     made = schedule_create_runs()
     assert made.skipped == 86 and made.runs == 9  # 10 min of runs every 7 s; then the next minute's (2 s to 58 s)
-    assert all(m.due_at > timezone.now() - S for m in runs("nightly"))
+    assert all(m.due_at > timezone.now() - S for m in runs("poll"))
 
 
 def test_the_latest_policy_makes_the_latest_missed_run_once(endpoint):
@@ -169,7 +154,7 @@ def test_the_latest_policy_makes_the_latest_missed_run_once(endpoint):
     now = timezone.now()
     made = schedule_create_runs(now=now)
     assert made.skipped == 85 and made.runs == 1 + 9
-    past = [m for m in runs("nightly") if m.due_at <= now]
+    past = [m for m in runs("poll") if m.due_at <= now]
     assert len(past) == 1 and now - past[0].due_at < 7 * S
     assert schedule_create_runs(now=now).runs == 0
 
@@ -177,7 +162,7 @@ def test_the_latest_policy_makes_the_latest_missed_run_once(endpoint):
 def test_end_at_stops_the_runs(endpoint):
     start = (timezone.now() + 5 * S).replace(microsecond=0)
     schedule, _ = upsert(endpoint, start_at=start, end_at=start + 21 * S)
-    assert [m.due_at for m in runs("nightly")] == [start, start + 7 * S, start + 14 * S, start + 21 * S]
+    assert [m.due_at for m in runs("poll")] == [start, start + 7 * S, start + 14 * S, start + 21 * S]
     assert schedule.next_run_at is None
 
 
@@ -185,7 +170,7 @@ def test_an_inactive_endpoint_gets_no_runs_until_it_is_active_again(endpoint):
     schedule, _ = upsert(endpoint)
     Endpoint.objects.filter(pk=endpoint.pk).update(is_active=False)
     _reset(schedule, 2 * S)
-    assert schedule_create_runs().runs == 0 and not runs("nightly")
+    assert schedule_create_runs().runs == 0 and not runs("poll")
     Endpoint.objects.filter(pk=endpoint.pk).update(is_active=True)
     assert schedule_create_runs().runs == 9
 

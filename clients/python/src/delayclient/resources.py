@@ -548,7 +548,8 @@ class Events(Resource):
 
 class Notifications(Resource):
     """Notification routes: which of a team's endpoints take which notification types
-    (message.failed, message.attempt_failing, endpoint.disabled, endpoint.circuit_opened, quota.warning)."""
+    (message.failed, message.attempt_failing, endpoint.disabled, endpoint.circuit_opened, quota.warning,
+    message.expired)."""
 
     @route("POST", "/api/notifications/")
     def create(self, endpoint: str, events: Iterable[str], *, team: str | None = None):
