@@ -94,3 +94,11 @@ def traced_receipt(self, *args, **kwargs):
     current = f"{context.trace_id:032x}-{context.span_id:016x}" if context is not None and context.is_valid else None
     Receipt.objects.create(message_id=self.request.id, payload={
         "args": list(args), "traceparent": self.request.get("traceparent"), "current": current})
+
+
+@shared_task(bind=True, name="testapp.quick_retry_receipt", max_retries=3)
+def quick_retry_receipt(self, *args, **kwargs):
+    """A plain task (no DelayedTask) that retries once on Celery's own path: a retry that must run."""
+    _record(self, args, kwargs)
+    if self.request.retries == 0:
+        raise self.retry(countdown=1)

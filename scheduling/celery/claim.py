@@ -16,12 +16,15 @@ from celery.exceptions import Ignore
 
 from scheduling.core import traceparent
 from scheduling.core.lifecycle import Status
+from scheduling.core import task_names
 from scheduling.core.task_names import DELIVER
 from scheduling.observability import tracing
 
 log = logging.getLogger(__name__)
 H_MESSAGE_ID = "x-dp-message-id"  # wire.H_MESSAGE_ID; wire imports models, too early here
 H_TRACEPARENT = "traceparent"  # wire.H_TRACEPARENT
+# the platform's own tasks (task_names): their copies of x-dp-* headers are theirs to read
+PLATFORM_TASKS = frozenset(v for k, v in vars(task_names).items() if k.isupper() and isinstance(v, str))
 _SPAN = "_dp_trace"  # the request's attribute that holds its span until task_postrun
 # the request's attribute naming the message whose ordering key's turn a claimed celery_queue task holds
 ORDERED_BY = "dp_ordered_by"
@@ -125,12 +128,26 @@ def _ordered_task_revoked(sender=None, request=None, **_) -> None:
         ordering_task_ended(message_id=request.id, retrying=False)
 
 
+def _copied_message_id_dropped(sender=None, headers=None, **_) -> None:
+    """Celery's ``before_task_publish``: a task of yours published by Celery's own path never names a
+    platform message, but Celery's ``retry`` copies the running task's headers into the retry's, and a
+    retry (a countdown at or under DELAY_CELERY_THRESHOLD_SECONDS, or a plain task's) carrying its run's
+    ``x-dp-message-id`` was claimed as a second copy of that message, already run, and skipped. The
+    platform's own tasks keep theirs (``scheduling.deliver`` reads it); the platform publishes its
+    messages through kombu (messages/wire.py), never through this signal."""
+    if headers and H_MESSAGE_ID in headers and sender not in PLATFORM_TASKS:
+        del headers[H_MESSAGE_ID]
+
+
 def order_tasks() -> None:
-    """Connect the end of an ordered task to its key's turn: always (apps.py), not only with tracing."""
-    from celery.signals import task_postrun, task_revoked
+    """Connect the end of an ordered task to its key's turn: always (apps.py), not only with tracing;
+    and keep a retry on Celery's path from naming its run's message (_copied_message_id_dropped)."""
+    from celery.signals import before_task_publish, task_postrun, task_revoked
 
     task_postrun.connect(_ordered_task_ended, weak=False, dispatch_uid="scheduling.celery.claim.ordered")
     task_revoked.connect(_ordered_task_revoked, weak=False, dispatch_uid="scheduling.celery.claim.ordered_revoked")
+    before_task_publish.connect(_copied_message_id_dropped, weak=False,
+                                dispatch_uid="scheduling.celery.claim.copied_message_id")
 
 
 def trace_tasks() -> None:

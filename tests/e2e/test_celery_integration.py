@@ -15,7 +15,7 @@ from scheduling.config.conf import broker
 from scheduling.models import Endpoint, ScheduledMessage
 from harness.celery_worker import celery_drained
 from harness.testapp.models import Receipt
-from harness.testapp.tasks import delayed_receipt, plain_receipt, retry_once
+from harness.testapp.tasks import delayed_receipt, plain_receipt, quick_retry_receipt, retry_once
 from harness.waiting import wait_until
 from topology import cascade
 
@@ -78,6 +78,21 @@ def test_retry_with_countdown_goes_through_the_cascade_too(platform, worker):
     assert second.received_at - first.received_at >= timedelta(seconds=2)
     retry_row = ScheduledMessage.objects.get(idempotency_key=f"{result.id}#retry1")
     assert retry_row.status == Status.DELIVERED and retry_row.delivery_count == 1
+
+
+def test_a_retry_on_celerys_own_path_runs(platform, worker):
+    """A task that came out of the cascade retried by Celery itself (a plain task's ``self.retry``):
+    Celery copies the run's headers into the retry, whose claim named the first run's message, already
+    delivered, and skipped it as already run. It runs, once, and the row stays one delivery."""
+    result = schedule_task(quick_retry_receipt, args=["again"], countdown=2)
+    first, second = wait_until(lambda: (r := receipts(result.id)) and len(r) == 2 and r, 20,
+                               message="the first run and its retry")
+    assert (first.payload["retries"], second.payload["retries"]) == (0, 1)
+    assert not skipped(worker, result.id)
+    row = row_of(result.id)
+    assert row.status == Status.DELIVERED and row.delivery_count == 1
+    celery_drained()
+    assert len(receipts(result.id)) == 2
 
 
 def test_cancelled_task_never_runs(platform, worker):

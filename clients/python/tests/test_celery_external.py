@@ -178,3 +178,90 @@ def test_an_eta_goes_through_the_platform(extapp, client, unique):
     tasks.record.apply_async(args=[unique], eta=eta)
     (run,) = wait_for(lambda: runs(path, token=unique), 30, "the task")
     assert run["at"] >= eta.timestamp() and run["message_id"] is not None
+
+
+# a keyed run whose end is not reported holds its key for the platform's lease (15 minutes): every
+# wait below is far shorter, so a lost report fails the test instead of slowing it
+TURN_TIMEOUT = 90
+
+
+def _spans(path: Path, token: str) -> list[dict]:
+    """The ordered task's runs of this test, one per run: its key, n, retries, start and end."""
+    made: dict = {}
+    for line in runs(path, task="ordered", token=token):
+        run = made.setdefault((line["key"], line["n"], line["retries"]),
+                              {"key": line["key"], "n": line["n"], "retries": line["retries"]})
+        run[line["event"]] = line["at"]
+        run["message_id"] = line["message_id"]
+    return sorted(made.values(), key=lambda r: r.get("start", float("inf")))
+
+
+def _assert_one_at_a_time(spans: list[dict]) -> None:
+    for before, after in zip(spans, spans[1:]):
+        assert after["start"] >= before["end"], f"two runs of key {before['key']} at once: {before} and {after}"
+
+
+def test_ordering_key_runs_one_at_a_time_in_send_order(extapp, client, unique):
+    """One key x 4 tasks due at the same second, on a worker with 2 processes: never two at once, in
+    the order sent, all run once; a second key's tasks run the same way beside them. Each run's end
+    is reported by PlatformTask.after_return: without it the next run waits for the lease."""
+    tasks, worker, path, tasks_endpoint = extapp
+    assert worker.process.args[worker.process.args.index("-c") + 1] == "2"  # two at once possible
+    eta = datetime.now(timezone.utc) + timedelta(seconds=4)  # all sent before it is due, on a busy machine too
+    sent = {}
+    for n in range(4):
+        for key in (f"a-{unique}", f"b-{unique}"):
+            if key.startswith("b-") and n >= 2:
+                continue  # the second key: two tasks
+            result = tasks.ordered.apply_async(args=[unique, key, n], eta=eta, ordering_key=key)
+            sent[(key, n)] = result.id
+    done = wait_for(lambda: (s := _spans(path, unique)) and sum("end" in r for r in s) == 6 and s,
+                    TURN_TIMEOUT, "the 6 keyed runs to end")
+    for key, count in ((f"a-{unique}", 4), (f"b-{unique}", 2)):
+        spans = [r for r in done if r["key"] == key]
+        assert [r["n"] for r in spans] == list(range(count)), f"{key} ran out of order: {spans}"
+        assert all(r["start"] >= eta.timestamp() and r["retries"] == 0 for r in spans)
+        _assert_one_at_a_time(spans)
+    by_id = {m.id: m for m in client.messages.list(endpoint=tasks_endpoint.name)}
+    for (key, n), task_id in sent.items():
+        (message,) = [m for m in by_id.values() if m.idempotency_key == task_id]
+        assert message.ordering_key == key
+        assert [r["message_id"] for r in done if (r["key"], r["n"]) == (key, n)] == [message.id]
+    wait_for(lambda: all(client.messages.get(mid).status == "delivered" for mid in
+                         [m.id for m in by_id.values() if m.idempotency_key in sent.values()]), 10, "all delivered")
+    time.sleep(2)  # a second run of any would show by now
+    assert len(_spans(path, unique)) == 6 and len(runs(path, task="ordered", token=unique)) == 12
+
+
+def test_a_keyed_task_retried_below_the_threshold_keeps_its_turn(extapp, client, unique):
+    """A keyed run that retries with a short countdown (Celery's own path for an unkeyed task) goes
+    through the platform: its retry holds the key's turn, so the next task of the key runs after the
+    retry's end, and soon (not after the lease)."""
+    tasks, worker, path, tasks_endpoint = extapp
+    key = f"r-{unique}"
+    eta = datetime.now(timezone.utc) + timedelta(seconds=3)
+    first = tasks.ordered.apply_async(args=[unique, key, 0], kwargs={"retry_countdown": 0.5}, eta=eta,
+                                      ordering_key=key)
+    tasks.ordered.apply_async(args=[unique, key, 1], eta=eta, ordering_key=key)
+    spans = wait_for(lambda: (s := _spans(path, unique)) and sum("end" in r for r in s) == 3 and s,
+                     TURN_TIMEOUT, "the first task, its retry and the second task to end")
+    assert [(r["n"], r["retries"]) for r in spans] == [(0, 0), (0, 1), (1, 0)]
+    _assert_one_at_a_time(spans)
+    keys = {m.idempotency_key: m for m in client.messages.list(endpoint=tasks_endpoint.name)}
+    assert spans[1]["message_id"] == keys[f"{first.id}#retry1"].id  # the retry was the platform's message
+
+
+def test_a_retry_on_celerys_own_path_runs(extapp, client, unique):
+    """A task that came out of the platform and retries with a countdown at or under the threshold
+    (Celery's own path, which copies the run's headers) runs again: it is not claimed as a second copy
+    of the platform's message (its id header is not copied) and so skipped as already run."""
+    tasks, worker, path, tasks_endpoint = extapp
+    result = tasks.quick_retry.apply_async(args=[unique], countdown=2)
+    both = wait_for(lambda: len(runs(path, token=unique)) == 2 and runs(path, token=unique), 30,
+                    f"the retry (worker log: {worker.log})")
+    first, second = both
+    assert (first["retries"], second["retries"]) == (0, 1) and first["id"] == second["id"] == result.id
+    assert first["message_id"] is not None and second["message_id"] is None  # no claim: not the platform's
+    assert f"[{result.id}] skipped" not in worker.text()
+    time.sleep(2)
+    assert len(runs(path, token=unique)) == 2

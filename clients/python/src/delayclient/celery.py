@@ -57,6 +57,7 @@ from .client import Client
 log = logging.getLogger(__name__)
 
 MESSAGE_ID_HEADER = "x-dp-message-id"  # on every message the platform publishes
+PLATFORM_HEADER_PREFIX = "x-dp-"  # the platform's headers (the message id among them)
 ORDERED = "dp_ordered_by"  # the request's mark: this run holds an ordering key's turn (its claim said so)
 CONF_KEY = "delay_platform"
 _ENV = {"url": "DELAY_PLATFORM_URL", "key": "DELAY_PLATFORM_KEY", "endpoint": "DELAY_PLATFORM_ENDPOINT",
@@ -174,15 +175,18 @@ class PlatformTask(Task):
         countdown, eta = options.get("countdown"), options.get("eta")
         ordering_key = options.pop("ordering_key", None)
         due = _due(countdown, eta)
-        if ordering_key is not None and due is None:
-            due = datetime.now(timezone.utc)  # a keyed task goes through the platform, which keeps its key's order
+        # a retry of a run that holds a key's turn goes through the platform whatever its countdown
+        keeps_turn = producer is None and not self.app.conf.task_always_eager and \
+            self._retry_of_ordered_run(task_id, options)
+        if keeps_turn or (ordering_key is not None and due is None):
+            due = due or datetime.now(timezone.utc)  # the platform keeps its key's order
         elif due is None or producer is not None or self.app.conf.task_always_eager or \
                 due - datetime.now(timezone.utc) <= timedelta(seconds=settings_of(self.app).threshold_seconds):
             if ordering_key is not None:
                 raise ValueError("ordering_key needs the task to go through the platform (a countdown or eta past "
                                  "threshold_seconds, no producer, not eager)")
             return super().apply_async(args, kwargs, task_id=task_id, producer=producer, link=link,
-                                       link_error=link_error, shadow=shadow, **options)
+                                       link_error=link_error, shadow=shadow, **_without_platform_headers(options))
         if link or link_error or options.get("chain") or shadow:
             raise ValueError("a task delayed through the platform travels as data: callbacks (link, link_error, "
                              "chains) and shadow names cannot go with it")
@@ -191,6 +195,14 @@ class PlatformTask(Task):
                                    priority=options.get("priority"), countdown=None if eta is not None else countdown,
                                    ordering_key=ordering_key)
         return self.AsyncResult(task_id)
+
+    def _retry_of_ordered_run(self, task_id, options) -> bool:
+        """Whether this is Celery's ``retry`` of the running task while its run holds an ordering
+        key's turn (its claim said ``ordered``): the retry must hold that turn too, which only a
+        retry through the platform does (the platform ties ``<id>#retry<n>`` to its first run)."""
+        request = self.request
+        return bool(options.get("retries")) and task_id is not None and task_id == request.id and \
+            bool(getattr(request, ORDERED, None))
 
     def before_start(self, task_id, args, kwargs):
         message_id = self.request.get(MESSAGE_ID_HEADER)
@@ -205,6 +217,18 @@ class PlatformTask(Task):
         if message_id:
             report_end(self, message_id, retrying=status == "RETRY")
         return super().after_return(status, retval, task_id, args, kwargs, einfo)
+
+
+def _without_platform_headers(options: dict) -> dict:
+    """The options without the platform's ``x-dp-*`` headers. Celery's ``retry`` copies the running
+    task's headers into the retry's message: a retry of a task that came out of the platform, sent
+    on Celery's own path, would carry that message's id, be claimed as a second copy of a message
+    already run, and be skipped. They describe the message the platform published, not this one."""
+    headers = options.get("headers")
+    if not headers or not any(str(name).startswith(PLATFORM_HEADER_PREFIX) for name in headers):
+        return options
+    kept = {name: value for name, value in headers.items() if not str(name).startswith(PLATFORM_HEADER_PREFIX)}
+    return {**options, "headers": kept}
 
 
 def claim_or_skip(task: Task, message_id: str) -> None:
