@@ -422,6 +422,11 @@ class DeliveryLoop(threading.Thread):
             self.in_webhooks.add(message_id)
         self.engine.submit(calls)
         self._settle_all(decided)
+        # a copy let through that made no call (waiting for its key's turn, a duplicate, leased elsewhere)
+        # took room it did not use: the endpoint's parked ones take it now, since no call of theirs may
+        # be out to end and unpark them
+        for endpoint_id in {profile_of[h.delivery.message_id].endpoint_id for h in due} & self.parked.keys():
+            self._unpark(endpoint_id, now)
 
     def _take_call_slots(self, due: list[Held], now: int) -> tuple[list[Held], dict[str, int]]:
         """An endpoint with max_concurrent: a slot of it for each call, across workers (delivery/flow_slots.py);

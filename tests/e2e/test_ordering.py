@@ -11,6 +11,7 @@ from collections import defaultdict
 from datetime import timedelta
 
 import pytest
+from django.db.models import Count
 from django.utils import timezone
 
 from harness.celery_worker import Worker, start_workers
@@ -63,6 +64,30 @@ def test_each_key_one_call_at_a_time_in_order_and_keys_side_by_side(api, platfor
     assert sum(1 for _, since, _ in delivered if since is not None) >= KEYS * (PER_KEY - 2)  # most waited, visibly
     span = max(e for made in calls.values() for _, e, _ in made) - min(a for made in calls.values() for a, _, _ in made)
     print(f"\nordering: {KEYS} keys x {PER_KEY} over {span:.2f} s, most in flight {server.most_in_flight}")
+
+
+def test_copies_that_wait_for_their_turn_do_not_strand_those_parked_behind_them(api, platform, two_workers,
+                                                                               endpoint_name):
+    """max_concurrent 1: each loop hands its engine one call of the endpoint at a time and parks the
+    rest of what is due. 3 keys x 5 messages due at one moment arrive in an order that is not their
+    keys' (ties by id): a copy let through may find its key's head open and wait (acked, no call).
+    The parked ones must still go: nothing may be left published with no call out (they stayed
+    parked for good when the copy let through made no call, and none ended to unpark them)."""
+    with RecordingServer(hold_seconds=0.02) as server:
+        created = api.post("/api/endpoints/", {"name": endpoint_name, "topology": "v3", "handler": "webhook",
+                                               "handler_target": server.url, "max_concurrent": 1}, format="json")
+        assert created.status_code == 201, created.content
+        due = (timezone.now() + timedelta(seconds=3)).isoformat()
+        bulk = [{"endpoint": endpoint_name, "payload": {"key": k, "n": n}, "deliver_at": due, "ordering_key": f"k{k}"}
+                for n in range(5) for k in range(3)]
+        response = api.post("/api/messages/bulk/", {"messages": bulk}, format="json")
+        assert response.status_code == 201, response.content
+        rows = ScheduledMessage.objects.filter(endpoint__name=endpoint_name)
+        try:
+            wait_until(lambda: rows.filter(status=Status.DELIVERED).count() == 15, 60, 0.2, "every message delivered")
+        except AssertionError:
+            raise AssertionError(f"not all delivered: {dict(rows.values_list('status').annotate(n=Count('id')))}")
+        assert server.most_in_flight == 1 and len(server.requests) == 15
 
 
 def test_a_key_s_celery_tasks_run_one_after_the_other(api, platform, two_workers, endpoint_name):
