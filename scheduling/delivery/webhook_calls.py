@@ -76,20 +76,25 @@ class Taken:
 
 
 _TAKE = f"""
+WITH c AS (SELECT * FROM unnest(%s::uuid[], %s::int[], %s::bigint[], %s::bigint[], %s::float8[], %s::text[])
+           AS c(id, attempt, due_ms, throttled_ms, lease_s, queue)),
+t AS (
+    SELECT r.id, c.attempt, c.throttled_ms, c.lease_s FROM c CROSS JOIN LATERAL (
+        SELECT m.id FROM {MESSAGES} AS m JOIN {ENDPOINTS} AS e ON e.id = m.endpoint_id
+        WHERE m.id = c.id AND m.status IN ('pending', 'published') AND m.attempts = c.attempt
+          AND (c.queue IS NULL OR e.queue = c.queue)
+          AND (c.attempt > 0 OR c.due_ms IS NULL OR floor(extract(epoch FROM m.due_at) * 1000)::bigint = c.due_ms)
+          AND m.due_at <= statement_timestamp()
+          AND (m.expires_at IS NULL OR m.expires_at > statement_timestamp())
+          AND (m.call_lease_until IS NULL OR m.call_lease_until < statement_timestamp())
+          AND m.ordering_key IS NULL
+        FOR UPDATE OF m) AS r)
 UPDATE {MESSAGES} AS m
-SET call_lease_until = statement_timestamp() + make_interval(secs => c.lease_s),
-    delivery_count = m.delivery_count + (c.attempt = 0)::int
-FROM unnest(%s::uuid[], %s::int[], %s::bigint[], %s::bigint[], %s::float8[], %s::text[])
-       AS c(id, attempt, due_ms, throttled_ms, lease_s, queue), {ENDPOINTS} AS e
-WHERE m.id = c.id AND m.status IN ('pending', 'published') AND m.attempts = c.attempt
-  AND e.id = m.endpoint_id AND (c.queue IS NULL OR e.queue = c.queue)
-  AND (c.attempt > 0 OR c.due_ms IS NULL OR floor(extract(epoch FROM m.due_at) * 1000)::bigint = c.due_ms)
-  AND m.due_at <= statement_timestamp()
-  AND (m.expires_at IS NULL OR m.expires_at > statement_timestamp())
-  AND (m.call_lease_until IS NULL OR m.call_lease_until < statement_timestamp())
-  AND m.ordering_key IS NULL
-RETURNING m.id, c.attempt, m.call_lease_until, statement_timestamp(), m.endpoint_id, m.topology_id, m.payload,
-          m.due_at, m.created_at, m.trigger, c.throttled_ms, m.expires_at
+SET call_lease_until = statement_timestamp() + make_interval(secs => t.lease_s),
+    delivery_count = m.delivery_count + (t.attempt = 0)::int
+FROM t WHERE m.id = t.id
+RETURNING m.id, t.attempt, m.call_lease_until, statement_timestamp(), m.endpoint_id, m.topology_id, m.payload,
+          m.due_at, m.created_at, m.trigger, t.throttled_ms, m.expires_at
 """
 
 # a keyed row whose turn it is (locked and checked by the caller): its lease, as _TAKE's; a waiting one
