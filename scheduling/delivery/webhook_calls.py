@@ -306,6 +306,10 @@ class Recorded:
     disabled: list[int]
 
 
+# The record statements test the status "IS TRUE" (the same rows) to keep it out of the index conditions:
+# their rows are found by id, whatever the statistics say (messages/queries.py deliver_many does the same;
+# the take locks each row by id in a lateral subquery). A plan that scanned the in-flight rows by status
+# cost a batch as much as the backlog.
 _DELIVERED = f"""
 UPDATE {MESSAGES} AS m
 SET status = 'delivered', finished_at = statement_timestamp(), call_lease_until = NULL,
@@ -315,7 +319,8 @@ SET status = 'delivered', finished_at = statement_timestamp(), call_lease_until 
     delivered_by = CASE WHEN c.attempt = 0 THEN %s ELSE m.delivered_by END
 FROM unnest(%s::uuid[], %s::int[], %s::timestamptz[], %s::timestamptz[], %s::bigint[], %s::bigint[])
      AS c(id, attempt, lease, taken_at, lateness_ms, throttled_ms)
-WHERE m.id = c.id AND m.call_lease_until = c.lease AND m.status IN ('pending', 'published') AND m.attempts = c.attempt
+WHERE m.id = c.id AND m.call_lease_until = c.lease AND (m.status IN ('pending', 'published')) IS TRUE
+  AND m.attempts = c.attempt
 RETURNING m.id, m.endpoint_id, m.topology_id, m.delivered_at, m.lateness_ms, m.attempts, m.throttled_ms,
           (m.on_delivered_id IS NOT NULL AND m.notification IS NULL)
 """
@@ -330,7 +335,8 @@ SET status = c.status, attempts = c.attempts, last_error = c.error, finished_at 
 FROM unnest(%s::uuid[], %s::int[], %s::timestamptz[], %s::timestamptz[], %s::bigint[], %s::text[], %s::int[],
             %s::text[], %s::timestamptz[])
      AS c(id, attempt, lease, taken_at, lateness_ms, status, attempts, error, finished_at)
-WHERE m.id = c.id AND m.call_lease_until = c.lease AND m.status IN ('pending', 'published') AND m.attempts = c.attempt
+WHERE m.id = c.id AND m.call_lease_until = c.lease AND (m.status IN ('pending', 'published')) IS TRUE
+  AND m.attempts = c.attempt
 RETURNING m.id
 """
 

@@ -177,14 +177,33 @@ def test_a_result_under_a_lease_that_passed_and_was_taken_again_is_not_recorded(
     assert MessageAttempt.objects.filter(message=message).count() == 2  # both calls were made
 
 
-def test_the_take_reaches_its_rows_by_id_however_many_are_in_flight(make, endpoint_name):
-    """The take's statement reads each row by its id, never the in-flight rows due by now: during a
-    burst the planner's statistics still say few are in flight (analyzed before it), and a plan
-    driven by the in-flight due index read the whole backlog for every batch of 64 (a 20,000 burst
+def _rows_read(sql: str, params: list) -> list[tuple]:
+    """What a statement's executed plan read of the messages table: (node, index, rows) per node."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
+        plan = cursor.fetchone()[0]
+    plan = plan if isinstance(plan, list) else json.loads(plan)
+
+    def nodes(node):
+        yield node
+        for child in node.get("Plans", []):
+            yield from nodes(child)
+
+    return [(n["Node Type"], n.get("Index Name"), n["Actual Rows"] * n["Actual Loops"])
+            for n in nodes(plan[0]["Plan"]) if n.get("Relation Name") == ScheduledMessage._meta.db_table
+            or n.get("Index Name", "").startswith("message_")]
+
+
+def test_the_take_and_its_record_reach_their_rows_by_id_however_many_are_in_flight(make):
+    """The take's and the record's statements read each row by its id, never the rows in flight:
+    during a burst the planner's statistics still say few are in flight (analyzed before it), and a
+    plan driven by an in-flight index read the whole backlog for every batch of 64 (a 20,000 burst
     to one endpoint: ~6 ms a take, both PostgreSQL backends busy, 280 calls a second)."""
     from django.db import connection
 
-    from scheduling.delivery.webhook_calls import _TAKE
+    from scheduling.delivery.webhook_calls import _DELIVERED, _FAILED, _TAKE
 
     first = make(due_in=timedelta(milliseconds=-20))
     backlog = [ScheduledMessage(endpoint=first.endpoint, topology=first.topology, payload={}, requested_delay_ms=0,
@@ -194,19 +213,13 @@ def test_the_take_reaches_its_rows_by_id_however_many_are_in_flight(make, endpoi
         cursor.execute(f"ANALYZE {ScheduledMessage._meta.db_table}")  # statistics: none of them in flight
     ScheduledMessage.objects.filter(id__in=[m.id for m in backlog]).update(status=Status.PUBLISHED)  # the burst
     ids = [str(m.id) for m in backlog[:5]]
-    params = [ids, [0] * 5, [None] * 5, [None] * 5, [5.0] * 5, [None] * 5]
-    with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + _TAKE, params)
-        plan = cursor.fetchone()[0]
-        plan = plan if isinstance(plan, list) else json.loads(plan)
-
-    def nodes(node):
-        yield node
-        for child in node.get("Plans", []):
-            yield from nodes(child)
-
-    read = [(n["Node Type"], n.get("Index Name"), n["Actual Rows"] * n["Actual Loops"])
-            for n in nodes(plan[0]["Plan"]) if n.get("Relation Name") == ScheduledMessage._meta.db_table
-            or n.get("Index Name", "").startswith("message_")]
+    read = _rows_read(_TAKE, [ids, [0] * 5, [None] * 5, [None] * 5, [5.0] * 5, [None] * 5])
     assert read and all(rows <= 5 for *_, rows in read), read  # 5 rows taken, 5 read: not the 3,000 in flight
-    assert ScheduledMessage.objects.filter(id__in=ids, call_lease_until__isnull=False).count() == 5
+    leases = dict(ScheduledMessage.objects.filter(id__in=ids).values_list("id", "call_lease_until"))
+    assert len(leases) == 5 and None not in leases.values()
+    now = timezone.now()
+    record = [[str(i) for i in leases], [0] * 5, list(leases.values()), [now] * 5, [1] * 5]
+    read = _rows_read(_DELIVERED, ["w", *record, [None] * 5])
+    assert read and all(rows <= 5 for *_, rows in read), read
+    read = _rows_read(_FAILED, ["w", *record, ["failed"] * 5, [1] * 5, ["x"] * 5, [now] * 5])
+    assert read and all(rows <= 5 for *_, rows in read), read
