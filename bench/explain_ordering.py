@@ -30,7 +30,6 @@ import json
 import os
 import time
 import uuid
-from datetime import timedelta
 
 from harness.database import throwaway_database
 

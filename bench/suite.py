@@ -148,17 +148,21 @@ def run_cases(p, args, cases, versions, runs, results, step, comparisons: bool =
     too (a child run leaves them to its parent, whose rows have them)."""
     platform_worker = p.start_worker(name="platform", concurrency=2)
     b = Bench(p, args.quick, versions)
-    step("warm-up"); b.warm_up()
+    step("warm-up")
+    b.warm_up()
     if "idle" in cases:
-        step("1 lateness at idle"); results["idle"] = [idle.run(b, native=comparisons) for _ in range(runs)]
+        step("1 lateness at idle")
+        results["idle"] = [idle.run(b, native=comparisons) for _ in range(runs)]
     if "burst" in cases:
-        step("2 burst"); results["burst"] = [burst.run(b, native=comparisons) for _ in range(runs)]
+        step("2 burst")
+        results["burst"] = [burst.run(b, native=comparisons) for _ in range(runs)]
     if "burst100k" in cases:
         step("2b burst of 100,000")
         results["burst100k"] = [burst.run(b, n=20000 if args.quick else 100_000, delays=(1, 10), native=False)
                                 for _ in range(runs)]
     if "rate" in cases:
-        step("3 scheduling rate"); results["rate"] = [rate.run(b) for _ in range(runs)]
+        step("3 scheduling rate")
+        results["rate"] = [rate.run(b) for _ in range(runs)]
     if "hol" in cases:
         step("5 head of line")
         results["head_of_line"] = [hol.run(b, comparisons=i == 0) for i in range(runs)]
@@ -166,19 +170,24 @@ def run_cases(p, args, cases, versions, runs, results, step, comparisons: bool =
         step("6 delivered throughput")
         results["throughput"] = throughput.run(b)
     if "holding" in cases:
-        step("4 holding cost"); results["holding"] = holding.run(b, platform_worker)
+        step("4 holding cost")
+        results["holding"] = holding.run(b, platform_worker)
     engine = "v3" if "v3" in versions else versions[-1]  # the delivery engine is the same for every version
     if "webhooks" in cases:
-        step(f"7 webhooks ({engine})"); results["webhooks"] = [webhooks.run(b, engine) for _ in range(runs)]
+        step(f"7 webhooks ({engine})")
+        results["webhooks"] = [webhooks.run(b, engine) for _ in range(runs)]
     if "tarpit" in cases:
         step(f"8a isolation: a tarpit receiver ({engine})")
         results["tarpit"] = [isolation.tarpit(b, engine) for _ in range(runs)]
     if "flood" in cases:
-        step(f"8b isolation: one team's flood ({engine})"); results["flood"] = isolation.flood(b, engine)
+        step(f"8b isolation: one team's flood ({engine})")
+        results["flood"] = isolation.flood(b, engine)
     if "fanout" in cases and "v3" in versions:  # events' one copy needs envelopes: v3 only
-        step("9 fan-out 1 and 50, beside separate messages (v3)"); results["fanout"] = fanout.run(b, "v3")
+        step("9 fan-out 1 and 50, beside separate messages (v3)")
+        results["fanout"] = fanout.run(b, "v3")
     if "ordering" in cases:
-        step(f"10 ordering keys: none, many, one ({engine})"); results["ordering"] = ordering.run(b, engine)
+        step(f"10 ordering keys: none, many, one ({engine})")
+        results["ordering"] = ordering.run(b, engine)
 
 
 def child(args, cases, versions, runs) -> None:

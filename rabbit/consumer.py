@@ -7,7 +7,6 @@ connection. Any broken connection surfaces as :class:`~rabbit.errors.BrokerUnava
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable
 from contextlib import contextmanager
 from functools import wraps
@@ -99,7 +98,7 @@ class Consumer:
             self.conn.drain_events(timeout=timeout)
             for _ in range(then_take):
                 self.conn.drain_events(timeout=0.0001)
-        except socket.timeout:
+        except TimeoutError:  # socket.timeout is its alias since Python 3.10
             pass
 
     @_connection_errors

@@ -84,6 +84,7 @@ SECONDS = {
     "e2e/test_metrics.py": 35, "e2e/test_migration_teams.py": 30, "topology/test_shards_live.py": 30,
     "scheduling/delivery/test_services.py": 30, "scheduling/api/test_validation.py": 25, "e2e/test_schedules.py": 25,
     "scheduling/management/test_worker_health.py": 25, "e2e/test_notifications.py": 30,
+    "test_types.py": 60,
 }
 
 
@@ -96,6 +97,15 @@ def _order(item) -> tuple[bool, int]:
 def pytest_collection_modifyitems(config, items):
     if os.environ.get("PYTEST_XDIST_WORKER"):
         items.sort(key=_order)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """A figure a test records with record_property("summary", ...), shown in every run (the mypy
+    baseline's size): pytest-xdist carries it from the test process in the test's report."""
+    for report in terminalreporter.getreports("passed") + terminalreporter.getreports("failed"):
+        for name, value in getattr(report, "user_properties", ()):
+            if name == "summary":
+                terminalreporter.write_line(f"{report.nodeid}: {value}")
 
 
 def pytest_unconfigure(config):

@@ -71,10 +71,10 @@ class DeclaredLookupsOnly:
                     return True
                 continue
             declared.add(item[0] if isinstance(item, (list, tuple)) else item)
-        for path in declared:
-            if lookup == path:  # AllValuesFieldListFilter's own parameter
+        for field in declared:
+            if lookup == field:  # AllValuesFieldListFilter's own parameter
                 return True
-            rest = lookup[len(path) + 2:] if lookup.startswith(f"{path}__") else None
+            rest = lookup[len(field) + 2:] if lookup.startswith(f"{field}__") else None
             if rest is not None and (rest in FILTER_LOOKUPS or rest.count("__") == 1 and rest.endswith("__exact")):
                 return True
         return self._popup_lookup(lookup, value)
@@ -205,7 +205,7 @@ class ControlRoomAdmin(DeclaredLookupsOnly, admin.ModelAdmin):
         info = self.opts.app_label, self.opts.model_name
         return [
             path("<path:object_id>/actions/<str:name>/", self.admin_site.admin_view(self.object_action_view),
-                 name="%s_%s_action" % info),
+                 name="{}_{}_action".format(*info)),
             *super().get_urls(),
         ]
 

@@ -321,7 +321,7 @@ def broker(url: str | None = None) -> rabbit.Broker:
     return rabbit.Broker(url, connect_timeout=c.broker_connect_timeout_ms / 1000)
 
 
-def _reset(**kwargs) -> None:
+def _reset(**kwargs: object) -> None:
     conf.cache_clear()
 
 

@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable, Mapping
 from datetime import time, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -37,51 +37,56 @@ class Parser:
 
     type: Any = str  # the value's type: the annotation of conf()'s field
 
-    def parse(self, text: str, name: str):
+    def parse(self, text: str, name: str) -> Any:
         raise NotImplementedError
 
-    def check(self, value, name: str):
+    def check(self, value: Any, name: str) -> Any:
+        self.refuse(value, name)
+
+    @staticmethod
+    def refuse(value: Any, name: str) -> NoReturn:
+        """A value of a kind this parser does not read."""
         raise ImproperlyConfigured(f"{name} must be text, not {value!r}")
 
-    def coerce(self, value, name: str):
+    def coerce(self, value: Any, name: str) -> Any:
         return self.parse(value, name) if isinstance(value, str) else self.check(value, name)
 
 
 class Text(Parser):
-    def __init__(self, *, strip: bool = True):
+    def __init__(self, *, strip: bool = True) -> None:
         self.strip = strip
 
-    def parse(self, text, name):
+    def parse(self, text: str, name: str) -> str:
         return text.strip() if self.strip else text
 
 
 class Items(Parser):
     """A comma-separated list (spaces and empty items ignored): a list, or a tuple (``kind``)."""
 
-    def __init__(self, kind: type = tuple):
+    def __init__(self, kind: type = tuple) -> None:
         self.kind = kind
         self.type = list[str] if kind is list else tuple[str, ...]
 
-    def parse(self, text, name):
+    def parse(self, text: str, name: str) -> Any:
         return self.kind(item.strip() for item in text.split(",") if item.strip())
 
-    def check(self, value, name):
+    def check(self, value: Any, name: str) -> Any:
         if isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value):
             return self.parse(",".join(value), name)
-        return super().check(value, name)
+        self.refuse(value, name)
 
 
 class Boolean(Parser):
     type = bool
     ON, OFF = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
-    def parse(self, text, name):
+    def parse(self, text: str, name: str) -> bool:
         word = text.strip().lower()
         if word in self.ON or word in self.OFF:
             return word in self.ON
         raise ImproperlyConfigured(f"{name} must be on or off (1/0, true/false, yes/no), not {text!r}")
 
-    def check(self, value, name):
+    def check(self, value: Any, name: str) -> bool:
         if isinstance(value, bool):
             return value
         raise ImproperlyConfigured(f"{name} must be on or off, not {value!r}")
@@ -93,17 +98,17 @@ class Integer(Parser):
 
     type = int
 
-    def __init__(self, *, min: int | None = None, max: int | None = None, off: int | None = None, why: str = ""):
+    def __init__(self, *, min: int | None = None, max: int | None = None, off: int | None = None, why: str = "") -> None:
         self.min, self.max, self.off, self.why = min, max, off, why
 
-    def parse(self, text, name):
+    def parse(self, text: str, name: str) -> int:
         try:
             value = int(text.strip(), 10)
         except ValueError:
             raise ImproperlyConfigured(f"{name} must be a whole number, not {text!r}") from None
         return self.check(value, name)
 
-    def check(self, value, name):
+    def check(self, value: Any, name: str) -> int:
         if not isinstance(value, int) or isinstance(value, bool):
             raise ImproperlyConfigured(f"{name} must be a whole number, not {value!r}")
         why = f" ({self.why})" if self.why else ""
@@ -120,34 +125,34 @@ class Number(Parser):
 
     type = float
 
-    def __init__(self, *, min: float | None = None, above: float | None = None):
+    def __init__(self, *, min: float | None = None, above: float | None = None) -> None:
         self.min, self.above = min, above
 
-    def parse(self, text, name):
+    def parse(self, text: str, name: str) -> float:
         try:
             value = float(text.strip())
         except ValueError:
             raise ImproperlyConfigured(f"{name} must be a number, not {text!r}") from None
         return self.check(value, name)
 
-    def check(self, value, name):
+    def check(self, value: Any, name: str) -> float:
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise ImproperlyConfigured(f"{name} must be a number, not {value!r}")
-        value = float(value)
-        if self.above is not None and not value > self.above:
-            raise ImproperlyConfigured(f"{name} must be more than {self.above:g}, not {value!r}")
-        if self.min is not None and not value >= self.min:
-            raise ImproperlyConfigured(f"{name} must be at least {self.min:g}, not {value!r}")
-        return value
+        number = float(value)
+        if self.above is not None and not number > self.above:
+            raise ImproperlyConfigured(f"{name} must be more than {self.above:g}, not {number!r}")
+        if self.min is not None and not number >= self.min:
+            raise ImproperlyConfigured(f"{name} must be at least {self.min:g}, not {number!r}")
+        return number
 
 
 class Choice(Parser):
     """One of a few words (in lower case)."""
 
-    def __init__(self, *options: str):
+    def __init__(self, *options: str) -> None:
         self.options = options
 
-    def parse(self, text, name):
+    def parse(self, text: str, name: str) -> str:
         word = text.strip().lower()
         if word not in self.options:
             raise ImproperlyConfigured(f"{name} must be {_either(self.options)}, not {word!r}")
@@ -157,7 +162,7 @@ class Choice(Parser):
 class LogLevel(Parser):
     """A logging level's name (what logging knows: WARN too)."""
 
-    def parse(self, text, name):
+    def parse(self, text: str, name: str) -> str:
         level = text.strip().upper()
         if not isinstance(logging.getLevelName(level), int):
             raise ImproperlyConfigured(f"{name} must be DEBUG, INFO, WARNING, ERROR or CRITICAL, not {level!r}")
@@ -167,7 +172,7 @@ class LogLevel(Parser):
 class Version(Parser):
     """The name of a cascade version topology/cascade.py defines."""
 
-    def parse(self, text, name):
+    def parse(self, text: str, name: str) -> str:
         version = text.strip()
         if version not in cascade.VERSIONS:
             raise ImproperlyConfigured(f"{name} is {version!r}; known versions: {', '.join(cascade.VERSIONS)}")
@@ -180,7 +185,7 @@ class Shards(Parser):
 
     type = dict[str, int]
 
-    def parse(self, text, name):
+    def parse(self, text: str, name: str) -> dict[str, int]:
         items = []
         for item in (part.strip() for part in text.split(",")):
             if not item:
@@ -191,14 +196,14 @@ class Shards(Parser):
             items.append((version.strip(), count.strip()))
         return self._shards(items, name)
 
-    def check(self, value, name):
+    def check(self, value: Any, name: str) -> dict[str, int]:
         if isinstance(value, Mapping):
             shards = self._shards([(str(version), count) for version, count in value.items()], name)
             return value if shards == value and isinstance(value, dict) else shards  # settings.py's: as it is
-        return super().check(value, name)
+        self.refuse(value, name)
 
     @staticmethod
-    def _shards(items, name) -> dict[str, int]:
+    def _shards(items: Iterable[tuple[str, Any]], name: str) -> dict[str, int]:
         shards: dict[str, int] = {}
         for version, count in items:
             if version not in cascade.VERSIONS:
@@ -222,10 +227,10 @@ class Networks(Parser):
 
     type = tuple[Network, ...]
 
-    def parse(self, text, name):
+    def parse(self, text: str, name: str) -> tuple[Network, ...]:
         return self.check(text, name)
 
-    def check(self, value, name):
+    def check(self, value: Any, name: str) -> tuple[Network, ...]:
         if isinstance(value, tuple) and all(isinstance(item, Network) for item in value):
             return value  # parsed already (settings.py's)
         try:
@@ -240,7 +245,7 @@ class ApiRate(Parser):
     type = str | None
     RATE = re.compile(r"[1-9][0-9]*/(s|sec|second|m|min|minute|h|hour|d|day)")
 
-    def parse(self, text, name):
+    def parse(self, text: str, name: str) -> str | None:
         rate = text.strip()
         if rate.lower() == "off":
             return None
@@ -248,7 +253,7 @@ class ApiRate(Parser):
             raise ImproperlyConfigured(f"{name} must be like 6000/minute (or s, hour, day) or off, not {rate!r}")
         return rate
 
-    def check(self, value, name):
+    def check(self, value: Any, name: str) -> str | None:
         return None if value is None else super().check(value, name)
 
 
@@ -258,7 +263,7 @@ class ApiRateGroups(Parser):
 
     type = dict[str, str | None]
 
-    def parse(self, text, name):
+    def parse(self, text: str, name: str) -> dict[str, str | None]:
         items = {}
         for item in (part.strip() for part in text.split(",")):
             if not item:
@@ -269,9 +274,9 @@ class ApiRateGroups(Parser):
             items[group.strip()] = rate
         return self.check(items, name)
 
-    def check(self, value, name):
+    def check(self, value: Any, name: str) -> dict[str, str | None]:
         if not isinstance(value, Mapping):
-            return super().check(value, name)
+            self.refuse(value, name)
         return {str(group): ApiRate().coerce(rate, f"{name} ({group})") for group, rate in value.items()}
 
 
@@ -280,7 +285,7 @@ class TimeOfDay(Parser):
 
     type = time | None
 
-    def parse(self, text, name):
+    def parse(self, text: str, name: str) -> time | None:
         word = text.strip()
         if word.lower() == "off":
             return None
@@ -290,7 +295,7 @@ class TimeOfDay(Parser):
         except ValueError:
             raise ImproperlyConfigured(f"{name} must be HH:MM (UTC) or off, not {word!r}") from None
 
-    def check(self, value, name):
+    def check(self, value: Any, name: str) -> time | None:
         return value if value is None or isinstance(value, time) else super().check(value, name)
 
 
@@ -298,11 +303,11 @@ class Duration(Parser):
     """``90s``, ``15m``, ``12h``, ``7d`` (scheduling/core/durations.py) -> a timedelta; ``off`` (None)
     where allowed."""
 
-    def __init__(self, *, off: bool = False):
+    def __init__(self, *, off: bool = False) -> None:
         self.off = off
         self.type = timedelta | None if off else timedelta
 
-    def parse(self, text, name):
+    def parse(self, text: str, name: str) -> timedelta | None:
         try:
             if self.off:
                 return durations.parse_duration_or_off(text, name=name)
@@ -310,27 +315,27 @@ class Duration(Parser):
         except ValueError as exc:
             raise ImproperlyConfigured(str(exc)) from None
 
-    def check(self, value, name):
+    def check(self, value: Any, name: str) -> timedelta | None:
         if (value is None and self.off) or (isinstance(value, timedelta) and value >= timedelta(0)):
             return value
-        return super().check(value, name)
+        self.refuse(value, name)
 
 
 class Directory(Parser):
     """A path (a relative one starts beside manage.py); empty: None where ``optional``."""
 
-    def __init__(self, *, optional: bool = False):
+    def __init__(self, *, optional: bool = False) -> None:
         self.optional = optional
         self.type = Path | None if optional else Path
 
-    def parse(self, text, name):
+    def parse(self, text: str, name: str) -> Path | None:
         return self.check(text.strip(), name)
 
-    def check(self, value, name):
+    def check(self, value: Any, name: str) -> Path | None:
         if value is None and self.optional:
             return None
         if not isinstance(value, (str, os.PathLike)):
-            return super().check(value, name)
+            self.refuse(value, name)
         if str(value) == "":
             if self.optional:
                 return None
@@ -341,7 +346,7 @@ class Directory(Parser):
 class Header(Parser):
     """An HTTP header's name (letters, digits, dashes), or nothing."""
 
-    def parse(self, text, name):
+    def parse(self, text: str, name: str) -> str:
         header = text.strip()
         if header and not re.fullmatch(r"[A-Za-z0-9-]+", header):
             raise ImproperlyConfigured(f"{name} must be a header name, not {header!r}")
@@ -356,12 +361,12 @@ class FernetKeys(Parser):
     type = tuple[str, ...]
     KEY = re.compile(r"[A-Za-z0-9_-]{43}=")
 
-    def parse(self, text, name):
+    def parse(self, text: str, name: str) -> tuple[str, ...]:
         return self.check(tuple(key.strip() for key in text.split(",") if key.strip()), name)
 
-    def check(self, value, name):
+    def check(self, value: Any, name: str) -> tuple[str, ...]:
         if not isinstance(value, (list, tuple)) or not all(isinstance(key, str) for key in value):
-            return super().check(value, name)
+            self.refuse(value, name)
         keys = tuple(key.strip() for key in value if key.strip())
         for place, key in enumerate(keys, 1):
             if not self.KEY.fullmatch(key) or len(base64.urlsafe_b64decode(key)) != 32:
@@ -378,7 +383,7 @@ class DatabaseUrl(Parser):
 
     type = dict
 
-    def parse(self, text, name):
+    def parse(self, text: str, name: str) -> Mapping[str, Any]:
         try:
             database = dj_database_url.parse(text.strip())
         except ValueError:

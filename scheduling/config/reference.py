@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import textwrap
 
-from scheduling.config.specs import ROOT, SPECS
+from scheduling.config.parsers import ROOT
+from scheduling.config.specs import SPECS
 
 # --- the reference page -------------------------------------------------------------------------
 
@@ -53,7 +54,7 @@ CLASS_END = "# --- end of DelaySettings ---"
 _TYPE_NAMES = {"datetime.timedelta": "timedelta", "pathlib.Path": "Path"}
 
 
-def _type_source(kind) -> str:
+def _type_source(kind: object) -> str:
     text = kind.__name__ if isinstance(kind, type) and kind.__module__ == "builtins" else (
         f"{kind.__module__}.{kind.__qualname__}" if isinstance(kind, type) else repr(kind))
     for long, short in _TYPE_NAMES.items():

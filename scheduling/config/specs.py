@@ -58,16 +58,16 @@ class Spec:
     shown_default: str | None = None
     group: str = field(default="", compare=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not self.key:
             object.__setattr__(self, "key", self.env.removeprefix("DELAY_").lower())
 
-    def read(self, environ: Mapping[str, str]):
+    def read(self, environ: Mapping[str, str]) -> Any:
         """The value the environment gives (unset or empty: the default)."""
         text = environ.get(self.env) or ""
         return self.parse.parse(text if text.strip() else self.default, self.env)
 
-    def coerce(self, value):
+    def coerce(self, value: Any) -> Any:
         """A value from Django's settings: checked when typed already, parsed when text."""
         return self.parse.coerce(value, self.env)
 

@@ -26,7 +26,7 @@ MAX_SEGMENT_CHARS = 100
 
 _WORD = re.compile(r"[A-Za-z0-9_-]+")
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")  # what jsonb (NUL) and UTF-8 (lone surrogates) cannot hold
-_SEGMENT = re.compile("[^\x00-\x1f\x7f-\x9f\ud800-\udfff.]{1,%d}" % MAX_SEGMENT_CHARS)  # PostgreSQL's jsonb stores no NUL
+_SEGMENT = re.compile(f"[^\x00-\x1f\x7f-\x9f\ud800-\udfff.]{{1,{MAX_SEGMENT_CHARS}}}")  # PostgreSQL's jsonb stores no NUL
 ONE, ANY = "*", "#"
 
 

@@ -13,7 +13,6 @@ from django.db.models import Max
 from scheduling.core import debounce as rules
 from scheduling.core import lifecycle
 from scheduling.core.clock import MS
-from scheduling.core.lifecycle import Status
 from scheduling.models import ScheduledMessage
 from scheduling.observability import metrics
 from scheduling.teams.quotas import team_record_copies

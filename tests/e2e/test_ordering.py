@@ -86,7 +86,8 @@ def test_copies_that_wait_for_their_turn_do_not_strand_those_parked_behind_them(
         try:
             wait_until(lambda: rows.filter(status=Status.DELIVERED).count() == 15, 60, 0.2, "every message delivered")
         except AssertionError:
-            raise AssertionError(f"not all delivered: {dict(rows.values_list('status').annotate(n=Count('id')))}")
+            raise AssertionError(
+                f"not all delivered: {dict(rows.values_list('status').annotate(n=Count('id')))}") from None
         assert server.most_in_flight == 1 and len(server.requests) == 15
 
 

@@ -122,7 +122,7 @@ def bad_requests(draw):
     bulk = draw(st.booleans())
     if kind == "deep":
         depth = draw(st.one_of(st.integers(65, 200), st.integers(1_000, 20_000)))
-        body = '{"endpoint": "%s", "delay_seconds": 1, "payload": %s}' % (FUZZ_ENDPOINT, nested(depth, 1))
+        body = f'{{"endpoint": "{FUZZ_ENDPOINT}", "delay_seconds": 1, "payload": {nested(depth, 1)}}}'
         return "post", "/api/messages/", (f'{{"messages": [{body}]}}' if bulk else body), 400
     if kind == "delay":
         message["delay_seconds"] = draw(HUGE_NUMBERS)

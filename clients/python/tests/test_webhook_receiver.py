@@ -17,9 +17,9 @@ import pytest
 import standardwebhooks
 
 flask = pytest.importorskip("flask")
-from werkzeug.serving import make_server
+from werkzeug.serving import make_server  # noqa: E402 (flask only if installed)
 
-from delayclient.receivers.flask import webhook_view
+from delayclient.receivers.flask import webhook_view  # noqa: E402
 
 
 class Hooks:

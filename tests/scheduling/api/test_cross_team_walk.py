@@ -375,7 +375,7 @@ def body_of(name: str | None, schema: dict, world: World, operation_id: str = ""
 BARE = "no optional query"  # a variant of a request: its required query parameters alone
 
 
-def query_of(op: "Operation", world: World, variant: tuple = ()) -> dict:
+def query_of(op: Operation, world: World, variant: tuple = ()) -> dict:
     """The query parameters of a request, chosen as a body's properties are (the BARE variant: only
     the required ones, as a list is mostly read)."""
     query = {}

@@ -104,7 +104,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from scheduling.api.serializers import _plain_message  # noqa: E402
-from scheduling.teams.models import Team
+from scheduling.teams.models import Team  # noqa: E402
 
 TEAM = Team(pk=1, name="default")  # an unsaved row's team: no query for the default
 

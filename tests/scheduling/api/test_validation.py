@@ -161,10 +161,10 @@ def test_the_message_lists_filters_are_checked(api, endpoint, query):
 
 
 def test_a_number_beyond_the_parsers_limit_is_a_400(api, endpoint):
-    body = '{"endpoint": "%s", "payload": 1, "delay_seconds": %s}' % (endpoint, "9" * 5000)
+    body = f'{{"endpoint": "{endpoint}", "payload": 1, "delay_seconds": {"9" * 5000}}}'
     response = api.post("/api/messages/", body, content_type="application/json")
     assert response.status_code == 400 and "JSON parse error" in response.json()["detail"]
-    body = '{"endpoint": "%s", "payload": 1, "delay_seconds": 1e999999}' % endpoint  # a float: infinity
+    body = f'{{"endpoint": "{endpoint}", "payload": 1, "delay_seconds": 1e999999}}'  # a float: infinity
     response = api.post("/api/messages/", body, content_type="application/json")
     assert response.status_code == 400 and "delay_seconds" in response.json()
     assert ScheduledMessage.objects.count() == 0

@@ -253,7 +253,7 @@ def test_an_ender_and_a_newcomer_racing_never_leave_a_message_waiting(make):
         nxt = make(key=f"k{n}", due_in=timedelta(milliseconds=-60))
         barrier, results = threading.Barrier(2), {}
 
-        def run(message, name):
+        def run(message, name, barrier=barrier, results=results):  # this iteration's, bound now
             try:
                 barrier.wait()
                 results[name] = receive(message)[0]

@@ -58,7 +58,7 @@ def endpoint(owner: Team, versions, name="record", **fields) -> Endpoint:
                                    **fields)
 
 
-def message(target: Endpoint, now, *, due=-ms(40), created=-HOUR, **fields) -> ScheduledMessage:
+def message(target: Endpoint, now, *, due=-ms(40), created=-HOUR, **fields) -> ScheduledMessage:  # noqa: B008 (a timedelta)
     return ScheduledMessage.objects.create(endpoint=target, topology=target.topology, payload={}, requested_delay_ms=0,
                                            due_at=now + due, created_at=now + created,
                                            **{"status": Status.PUBLISHED, **fields})

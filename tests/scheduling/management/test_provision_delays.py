@@ -194,7 +194,7 @@ def test_shards_are_planned_exported_declared_and_verified(settings, teardown, u
 
     settings.DELAY_SHARDS = ""  # lowered to one shard: shard 1 stays, verify warns and still exits 0
     out, _ = run("--verify", "--prefix", unique_prefix, "--levels", "4")
-    assert f"v3: warning: shard 1 is beyond the 1 shard(s) configured and still exists (4 queue(s), " \
+    assert "v3: warning: shard 1 is beyond the 1 shard(s) configured and still exists (4 queue(s), " \
            "5 exchange(s) named *-s1) holding" in out
     assert "cascade complete and as planned (1 warning(s) above)" in out
     run("--prefix", unique_prefix, "--levels", "4")

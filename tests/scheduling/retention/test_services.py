@@ -274,7 +274,7 @@ def test_the_command_prints_a_summary(archive, history, capsys, settings):
     assert ScheduledMessage.objects.filter(status__in=["pending", "published"]).count() == 2
 
 
-def test_the_archive_is_read_as_it_is_by_spark_pandas_and_duckdb(archive, history, spark):
+def test_the_archive_is_read_as_it_is_by_spark_pandas_and_duckdb(archive, history, spark):  # noqa: F811 (the fixture)
     import duckdb
     import pandas
 
@@ -445,7 +445,7 @@ def test_an_archived_audit_row_has_every_value_the_table_had(archive, audit_hist
 
 
 def test_the_audit_archive_reads_with_pandas_and_duckdb_and_is_never_read_as_messages(archive, audit_history,
-                                                                                     history, spark):
+                                                                                     history, spark):  # noqa: F811
     import duckdb
     import pandas
 

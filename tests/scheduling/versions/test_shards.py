@@ -50,7 +50,7 @@ def running_node() -> str:
 
 
 def test_provisioning_declares_and_records_every_shard(two_shards):
-    for name, row in two_shards.items():
+    for row in two_shards.values():
         row.refresh_from_db()
         assert row.shards == 2 and row.provisioned_at is not None
         result = topology_verify(version=row.cascade)
