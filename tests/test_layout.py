@@ -452,3 +452,11 @@ def test_the_mirror_rule_sees_a_module_without_tests():
 
     assert untested(long_modules(), {}) == sorted(TESTED_IN)
     assert mirror_of(ROOT / "scheduling/teams/quotas.py") == ROOT / "tests/scheduling/teams/test_quotas.py"
+
+
+def test_the_declared_boilerplate_names_existing_files():
+    """tests/duplicates_declared.py: a glob that names no file any more is a stale declaration."""
+    from tests.duplicates_declared import DECLARED
+
+    stale = sorted({glob for a, b, _ in DECLARED for glob in (a, b) if not any(ROOT.glob(glob))})
+    assert not stale, f"tests/duplicates_declared.py names no file at: {stale}"
