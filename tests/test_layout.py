@@ -397,3 +397,66 @@ def test_the_test_order_names_existing_modules():
 
     missing = sorted(path for path in SECONDS if not (ROOT / "tests" / path).is_file())
     assert not missing, f"tests/conftest.py SECONDS names no module at: {missing}"
+
+
+# --- tests mirror the code ------------------------------------------------------------------------
+# Every module of these folders with MIRROR_LINES lines or more has tests/<same path>/test_<module>.py,
+# or tests/tested_in.py names the tests that cover it (why one mapping: its docstring).
+MIRRORED = ("scheduling", "rabbit", "topology")
+MIRROR_LINES = 100
+
+
+def mirror_of(path: Path) -> Path:
+    """scheduling/teams/quotas.py -> tests/scheduling/teams/test_quotas.py."""
+    relative = path.relative_to(ROOT)
+    return ROOT / "tests" / relative.parent / f"test_{relative.name}"
+
+
+def long_modules() -> list[Path]:
+    return [p for p in sources(*MIRRORED) if p.name != "__init__.py" and len(p.read_text().splitlines()) >= MIRROR_LINES]
+
+
+def untested(modules: list[Path], declared: dict) -> list[str]:
+    """The modules with neither a mirror test nor a declaration."""
+    return sorted(rel(p) for p in modules if not mirror_of(p).is_file() and rel(p) not in declared)
+
+
+def test_every_long_module_has_its_mirror_test_or_names_its_tests():
+    from tests.tested_in import TESTED_IN
+
+    modules = long_modules()
+    mirrored = [p for p in modules if mirror_of(p).is_file()]
+    declared = [p for p in modules if rel(p) in TESTED_IN and not mirror_of(p).is_file()]
+    print(f"\n{len(modules)} modules of {MIRROR_LINES} lines or more: {len(mirrored)} mirrored, "
+          f"{len(declared)} declared in tests/tested_in.py")
+    missing = untested(modules, TESTED_IN)
+    assert not missing, f"no tests/<path>/test_<module>.py and not in tests/tested_in.py: {missing}"
+
+
+def test_the_declared_tests_exist_and_each_declaration_is_needed():
+    """A declaration names test modules that exist, for a module that exists, is long and has no
+    mirror: a module moved, split or given its mirror test fails here until the entry follows."""
+    from tests.tested_in import TESTED_IN
+
+    long = {rel(p) for p in long_modules()}
+    stale = sorted(m for m in TESTED_IN if m not in long or mirror_of(ROOT / m).is_file())
+    named = sorted({t for tests in TESTED_IN.values() for t in tests})
+    absent = [t for t in named if not (ROOT / t).is_file() or not Path(t).name.startswith("test_")]
+    assert not stale, f"tests/tested_in.py declares modules missing, under {MIRROR_LINES} lines or mirrored: {stale}"
+    assert not absent, f"tests/tested_in.py names tests that do not exist: {absent}"
+
+
+def test_the_mirror_rule_sees_a_module_without_tests():
+    """Without the declarations, exactly the declared modules are found untested; a mirrored one never."""
+    from tests.tested_in import TESTED_IN
+
+    assert untested(long_modules(), {}) == sorted(TESTED_IN)
+    assert mirror_of(ROOT / "scheduling/teams/quotas.py") == ROOT / "tests/scheduling/teams/test_quotas.py"
+
+
+def test_the_declared_boilerplate_names_existing_files():
+    """tests/duplicates_declared.py: a glob that names no file any more is a stale declaration."""
+    from tests.duplicates_declared import DECLARED
+
+    stale = sorted({glob for a, b, _ in DECLARED for glob in (a, b) if not any(ROOT.glob(glob))})
+    assert not stale, f"tests/duplicates_declared.py names no file at: {stale}"

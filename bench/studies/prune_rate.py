@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.studies.prune_rate [--rows 2000000] [--retention 3d]
 
-A throwaway database gets --rows finished messages over the last 7 days (bench/history_fill.py);
+A throwaway database gets --rows finished messages over the last 7 days (bench/history/fill.py);
 ``manage.py prune_messages`` then archives and deletes those past --retention, with payloads and
 (in a second database) without. It prints messages per second, archive bytes per message, and
 the table's size before, after, and after VACUUM: the prune must outrun the traffic (at
@@ -19,7 +19,7 @@ import uuid
 
 import psycopg
 
-from bench.history_fill import history_fill
+from bench.history.fill import history_fill
 from bench.measure import idle_share
 from harness.database import throwaway_database
 from harness.paths import ARTIFACTS

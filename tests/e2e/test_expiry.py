@@ -9,7 +9,6 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from harness.celery_worker import start_workers
 from harness.recording_server import RecordingServer
 from harness.waiting import wait_until
 from scheduling.models import ScheduledMessage
@@ -18,27 +17,16 @@ pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 Status = ScheduledMessage.Status
 
 
-@pytest.fixture(scope="module")
-def worker(worker_env):
-    (started,) = start_workers("expiry", worker_env, 1)
-    yield started
-    started.stop()
-
-
-def test_a_message_held_back_past_its_expiry_is_never_handed_over(api, platform, worker, endpoint_name):
+def test_a_message_held_back_past_its_expiry_is_never_handed_over(platform, worker, endpoint_name, create_endpoint,
+                                                                   schedule_bulk):
     with RecordingServer() as server:
-        created = api.post("/api/endpoints/", {"name": endpoint_name, "topology": "v3", "handler": "webhook",
-                                               "handler_target": server.url, "max_deliveries_per_second": 1},
-                           format="json")
-        assert created.status_code == 201, created.content
+        create_endpoint(handler="webhook", handler_target=server.url, max_deliveries_per_second=1)
         due = timezone.now() + timedelta(seconds=3)
         bulk = [{"endpoint": endpoint_name, "payload": {"n": n}, "deliver_at": due.isoformat()} for n in range(3)]
         # due 0.2 s after them: the three took the first three slots (1 a second) before it arrives
         bulk.append({"endpoint": endpoint_name, "payload": {"n": "expiring"},
                      "deliver_at": (due + timedelta(milliseconds=200)).isoformat(), "expire_after_seconds": 1.2})
-        response = api.post("/api/messages/bulk/", {"messages": bulk}, format="json")
-        assert response.status_code == 201, response.content
-        ids = [m["id"] for m in response.json()["messages"]]
+        ids = schedule_bulk(bulk)
         rows = ScheduledMessage.objects.filter(id__in=ids)
         wait_until(lambda: rows.filter(status__in=[Status.DELIVERED, Status.EXPIRED]).count() == 4, 60, 0.5,
                    "every message delivered or expired")

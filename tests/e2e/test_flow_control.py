@@ -10,7 +10,6 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from harness.celery_worker import start_workers
 from harness.recording_server import RecordingServer
 from harness.waiting import wait_until
 from harness.windows import most_in_window
@@ -19,14 +18,6 @@ from scheduling.models import ScheduledMessage
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 Status = ScheduledMessage.Status
 MESSAGES, RATE, CONCURRENT = 5000, 500, 8
-
-
-@pytest.fixture(scope="module")
-def two_workers(worker_env):
-    workers = start_workers("flow", worker_env, 2)
-    yield workers
-    for w in workers:
-        w.stop()
 
 
 def most_in_one_second(times: list[float]) -> int:
@@ -42,26 +33,25 @@ def within_the_rate(times: list[float]) -> bool:
     return most_in_window(times, 5.0) <= 5 * RATE
 
 
-def burst(api, endpoint_name, **endpoint):
+def burst(create_endpoint, schedule_bulk, endpoint_name, **endpoint):
     """Create the endpoint, schedule MESSAGES due together in 6 s, wait until all are delivered;
     their rows."""
-    created = api.post("/api/endpoints/", {"name": endpoint_name, "topology": "v3", **endpoint}, format="json")
-    assert created.status_code == 201, created.content
-    assert {k: created.json()[k] for k in ("max_deliveries_per_second", "max_concurrent")} == {
+    created = create_endpoint(**endpoint)
+    assert {k: created[k] for k in ("max_deliveries_per_second", "max_concurrent")} == {
         "max_deliveries_per_second": RATE, "max_concurrent": endpoint.get("max_concurrent")}
     due = (timezone.now() + timedelta(seconds=6)).isoformat()
     for start in range(0, MESSAGES, 1000):
-        bulk = [{"endpoint": endpoint_name, "payload": {"n": n}, "deliver_at": due} for n in range(start, start + 1000)]
-        response = api.post("/api/messages/bulk/", {"messages": bulk}, format="json")
-        assert response.status_code == 201, response.content
+        schedule_bulk([{"endpoint": endpoint_name, "payload": {"n": n}, "deliver_at": due}
+                       for n in range(start, start + 1000)])
     rows = ScheduledMessage.objects.filter(endpoint__name=endpoint_name)
     wait_until(lambda: rows.filter(status=Status.DELIVERED).count() == MESSAGES, 120, 1, "every message delivered")
     assert set(rows.values_list("delivery_count", flat=True)) == {1}  # no rescue copy of a message waiting its turn
     return list(rows.values_list("delivered_at", "delivered_by", "throttled_ms", "lateness_ms"))
 
 
-def test_an_endpoint_limited_to_500_a_second_takes_about_10_s_for_5000(api, platform, two_workers, endpoint_name):
-    delivered = burst(api, endpoint_name, max_deliveries_per_second=RATE)
+def test_an_endpoint_limited_to_500_a_second_takes_about_10_s_for_5000(platform, two_workers, endpoint_name,
+                                                                       create_endpoint, schedule_bulk):
+    delivered = burst(create_endpoint, schedule_bulk, endpoint_name, max_deliveries_per_second=RATE)
     times = [at.timestamp() for at, *_ in delivered]
     span = max(times) - min(times)
     print(f"\nflow control, record only: {MESSAGES} over {span:.2f} s, most in one second {most_in_one_second(times)}")
@@ -73,10 +63,10 @@ def test_an_endpoint_limited_to_500_a_second_takes_about_10_s_for_5000(api, plat
     assert waited[-1] >= 9000 and all(0 <= throttled <= late for *_, throttled, late in delivered if throttled)
 
 
-def test_a_burst_to_a_limited_webhook_never_exceeds_its_limits_and_arrives_all(api, platform, two_workers,
-                                                                              endpoint_name):
+def test_a_burst_to_a_limited_webhook_never_exceeds_its_limits_and_arrives_all(platform, two_workers, endpoint_name,
+                                                                              create_endpoint, schedule_bulk):
     with RecordingServer(hold_seconds=0.003) as server:
-        delivered = burst(api, endpoint_name, handler="webhook", handler_target=server.url,
+        delivered = burst(create_endpoint, schedule_bulk, endpoint_name, handler="webhook", handler_target=server.url,
                           max_deliveries_per_second=RATE, max_concurrent=CONCURRENT)
         requests = list(server.requests)
         most_at_once = server.most_in_flight

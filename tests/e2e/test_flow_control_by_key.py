@@ -10,7 +10,6 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from harness.celery_worker import start_workers
 from harness.recording_server import RecordingServer
 from harness.waiting import wait_until
 from harness.windows import most_in_window
@@ -21,30 +20,15 @@ Status = ScheduledMessage.Status
 RATE, HOT = 5, 25  # 25 messages of one key, due within half a second (50 a second): ~5 s at 5 a second
 
 
-@pytest.fixture(scope="module")
-def worker(worker_env):
-    (worker,) = start_workers("flowkey", worker_env, 1)
-    yield worker
-    worker.stop()
-
-
-def schedule(api, messages: list[dict]) -> None:
-    response = api.post("/api/messages/bulk/", {"messages": messages}, format="json")
-    assert response.status_code == 201, response.content
-
-
-def test_a_key_limited_to_5_a_second_under_50_a_second_holds_back_only_itself(api, platform, worker,
-                                                                               endpoint_name):
-    created = api.post("/api/endpoints/", {"name": endpoint_name, "topology": "v3",
-                                           "max_deliveries_per_second_per_key": RATE}, format="json")
-    assert created.status_code == 201, created.content
-    assert created.json()["max_deliveries_per_second_per_key"] == RATE
+def test_a_key_limited_to_5_a_second_under_50_a_second_holds_back_only_itself(platform, worker, endpoint_name,
+                                                                               create_endpoint, schedule_bulk):
+    assert create_endpoint(max_deliveries_per_second_per_key=RATE)["max_deliveries_per_second_per_key"] == RATE
     start = timezone.now() + timedelta(seconds=3)
 
     def at(ms: int) -> str:
         return (start + timedelta(milliseconds=ms)).isoformat()
 
-    schedule(api, [{"endpoint": endpoint_name, "payload": {"n": n}, "flow_key": "hot", "deliver_at": at(n * 20)}
+    schedule_bulk([{"endpoint": endpoint_name, "payload": {"n": n}, "flow_key": "hot", "deliver_at": at(n * 20)}
                    for n in range(HOT)]  # 50 a second
              + [{"endpoint": endpoint_name, "payload": {}, "flow_key": "calm", "deliver_at": at(n * 250)}
                 for n in range(3)]  # within its own 5 a second
@@ -68,14 +52,12 @@ def test_a_key_limited_to_5_a_second_under_50_a_second_holds_back_only_itself(ap
         assert all(late < 1000 and (throttled or 0) < 500 for _, throttled, late in delivered[key]), delivered[key]
 
 
-def test_a_webhook_never_sees_more_than_its_per_key_concurrency_of_one_key(api, platform, worker, endpoint_name):
+def test_a_webhook_never_sees_more_than_its_per_key_concurrency_of_one_key(platform, worker, endpoint_name,
+                                                                            create_endpoint, schedule_bulk):
     with RecordingServer(hold_seconds=0.2, key_of=lambda body: json.loads(body)["key"]) as server:
-        created = api.post("/api/endpoints/", {"name": endpoint_name, "topology": "v3", "handler": "webhook",
-                                               "handler_target": server.url, "max_concurrent_per_key": 2},
-                           format="json")
-        assert created.status_code == 201, created.content
+        create_endpoint(handler="webhook", handler_target=server.url, max_concurrent_per_key=2)
         due = (timezone.now() + timedelta(seconds=3)).isoformat()
-        schedule(api, [{"endpoint": endpoint_name, "payload": {"key": key, "n": n}, "flow_key": key,
+        schedule_bulk([{"endpoint": endpoint_name, "payload": {"key": key, "n": n}, "flow_key": key,
                         "deliver_at": due} for key in ("a", "b", "c") for n in range(6)])
         rows = ScheduledMessage.objects.filter(endpoint__name=endpoint_name)
         wait_until(lambda: rows.filter(status=Status.DELIVERED).count() == 18, 60, 0.5, "every message delivered")

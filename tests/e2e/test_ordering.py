@@ -14,7 +14,7 @@ import pytest
 from django.db.models import Count
 from django.utils import timezone
 
-from harness.celery_worker import Worker, start_workers
+from harness.celery_worker import Worker
 from harness.paths import ARTIFACTS
 from harness.testapp.models import Receipt
 from harness.recording_server import RecordingServer
@@ -27,24 +27,14 @@ Status = ScheduledMessage.Status
 KEYS, PER_KEY, HOLD = 3, 20, 0.1
 
 
-@pytest.fixture(scope="module")
-def two_workers(worker_env):
-    workers = start_workers("ordering", worker_env, 2)
-    yield workers
-    for w in workers:
-        w.stop()
-
-
-def test_each_key_one_call_at_a_time_in_order_and_keys_side_by_side(api, platform, two_workers, endpoint_name):
+def test_each_key_one_call_at_a_time_in_order_and_keys_side_by_side(platform, two_workers, endpoint_name,
+                                                                    create_endpoint, schedule_bulk):
     with RecordingServer(hold_seconds=HOLD) as server:
-        created = api.post("/api/endpoints/", {"name": endpoint_name, "topology": "v3", "handler": "webhook",
-                                               "handler_target": server.url}, format="json")
-        assert created.status_code == 201, created.content
+        create_endpoint(handler="webhook", handler_target=server.url)
         due = (timezone.now() + timedelta(seconds=3)).isoformat()
         bulk = [{"endpoint": endpoint_name, "payload": {"key": k, "n": n}, "deliver_at": due, "ordering_key": f"k{k}"}
                 for n in range(PER_KEY) for k in range(KEYS)]
-        response = api.post("/api/messages/bulk/", {"messages": bulk}, format="json")
-        assert response.status_code == 201, response.content
+        schedule_bulk(bulk)
         rows = ScheduledMessage.objects.filter(endpoint__name=endpoint_name)
         wait_until(lambda: rows.filter(status=Status.DELIVERED).count() == KEYS * PER_KEY, 40, 0.2,
                    "every message delivered")
@@ -66,7 +56,8 @@ def test_each_key_one_call_at_a_time_in_order_and_keys_side_by_side(api, platfor
     print(f"\nordering: {KEYS} keys x {PER_KEY} over {span:.2f} s, most in flight {server.most_in_flight}")
 
 
-def test_copies_that_wait_for_their_turn_do_not_strand_those_parked_behind_them(api, platform, two_workers,
+def test_copies_that_wait_for_their_turn_do_not_strand_those_parked_behind_them(platform, two_workers, create_endpoint,
+                                                                               schedule_bulk,
                                                                                endpoint_name):
     """max_concurrent 1: each loop hands its engine one call of the endpoint at a time and parks the
     rest of what is due. 3 keys x 5 messages due at one moment arrive in an order that is not their
@@ -74,14 +65,11 @@ def test_copies_that_wait_for_their_turn_do_not_strand_those_parked_behind_them(
     The parked ones must still go: nothing may be left published with no call out (they stayed
     parked for good when the copy let through made no call, and none ended to unpark them)."""
     with RecordingServer(hold_seconds=0.02) as server:
-        created = api.post("/api/endpoints/", {"name": endpoint_name, "topology": "v3", "handler": "webhook",
-                                               "handler_target": server.url, "max_concurrent": 1}, format="json")
-        assert created.status_code == 201, created.content
+        create_endpoint(handler="webhook", handler_target=server.url, max_concurrent=1)
         due = (timezone.now() + timedelta(seconds=3)).isoformat()
         bulk = [{"endpoint": endpoint_name, "payload": {"key": k, "n": n}, "deliver_at": due, "ordering_key": f"k{k}"}
                 for n in range(5) for k in range(3)]
-        response = api.post("/api/messages/bulk/", {"messages": bulk}, format="json")
-        assert response.status_code == 201, response.content
+        schedule_bulk(bulk)
         rows = ScheduledMessage.objects.filter(endpoint__name=endpoint_name)
         try:
             wait_until(lambda: rows.filter(status=Status.DELIVERED).count() == 15, 60, 0.2, "every message delivered")
@@ -91,17 +79,14 @@ def test_copies_that_wait_for_their_turn_do_not_strand_those_parked_behind_them(
         assert server.most_in_flight == 1 and len(server.requests) == 15
 
 
-def test_a_key_s_celery_tasks_run_one_after_the_other(api, platform, two_workers, endpoint_name):
-    created = api.post("/api/endpoints/", {"name": endpoint_name, "topology": "v3", "handler": "celery_task",
-                                           "handler_target": "testapp.held_receipt"}, format="json")
-    assert created.status_code == 201, created.content
+def test_a_key_s_celery_tasks_run_one_after_the_other(platform, two_workers, endpoint_name, create_endpoint,
+                                                      schedule_bulk):
+    create_endpoint(handler="celery_task", handler_target="testapp.held_receipt")
     due = (timezone.now() + timedelta(seconds=3)).isoformat()
     per_key = 6
     bulk = [{"endpoint": endpoint_name, "payload": {"key": k, "n": n, "hold": 0.2}, "deliver_at": due,
              "ordering_key": f"k{k}"} for n in range(per_key) for k in range(2)]
-    response = api.post("/api/messages/bulk/", {"messages": bulk}, format="json")
-    assert response.status_code == 201, response.content
-    ids = [m["id"] for m in response.json()["messages"]]
+    ids = schedule_bulk(bulk)
     wait_until(lambda: Receipt.objects.filter(message_id__in=ids).count() == len(ids), 40, 0.2, "every task ran")
     runs = defaultdict(list)
     for payload in Receipt.objects.filter(message_id__in=ids).values_list("payload", flat=True):
@@ -127,7 +112,8 @@ def queue_worker(worker_env, provisioned):
 QUEUE_ENDPOINT = "ordered-tasks"
 
 
-def test_a_key_s_celery_queue_tasks_run_one_after_the_other_keys_side_by_side(api, platform, queue_worker):
+def test_a_key_s_celery_queue_tasks_run_one_after_the_other_keys_side_by_side(api, platform, queue_worker,
+                                                                            schedule_bulk):
     default_team_id()  # the default team with its grants (testapp.* tasks)
     created = api.post("/api/endpoints/", {"name": QUEUE_ENDPOINT, "topology": "v3", "handler": "celery_queue",
                                            "team": "default"}, format="json")
@@ -137,9 +123,7 @@ def test_a_key_s_celery_queue_tasks_run_one_after_the_other_keys_side_by_side(ap
     bulk = [{"endpoint": QUEUE_ENDPOINT, "team": "default", "deliver_at": due, "ordering_key": f"q{k}",
              "payload": {"task": "testapp.held_receipt", "args": [{"key": k, "n": n, "hold": 0.2}], "id": f"q{k}-{n}"}}
             for n in range(per_key) for k in range(keys)]
-    response = api.post("/api/messages/bulk/", {"messages": bulk}, format="json")
-    assert response.status_code == 201, response.content
-    ids = [m["id"] for m in response.json()["messages"]]
+    ids = schedule_bulk(bulk)
     task_ids = [item["payload"]["id"] for item in bulk]
     wait_until(lambda: Receipt.objects.filter(message_id__in=task_ids).count() == len(ids), 60, 0.2, "every task ran")
     runs = defaultdict(list)

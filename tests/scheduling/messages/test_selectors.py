@@ -285,7 +285,7 @@ def rows_visited(sql: str) -> tuple[int, list[str]]:
 def test_a_list_does_not_walk_other_endpoints_messages_in_flight(make_rows, versions, endpoint_row, filters):
     """The in-flight part of an endpoint's or a version's list reads its own ranges only. On
     (endpoint, status) PostgreSQL walked (status, created_at) through every message in flight and
-    filtered: 163 ms for an endpoint with none while another had 200,000 (bench/history.py's
+    filtered: 163 ms for an endpoint with none while another had 200,000 (make bench-history's
     dominant endpoint: 1.6 s at 50 M rows)."""
     busy = Endpoint.objects.create(name=endpoint_row.name + "-busy", queue=endpoint_row.name + "-busy", topology=versions["v3"])
     make_rows(3000, endpoint=busy, status=Status.PUBLISHED)

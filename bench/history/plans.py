@@ -1,4 +1,4 @@
-"""The profiler's evidence for bench/history.py: EXPLAIN (ANALYZE, BUFFERS) of the queries the
+"""The profiler's evidence for bench/history/: EXPLAIN (ANALYZE, BUFFERS) of the queries the
 pages issue, as the platform's code builds them (captured from the selectors, run again under
 EXPLAIN): which index each reads, how far, and what it costs at this size of the table."""
 
@@ -8,7 +8,7 @@ import re
 
 import psycopg
 
-from bench.history_pages import DOMINANT
+from bench.history.pages import DOMINANT
 
 
 def captured(call) -> list[str]:

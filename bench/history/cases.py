@@ -1,4 +1,4 @@
-"""What bench/history.py measures at each size of the history: the bulk scheduling rate (and the
+"""What bench/history/ measures at each size of the history: the bulk scheduling rate (and the
 raw publisher's beside it), idle lateness, delivered throughput, and the bytes a message costs.
 Each case schedules through the platform's API and reads the outcome from its database, as
 `make bench`'s cases do (whose Bench, bench/cases/base.py, gives the endpoints, the bulk requests

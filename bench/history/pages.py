@@ -2,11 +2,11 @@
 list with each filter, its search and next pages, the dashboard, the endpoints pages, the API's
 filtered lists and their next pages, a message by id.
 
-    .venv/bin/python -m bench.history_pages --url http://127.0.0.1:8000 --database-url postgres://…/dp_hist \
+    .venv/bin/python -m bench.history.pages --url http://127.0.0.1:8000 --database-url postgres://…/dp_hist \
         --user ops --password … --key … [--repeat 5]
 
-Used by bench/history.py at each size of the table; alone, against any running platform whose
-database was filled by bench/history_fill.py (it picks the endpoints, ids and keys to ask for from
+Used by bench/history/ at each size of the table; alone, against any running platform whose
+database was filled by bench/history/fill.py (it picks the endpoints, ids and keys to ask for from
 the table: the dominant endpoint history-00, the rare history-19). Each page is asked once to warm
 up, then --repeat times; the median is the figure. A page slower than --timeout is reported as
 such (the figure is then the timeout, a floor)."""
@@ -151,7 +151,7 @@ def measure(*, url: str, database_url: str, admin: requests.Session, key: str, r
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.history.pages", description=__doc__.splitlines()[0])
     parser.add_argument("--url", required=True)
     parser.add_argument("--database-url", required=True)
     parser.add_argument("--user", required=True)

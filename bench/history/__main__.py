@@ -8,7 +8,7 @@ empty table (target: within 10 %), the pages against their own targets (admin < 
 
 One throwaway platform (harness/platform.py: its own database and vhost, gunicorn with 4 workers,
 a platform worker) serves every size; between sizes the worker is stopped and
-bench/history_fill.py adds finished rows (indexes rebuilt, VACUUM ANALYZE), as 7 days of
+bench/history/fill.py adds finished rows (indexes rebuilt, VACUUM ANALYZE), as 7 days of
 retention hold them. ~25 minutes at full size on an idle 2-core machine (the fills take ~12 of them); --quick
 (0, 200,000 and 1 M rows, smaller cases) takes ~12. Prints one table; writes
 artifacts/bench-history.json with every run's figures and the EXPLAIN plans."""
@@ -21,9 +21,9 @@ import os
 import time
 from pathlib import Path
 
-from bench import history_pages
-from bench.history_cases import STEADY_ROWS, Cases
-from bench.history_fill import ENDPOINT_PREFIX, ENDPOINTS, history_fill
+from bench.history import pages as history_pages
+from bench.history.cases import STEADY_ROWS, Cases
+from bench.history.fill import ENDPOINT_PREFIX, ENDPOINTS, history_fill
 from bench.measure import idle_share
 from harness.paths import ARTIFACTS
 from harness.platform import platform
@@ -108,7 +108,7 @@ class Run:
         result["pages"] = history_pages.measure(url=self.p.url, database_url=self.p.env["DATABASE_URL"], admin=admin,
                                                 key=self.p.key, repeat=3 if self.quick else 5,
                                                 progress=lambda line: print(line, flush=True))
-        from bench.history_plans import plans
+        from bench.history.plans import plans
 
         result["plans"] = plans(self.p.env["DATABASE_URL"])
         result["table_gb"] = round(self.cases.table_bytes() / 1e9, 2)
@@ -164,7 +164,7 @@ def print_table(rows: list[list[str]]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.history", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help=f"sizes {QUICK}, smaller cases, one run each")
     parser.add_argument("--sizes", help="comma-separated row counts, the first 0 (default: 0,10M,50M)")
     args = parser.parse_args()
