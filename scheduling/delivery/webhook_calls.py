@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from scheduling.core import lifecycle
 from scheduling.messages import wire
+from scheduling.audit import actions
 from scheduling.audit.context import AuditContext, audited
 from scheduling.audit.services import audit_record
 from scheduling.core.clock import from_epoch_ms
@@ -559,7 +560,7 @@ def endpoint_disable_failing(*, endpoint_id: int, health: pushback.Health, now: 
     endpoint.is_active, endpoint.disabled_at, endpoint.disabled_reason = False, now, reason
     endpoint.save(update_fields=["is_active", "disabled_at", "disabled_reason", "updated_at"])
     with audited(AuditContext(source="platform")):
-        audit_record(action="endpoint.disable", obj=endpoint, team=endpoint.team, before={"is_active": True},
+        audit_record(action=actions.ENDPOINT_DISABLE, obj=endpoint, team=endpoint.team, before={"is_active": True},
                      after={"is_active": False, "disabled_reason": reason})
     webhook_metrics.endpoint_disabled(endpoint_id)
     log.error("endpoint %s/%s %s", endpoint.team.name, endpoint.name, reason)

@@ -21,6 +21,7 @@ from topology import cascade
 
 from scheduling.core import debounce as debounce_rules
 from scheduling.core import lifecycle, ordering
+from scheduling.audit import actions
 from scheduling.audit.services import audit_record
 from scheduling.celery.structured import task_problem
 from scheduling.core.clock import MS, ceil_ms
@@ -420,11 +421,11 @@ def _audit_scheduled(results: list[Scheduled]) -> None:
     for made in by_team.values():
         first = made[0]
         if len(made) == 1:
-            audit_record(action="message.schedule", obj=first, team=first.endpoint.team,
+            audit_record(action=actions.MESSAGE_SCHEDULE, obj=first, team=first.endpoint.team,
                          after={"endpoint": first.endpoint.name, "due_at": first.due_at,
                                 "idempotency_key": first.idempotency_key})
         else:
-            audit_record(action="message.schedule_bulk", team=first.endpoint.team, object_type="scheduledmessage",
+            audit_record(action=actions.MESSAGE_SCHEDULE_BULK, team=first.endpoint.team, object_type="scheduledmessage",
                          object_repr=f"{len(made):,} messages", extra={
                              "count": len(made), "endpoints": sorted({m.endpoint.name for m in made}),
                              "first_id": first.id, "last_id": made[-1].id})
@@ -569,7 +570,7 @@ def message_cancel(*, message_id, caller: Caller = PLATFORM) -> ScheduledMessage
             if message.ordering_key is not None:  # the next of its key (once a call of it still out has ended)
                 ordering_end(keys=[(message.endpoint_id, message.ordering_key)])
             metrics.cancelled(message)
-            audit_record(action="message.cancel", obj=message, team=message.endpoint.team,
+            audit_record(action=actions.MESSAGE_CANCEL, obj=message, team=message.endpoint.team,
                          before={"status": was}, after={"status": message.status})
     return message
 
@@ -601,7 +602,7 @@ def message_republish(*, message_id, caller: Caller = PLATFORM) -> ScheduledMess
         team_check_in_flight(team=message.endpoint.team, sizes=[payload_size(message)])
         change["trigger"] = Trigger.MANUAL  # its next attempt is a person's doing (listed so)
         message.save(update_fields=lifecycle.apply(message, change))
-        audit_record(action="message.republish", obj=message, team=message.endpoint.team,
+        audit_record(action=actions.MESSAGE_REPUBLISH, obj=message, team=message.endpoint.team,
                      before={"status": Status.FAILED.value}, after={"status": message.status})
         transaction.on_commit(lambda: relay_publish_rows(rows=[message]))
     return message
@@ -629,7 +630,7 @@ def message_resend(*, message_id, caller: Caller = PLATFORM) -> ScheduledMessage
         team_check_in_flight(team=message.endpoint.team, sizes=[payload_size(message)])
         change["trigger"] = Trigger.MANUAL
         message.save(update_fields=lifecycle.apply(message, change))
-        audit_record(action="message.resend", obj=message, team=message.endpoint.team,
+        audit_record(action=actions.MESSAGE_RESEND, obj=message, team=message.endpoint.team,
                      before={"status": was}, after={"status": message.status})
         transaction.on_commit(lambda: relay_publish_rows(rows=[message]))
     return message
@@ -676,7 +677,7 @@ def message_reschedule(*, message_id, delay=None, deliver_at: datetime | None = 
         if message.ordering_key is not None:  # moved later, another message of its key may now be first
             ordering_end(keys=[(message.endpoint_id, message.ordering_key)])
         metrics.rescheduled(message)
-        audit_record(action="message.reschedule", obj=message, team=message.endpoint.team,
+        audit_record(action=actions.MESSAGE_RESCHEDULE, obj=message, team=message.endpoint.team,
                      before={"due_at": was}, after={"due_at": message.due_at})
         if message.delivery_mode == DeliveryMode.NATIVE:
             transaction.on_commit(lambda: relay_publish_rows(rows=[message]))
