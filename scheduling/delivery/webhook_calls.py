@@ -22,6 +22,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from scheduling.core.text import nul_replaced
 from scheduling.core import lifecycle
 from scheduling.messages import wire
 from scheduling.audit import actions
@@ -482,7 +483,7 @@ def _record_attempts(called, by: str) -> None:
             [str(Trigger.RETRY if t.attempt else (t.trigger or Trigger.SCHEDULED)) for _, t in called],
             [from_epoch_ms(int(r.started_at * 1000)) for r, _ in called], [r.duration_ms for r, _ in called],
             [str(r.outcome) for r, _ in called], [r.status_code for r, _ in called],
-            [r.excerpt.encode()[:excerpt_bytes].decode("utf-8", "ignore").replace("\x00", "") for r, _ in called]])
+            [nul_replaced(r.excerpt.encode()[:excerpt_bytes].decode("utf-8", "ignore")) for r, _ in called]])
 
 
 def _tell(delivered: dict, failed: dict[str, Outcome], facts: list) -> None:

@@ -36,6 +36,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from scheduling.core.text import has_nul
 from scheduling.audit import actions
 from scheduling.audit.services import audit_changed, audit_record, audit_values
 from scheduling.core.clock import MS, ceil_ms, to_epoch_ms
@@ -261,7 +262,7 @@ def _checked(*, key, endpoint, payload, cron, timezone_name, interval_seconds, s
         errors["key"] = exc.messages[0]
     name = endpoint.name if isinstance(endpoint, Endpoint) else endpoint
     target = (Endpoint.objects.select_related("topology").filter(team=team, name=name).first()
-              if isinstance(name, str) and "\x00" not in name else None)
+              if isinstance(name, str) and not has_nul(name) else None)
     if target is None:
         errors["endpoint"] = f"unknown endpoint {name!r} in team {team.name}"
     elif target.handler == Endpoint.Handler.CELERY_QUEUE:
