@@ -77,13 +77,15 @@ class Taken:
     ordering_key: str | None = None  # its key's turn is released when its call is recorded (delivery/ordering.py)
 
 
+_IN_FLIGHT = lifecycle.sql_list(lifecycle.IN_FLIGHT)  # the status of a row a call may still take or record
+
 _TAKE = f"""
 WITH c AS (SELECT * FROM unnest(%s::uuid[], %s::int[], %s::bigint[], %s::bigint[], %s::float8[], %s::text[])
            AS c(id, attempt, due_ms, throttled_ms, lease_s, queue)),
 t AS (
     SELECT r.id, c.attempt, c.throttled_ms, c.lease_s FROM c CROSS JOIN LATERAL (
         SELECT m.id FROM {MESSAGES} AS m JOIN {ENDPOINTS} AS e ON e.id = m.endpoint_id
-        WHERE m.id = c.id AND m.status IN ('pending', 'published') AND m.attempts = c.attempt
+        WHERE m.id = c.id AND m.status IN ({_IN_FLIGHT}) AND m.attempts = c.attempt
           AND (c.queue IS NULL OR e.queue = c.queue)
           AND (c.attempt > 0 OR c.due_ms IS NULL OR floor(extract(epoch FROM m.due_at) * 1000)::bigint = c.due_ms)
           AND m.due_at <= statement_timestamp()
@@ -314,14 +316,14 @@ class Recorded:
 # cost a batch as much as the backlog.
 _DELIVERED = f"""
 UPDATE {MESSAGES} AS m
-SET status = 'delivered', finished_at = statement_timestamp(), call_lease_until = NULL,
+SET status = '{Status.DELIVERED.value}', finished_at = statement_timestamp(), call_lease_until = NULL,
     delivered_at = CASE WHEN c.attempt = 0 THEN c.taken_at ELSE m.delivered_at END,
     lateness_ms = CASE WHEN c.attempt = 0 THEN c.lateness_ms ELSE m.lateness_ms END,
     throttled_ms = CASE WHEN c.attempt = 0 AND c.throttled_ms > 0 THEN c.throttled_ms ELSE m.throttled_ms END,
     delivered_by = CASE WHEN c.attempt = 0 THEN %s ELSE m.delivered_by END
 FROM unnest(%s::uuid[], %s::int[], %s::timestamptz[], %s::timestamptz[], %s::bigint[], %s::bigint[])
      AS c(id, attempt, lease, taken_at, lateness_ms, throttled_ms)
-WHERE m.id = c.id AND m.call_lease_until = c.lease AND (m.status IN ('pending', 'published')) IS TRUE
+WHERE m.id = c.id AND m.call_lease_until = c.lease AND (m.status IN ({_IN_FLIGHT})) IS TRUE
   AND m.attempts = c.attempt
 RETURNING m.id, m.endpoint_id, m.topology_id, m.delivered_at, m.lateness_ms, m.attempts, m.throttled_ms,
           (m.on_delivered_id IS NOT NULL AND m.notification IS NULL)
@@ -337,7 +339,7 @@ SET status = c.status, attempts = c.attempts, last_error = c.error, finished_at 
 FROM unnest(%s::uuid[], %s::int[], %s::timestamptz[], %s::timestamptz[], %s::bigint[], %s::text[], %s::int[],
             %s::text[], %s::timestamptz[])
      AS c(id, attempt, lease, taken_at, lateness_ms, status, attempts, error, finished_at)
-WHERE m.id = c.id AND m.call_lease_until = c.lease AND (m.status IN ('pending', 'published')) IS TRUE
+WHERE m.id = c.id AND m.call_lease_until = c.lease AND (m.status IN ({_IN_FLIGHT})) IS TRUE
   AND m.attempts = c.attempt
 RETURNING m.id
 """
