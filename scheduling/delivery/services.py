@@ -151,7 +151,8 @@ def delivery_receive_many(*, items: list[Handover | tuple], defer_webhooks: bool
                           by: str = "", traceparents: dict[str, str] | None = None) -> list[Outcome]:
     """Record a batch of hand-overs: the delivery loop's path, thousands a second where a
     transaction per message managed a few hundred. ``items`` are Handovers (or tuples in its
-    order: the id and attempt required), in arrival order; outcomes come back in the same order. A copy whose row is not its queue's endpoint's comes back MISROUTED (nothing recorded,
+    order: the id and attempt required), in arrival order; outcomes come back in the same order.
+    A copy whose row is not its queue's endpoint's comes back MISROUTED (nothing recorded,
     counted, logged): the loop drops it. A copy naming no row comes back UNKNOWN (nothing recorded):
     the loop sets it aside for the operator (delivery/orphans.py). Webhook messages come back
     DEFERRED (untouched): an HTTP call must not hold the batch's locks, so the caller hands them to
