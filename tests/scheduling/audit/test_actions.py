@@ -94,5 +94,10 @@ def test_the_docs_list_declared_actions(path, heading):
     assert listed and listed <= actions.ALL, listed - actions.ALL
 
 
+def test_the_teams_guide_lists_every_action_there_is():
+    """Its table of actions (what GET /api/audit/'s ``action`` filter takes) is the declared set."""
+    assert _backticked(_section(ROOT / "docs/guides/teams.md", "## The audit log")) == actions.ALL
+
+
 def test_the_retention_guide_lists_a_messages_own_events():
     assert _backticked(_section(ROOT / "docs/operations/retention.md", "## The audit log")) >= set(TRAFFIC_ACTIONS)
