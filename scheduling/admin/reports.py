@@ -14,6 +14,7 @@ from django.db.models import Q
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
+from scheduling.core.text import has_nul
 from scheduling.models import AccuracyReport
 from scheduling.reports import accuracy_charts
 from scheduling.reports.facts import (
@@ -47,7 +48,7 @@ def _chosen_team(request) -> str | None:
 
 def _storable(value: str) -> bool:
     """PostgreSQL text holds no NUL: such a value matches no row (and must not reach a query)."""
-    return "\x00" not in value
+    return not has_nul(value)
 
 
 class _DimensionFilter(admin.SimpleListFilter):

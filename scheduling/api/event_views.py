@@ -12,6 +12,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 
+from scheduling.core.text import has_nul
 from scheduling.core.errors import NotFound
 from scheduling.events.selectors import event_list, event_list_messages, subscription_list
 from scheduling.events.services import event_cancel, event_get, event_publish, subscription_create, subscription_delete
@@ -135,4 +136,4 @@ def _uuid(value) -> bool:
         uuid.UUID(str(value))
     except (ValueError, TypeError, AttributeError):
         return False
-    return "\x00" not in str(value)
+    return not has_nul(str(value))

@@ -10,6 +10,7 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from scheduling.core.text import has_control_characters, has_nul
 from scheduling.celery.structured import TASK_ID
 from scheduling.config.conf import conf, setting_name
 from scheduling.core.flow_gate import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
@@ -23,7 +24,7 @@ from scheduling.schedules.rules import run_time_of_key
 from scheduling.security.redaction import url_redacted
 from scheduling.teams.roles import Action
 from scheduling.api.callers import request_caller
-from scheduling.api.validation import RefuseControlCharacters, has_refused_characters
+from scheduling.api.validation import RefuseControlCharacters
 
 
 class VersionField(serializers.SlugRelatedField):
@@ -33,7 +34,7 @@ class VersionField(serializers.SlugRelatedField):
         super().__init__(slug_field="name", queryset=TopologyVersion.objects.all(), **kwargs)
 
     def to_internal_value(self, data):
-        if isinstance(data, str) and "\x00" in data:
+        if isinstance(data, str) and has_nul(data):
             self.fail("invalid")
         return super().to_internal_value(data)
 
@@ -269,7 +270,7 @@ def _plain_message(data) -> dict | None:
     no string but the payload with a character the fields refuse (api/validation.py)."""
     if type(data) is not dict or not data.keys() <= _MESSAGE_FIELDS or data.get("deliver_at") is not None:
         return None
-    if any(type(v) is str and has_refused_characters(v) for k, v in data.items() if k != "payload"):
+    if any(type(v) is str and has_control_characters(v) for k, v in data.items() if k != "payload"):
         return None
     endpoint, key, delay = data.get("endpoint"), data.get("idempotency_key"), data.get("delay_seconds")
     if type(endpoint) is not str or not 0 < len(endpoint) <= 100 or endpoint != endpoint.strip():

@@ -23,6 +23,7 @@ from django.core.cache import caches
 from rest_framework.exceptions import Throttled
 from rest_framework.throttling import SimpleRateThrottle
 
+from scheduling.core.text import has_nul
 from scheduling.config.conf import conf, setting_name
 from scheduling.teams.models import ApiKey, Team
 
@@ -201,7 +202,7 @@ class TeamRateThrottle(ItemRateThrottle):
             request.data  # noqa: B018  (parsed now: a team named in the body counts, request_team_name)
         name = request_team_name(request)
         if name:
-            if "\x00" in name:
+            if has_nul(name):
                 return []
             teams = Team.objects.filter(name=name)
             return list(teams if caller.operator else teams.filter(id__in=caller.member_of))
@@ -230,7 +231,7 @@ def _acting_team_ids(request, view) -> set[int]:
     data = request.data
     items = data.get("messages") if isinstance(data, dict) and isinstance(data.get("messages"), list) else [data]
     names = {item["endpoint"] for item in items[:conf().bulk_max]
-             if isinstance(item, dict) and isinstance(item.get("endpoint"), str) and "\x00" not in item["endpoint"]}
+             if isinstance(item, dict) and isinstance(item.get("endpoint"), str) and not has_nul(item["endpoint"])}
     if not names:
         return set()
     from scheduling.models import Endpoint

@@ -1,19 +1,15 @@
 """Strings the API refuses in every field but a JSON payload: control characters (C0, DEL, C1)
-and unpaired surrogates. PostgreSQL cannot store a NUL, psycopg cannot encode a lone
-surrogate, and a parser that stops at either one (dates did) would store something other than
-what was sent; no name, target, key or date needs any of them."""
+and unpaired surrogates (the rule and its words: core/text.py). PostgreSQL cannot store a NUL,
+psycopg cannot encode a lone surrogate, and a parser that stops at either one (dates did) would
+store something other than what was sent; no name, target, key or date needs any of them."""
 
-import re
 from collections.abc import Mapping
 
 from rest_framework import serializers
 
-_REFUSED = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
-MESSAGE = "must not contain control characters (U+0000-U+001F, U+007F-U+009F) or unpaired surrogates"
+from scheduling.core.text import CONTROL_CHARACTERS, has_control_characters
 
-
-def has_refused_characters(value: str) -> bool:
-    return _REFUSED.search(value) is not None
+MESSAGE = f"must not contain {CONTROL_CHARACTERS}"
 
 
 def refused_character_errors(fields: Mapping, data: Mapping) -> dict[str, list[str]]:
@@ -23,7 +19,7 @@ def refused_character_errors(fields: Mapping, data: Mapping) -> dict[str, list[s
         name: [MESSAGE]
         for name, field in fields.items()
         if not field.read_only and not isinstance(field, serializers.JSONField)
-        and isinstance(data.get(name), str) and has_refused_characters(data[name])
+        and isinstance(data.get(name), str) and has_control_characters(data[name])
     }
 
 class RefuseControlCharacters:

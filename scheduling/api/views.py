@@ -11,6 +11,7 @@ from rest_framework.decorators import action
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
+from scheduling.core.text import has_nul
 from scheduling.celery.services import celery_task_cancel, celery_task_claim_message, celery_task_end
 from scheduling.core.errors import BulkValidationError, NotFound
 from scheduling.core.lifecycle import Status
@@ -124,7 +125,7 @@ class TeamScoped:
         queryset = queryset_for_caller(queryset=queryset, caller=self.caller, action=action, also=also)
         team = self.request.query_params.get("team")
         if team:
-            queryset = queryset.filter(**{self.team_name_field: team}) if "\x00" not in team else queryset.none()
+            queryset = queryset.filter(**{self.team_name_field: team}) if not has_nul(team) else queryset.none()
         return queryset
 
     team_name_field = "team__name"
@@ -138,7 +139,7 @@ class TeamScoped:
         rate charges before the handler runs (throttles.py; a person in several teams). Empty
         when none is found (the handler answers 404 or 400 then)."""
         value = self.kwargs.get(self.lookup_url_kwarg or self.lookup_field)
-        if value is None or "\x00" in str(value):
+        if value is None or has_nul(str(value)):
             return set()
         try:
             return {self.team_id_of(row) for row in self.get_queryset().filter(**{self.lookup_field: value})[:2]}

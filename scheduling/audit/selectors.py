@@ -7,6 +7,7 @@ from datetime import datetime
 
 from django.db.models import Q, QuerySet
 
+from scheduling.audit import actions
 from scheduling.audit.models import AuditEvent
 from scheduling.teams.caller import Caller
 from scheduling.teams.roles import Action
@@ -29,8 +30,8 @@ def audit_list(*, caller: Caller, team: str | None = None, action: str | None = 
 # One message's own events: as many as the API's traffic. They stay as long as the messages do
 # (DELAY_RETENTION, DELAY_FAILED_RETENTION), not the changes' DELAY_AUDIT_RETENTION: a row per
 # scheduling request kept 400 days would outgrow the messages table many times over.
-TRAFFIC_ACTIONS = ("message.schedule", "message.schedule_bulk", "message.cancel", "message.republish",
-                   "message.reschedule", "message.resend")
+TRAFFIC_ACTIONS = (actions.MESSAGE_SCHEDULE, actions.MESSAGE_SCHEDULE_BULK, actions.MESSAGE_CANCEL,
+                   actions.MESSAGE_REPUBLISH, actions.MESSAGE_RESCHEDULE, actions.MESSAGE_RESEND)
 
 
 def audit_list_past_retention(*, cutoff: datetime, traffic_cutoff: datetime | None = None) -> QuerySet:

@@ -14,13 +14,12 @@ gives (messages/debounce.py applies them under a lock per endpoint and key).
 from __future__ import annotations
 
 import enum
-import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from scheduling.core.text import CONTROL_CHARACTERS, has_control_characters
+
 MAX_KEY_CHARS = 200
-# as every string the API takes (api/validation.py): no control characters nor unpaired surrogates
-_REFUSED = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 FIELDS = frozenset({"key", "seconds", "max_seconds", "mode"})
 
 
@@ -49,9 +48,10 @@ def parse(value, *, max_delay_s: int) -> tuple[Debounce | None, dict[str, str]]:
     if unknown:
         errors["debounce"] = f"unknown field(s): {', '.join(unknown)} (known: {', '.join(sorted(FIELDS))})"
     key = value.get("key")
-    if not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY_CHARS or _REFUSED.search(key) or key != key.strip():
-        errors["debounce.key"] = (f"must be a string of 1 to {MAX_KEY_CHARS} characters, without control characters "
-                                  "or outer spaces")
+    if (not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY_CHARS or has_control_characters(key)
+            or key != key.strip()):  # as every string the API takes (api/validation.py), and no outer spaces
+        errors["debounce.key"] = (f"must be a string of 1 to {MAX_KEY_CHARS} characters, without "
+                                  f"{CONTROL_CHARACTERS} or outer spaces")
     mode = value.get("mode", Mode.TRAILING.value)
     if mode not in [m.value for m in Mode]:
         errors["debounce.mode"] = f"must be one of {', '.join(m.value for m in Mode)}"

@@ -72,6 +72,14 @@ ORDER_OPEN_VALUES = frozenset(status.value for status in ORDER_OPEN)
 FINISHED_BY_INDEX = (FINISHED_VALUES - LATER_FINISHED_VALUES, LATER_FINISHED_VALUES)
 
 
+def sql_list(statuses) -> str:
+    """Statuses as raw SQL's list of literals, sorted (``'pending', 'published'``): a query's
+    ``status IN (...)`` written from the names here, the same text every time (so a partial
+    index whose condition lists them is still picked). The values are this enum's own words:
+    nothing to escape, no caller's text."""
+    return ", ".join(f"'{Status(status).value}'" for status in sorted(statuses))
+
+
 class Event(enum.StrEnum):
     SCHEDULE = "schedule"
     PUBLISH = "publish"

@@ -19,6 +19,8 @@ import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 
+from scheduling.core.text import NUL_CHARACTERS, has_nul
+
 KEY_MAX_CHARS = 200
 # the platform's keys: a recurring schedule's runs with an overlap policy (a caller's key may not start so)
 SCHEDULE_KEY_PREFIX = "schedule:"
@@ -67,8 +69,8 @@ def turn(*, mine: str, holder: Holder, earlier_open: bool, now: datetime, overla
 def key_problem(key, *, platform: bool = False) -> str | None:
     """Why a caller's ordering_key is refused, or None: a string of 1 to 200 characters without NUL,
     not starting ``schedule:`` (the platform's, ``platform``: for its schedules' runs)."""
-    if not isinstance(key, str) or not 1 <= len(key) <= KEY_MAX_CHARS or "\x00" in key:
-        return f"must be a string of 1 to {KEY_MAX_CHARS} characters, without NUL"
+    if not isinstance(key, str) or not 1 <= len(key) <= KEY_MAX_CHARS or has_nul(key):
+        return f"must be a string of 1 to {KEY_MAX_CHARS} characters, without {NUL_CHARACTERS}"
     if key.startswith(SCHEDULE_KEY_PREFIX) and not platform:
         return (f"keys starting {SCHEDULE_KEY_PREFIX!r} are the platform's (its recurring schedules' runs): "
                 "choose another")

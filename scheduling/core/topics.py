@@ -16,6 +16,9 @@ import json
 import re
 from dataclasses import dataclass
 
+from scheduling.core.text import (CONTROL_CHARACTERS, NUL_CHARACTERS, has_control_characters, has_nul,
+                                  has_unpaired_surrogate)
+
 MAX_TOPIC_CHARS = 255
 MAX_WORDS = 32
 MAX_FILTER_PATHS = 20
@@ -25,8 +28,7 @@ MAX_FILTER_BYTES = 4096
 MAX_SEGMENT_CHARS = 100
 
 _WORD = re.compile(r"[A-Za-z0-9_-]+")
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")  # what jsonb (NUL) and UTF-8 (lone surrogates) cannot hold
-_SEGMENT = re.compile(f"[^\x00-\x1f\x7f-\x9f\ud800-\udfff.]{{1,{MAX_SEGMENT_CHARS}}}")  # PostgreSQL's jsonb stores no NUL
+_SEGMENT = re.compile(f"[^.]{{1,{MAX_SEGMENT_CHARS}}}")  # and no control character (core/text.py)
 ONE, ANY = "*", "#"
 
 
@@ -133,20 +135,27 @@ def filter_parse(value) -> Filter:
         if not isinstance(path, str):
             raise TopicError("a filter's paths are strings")
         segments = path.split(".")
-        if not path or len(segments) > MAX_PATH_SEGMENTS or any(not _SEGMENT.fullmatch(s) for s in segments):
+        if not path or len(segments) > MAX_PATH_SEGMENTS or any(
+                not _SEGMENT.fullmatch(s) or has_control_characters(s) for s in segments):
             raise TopicError(f"filter path {path[:40]!r}: 1 to {MAX_PATH_SEGMENTS} segments joined by '.', each 1 to "
-                             f"{MAX_SEGMENT_CHARS} characters, no control characters")
+                             f"{MAX_SEGMENT_CHARS} characters, without {CONTROL_CHARACTERS}")
         values = accepted if isinstance(accepted, list) else [accepted]
         if not values:
             raise TopicError(f"filter path {path[:40]!r}: give a value or a non-empty list of values")
-        if any(not isinstance(v, _SCALARS) or (isinstance(v, str) and _UNSTORABLE.search(v)) for v in values):
-            raise TopicError(f"filter path {path[:40]!r}: values are strings (no NUL, no lone surrogate), numbers, "
+        if any(not isinstance(v, _SCALARS) or (isinstance(v, str) and _unstorable(v)) for v in values):
+            raise TopicError(f"filter path {path[:40]!r}: values are strings (without {NUL_CHARACTERS} or unpaired "
+                             "surrogates), numbers, "
                              "true, false or null")
         count += len(values)
         if count > MAX_FILTER_VALUES:
             raise TopicError(f"a filter has at most {MAX_FILTER_VALUES} values in all")
         paths.append((tuple(segments), tuple(values)))
     return Filter(tuple(paths))
+
+
+def _unstorable(value: str) -> bool:
+    """What jsonb (NUL) and UTF-8 (unpaired surrogates) cannot hold: a filter's value never matches it."""
+    return has_nul(value) or has_unpaired_surrogate(value)
 
 
 _MISSING = object()

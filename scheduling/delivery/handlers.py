@@ -35,26 +35,30 @@ class _Allowed(threading.local):
 _allowed = _Allowed()
 
 
-class _TeamGrants:
-    """Team id -> (its webhook networks with the platform's, its task refusal check), read at most
-    every DELAY_CONSUMER_SYNC_SECONDS per process: an operator's grant applies within seconds."""
+class TeamGrants:
+    """Team id -> the team (its webhook networks with the platform's, its task refusal check),
+    read at most every DELAY_CONSUMER_SYNC_SECONDS per process: an operator's grant applies within
+    seconds. One per process (``team_grants``), owned by the handlers."""
 
-    lock = threading.Lock()
-    of: dict[int, tuple[float, object]] = {}
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.of: dict[int, tuple[float, object]] = {}  # team id -> (read at, monotonic; the team or None)
 
-    @classmethod
-    def team(cls, team_id: int):
+    def team(self, team_id: int):
         from scheduling.teams.models import Team
 
         now = time.monotonic()
-        with cls.lock:
-            kept = cls.of.get(team_id)
+        with self.lock:
+            kept = self.of.get(team_id)
         if kept is not None and now - kept[0] < conf().consumer_sync_seconds:
             return kept[1]
         team = Team.objects.filter(pk=team_id).first()
-        with cls.lock:
-            cls.of[team_id] = (now, team)
+        with self.lock:
+            self.of[team_id] = (now, team)
         return team
+
+
+team_grants = TeamGrants()
 
 
 def webhook_networks(endpoint: Endpoint) -> tuple:
@@ -62,13 +66,13 @@ def webhook_networks(endpoint: Endpoint) -> tuple:
     and its team's grant."""
     from scheduling.teams.quotas import team_webhook_networks
 
-    return team_webhook_networks(team=_TeamGrants.team(endpoint.team_id))
+    return team_webhook_networks(team=team_grants.team(endpoint.team_id))
 
 
 def _task_refusal(endpoint: Endpoint) -> str | None:
     from scheduling.teams.quotas import team_task_refusal
 
-    team = _TeamGrants.team(endpoint.team_id)
+    team = team_grants.team(endpoint.team_id)
     if team is None:
         return guards.task_refusal(endpoint.handler_target, conf().celery_task_allowlist)
     return team_task_refusal(team=team, task=endpoint.handler_target)

@@ -17,8 +17,9 @@ class Trigger(models.TextChoices):
     BULK = "bulk"
 
 
-class Outcome(models.TextChoices):
-    """What came of an attempt: ``ok`` or the class of its failure."""
+class AttemptOutcome(models.TextChoices):
+    """What came of a handler attempt (a webhook call): ``ok`` or the class of its failure. Not
+    delivery/services.py's Outcome, which says what a received copy came to."""
 
     OK = "ok"
     HTTP_STATUS = "http_status", "HTTP status (not 2xx)"
@@ -41,7 +42,7 @@ class MessageAttempt(models.Model):
     trigger = models.CharField(max_length=16, choices=Trigger.choices, default=Trigger.SCHEDULED)
     started_at = models.DateTimeField()
     duration_ms = models.PositiveIntegerField()
-    outcome = models.CharField(max_length=16, choices=Outcome.choices)
+    outcome = models.CharField(max_length=16, choices=AttemptOutcome.choices)
     status_code = models.PositiveSmallIntegerField(null=True, blank=True, help_text="the HTTP status, if one came")
     excerpt = models.TextField(blank=True, help_text="the start of the answer (or the error), capped")
     worker = models.CharField(max_length=255, blank=True)

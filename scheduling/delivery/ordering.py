@@ -33,7 +33,7 @@ from datetime import datetime, timedelta
 from django.db import connection, transaction
 from django.utils import timezone
 
-from scheduling.core.lifecycle import ORDER_OPEN_VALUES, Status
+from scheduling.core.lifecycle import ORDER_OPEN_VALUES, Status, sql_list
 from scheduling.core.ordering import Holder, Overlap, Turn, skip_reason, turn
 from scheduling.messages.queries import uuid_array
 from scheduling.models import OrderingTurn, ScheduledMessage
@@ -50,7 +50,7 @@ SWEEP_KEYS = 1000  # keys looked at per sweep
 SWEEP_CURSOR = "dp:ordering-sweep:after"  # the last waiting key a sweep looked at: the next starts after it
 MESSAGES = ScheduledMessage._meta.db_table
 TURNS = OrderingTurn._meta.db_table
-_OPEN = ", ".join(f"'{s}'" for s in sorted(ORDER_OPEN_VALUES))  # literals: the partial index message_ordering
+_OPEN = sql_list(ORDER_OPEN_VALUES)  # literals: the partial index message_ordering
 
 # statement 1: lock the keys' turn rows (made on first use), in one order; a holder whose message ended
 # (listed) or whose lease passed is let go. Returns each key's holder.

@@ -33,6 +33,7 @@ from datetime import datetime
 from django.db import connection, transaction
 from django.utils import timezone
 
+from scheduling.core.text import nul_replaced
 from scheduling.audit import actions
 from scheduling.audit.services import audit_record, audit_values
 from scheduling.config.conf import conf, setting_name
@@ -93,7 +94,7 @@ def _text(body) -> str:
         raw = body.encode()
     else:
         raw = json.dumps(body, default=str).encode()
-    text = raw[:BODY_CAP_BYTES].decode("utf-8", errors="replace").replace("\x00", "\ufffd")
+    text = nul_replaced(raw[:BODY_CAP_BYTES].decode("utf-8", errors="replace"), by="\ufffd")
     return text + (f"... ({len(raw):,} bytes, capped)" if len(raw) > BODY_CAP_BYTES else "")
 
 

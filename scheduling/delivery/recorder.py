@@ -84,7 +84,7 @@ class Recorder(threading.Thread):
         """Write the waiting results in one transaction; False when the database is away."""
         results = self._waiting
         try:
-            recorded = webhook_call_record(results=[(r, r.call.token[1]) for r in results], by=self.by)
+            recorded = webhook_call_record(results=[(r, r.call.token.row) for r in results], by=self.by)
         except (OperationalError, InterfaceError) as exc:  # the rows keep their lease; the results wait
             close_old_connections()
             log.warning("%d webhook result(s) not recorded yet: database unavailable (%s)", len(results), exc)
@@ -102,7 +102,7 @@ class Recorder(threading.Thread):
         merged, kept, refused = Recorded({}, {}, []), [], []
         for result in results:
             try:
-                one = webhook_call_record(results=[(result, result.call.token[1])], by=self.by)
+                one = webhook_call_record(results=[(result, result.call.token.row)], by=self.by)
             except DatabaseError as exc:
                 log.error("webhook result of %s not recorded (%s); it is called again after its lease",
                           result.call.message_id, exc)

@@ -18,6 +18,7 @@ import enum
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from django.db import transaction
 from django.utils import timezone
@@ -61,8 +62,24 @@ class Result(enum.Enum):
     MISROUTED = "misrouted"  # names a row of another endpoint than the queue it came from: dropped, counted
 
 
+class Handover(NamedTuple):
+    """A copy the broker handed over, as the loop passes it on to be recorded (delivery_receive_many)
+    or its row taken for a call (webhook_calls.webhook_call_take). A plain tuple in this order is
+    read as one (``Handover(*item)``)."""
+
+    message_id: str  # the row it names (a copy may name none, or carry no id at all)
+    attempt: int  # 0: the copy through the cascade; n: the retry of attempt n
+    due_ms: int | None = None  # the due time the copy carries, in ms (None: not stamped)
+    throttled_ms: int | None = None  # how long flow control held it back (None: not held)
+    queue: str | None = None  # the endpoint queue it came from (None: not known; a row of any endpoint)
+
+
 @dataclass(frozen=True)
 class Outcome:
+    """What a copy handed over came to (its Result) and what the loop needs to act on it: the
+    attempt it was, a retry's wait, an early copy's due time. Not delivery/models.py's
+    AttemptOutcome, which classes a handler attempt's failure."""
+
     result: Result
     attempt: int = 0
     retry_in: float | None = None
@@ -130,13 +147,12 @@ def _handle_many(to_handle: list[tuple[int, ScheduledMessage]], outcomes: list) 
             outcomes[index] = _handle(message)
 
 
-def delivery_receive_many(*, items: list[tuple[str, int]], defer_webhooks: bool = True,
+def delivery_receive_many(*, items: list[Handover | tuple], defer_webhooks: bool = True,
                           by: str = "", traceparents: dict[str, str] | None = None) -> list[Outcome]:
     """Record a batch of hand-overs: the delivery loop's path, thousands a second where a
-    transaction per message managed a few hundred. ``items`` are (message id, attempt),
-    optionally followed by the due time in ms the copy carries and how long flow control held it
-    back (ms) and the queue the copy came from, in arrival order; outcomes come back in the same
-    order. A copy whose row is not its queue's endpoint's comes back MISROUTED (nothing recorded,
+    transaction per message managed a few hundred. ``items`` are Handovers (or tuples in its
+    order: the id and attempt required), in arrival order; outcomes come back in the same order.
+    A copy whose row is not its queue's endpoint's comes back MISROUTED (nothing recorded,
     counted, logged): the loop drops it. A copy naming no row comes back UNKNOWN (nothing recorded):
     the loop sets it aside for the operator (delivery/orphans.py). Webhook messages come back
     DEFERRED (untouched): an HTTP call must not hold the batch's locks, so the caller hands them to
@@ -149,6 +165,7 @@ def delivery_receive_many(*, items: list[tuple[str, int]], defer_webhooks: bool 
     the rows as the statement left them. A batch that fails rolls back whole and is tried again
     without having counted anything (delivery_count, metrics, the minute figures). Metrics and the
     log count it once committed; the log writes one summary line a batch."""
+    items = [Handover(*item) for item in items]
     outcomes: list[Outcome | None] = [None] * len(items)
     with transaction.atomic():
         delivered = _deliver_set_based(items, outcomes, by)
@@ -160,18 +177,17 @@ def delivery_receive_many(*, items: list[tuple[str, int]], defer_webhooks: bool 
     return outcomes
 
 
-def _deliver_set_based(items: list[tuple], outcomes: list, by: str) -> list[Delivered]:
+def _deliver_set_based(items: list[Handover], outcomes: list, by: str) -> list[Delivered]:
     """The first copy of each id, if its row is due, in flight for the copy's attempt and due time,
     and record-only, recorded delivered with its minute figures in one statement (compare-and-set:
     no lock query first). Fills ``outcomes`` for the copies taken; the rest stay None."""
     seen, firsts = set(), []
-    for index, (message_id, attempt, *stamps) in enumerate(items):
-        if message_id in seen:  # a second copy: the one-by-one path, which sees what the first one did
+    for index, item in enumerate(items):
+        if item.message_id in seen:  # a second copy: the one-by-one path, which sees what the first one did
             continue
-        seen.add(message_id)
-        if isinstance(message_id, str) and CANONICAL_UUID(message_id):
-            due_ms, throttled_ms, queue = (*stamps, None, None, None)[:3]
-            firsts.append((index, (message_id, attempt, due_ms, throttled_ms, queue)))
+        seen.add(item.message_id)
+        if isinstance(item.message_id, str) and CANONICAL_UUID(item.message_id):
+            firsts.append((index, item))
     if not firsts:
         return []
     rows = ScheduledMessage.objects.deliver_in_flight(
@@ -181,9 +197,9 @@ def _deliver_set_based(items: list[tuple], outcomes: list, by: str) -> list[Deli
     for n, endpoint_id, topology_id, lateness_ms, attempt, throttled_ms, callback in rows:
         index = firsts[n][0]
         if callback:
-            callbacks.append(items[index][0])
+            callbacks.append(items[index].message_id)
         outcomes[index] = _DELIVERED
-        delivered.append(Delivered(items[index][0], endpoint_id, topology_id, lateness_ms, attempt))
+        delivered.append(Delivered(items[index].message_id, endpoint_id, topology_id, lateness_ms, attempt))
         if attempt == 0:  # a retry's later attempt is not a new delivery (metrics.arrival)
             counted.append((endpoint_id, topology_id, lateness_ms, throttled_ms))
     metrics.deliveries_on_commit(counted)
@@ -194,13 +210,13 @@ def _deliver_set_based(items: list[tuple], outcomes: list, by: str) -> list[Deli
     return delivered
 
 
-def _receive_one_by_one(left: list[tuple[int, tuple]], outcomes: list, *, defer_webhooks: bool,
+def _receive_one_by_one(left: list[tuple[int, Handover]], outcomes: list, *, defer_webhooks: bool,
                         by: str, traceparents: dict[str, str] | None = None) -> list[ScheduledMessage]:
     """The copies the set-based statement did not take, (index in the batch, item), with their
     rows locked (one lock query, one write; in the caller's transaction); each decided by the
     lifecycle in arrival order. Fills ``outcomes``; returns the messages recorded delivered."""
     rows = {str(m.id): m for m in ScheduledMessage.objects.locked_for_delivery(
-        [message_id for message_id in {item[0] for _, item in left} if wire.is_row_id(message_id)])}
+        [message_id for message_id in {item.message_id for _, item in left} if wire.is_row_id(message_id)])}
     now = timezone.now()
     changed, to_handle, counted, arrived, misrouted, keyed, expired = {}, [], [], {}, [], {}, []
 
@@ -221,8 +237,7 @@ def _receive_one_by_one(left: list[tuple[int, tuple]], outcomes: list, *, defer_
             if traceparents and (traceparent := traceparents.get(message_id)):
                 message.handover_traceparent = traceparent  # handlers.handover_traceparent
 
-    for index, (message_id, attempt, *stamps) in left:
-        due_ms, throttled_ms, queue = (*stamps, None, None, None)[:3]
+    for index, (message_id, attempt, due_ms, throttled_ms, queue) in left:
         message = rows.get(message_id)
         if message is None:
             outcomes[index] = Outcome(Result.UNKNOWN)  # no row: the caller sets the copy aside (orphans.py)
@@ -370,7 +385,8 @@ def delivery_receive(*, message_id: str, attempt: int = 0, by: str = "", due_ms:
                      throttled_ms: int | None = None, traceparent: str | None = None) -> Outcome:
     """One hand-over, in its own transaction (webhooks, and the scheduling.deliver task); ``due_ms``
     and ``throttled_ms`` as in delivery_receive_many's items, ``traceparent`` what its handler is handed."""
-    return delivery_receive_many(items=[(message_id, attempt, due_ms, throttled_ms)], defer_webhooks=False,
+    return delivery_receive_many(items=[Handover(message_id, attempt, due_ms, throttled_ms)],
+                                 defer_webhooks=False,
                                  by=by, traceparents={message_id: traceparent} if traceparent else None)[0]
 
 

@@ -16,27 +16,30 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 import orjson
 from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from scheduling.core.text import nul_replaced
 from scheduling.core import lifecycle
 from scheduling.messages import wire
+from scheduling.audit import actions
 from scheduling.audit.context import AuditContext, audited
 from scheduling.audit.services import audit_record
 from scheduling.core.clock import from_epoch_ms
 from scheduling.config.conf import conf
 from scheduling.core import backoff
 from scheduling.delivery import pushback
-from scheduling.delivery.models import EndpointHealth, MessageAttempt, Outcome as AttemptOutcome, Trigger
+from scheduling.delivery.models import EndpointHealth, MessageAttempt, AttemptOutcome, Trigger
 from scheduling.delivery.webhooks import CallResult
 from scheduling.core.lifecycle import Status
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.messages.queries import execute_prepared, int_array, uuid_array
 from scheduling.observability import metrics, webhook_metrics
-from scheduling.delivery.services import Outcome, Result, delivery_drop_misrouted
+from scheduling.delivery.services import Handover, Outcome, Result, delivery_drop_misrouted
 from scheduling.delivery.log import delivery_log_on_commit
 from scheduling.delivery.minutes import delivery_minute_record
 from scheduling.delivery.ordering import ordering_end, ordering_hold, ordering_take
@@ -75,13 +78,39 @@ class Taken:
     ordering_key: str | None = None  # its key's turn is released when its call is recorded (delivery/ordering.py)
 
 
+def _taken(row: tuple) -> Taken:
+    """A row of _TAKE's or _TAKE_KEYED's RETURNING, by name (the keyed one adds the team, NULL, and
+    the ordering key); the payload comes as raw jsonb text."""
+    (message_id, attempt, lease_until, taken_at, endpoint_id, topology_id, payload, due_at, created_at, trigger,
+     throttled_ms, expires_at, *keyed) = row
+    team_id, ordering_key = keyed or (None, None)
+    return Taken(message_id=str(message_id), attempt=attempt, lease_until=lease_until, taken_at=taken_at,
+                 endpoint_id=endpoint_id, topology_id=topology_id,
+                 payload=orjson.loads(payload) if isinstance(payload, str) else payload, due_at=due_at,
+                 created_at=created_at, trigger=trigger, throttled_ms=throttled_ms, expires_at=expires_at,
+                 team_id=team_id, ordering_key=ordering_key)
+
+
+class CallToken(NamedTuple):
+    """What the delivery loop keeps with a call (Call.token) to settle it once recorded: the copy
+    it holds (worker/holding.py's Held), the row it took and leased (what the record compares),
+    the broker session the copy came on, and the max_concurrent slot the call took, if any."""
+
+    held: object
+    row: Taken
+    session: int
+    slot: int | None
+
+
+_IN_FLIGHT = lifecycle.sql_list(lifecycle.IN_FLIGHT)  # the status of a row a call may still take or record
+
 _TAKE = f"""
 WITH c AS (SELECT * FROM unnest(%s::uuid[], %s::int[], %s::bigint[], %s::bigint[], %s::float8[], %s::text[])
            AS c(id, attempt, due_ms, throttled_ms, lease_s, queue)),
 t AS (
     SELECT r.id, c.attempt, c.throttled_ms, c.lease_s FROM c CROSS JOIN LATERAL (
         SELECT m.id FROM {MESSAGES} AS m JOIN {ENDPOINTS} AS e ON e.id = m.endpoint_id
-        WHERE m.id = c.id AND m.status IN ('pending', 'published') AND m.attempts = c.attempt
+        WHERE m.id = c.id AND m.status IN ({_IN_FLIGHT}) AND m.attempts = c.attempt
           AND (c.queue IS NULL OR e.queue = c.queue)
           AND (c.attempt > 0 OR c.due_ms IS NULL OR floor(extract(epoch FROM m.due_at) * 1000)::bigint = c.due_ms)
           AND m.due_at <= statement_timestamp()
@@ -111,25 +140,24 @@ RETURNING m.id, c.attempt, m.call_lease_until, statement_timestamp(), m.endpoint
 """
 
 
-def webhook_call_take(*, items: list[tuple], deadlines: dict[str, float]) -> tuple[dict[str, Taken], dict[str, Outcome]]:
-    """Lease the rows of ``items`` (message id, attempt, due time in ms the copy carries or None,
-    ms flow control held it or None, the queue it came from or None: a row of another endpoint
-    is not taken, MISROUTED) for their calls; ``deadlines``: how long each is held (s), before
+def webhook_call_take(*, items: list[Handover | tuple], deadlines: dict[str, float]) -> tuple[dict[str, Taken], dict[str, Outcome]]:
+    """Lease the rows of ``items`` (Handovers, or tuples in its order: a row of another endpoint
+    than the copy's queue is not taken, MISROUTED) for their calls; ``deadlines``: how long each is held (s), before
     the margin.
     Returns the rows taken, and for the others what they are (duplicate, cancelled, superseded,
     early, expired (a row in flight past its expires_at is expired here), unknown, or BUSY: another
     call of it holds the lease), sorted out only when there are any.
     Outside a transaction: the statement commits on its own."""
-    valid = [item for item in items if wire.is_row_id(item[0])]
+    items = [Handover(*item) for item in items]
+    valid = [item for item in items if wire.is_row_id(item.message_id)]
     taken: dict[str, Taken] = {}
     if valid:
         rows = execute_prepared(_TAKE, [
-            uuid_array(i[0] for i in valid), int_array(i[1] for i in valid), int_array(i[2] for i in valid),
-            int_array(i[3] for i in valid), [deadlines[i[0]] + LEASE_MARGIN_SECONDS for i in valid],
-            [i[4] if len(i) > 4 else None for i in valid]])
+            uuid_array(i.message_id for i in valid), int_array(i.attempt for i in valid),
+            int_array(i.due_ms for i in valid), int_array(i.throttled_ms for i in valid),
+            [deadlines[i.message_id] + LEASE_MARGIN_SECONDS for i in valid], [i.queue for i in valid]])
         for row in rows:
-            t = Taken(str(row[0]), *row[1:])
-            t.payload = orjson.loads(t.payload) if isinstance(t.payload, str) else t.payload  # raw jsonb text
+            t = _taken(row)
             taken[t.message_id] = t
     # the first copy of each row taken went to its call; a second copy of it (in this very batch)
     # waits for that call
@@ -137,10 +165,10 @@ def webhook_call_take(*, items: list[tuple], deadlines: dict[str, float]) -> tup
     others: dict[str, Outcome] = {}
     left = []
     for item in items:
-        if item[0] in taken and item[0] not in seen:
-            seen.add(item[0])
-        elif item[0] in taken:
-            others[item[0]] = Outcome(Result.BUSY, attempt=item[1])
+        if item.message_id in taken and item.message_id not in seen:
+            seen.add(item.message_id)
+        elif item.message_id in taken:
+            others[item.message_id] = Outcome(Result.BUSY, attempt=item.attempt)
         else:
             left.append(item)
     if left:
@@ -148,16 +176,16 @@ def webhook_call_take(*, items: list[tuple], deadlines: dict[str, float]) -> tup
     return taken, others
 
 
-def _sort_out(items: list[tuple], deadlines: dict[str, float], taken: dict[str, Taken]) -> dict[str, Outcome]:
+def _sort_out(items: list[Handover], deadlines: dict[str, float], taken: dict[str, Taken]) -> dict[str, Outcome]:
     """What each copy not taken is; attempt-0 duplicates counted in delivery_count (one statement).
     Keyed rows (never taken by _TAKE) that could be are taken here in their key's turn, into ``taken``."""
-    ids = [i[0] for i in items if wire.is_row_id(i[0])]
+    ids = [i.message_id for i in items if wire.is_row_id(i.message_id)]
     rows = {str(r[0]): r[1:] for r in ScheduledMessage.objects.filter(id__in=ids).values_list(
         "id", "status", "attempts", "due_at", "call_lease_until", "endpoint_id", "topology_id", "endpoint__queue",
         "expires_at", "ordering_key")}
     now = timezone.now()
     outcomes, duplicates, counted, misrouted, expiring, keyed = {}, [], [], [], [], {}
-    for message_id, attempt, due_ms, *rest in items:
+    for message_id, attempt, due_ms, throttled_ms, queue in items:
         row = rows.get(message_id)
         if row is None:
             outcomes[message_id] = Outcome(Result.UNKNOWN)  # no row: the loop sets the copy aside (orphans.py)
@@ -171,9 +199,8 @@ def _sort_out(items: list[tuple], deadlines: dict[str, float], taken: dict[str, 
             if message_id in keyed:  # a second copy in this batch: it waits for the first one's call
                 outcomes[message_id] = Outcome(Result.BUSY, attempt=attempt)
             else:
-                keyed[message_id] = (message_id, attempt, rest[0] if rest else None)
+                keyed[message_id] = (message_id, attempt, throttled_ms)
             continue
-        queue = rest[1] if len(rest) > 1 else None
         if queue is not None and endpoint_queue != queue:
             outcomes[message_id] = Outcome(Result.MISROUTED)
             misrouted.append(delivery_drop_misrouted(message_id=message_id, queue=queue))
@@ -242,8 +269,7 @@ def _take_keyed(items: list[tuple], deadlines: dict[str, float], taken: dict[str
                     uuid_array(str(m.id) for m, _, _ in go), int_array(a for _, a, _ in go),
                     int_array(t for _, _, t in go),
                     [deadlines[str(m.id)] + LEASE_MARGIN_SECONDS for m, _, _ in go]]):
-                t = Taken(str(row[0]), *row[1:])
-                t.payload = orjson.loads(t.payload) if isinstance(t.payload, str) else t.payload
+                t = _taken(row)
                 taken[t.message_id] = t
             ordering_hold(held=[(t.endpoint_id, t.ordering_key, t.message_id, t.lease_until)
                                 for t in taken.values() if t.ordering_key is not None])
@@ -312,14 +338,14 @@ class Recorded:
 # cost a batch as much as the backlog.
 _DELIVERED = f"""
 UPDATE {MESSAGES} AS m
-SET status = 'delivered', finished_at = statement_timestamp(), call_lease_until = NULL,
+SET status = '{Status.DELIVERED.value}', finished_at = statement_timestamp(), call_lease_until = NULL,
     delivered_at = CASE WHEN c.attempt = 0 THEN c.taken_at ELSE m.delivered_at END,
     lateness_ms = CASE WHEN c.attempt = 0 THEN c.lateness_ms ELSE m.lateness_ms END,
     throttled_ms = CASE WHEN c.attempt = 0 AND c.throttled_ms > 0 THEN c.throttled_ms ELSE m.throttled_ms END,
     delivered_by = CASE WHEN c.attempt = 0 THEN %s ELSE m.delivered_by END
 FROM unnest(%s::uuid[], %s::int[], %s::timestamptz[], %s::timestamptz[], %s::bigint[], %s::bigint[])
      AS c(id, attempt, lease, taken_at, lateness_ms, throttled_ms)
-WHERE m.id = c.id AND m.call_lease_until = c.lease AND (m.status IN ('pending', 'published')) IS TRUE
+WHERE m.id = c.id AND m.call_lease_until = c.lease AND (m.status IN ({_IN_FLIGHT})) IS TRUE
   AND m.attempts = c.attempt
 RETURNING m.id, m.endpoint_id, m.topology_id, m.delivered_at, m.lateness_ms, m.attempts, m.throttled_ms,
           (m.on_delivered_id IS NOT NULL AND m.notification IS NULL)
@@ -335,7 +361,7 @@ SET status = c.status, attempts = c.attempts, last_error = c.error, finished_at 
 FROM unnest(%s::uuid[], %s::int[], %s::timestamptz[], %s::timestamptz[], %s::bigint[], %s::text[], %s::int[],
             %s::text[], %s::timestamptz[])
      AS c(id, attempt, lease, taken_at, lateness_ms, status, attempts, error, finished_at)
-WHERE m.id = c.id AND m.call_lease_until = c.lease AND (m.status IN ('pending', 'published')) IS TRUE
+WHERE m.id = c.id AND m.call_lease_until = c.lease AND (m.status IN ({_IN_FLIGHT})) IS TRUE
   AND m.attempts = c.attempt
 RETURNING m.id
 """
@@ -481,7 +507,7 @@ def _record_attempts(called, by: str) -> None:
             [str(Trigger.RETRY if t.attempt else (t.trigger or Trigger.SCHEDULED)) for _, t in called],
             [from_epoch_ms(int(r.started_at * 1000)) for r, _ in called], [r.duration_ms for r, _ in called],
             [str(r.outcome) for r, _ in called], [r.status_code for r, _ in called],
-            [r.excerpt.encode()[:excerpt_bytes].decode("utf-8", "ignore").replace("\x00", "") for r, _ in called]])
+            [nul_replaced(r.excerpt.encode()[:excerpt_bytes].decode("utf-8", "ignore")) for r, _ in called]])
 
 
 def _tell(delivered: dict, failed: dict[str, Outcome], facts: list) -> None:
@@ -559,7 +585,7 @@ def endpoint_disable_failing(*, endpoint_id: int, health: pushback.Health, now: 
     endpoint.is_active, endpoint.disabled_at, endpoint.disabled_reason = False, now, reason
     endpoint.save(update_fields=["is_active", "disabled_at", "disabled_reason", "updated_at"])
     with audited(AuditContext(source="platform")):
-        audit_record(action="endpoint.disable", obj=endpoint, team=endpoint.team, before={"is_active": True},
+        audit_record(action=actions.ENDPOINT_DISABLE, obj=endpoint, team=endpoint.team, before={"is_active": True},
                      after={"is_active": False, "disabled_reason": reason})
     webhook_metrics.endpoint_disabled(endpoint_id)
     log.error("endpoint %s/%s %s", endpoint.team.name, endpoint.name, reason)

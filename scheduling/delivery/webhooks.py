@@ -37,7 +37,7 @@ from aiohttp.abc import AbstractResolver
 
 from scheduling.security import guards
 from scheduling.delivery.fairness import FairQueue
-from scheduling.delivery.models import Outcome
+from scheduling.delivery.models import AttemptOutcome
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class Call:
     deadline_s: float
     networks: tuple  # what the team may reach besides public addresses
     limit: int  # the endpoint's bulkhead in this worker
-    token: object = None  # the caller's (the held message, the lease)
+    token: object = None  # the caller's, handed back untouched (the delivery loop's: webhook_calls.CallToken)
 
 
 @dataclass
@@ -66,7 +66,7 @@ class CallResult:
     call: Call
     started_at: float  # epoch seconds
     duration_ms: int = 0
-    outcome: str = Outcome.OK
+    outcome: str = AttemptOutcome.OK
     status_code: int | None = None
     excerpt: str = ""
     retry_after: str | None = None  # the header, when a 429 or 503 sent one
@@ -74,7 +74,7 @@ class CallResult:
 
     @property
     def ok(self) -> bool:
-        return self.called and self.outcome == Outcome.OK
+        return self.called and self.outcome == AttemptOutcome.OK
 
 
 class TooLarge(Exception):
@@ -122,20 +122,20 @@ def _literal_refusal(host: str, networks: tuple) -> str | None:
 def classify(exc: BaseException) -> str:
     """The attempt's outcome for a call that raised."""
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
-        return Outcome.TIMEOUT
+        return AttemptOutcome.TIMEOUT
     if isinstance(exc, TooLarge):
-        return Outcome.TOO_LARGE
+        return AttemptOutcome.TOO_LARGE
     if isinstance(exc, guards.TargetRefused):
-        return Outcome.GUARD
+        return AttemptOutcome.GUARD
     if isinstance(exc, (aiohttp.ClientConnectorCertificateError, aiohttp.ClientSSLError, ssl.SSLError)):
-        return Outcome.TLS
+        return AttemptOutcome.TLS
     if isinstance(exc, aiohttp.ClientConnectorDNSError) or isinstance(exc, socket.gaierror) or (
             isinstance(exc, aiohttp.ClientConnectorError) and isinstance(exc.os_error, socket.gaierror)):
-        return Outcome.DNS
+        return AttemptOutcome.DNS
     if isinstance(exc, (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError,
                         ConnectionError)):
-        return Outcome.REFUSED
-    return Outcome.ERROR
+        return AttemptOutcome.REFUSED
+    return AttemptOutcome.ERROR
 
 
 def _describe(exc: BaseException) -> str:
@@ -292,7 +292,7 @@ class WebhookEngine:
             answer = await self._read_capped(response)
             result.excerpt = answer[: self.settings.excerpt_bytes].decode("utf-8", "replace")
             if not 200 <= response.status < 300:
-                result.outcome = Outcome.HTTP_STATUS
+                result.outcome = AttemptOutcome.HTTP_STATUS
 
     async def _read_capped(self, response: aiohttp.ClientResponse) -> bytes:
         cap, chunks, size = self.settings.response_max_bytes, [], 0

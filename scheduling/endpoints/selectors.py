@@ -8,6 +8,7 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 from django.db.models import Q
 
+from scheduling.core.text import has_nul
 from scheduling.core.flow_gate import Limit
 from scheduling.core.lifecycle import FINISHED_BY_INDEX, IN_FLIGHT, IN_FLIGHT_VALUES, Status
 from scheduling.messages.counts import Tally, message_table_get_statistics
@@ -61,7 +62,7 @@ ENDPOINT_COUNT_CAP = 1_000  # per endpoint and status: an endpoints page reads a
 def endpoint_get_one(*, name: str, team_ids=None) -> Endpoint | None:
     """The endpoint called ``name`` in the teams ``team_ids`` (None: any): None when none has
     one; ValidationError on ``team`` when several do (a name is unique within a team only)."""
-    found = endpoint_get_named(name=name, team_ids=team_ids) if "\x00" not in name else []
+    found = endpoint_get_named(name=name, team_ids=team_ids) if not has_nul(name) else []
     if len(found) > 1:
         teams = ", ".join(endpoint.team.name for endpoint in found)
         raise ValidationError({"team": f"several of your teams have an endpoint {name!r} ({teams}): give team"})

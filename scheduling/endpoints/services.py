@@ -14,6 +14,7 @@ from django.utils import timezone
 from rabbit import BrokerUnavailable, TopologyMissing
 from topology import cascade
 
+from scheduling.audit import actions
 from scheduling.audit.services import REDACTED, audit_changed, audit_record, audit_values
 from scheduling.config.conf import broker, conf
 from scheduling.core.errors import Conflict, Unavailable
@@ -198,7 +199,7 @@ def endpoint_create(
                 team_lock_counts(team_id=team.pk)
                 team_check_count(team=team, quota="endpoints", used=team.endpoints.count())
             endpoint.save()
-            audit_record(action="endpoint.create", obj=endpoint, team=team, after=audit_values(obj=endpoint))
+            audit_record(action=actions.ENDPOINT_CREATE, obj=endpoint, team=team, after=audit_values(obj=endpoint))
     except IntegrityError:  # created concurrently since the checks
         raise ValidationError({"name": f"team {team.name} has an endpoint {name!r} already"}) from None
     transaction.on_commit(lambda: _refresh_consumers(endpoint.name))
@@ -234,7 +235,7 @@ def endpoint_set_active(*, endpoint: Endpoint, active: bool) -> Endpoint:
         endpoint.is_active = active
         endpoint.save(update_fields=["is_active", "updated_at"])
         if was != active:
-            audit_record(action="endpoint.activate" if active else "endpoint.deactivate", obj=endpoint,
+            audit_record(action=actions.ENDPOINT_ACTIVATE if active else actions.ENDPOINT_DEACTIVATE, obj=endpoint,
                          team=endpoint.team, before={"is_active": was}, after={"is_active": active})
     transaction.on_commit(lambda: _refresh_consumers(endpoint.name))
     return endpoint
@@ -260,7 +261,7 @@ def endpoint_enable(*, endpoint: Endpoint) -> Endpoint:
         health.update(consecutive_failures=0, failing_since=None, paused_until=None, circuit_opened=0)
         after = {"is_active": True, "disabled_at": None, "disabled_reason": ""}
         if before != after or health_before:
-            audit_record(action="endpoint.enable", obj=current, team=current.team,
+            audit_record(action=actions.ENDPOINT_ENABLE, obj=current, team=current.team,
                          before={**before, **({"health": health_before} if health_before else {})}, after=after)
     transaction.on_commit(lambda: _refresh_consumers(current.name))
     return current
@@ -322,7 +323,7 @@ def endpoint_update(
         current.save()
         old, new = audit_changed(before=before, after=audit_values(obj=current))
         if new:
-            audit_record(action="endpoint.update", obj=current, team=current.team, before=old, after=new)
+            audit_record(action=actions.ENDPOINT_UPDATE, obj=current, team=current.team, before=old, after=new)
     if flow_changed or current.handler != before["handler"]:  # a celery_queue's queue is its workers', not the loop's
         transaction.on_commit(lambda: _refresh_consumers(current.name))
     return current
@@ -395,7 +396,7 @@ def endpoint_rotate_secret(*, endpoint: Endpoint, secret: str | None = None,
         current.new_webhook_secret = new
         current.save(update_fields=["webhook_secret", "webhook_secret_previous", "webhook_secret_previous_expires_at",
                                     "updated_at"])
-        audit_record(action="endpoint.rotate_secret", obj=current, team=current.team,
+        audit_record(action=actions.ENDPOINT_ROTATE_SECRET, obj=current, team=current.team,
                      before={"webhook_secret": REDACTED if old else ""},
                      after={"webhook_secret": f"{REDACTED} (new)",
                             "webhook_secret_previous_expires_at": current.webhook_secret_previous_expires_at})

@@ -18,6 +18,7 @@ from uuid_utils.compat import uuid7
 
 from topology import cascade
 
+from scheduling.core.text import NUL_CHARACTERS, has_nul
 from scheduling.audit import actions
 from scheduling.audit.services import audit_record
 from scheduling.config.conf import conf, setting_name
@@ -57,7 +58,7 @@ def subscription_create(*, team: Team, topic: str, endpoint: str, filter=None) -
     except TopicError as exc:
         errors["filter"] = str(exc)
     found = Endpoint.objects.filter(team=team, name=endpoint).first() \
-        if isinstance(endpoint, str) and "\x00" not in endpoint else None
+        if isinstance(endpoint, str) and not has_nul(endpoint) else None
     if found is None:
         errors["endpoint"] = f"team {team.name} has no endpoint {str(endpoint)[:100]!r}"
     if errors:
@@ -154,8 +155,8 @@ def event_publish(*, team: Team, topic: str, payload, delay=None, deliver_at: da
     except ValidationError as exc:
         errors.update({k: v[0] for k, v in exc.message_dict.items()})
     key = idempotency_key
-    if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= 255 or "\x00" in key):
-        errors["idempotency_key"] = "must be a string of 1 to 255 characters, without NUL"
+    if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= 255 or has_nul(key)):
+        errors["idempotency_key"] = f"must be a string of 1 to 255 characters, without {NUL_CHARACTERS}"
     now = ceil_ms(timezone.now())
     try:
         due_at = _due_at(delay, deliver_at, now)

@@ -22,6 +22,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduling.core import lifecycle, task_names
+from scheduling.audit import actions
 from scheduling.audit.services import audit_record
 from scheduling.config.conf import conf
 from scheduling.delivery.models import Trigger
@@ -88,7 +89,7 @@ def message_start_matching(*, kind: str, filters: dict, requested_by: str = "", 
     with transaction.atomic():
         action = BulkAction.objects.create(kind=kind, team=team, filters=plain, requested_by=requested_by,
                                            matched=_matching(kind, given, getattr(team, "pk", None)).count())
-        audit_record(action=f"message.bulk_{kind}", obj=action, team=team,
+        audit_record(action=actions.MESSAGE_BULK[kind], obj=action, team=team,
                      extra={"filters": plain, "team": getattr(team, "name", None), "matched": action.matched})
     return action
 

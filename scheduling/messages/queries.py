@@ -11,7 +11,7 @@ import orjson
 from django.db import connection, models
 from django.db.models.base import ModelState
 
-from scheduling.core.lifecycle import IN_FLIGHT, Status
+from scheduling.core.lifecycle import IN_FLIGHT, Status, sql_list
 
 # A batch of rows locked for the prune, kept server-side for its transaction: the archive's COPY
 # and the DELETE join it instead of each shipping 100,000 ids (dumping and loading them cost the
@@ -215,7 +215,7 @@ class ScheduledMessageQuerySet(models.QuerySet):
         order = sorted(range(len(items)), key=lambda i: items[i][0])
         table = self.model._meta.db_table
         endpoints = self.model._meta.get_field("endpoint").related_model._meta.db_table
-        statuses = ", ".join(f"'{s.value}'" for s in sorted(IN_FLIGHT))
+        statuses = sql_list(IN_FLIGHT)
         handler_list = ", ".join(f"'{h}'" for h in handlers)  # the model's choices, never a caller's text
         counted = f", counted AS ({counted_by})" if counted_by else ""
         # Times in whole milliseconds, floored: clock.to_epoch_ms and lifecycle.lateness_ms. The

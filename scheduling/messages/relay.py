@@ -271,7 +271,7 @@ def relay_claim_new(*, rows: list[ScheduledMessage]) -> Claimed | None:
     Everything else (None, or the rows left out) goes the outbox's way: relay_publish_rows."""
     settings = conf()
     eligible = [row for row in rows if message_rescue_covers(message=row)]
-    if not eligible or not settings.rescue_after_ms or time.monotonic() < _Pause.until:
+    if not eligible or not settings.rescue_after_ms or publish_pause.held():
         return None
     now = timezone.now()
     batch = _prepare(eligible, now, direct=False)
@@ -307,7 +307,7 @@ def relay_send_claimed(*, claimed: Claimed) -> RelayResult:
         result.published, result.failed = len(claimed.rows) - len(unsent), len(unsent)
         result.errors += part.errors
         if unsent:
-            _Pause.until = time.monotonic() + conf().sweep_seconds
+            publish_pause.hold()
             reason = result.errors[0] if result.errors else "publish failed"
             ScheduledMessage.objects.filter(
                 id__in=[row.id for row in unsent], status=PUBLISHED, published_at=claimed.published_at,
@@ -514,11 +514,23 @@ def _relay(select, *, direct: bool, limit_ids: int | None = None) -> RelayResult
             return result
 
 
-class _Pause:
-    """After the broker refused, publishing right after commit waits a sweep period: every
-    request would otherwise pay for a failing connection, and the sweeper takes the rows."""
+class PublishPause:
+    """After the broker refused, publishing right after commit (and the rescue) waits a sweep
+    period: every request would otherwise pay for a failing connection, and the sweeper takes the
+    rows. One per process (``publish_pause``), owned by the relay."""
 
-    until = 0.0
+    def __init__(self) -> None:
+        self.until = 0.0  # time.monotonic() before which nothing is published at commit
+
+    def held(self) -> bool:
+        return time.monotonic() < self.until
+
+    def hold(self) -> None:
+        """The broker refused just now: hold publishing for a sweep period."""
+        self.until = time.monotonic() + conf().sweep_seconds
+
+
+publish_pause = PublishPause()
 
 
 def relay_publish_rows(*, rows: list[ScheduledMessage]) -> RelayResult:
@@ -529,7 +541,7 @@ def relay_publish_rows(*, rows: list[ScheduledMessage]) -> RelayResult:
     rows = [row for row in rows if row.delivery_mode == DeliveryMode.NATIVE]
     if not rows:
         return result
-    if time.monotonic() < _Pause.until:
+    if publish_pause.held():
         log.warning("broker unavailable lately; %d message(s) stay pending for the sweeper", len(rows))
         return result
     size = conf().publish_batch
@@ -544,7 +556,7 @@ def relay_publish_rows(*, rows: list[ScheduledMessage]) -> RelayResult:
     except DatabaseError as exc:
         log.warning("publishing after commit failed (%s); the sweeper will publish", exc)
     if result.failed:
-        _Pause.until = time.monotonic() + conf().sweep_seconds
+        publish_pause.hold()
         log.warning("relay not reached (%s); %d message(s) stay pending for the sweeper",
                     result.errors[0] if result.errors else "publish failed", len(rows) - result.published)
     return result

@@ -15,7 +15,8 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from scheduling.core.cursors import Position
-from scheduling.core.lifecycle import FINISHED_BY_INDEX, IN_FLIGHT, IN_FLIGHT_VALUES, ORDER_OPEN_VALUES, Status
+from scheduling.core.lifecycle import (FINISHED_BY_INDEX, IN_FLIGHT, IN_FLIGHT_VALUES, ORDER_OPEN_VALUES, Status,
+                                       sql_list)
 from scheduling.delivery.models import MessageAttempt
 from scheduling.endpoints.selectors import endpoint_list_in_teams
 from scheduling.messages.queries import uuid_array
@@ -284,7 +285,7 @@ SELECT c.id, COALESCE(
        AND t.holder_until > statement_timestamp()),
     (SELECT p.id FROM {ScheduledMessage._meta.db_table} p
      WHERE p.endpoint_id = c.e AND p.ordering_key = c.key
-       AND p.status IN ({", ".join(f"'{s}'" for s in sorted(ORDER_OPEN_VALUES))})
+       AND p.status IN ({sql_list(ORDER_OPEN_VALUES)})
        AND (p.due_at, p.created_at, p.id) < (c.due_at, c.created_at, c.id)
      ORDER BY p.due_at, p.created_at, p.id LIMIT 1))
 FROM unnest(%s::uuid[], %s::bigint[], %s::text[], %s::timestamptz[], %s::timestamptz[])

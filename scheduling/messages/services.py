@@ -19,8 +19,10 @@ from uuid_utils.compat import uuid7
 
 from topology import cascade
 
+from scheduling.core.text import NUL_CHARACTERS, has_nul
 from scheduling.core import debounce as debounce_rules
 from scheduling.core import lifecycle, ordering
+from scheduling.audit import actions
 from scheduling.audit.services import audit_record
 from scheduling.celery.structured import task_problem
 from scheduling.core.clock import MS, ceil_ms
@@ -74,17 +76,6 @@ def _delay_ms(delay) -> int:
     return math.ceil(max(-_BEYOND_SECONDS, min(seconds, _BEYOND_SECONDS)) * 1000)
 
 
-def _has_nul(value) -> bool:
-    """PostgreSQL can store no NUL character in text or jsonb: refuse it as input."""
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_nul(v) for v in value)
-    return False
-
-
 def _has_non_finite(value) -> bool:
     if type(value) is float:
         return not math.isfinite(value)
@@ -116,8 +107,8 @@ def message_check_payload(*, payload) -> str:
         raise ValidationError({"payload": "required (any JSON value except null)"})
     encoded = _payload_json(payload)
     size = len(encoded.encode())
-    if _has_nul(payload):
-        raise ValidationError({"payload": "must not contain NUL characters (\\u0000)"})
+    if has_nul(payload):
+        raise ValidationError({"payload": f"must not contain {NUL_CHARACTERS}"})
     if size > conf().max_payload_bytes:
         raise ValidationError({"payload": f"is {size:,} bytes of JSON; the limit is {conf().max_payload_bytes:,}"})
     return encoded
@@ -268,8 +259,8 @@ def _build(item: dict, endpoints: dict[str, list[Endpoint]], now: datetime) -> S
             if why:
                 errors["payload"] = why
     key = item.get("idempotency_key")
-    if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= 255 or _has_nul(key)):
-        errors["idempotency_key"] = "must be a string of 1 to 255 characters, without NUL"
+    if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= 255 or has_nul(key)):
+        errors["idempotency_key"] = f"must be a string of 1 to 255 characters, without {NUL_CHARACTERS}"
     elif isinstance(key, str) and key.startswith(PLATFORM_KEY_PREFIX) and not item.get("schedule"):
         errors["idempotency_key"] = (f"keys starting {PLATFORM_KEY_PREFIX!r} are the platform's (its recurring "
                                      "schedules' runs): choose another")
@@ -277,8 +268,8 @@ def _build(item: dict, endpoints: dict[str, list[Endpoint]], now: datetime) -> S
         endpoint.topology if endpoint else None), errors=errors) if item.get("debounce") is not None else {}
     flow_key = item.get("flow_key")
     if flow_key is not None and (not isinstance(flow_key, str) or not 1 <= len(flow_key) <= FLOW_KEY_MAX_LENGTH
-                                 or _has_nul(flow_key)):
-        errors["flow_key"] = f"must be a string of 1 to {FLOW_KEY_MAX_LENGTH} characters, without NUL"
+                                 or has_nul(flow_key)):
+        errors["flow_key"] = f"must be a string of 1 to {FLOW_KEY_MAX_LENGTH} characters, without {NUL_CHARACTERS}"
     ordering_key = item.get("ordering_key")
     if ordering_key is not None:  # the platform's own (a schedule's run with an overlap policy) may start schedule:
         _check_ordering_key(ordering_key, errors, platform=bool(item.get("schedule")))
@@ -343,7 +334,7 @@ def _endpoint_name(value) -> str | None:
 def _endpoints_named(items: list[dict], caller: Caller) -> dict[str, list[Endpoint]]:
     """Name -> the endpoints of that name in the teams where ``caller`` may schedule (one query)."""
     names = {n for n in (_endpoint_name(item.get(field)) for item in items for field in ("endpoint", *CALLBACKS)
-                         if not isinstance(item.get(field), Endpoint)) if n and not _has_nul(n)}
+                         if not isinstance(item.get(field), Endpoint)) if n and not has_nul(n)}
     if not names:
         return {}
     rows = Endpoint.objects.select_related("topology", "team").filter(name__in=names)
@@ -420,11 +411,11 @@ def _audit_scheduled(results: list[Scheduled]) -> None:
     for made in by_team.values():
         first = made[0]
         if len(made) == 1:
-            audit_record(action="message.schedule", obj=first, team=first.endpoint.team,
+            audit_record(action=actions.MESSAGE_SCHEDULE, obj=first, team=first.endpoint.team,
                          after={"endpoint": first.endpoint.name, "due_at": first.due_at,
                                 "idempotency_key": first.idempotency_key})
         else:
-            audit_record(action="message.schedule_bulk", team=first.endpoint.team, object_type="scheduledmessage",
+            audit_record(action=actions.MESSAGE_SCHEDULE_BULK, team=first.endpoint.team, object_type="scheduledmessage",
                          object_repr=f"{len(made):,} messages", extra={
                              "count": len(made), "endpoints": sorted({m.endpoint.name for m in made}),
                              "first_id": first.id, "last_id": made[-1].id})
@@ -569,7 +560,7 @@ def message_cancel(*, message_id, caller: Caller = PLATFORM) -> ScheduledMessage
             if message.ordering_key is not None:  # the next of its key (once a call of it still out has ended)
                 ordering_end(keys=[(message.endpoint_id, message.ordering_key)])
             metrics.cancelled(message)
-            audit_record(action="message.cancel", obj=message, team=message.endpoint.team,
+            audit_record(action=actions.MESSAGE_CANCEL, obj=message, team=message.endpoint.team,
                          before={"status": was}, after={"status": message.status})
     return message
 
@@ -601,7 +592,7 @@ def message_republish(*, message_id, caller: Caller = PLATFORM) -> ScheduledMess
         team_check_in_flight(team=message.endpoint.team, sizes=[payload_size(message)])
         change["trigger"] = Trigger.MANUAL  # its next attempt is a person's doing (listed so)
         message.save(update_fields=lifecycle.apply(message, change))
-        audit_record(action="message.republish", obj=message, team=message.endpoint.team,
+        audit_record(action=actions.MESSAGE_REPUBLISH, obj=message, team=message.endpoint.team,
                      before={"status": Status.FAILED.value}, after={"status": message.status})
         transaction.on_commit(lambda: relay_publish_rows(rows=[message]))
     return message
@@ -629,7 +620,7 @@ def message_resend(*, message_id, caller: Caller = PLATFORM) -> ScheduledMessage
         team_check_in_flight(team=message.endpoint.team, sizes=[payload_size(message)])
         change["trigger"] = Trigger.MANUAL
         message.save(update_fields=lifecycle.apply(message, change))
-        audit_record(action="message.resend", obj=message, team=message.endpoint.team,
+        audit_record(action=actions.MESSAGE_RESEND, obj=message, team=message.endpoint.team,
                      before={"status": was}, after={"status": message.status})
         transaction.on_commit(lambda: relay_publish_rows(rows=[message]))
     return message
@@ -676,7 +667,7 @@ def message_reschedule(*, message_id, delay=None, deliver_at: datetime | None = 
         if message.ordering_key is not None:  # moved later, another message of its key may now be first
             ordering_end(keys=[(message.endpoint_id, message.ordering_key)])
         metrics.rescheduled(message)
-        audit_record(action="message.reschedule", obj=message, team=message.endpoint.team,
+        audit_record(action=actions.MESSAGE_RESCHEDULE, obj=message, team=message.endpoint.team,
                      before={"due_at": was}, after={"due_at": message.due_at})
         if message.delivery_mode == DeliveryMode.NATIVE:
             transaction.on_commit(lambda: relay_publish_rows(rows=[message]))

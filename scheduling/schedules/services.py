@@ -36,6 +36,8 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from scheduling.core.text import has_nul
+from scheduling.audit import actions
 from scheduling.audit.services import audit_changed, audit_record, audit_values
 from scheduling.core.clock import MS, ceil_ms, to_epoch_ms
 from scheduling.config.conf import conf, setting_name
@@ -175,11 +177,11 @@ def schedule_upsert(*, key: str, endpoint: str | Endpoint, payload, cron: str = 
         schedule.endpoint = target
         schedule.save()
         if created:
-            audit_record(action="schedule.create", obj=schedule, team=team, after=audit_values(obj=schedule))
+            audit_record(action=actions.SCHEDULE_CREATE, obj=schedule, team=team, after=audit_values(obj=schedule))
         else:
             old, new = audit_changed(before=before, after=audit_values(obj=schedule))
             if new:
-                audit_record(action="schedule.update", obj=schedule, team=team, before=old, after=new)
+                audit_record(action=actions.SCHEDULE_UPDATE, obj=schedule, team=team, before=old, after=new)
         if not schedule.is_paused:
             if revised:
                 _check_runs_fit(schedule, now)
@@ -260,7 +262,7 @@ def _checked(*, key, endpoint, payload, cron, timezone_name, interval_seconds, s
         errors["key"] = exc.messages[0]
     name = endpoint.name if isinstance(endpoint, Endpoint) else endpoint
     target = (Endpoint.objects.select_related("topology").filter(team=team, name=name).first()
-              if isinstance(name, str) and "\x00" not in name else None)
+              if isinstance(name, str) and not has_nul(name) else None)
     if target is None:
         errors["endpoint"] = f"unknown endpoint {name!r} in team {team.name}"
     elif target.handler == Endpoint.Handler.CELERY_QUEUE:
@@ -317,8 +319,8 @@ def schedule_set_paused(*, key: str, paused: bool, team: Team | None = None) -> 
         schedule = _locked(key, team)
         if schedule.is_paused == paused:
             return schedule
-        audit_record(action="schedule.pause" if paused else "schedule.resume", obj=schedule, team=schedule.team,
-                     before={"is_paused": not paused}, after={"is_paused": paused})
+        audit_record(action=actions.SCHEDULE_PAUSE if paused else actions.SCHEDULE_RESUME, obj=schedule,
+                     team=schedule.team, before={"is_paused": not paused}, after={"is_paused": paused})
         schedule.is_paused = paused
         if paused:
             _cancel_runs(schedule=schedule)
@@ -338,7 +340,7 @@ def schedule_delete(*, key: str, team: Team | None = None) -> int:
     with transaction.atomic():
         schedule = _locked(key, team)
         cancelled = _cancel_runs(schedule=schedule)
-        audit_record(action="schedule.delete", obj=schedule, team=schedule.team, before=audit_values(obj=schedule),
+        audit_record(action=actions.SCHEDULE_DELETE, obj=schedule, team=schedule.team, before=audit_values(obj=schedule),
                      extra={"runs_cancelled": cancelled})
         schedule.delete()
     return cancelled

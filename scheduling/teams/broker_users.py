@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from rabbit.urls import with_credentials
 
+from scheduling.audit import actions
 from scheduling.audit.services import audit_record
 from scheduling.config.conf import broker
 from scheduling.core.errors import Conflict
@@ -41,8 +42,8 @@ def team_broker_user_ensure(*, team: Team, rotate: bool = False) -> TeamBrokerUs
     password = secrets.token_urlsafe(PASSWORD_BYTES)
     management.put_user(name, password, tags="")
     management.put_permissions(target.vhost, name, **broker_access.permissions(team.name))
-    audit_record(action="team.broker_user_rotate" if existing else "team.broker_user_create", obj=team, team=team,
-                 after={"user": name, "vhost": target.vhost})
+    audit_record(action=actions.TEAM_BROKER_USER_ROTATE if existing else actions.TEAM_BROKER_USER_CREATE,
+                 obj=team, team=team, after={"user": name, "vhost": target.vhost})
     return TeamBrokerUser(name, with_credentials(target.url, name, password), existing)
 
 

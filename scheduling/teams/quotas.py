@@ -52,9 +52,24 @@ def _variable(quota: str) -> str:
     return setting_name(COUNTS[quota][1])
 
 
-class _Warned:
-    lock = threading.Lock()
-    at: dict[tuple[int, str], float] = {}
+class QuotaWarnings:
+    """When each team's quota was last logged as near its limit, in this process: a warning at
+    most once a minute per team and quota (``quota_warnings``, owned by _watch)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.at: dict[tuple[int, str], float] = {}
+
+    def due(self, key: tuple[int, str], now: float) -> bool:
+        """Whether ``key`` may warn at ``now`` (not in the last minute); if so, it is noted."""
+        with self.lock:
+            if now - self.at.get(key, -60.0) < 60.0:
+                return False
+            self.at[key] = now
+            return True
+
+
+quota_warnings = QuotaWarnings()
 
 
 def _watch(team: Team, quota: str, used: int, limit: int) -> tuple[str, int, int] | None:
@@ -67,10 +82,8 @@ def _watch(team: Team, quota: str, used: int, limit: int) -> tuple[str, int, int
     if ratio < WARN_AT:
         return None
     now = time.monotonic()
-    with _Warned.lock:
-        if now - _Warned.at.get((team.pk, quota), -60.0) < 60.0:
-            return (quota, used, limit)
-        _Warned.at[(team.pk, quota)] = now
+    if not quota_warnings.due((team.pk, quota), now):
+        return (quota, used, limit)
     log.warning("team %s uses %d of its %d %s (%d %%)", team.name, used, limit, quota.replace("_", " "),
                 100 * ratio)
     return (quota, used, limit)

@@ -9,6 +9,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import QuerySet, Subquery
 from django.utils import timezone
 
+from scheduling.core.text import has_nul
 from scheduling.core.errors import Forbidden
 from scheduling.teams.caller import Caller
 from scheduling.teams.models import DEFAULT_TEAM, ApiKey, Invitation, Membership, Team, default_team_id
@@ -72,7 +73,7 @@ def team_pick(*, caller: Caller, action: Action, name: str | None = None) -> Tea
     if name == DEFAULT_TEAM and caller.operator:  # made on first use, as rows without a team are
         return Team.objects.get(pk=default_team_id())
     if name:
-        team = allowed.filter(name=name).first() if isinstance(name, str) and "\x00" not in name else None
+        team = allowed.filter(name=name).first() if isinstance(name, str) and not has_nul(name) else None
         if team is None:  # the same answer whether the team exists or not
             raise ValidationError({"team": f"no team {name!r} that you may do this in"})
         return team

@@ -28,7 +28,7 @@ def team_create(*, name: str, **quotas) -> Team:
     try:
         with transaction.atomic():
             team.save()
-            audit_record(action="team.create", obj=team, team=team, after=audit_values(obj=team))
+            audit_record(action=actions.TEAM_CREATE, obj=team, team=team, after=audit_values(obj=team))
     except IntegrityError:
         raise ValidationError({"name": f"a team {name!r} exists already"}) from None
     return team
@@ -56,7 +56,7 @@ def team_update(*, team: Team, **changes) -> Team:
         current.save()
         old, new = audit_changed(before=before, after=audit_values(obj=current))
         if new:
-            audit_record(action="team.update", obj=current, team=current, before=old, after=new)
+            audit_record(action=actions.TEAM_UPDATE, obj=current, team=current, before=old, after=new)
     return current
 
 

@@ -8,6 +8,7 @@ from datetime import datetime
 from django.db import OperationalError, connection, transaction
 
 from scheduling.config.conf import conf
+from scheduling.core.lifecycle import Status
 from scheduling.models import TopologyVersion
 
 
@@ -39,12 +40,12 @@ def topology_version_get_names(*, ids) -> dict[int, str]:
 
 LEVEL_COUNT_TIMEOUT_MS = 2000  # the admin page's bound: a version with too many rows in flight shows no figure
 
-_MESSAGES_BY_LEVEL_SQL = """
+_MESSAGES_BY_LEVEL_SQL = f"""
     WITH carried AS (  -- each row with the first due time of the broker message it went in (its envelope's)
         SELECT published_at,
                min(due_at) OVER (PARTITION BY endpoint_id, published_at, date_trunc('second', due_at)) AS first_due
         FROM scheduling_scheduledmessage
-        WHERE topology_id = %(version)s AND status = 'published' AND attempts = 0 AND published_at IS NOT NULL
+        WHERE topology_id = %(version)s AND status = '{Status.PUBLISHED.value}' AND attempts = 0 AND published_at IS NOT NULL
     ), timed AS (
         SELECT greatest(0, least(%(max_units)s, floor(
                    (extract(epoch FROM first_due - published_at) * 1000 - %(margin_ms)s) / %(unit_ms)s)))::bigint AS units,

@@ -13,6 +13,7 @@ import rabbit
 from rabbit.redelivery import redelivery_policy_ensure
 from topology import cascade
 
+from scheduling.audit import actions
 from scheduling.audit.services import audit_record
 from scheduling.config.conf import broker, conf
 from scheduling.models import TopologyVersion
@@ -67,7 +68,7 @@ def topology_provision(*, version: cascade.Version, url: str | None = None) -> P
     # 4.x drops a quorum queue's message handed back 20 times: not in the platform's vhost
     policy = redelivery_policy_ensure(management=target.management, vhost=target.vhost, version=server_version)
     recorded = url is None and _record(version, provisioned_at=timezone.now(), shards=version.shards)
-    audit_record(action="topology.provision", object_type="topologyversion", object_id=version.name,
+    audit_record(action=actions.TOPOLOGY_PROVISION, object_type="topologyversion", object_id=version.name,
                  object_repr=version.name, after={"prefix": version.prefix, "levels": version.levels,
                                                   "shards": version.shards, "broker": "another" if url else "the platform's"})
     if recorded:  # side by side: every endpoint also receives from this version

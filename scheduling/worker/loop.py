@@ -41,12 +41,12 @@ from scheduling.config.conf import broker, conf
 from scheduling.observability import metrics, tracing
 from scheduling.endpoints.selectors import (
     endpoint_any_task_queue, endpoint_get_consumption, endpoint_get_flow_limits, endpoint_get_labels_by_queue)
-from scheduling.delivery.services import Outcome, Result, delivery_receive_many, delivery_retry_unsent
+from scheduling.delivery.services import Handover, Outcome, Result, delivery_receive_many, delivery_retry_unsent
 from scheduling.delivery.flow_slots import (
     endpoint_key_flow_forget, endpoint_key_take_slots, endpoint_key_take_slots_many, endpoint_release_call_slots,
     endpoint_take_call_slots, endpoint_take_slots)
 from scheduling.messages.rescue import message_rescue_overdue, message_rescue_overdue_tasks
-from scheduling.delivery.webhook_calls import webhook_call_take
+from scheduling.delivery.webhook_calls import CallToken, webhook_call_take
 from scheduling.delivery.orphans import Carried, orphan_copy_set_aside
 from scheduling.core.flow_gate import FlowGate, Limit
 from scheduling.delivery.handlers import WebhookProfile, payload_body, signed_headers, webhook_profiles
@@ -284,9 +284,11 @@ class DeliveryLoop(threading.Thread):
             if not due:
                 return
             # the queue each came from: a copy naming another endpoint's row is dropped (MISROUTED)
-            outcomes = delivery_receive_many(items=[(h.delivery.message_id, h.delivery.attempt,
-                                                     h.delivery.stamped_due_ms, self.flow.throttled_ms(h, now),
-                                                     h.message.queue)
+            outcomes = delivery_receive_many(items=[Handover(message_id=h.delivery.message_id,
+                                                             attempt=h.delivery.attempt,
+                                                             due_ms=h.delivery.stamped_due_ms,
+                                                             throttled_ms=self.flow.throttled_ms(h, now),
+                                                             queue=h.message.queue)
                                                     for h in due], by=self.worker_name,
                                              traceparents=self._handed_traceparents(due))
         except DatabaseError as exc:
@@ -391,8 +393,9 @@ class DeliveryLoop(threading.Thread):
         due, slot_of = self._take_call_slots(due, now)
         if not due:
             return
-        items = [(h.delivery.message_id, h.delivery.attempt, h.delivery.stamped_due_ms, self.flow.throttled_ms(h, now),
-                  h.message.queue) for h in due]
+        items = [Handover(message_id=h.delivery.message_id, attempt=h.delivery.attempt,
+                          due_ms=h.delivery.stamped_due_ms, throttled_ms=self.flow.throttled_ms(h, now),
+                          queue=h.message.queue) for h in due]
         profile_of = {h.delivery.message_id: self.profiles[h.message.queue] for h in due}
         taken, others = webhook_call_take(items=items, deadlines={i: p.lease_s for i, p in profile_of.items()})
         calls, decided, timestamp = [], [], int(time.time())
@@ -416,9 +419,11 @@ class DeliveryLoop(threading.Thread):
                                      attempt=row.attempt + 1, body=body, timestamp=timestamp)
             if held.message.headers.get(wire.H_TRACEPARENT) or held.message.headers.get(wire.H_TRACEPARENTS):
                 self._trace_call(held, row, profile, headers)
-            calls.append(Call(message_id, profile.endpoint_id, profile.team_id, profile.url, body, headers,
-                              profile.deadline_s, profile.networks, profile.limit,
-                              (held, row, self.session_no, slot_of.get(message_id))))
+            calls.append(Call(message_id=message_id, endpoint=profile.endpoint_id, team=profile.team_id,
+                              url=profile.url, body=body, headers=headers, deadline_s=profile.deadline_s,
+                              networks=profile.networks, limit=profile.limit,
+                              token=CallToken(held=held, row=row, session=self.session_no,
+                                              slot=slot_of.get(message_id))))
             self.in_webhooks.add(message_id)
         self.engine.submit(calls)
         self._settle_all(decided)
@@ -485,8 +490,8 @@ class DeliveryLoop(threading.Thread):
     def _release_call_slots(self, results: list[CallResult]) -> None:
         slots = defaultdict(list)
         for result in results:
-            if result.call.token[3] is not None:
-                slots[result.call.endpoint].append(result.call.token[3])
+            if result.call.token.slot is not None:
+                slots[result.call.endpoint].append(result.call.token.slot)
         self._release_slots(slots)
 
     def _release_slots(self, slots: dict[int, list[int]]) -> None:
@@ -528,7 +533,7 @@ class DeliveryLoop(threading.Thread):
         if not ended:
             return
         self._release_call_slots(ended)  # the calls are over: max_concurrent counts calls, not records
-        self._release_key_slots([result.call.token[0] for result in ended])
+        self._release_key_slots([result.call.token.held for result in ended])
         if self.spans:
             for result in ended:
                 if (spans := self.spans.get(result.call.message_id)) is not None and spans[1] is not None:
@@ -549,7 +554,7 @@ class DeliveryLoop(threading.Thread):
             written = self.recorder.done.get()
             now = now_ms()
             for result in written.unrecorded:
-                held, row, _, _ = result.call.token
+                held, row = result.call.token.held, result.call.token.row
                 self.in_webhooks.discard(held.delivery.message_id)
                 self.flow.done(held)
                 self.holding.hold_until(held, to_epoch_ms(row.lease_until))
@@ -563,7 +568,7 @@ class DeliveryLoop(threading.Thread):
                 self.sync_now.set()
             decided, ended = [], set()
             for result in written.results:
-                held, _, session, _ = result.call.token
+                held, session = result.call.token.held, result.call.token.session
                 self.in_webhooks.discard(held.delivery.message_id)
                 self.flow.done(held)
                 ended.add(result.call.endpoint)

@@ -34,7 +34,7 @@ TASK = {"task": "testapp.plain_receipt", "args": ["fanned"]}
 @pytest.fixture(autouse=True)
 def envelopes(settings, monkeypatch):
     settings.DELAY_ENVELOPES = True
-    monkeypatch.setattr("scheduling.messages.relay._Pause.until", 0.0)
+    monkeypatch.setattr("scheduling.messages.relay.publish_pause.until", 0.0)
 
 
 @pytest.fixture

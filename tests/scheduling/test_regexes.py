@@ -13,7 +13,8 @@ from django.urls import Resolver404, resolve
 from django.utils.dateparse import datetime_re
 
 from scheduling.admin.html import _MARKUP
-from scheduling.api import parsers, validation
+from scheduling.api import parsers
+from scheduling.core import text as core_text
 from scheduling.api.views import EndpointViewSet, ScheduleViewSet
 from scheduling.models import endpoint_name_validator, schedule_key_validator
 from topology.cascade import DESTINATION_RE, DOTTED_DESTINATION_RE
@@ -50,7 +51,7 @@ CASES = {
     "JSON escapes (parsers)": (parsers._ESCAPE.sub, (b"", b"\\" * N + b'"')),
     "JSON long numbers, 18 digits at a time (parsers)":
         (parsers._LONG_NUMBER.search, (b"123456789012345678," * (N // 19),)),
-    "refused characters (validation)": (validation._REFUSED.search, ("a" * N,)),
+    "control characters (core/text)": (core_text._CONTROL.search, ("a" * N,)),
     "endpoint name in the URL": (lookup(EndpointViewSet).search, ("a." * (N // 2) + "!",)),
     "endpoint name in the URL, one long word": (lookup(EndpointViewSet).search, ("a" * N + "!",)),
     "schedule key in the URL": (lookup(ScheduleViewSet).search, ("a:b." * (N // 4) + "!",)),

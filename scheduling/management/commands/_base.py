@@ -8,6 +8,7 @@ import os
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, OperationalError, connection
 
+from scheduling.audit import actions
 from scheduling.audit.context import AuditContext, audited
 from scheduling.teams.caller import Caller, caller_for_command
 from scheduling.teams.models import Team
@@ -63,7 +64,8 @@ class PlatformCommand(BaseCommand):
         name = type(self).__module__.rsplit(".", 1)[-1]
         given = {k: _without_password(v) for k, v in options.items() if k not in _DJANGO_OPTIONS and v not in
                  (None, False, [], "")}
-        audit_record(action=f"command.{name}", object_type="command", object_repr=name, extra={"options": given})
+        audit_record(action=actions.COMMAND_RUN[name], object_type="command", object_repr=name,
+                     extra={"options": given})
 
 
 _DJANGO_OPTIONS = frozenset({"verbosity", "settings", "pythonpath", "traceback", "no_color", "force_color",

@@ -1,10 +1,13 @@
 """The message lifecycle, pinned as tables: every (status, event) pair, every kind of arrival,
 handler failures, cancel, republish and resend. Pure: no database."""
 
+import ast
+import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from harness.paths import ROOT
 from scheduling.core import lifecycle
 from scheduling.core.lifecycle import Arrival, Event, State, Status
 
@@ -293,3 +296,48 @@ def test_a_superseded_message_is_finished_and_its_copy_dropped_uncounted_on_arri
     assert arrival == (Arrival.SUPERSEDED, {})
     with pytest.raises(lifecycle.IllegalTransition):
         lifecycle.supersede(State(status=D, due_at=DUE), now=NOW)  # handed over: a new window, not a supersede
+
+
+def test_sql_list_is_sorted_literals_of_the_enum():
+    assert lifecycle.sql_list(lifecycle.IN_FLIGHT) == "'pending', 'published'"
+    assert lifecycle.sql_list(lifecycle.ORDER_OPEN_VALUES) == "'pending', 'published', 'waiting'"
+    assert lifecycle.sql_list(["waiting", Status.DELIVERED]) == "'delivered', 'waiting'"
+    with pytest.raises(ValueError):  # only the lifecycle's words reach raw SQL
+        lifecycle.sql_list(["delivered'; DROP TABLE x; --"])
+
+
+_SQL = re.compile(r"\b(SELECT|UPDATE|INSERT INTO|DELETE FROM|WHERE)\b")
+_STATUS_LITERAL = re.compile("'(%s)'" % "|".join(s.value for s in Status))
+
+
+def sql_status_literals(source: str) -> list[str]:
+    """Status words written as SQL literals ('delivered') in a module's raw SQL strings: the
+    constant text of each string or f-string (its {expressions} left out) that reads as SQL."""
+    found, tree = [], ast.parse(source)
+    parts = {id(part) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for part in node.values}
+    for node in ast.walk(tree):
+        if id(node) in parts:  # read with its f-string
+            continue
+        if isinstance(node, ast.JoinedStr):
+            text = "{}".join(part.value if isinstance(part, ast.Constant) else "" for part in node.values)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+        else:
+            continue
+        if _SQL.search(text):
+            found += [f"{node.lineno}: {m.group(0)}" for m in _STATUS_LITERAL.finditer(text)]
+    return found
+
+
+def test_the_check_finds_a_status_literal_in_sql():
+    assert sql_status_literals('Q = "UPDATE t SET status = \'delivered\' WHERE id = %s"') == ["1: 'delivered'"]
+    assert sql_status_literals('Q = f"SELECT 1 FROM t WHERE status IN (\'pending\', {x})"') == ["1: 'pending'"]
+    assert sql_status_literals('Q = f"SELECT 1 FROM t WHERE status = \'{Status.PENDING.value}\'"') == []
+    assert sql_status_literals('E = "\'pending\' is a status"') == []  # not SQL
+
+
+def test_raw_sql_takes_its_statuses_from_the_lifecycle():
+    """Migrations are history (frozen as they ran); everything else writes a status by name."""
+    found = [f"{path.relative_to(ROOT)}:{hit}" for path in sorted((ROOT / "scheduling").rglob("*.py"))
+             if "migrations" not in path.parts for hit in sql_status_literals(path.read_text())]
+    assert found == []

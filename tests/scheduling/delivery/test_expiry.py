@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 from prometheus_client import REGISTRY
 
-from scheduling.delivery.models import Outcome as AttemptOutcome
+from scheduling.delivery.models import AttemptOutcome
 from scheduling.delivery.services import Result, delivery_receive_many
 from scheduling.delivery.webhook_calls import webhook_call_record, webhook_call_take
 from scheduling.delivery.webhooks import Call, CallResult

@@ -14,7 +14,7 @@ from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from scheduling.delivery.models import Outcome as AttemptOutcome
+from scheduling.delivery.models import AttemptOutcome
 from scheduling.delivery.ordering import SWEEP_CURSOR, ordering_sweep
 from scheduling.delivery.services import Result, delivery_receive_many
 from scheduling.delivery.webhook_calls import webhook_call_record, webhook_call_take

@@ -10,12 +10,12 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from scheduling.delivery.models import MessageAttempt, Outcome as AttemptOutcome
+from scheduling.delivery.models import MessageAttempt, AttemptOutcome
 from scheduling.delivery.recorder import Recorder
 from scheduling.delivery.webhooks import Call, CallResult
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.delivery.services import Result
-from scheduling.delivery.webhook_calls import webhook_call_take
+from scheduling.delivery.webhook_calls import CallToken, webhook_call_take
 
 pytestmark = pytest.mark.django_db(transaction=True)
 Status = ScheduledMessage.Status
@@ -44,7 +44,7 @@ def results(rows, status=200):
     out = []
     for row in rows:
         call = Call(row.message_id, row.endpoint_id, 1, "https://example.com/hook", b"{}", {}, 5.0, (), 8,
-                    token=(None, row, 1, None))
+                    token=CallToken(held=None, row=row, session=1, slot=None))
         out.append(CallResult(call, time.time(), 3, AttemptOutcome.OK, status, "ok"))
     return out
 

@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from scheduling.audit.models import AuditEvent
-from scheduling.delivery.models import EndpointHealth, MessageAttempt, Outcome as AttemptOutcome
+from scheduling.delivery.models import EndpointHealth, MessageAttempt, AttemptOutcome
 from scheduling.delivery.webhooks import Call, CallResult
 from scheduling.models import DeliveryMinute, Endpoint, ScheduledMessage
 from scheduling.delivery.services import Result

@@ -10,7 +10,7 @@ import pytest
 
 from harness.recording_server import RecordingServer
 from harness.tarpit_server import TarpitServer
-from scheduling.delivery.models import Outcome
+from scheduling.delivery.models import AttemptOutcome
 from scheduling.delivery.webhooks import Call, EngineSettings, WebhookEngine
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"),)
@@ -45,7 +45,7 @@ def test_a_call_posts_the_body_and_keeps_the_answer_as_an_excerpt(engine):
         results = take(engine, 5)
         engine.submit([call(server.url, n) for n in range(5, 10)])
         results += take(engine, 5)
-    assert {r.outcome for r in results} == {Outcome.OK} and {r.status_code for r in results} == {200}
+    assert {r.outcome for r in results} == {AttemptOutcome.OK} and {r.status_code for r in results} == {200}
     assert results[0].excerpt == ("thanks" * 20)[:50]
     assert sorted(server.bodies(), key=lambda b: b["n"]) == [{"n": n} for n in range(10)]
     assert server.connections() <= 5  # the second five went on the first five's connections
@@ -56,7 +56,7 @@ def test_a_trickling_receiver_is_cut_at_the_deadline(engine):
         started = time.monotonic()
         engine.submit([call(tarpit.url, deadline=1.0)])
         (result,) = take(engine, 1)
-    assert result.outcome == Outcome.TIMEOUT
+    assert result.outcome == AttemptOutcome.TIMEOUT
     assert 0.9 <= time.monotonic() - started < 5 and 900 <= result.duration_ms < 5000
 
 
@@ -64,21 +64,21 @@ def test_an_answer_over_the_cap_fails_as_too_large(engine):
     with RecordingServer(body=b"x" * 5000) as server:
         engine.submit([call(server.url)])
         (result,) = take(engine, 1)
-    assert result.outcome == Outcome.TOO_LARGE and result.status_code == 200
+    assert result.outcome == AttemptOutcome.TOO_LARGE and result.status_code == 200
 
 
 def test_a_status_outside_2xx_fails_and_a_retry_after_is_kept(engine):
     with RecordingServer(answer=(429, {"Retry-After": "3"})) as server:
         engine.submit([call(server.url)])
         (result,) = take(engine, 1)
-    assert result.outcome == Outcome.HTTP_STATUS and result.status_code == 429 and result.retry_after == "3"
+    assert result.outcome == AttemptOutcome.HTTP_STATUS and result.status_code == 429 and result.retry_after == "3"
 
 
 def test_the_guard_refuses_loopback_unless_allowed(engine):
     with RecordingServer() as server:
         engine.submit([call(server.url, networks=())])
         (result,) = take(engine, 1)
-    assert result.outcome == Outcome.GUARD and server.requests == []
+    assert result.outcome == AttemptOutcome.GUARD and server.requests == []
 
 
 def test_a_refused_connection_is_classified(engine):
@@ -86,7 +86,7 @@ def test_a_refused_connection_is_classified(engine):
         url = server.url
     engine.submit([call(url)])
     (result,) = take(engine, 1)
-    assert result.outcome == Outcome.REFUSED
+    assert result.outcome == AttemptOutcome.REFUSED
 
 
 def test_a_tarpit_holds_its_own_slots_and_no_one_elses(engine):
@@ -100,7 +100,7 @@ def test_a_tarpit_holds_its_own_slots_and_no_one_elses(engine):
         results = take(engine, 100, timeout=10)
         took = time.monotonic() - started
         assert tarpit.requests == 8  # its bulkhead: the other 56 wait for its slots
-    assert {r.call.endpoint for r in results} == {"healthy"} and {r.outcome for r in results} == {Outcome.OK}
+    assert {r.call.endpoint for r in results} == {"healthy"} and {r.outcome for r in results} == {AttemptOutcome.OK}
     assert took < 5  # generous: they take milliseconds
 
 
@@ -125,6 +125,6 @@ def test_stopping_lets_the_calls_under_way_finish_and_hands_back_the_waiting_one
             time.sleep(0.01)
         engine.stop(timeout=5)
         results = {r.call.message_id: r for r in take(engine, 2, timeout=1)}
-    assert results["m0"].called and results["m0"].outcome == Outcome.OK and results["m0"].status_code == 200
+    assert results["m0"].called and results["m0"].outcome == AttemptOutcome.OK and results["m0"].status_code == 200
     assert not results["m1"].called
     assert [body["n"] for body in server.bodies()] == [0]

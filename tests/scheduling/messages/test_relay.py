@@ -117,9 +117,9 @@ def test_a_publisher_connection_lost_under_a_batch_is_replaced_at_once(endpoint,
     import socket
 
     from scheduling.config.conf import broker
-    from scheduling.messages.relay import _GATHERER, _Pause, relay_publish_rows
+    from scheduling.messages.relay import _GATHERER, publish_pause, relay_publish_rows
 
-    _Pause.until = 0.0  # no earlier refusal in this process holds publishing back
+    publish_pause.until = 0.0  # no earlier refusal in this process holds publishing back
     warm = row(endpoint, 0)
     assert relay_publish_rows(rows=[warm]).published == 1
     conn = broker().publisher_connections()[_GATHERER.thread_name]  # the process's publisher thread's
@@ -181,7 +181,7 @@ def committed(monkeypatch):
     never commits); the relay's pause after a refused broker reset for each test."""
     from django.db import connection
 
-    monkeypatch.setattr("scheduling.messages.relay._Pause.until", 0.0)
+    monkeypatch.setattr("scheduling.messages.relay.publish_pause.until", 0.0)
 
     def schedule(endpoint, delays):
         with CaptureQueriesContext(connection) as captured, \
@@ -218,7 +218,7 @@ def test_rows_the_broker_did_not_take_go_back_to_the_sweeper(v3_endpoint, commit
 
 def test_a_row_cancelled_before_the_failed_publish_stays_cancelled(v3_endpoint, settings, monkeypatch):
     settings.BROKER_URL = "amqp://guest:guest@127.0.0.1:1//"
-    monkeypatch.setattr("scheduling.messages.relay._Pause.until", 0.0)
+    monkeypatch.setattr("scheduling.messages.relay.publish_pause.until", 0.0)
     due = timezone.now() + timedelta(seconds=30)
     rows = [ScheduledMessage.new(endpoint=v3_endpoint, id=uuid.uuid4(), payload={}, due_at=due, requested_delay_ms=0)
             for _ in range(2)]
@@ -245,7 +245,7 @@ def test_without_the_rescue_behind_it_new_rows_take_the_outbox_way(v3_endpoint, 
 def test_a_celery_queue_endpoint_s_new_rows_are_written_published_too(v3_endpoint, amqp, monkeypatch):
     """The rescue serves them (messages/rescue.py, message_rescue_overdue_tasks), and their
     workers' claim makes its copy harmless: the same window as any endpoint's."""
-    monkeypatch.setattr("scheduling.messages.relay._Pause.until", 0.0)
+    monkeypatch.setattr("scheduling.messages.relay.publish_pause.until", 0.0)
     Endpoint.objects.filter(id=v3_endpoint.id).update(handler=Endpoint.Handler.CELERY_QUEUE)
     celery_queue = Endpoint.objects.get(id=v3_endpoint.id)
     row = ScheduledMessage.new(endpoint=celery_queue, id=uuid.uuid4(), payload=TASK,
@@ -378,7 +378,7 @@ def test_an_events_rows_cross_the_cascade_as_one_event_copy_after_the_commit(fan
     from harness.events import schedule_event
 
     settings.DELAY_ENVELOPES = True
-    monkeypatch.setattr("scheduling.messages.relay._Pause.until", 0.0)
+    monkeypatch.setattr("scheduling.messages.relay.publish_pause.until", 0.0)
     targets = [fan_endpoints[n % 3] for n in range(50)]
     before = counted()
     with TestCase.captureOnCommitCallbacks(execute=True):
@@ -439,3 +439,16 @@ def test_with_envelopes_off_an_events_rows_go_one_message_per_row(fan_endpoints,
                                             payload={}, due_at=due, requested_delay_ms=20000) for _ in range(2)]
     assert relay_publish(ids=[str(r.id) for r in rows]).published == 2
     assert [m.headers["task"] for m in level_messages(amqp, rows)] == [wire.DELIVER_TASK] * 2
+
+
+def test_a_publish_pause_holds_for_a_sweep_period_after_a_refusal(settings):
+    from scheduling.config.conf import conf
+    from scheduling.messages.relay import PublishPause
+
+    pause = PublishPause()  # the process's is publish_pause; a fresh one holds nothing back
+    assert not pause.held()
+    before = time.monotonic()
+    pause.hold()
+    assert pause.held() and before + conf().sweep_seconds <= pause.until <= time.monotonic() + conf().sweep_seconds
+    pause.until = time.monotonic() - 0.001  # the period passed
+    assert not pause.held()

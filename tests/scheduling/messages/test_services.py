@@ -10,6 +10,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from scheduling.core.text import NUL_CHARACTERS
 from scheduling.core.errors import BulkValidationError, Conflict, NotFound
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.messages.services import (
@@ -82,9 +83,11 @@ def test_deliver_at_in_the_past_is_due_now(endpoint):
         ({"delay": 1, "idempotency_key": ""}, "idempotency_key", "1 to 255"),
         ({"delay": 1, "payload": None}, "payload", "except null"),
         ({"delay": 1, "idempotency_key": "k" * 256}, "idempotency_key", "1 to 255"),
-        ({"delay": 1, "idempotency_key": "a\x00b"}, "idempotency_key", "without NUL"),
-        ({"delay": 1, "payload": {"k": "a\x00"}}, "payload", "NUL"),
-        ({"delay": 1, "payload": [{"\x00": 1}]}, "payload", "NUL"),
+        # the one rule and its words (core/text.py)
+        ({"delay": 1, "idempotency_key": "a\x00b"}, "idempotency_key", f"without {NUL_CHARACTERS}"),
+        ({"delay": 1, "flow_key": "a\x00b"}, "flow_key", f"without {NUL_CHARACTERS}"),
+        ({"delay": 1, "payload": {"k": "a\x00"}}, "payload", f"must not contain {NUL_CHARACTERS}"),
+        ({"delay": 1, "payload": [{"\x00": 1}]}, "payload", f"must not contain {NUL_CHARACTERS}"),
     ],
 )
 def test_bad_input_names_the_field_and_stores_nothing(endpoint, kwargs, field, text):

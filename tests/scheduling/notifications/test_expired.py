@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from scheduling.celery.services import celery_task_claim_message
 from scheduling.config.conf import broker
-from scheduling.delivery.models import Outcome as AttemptOutcome
+from scheduling.delivery.models import AttemptOutcome
 from scheduling.delivery.services import Result, delivery_receive_many
 from scheduling.delivery.webhook_calls import webhook_call_record, webhook_call_take
 from scheduling.delivery.webhooks import Call, CallResult

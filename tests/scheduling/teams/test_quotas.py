@@ -203,3 +203,13 @@ def test_what_the_recent_count_admitted_counts_until_the_next_recount(team, endp
     with transaction.atomic():
         schedule(caller)
         assert _holding_the_lock(team)  # 21: past the 20 the recent count may admit
+
+
+def test_a_quota_warning_is_logged_at_most_once_a_minute_per_team_and_quota():
+    from scheduling.teams.quotas import QuotaWarnings
+
+    warnings = QuotaWarnings()  # the process's is quota_warnings; a fresh one sees no earlier warning
+    assert warnings.due((1, "in_flight"), 1000.0)
+    assert not warnings.due((1, "in_flight"), 1059.9)
+    assert warnings.due((1, "payload_bytes"), 1059.9) and warnings.due((2, "in_flight"), 1059.9)
+    assert warnings.due((1, "in_flight"), 1060.0)
