@@ -30,10 +30,9 @@ import django  # noqa: E402
 
 django.setup()
 
-from rabbit import Received  # noqa: E402
 from uuid_utils.compat import uuid7  # noqa: E402
-from topology import cascade  # noqa: E402
 
+from rabbit import Received  # noqa: E402
 from scheduling.core.clock import to_epoch_ms  # noqa: E402
 from scheduling.delivery.services import Outcome, Result  # noqa: E402
 from scheduling.messages import wire  # noqa: E402
@@ -43,6 +42,7 @@ from scheduling.observability import tracing  # noqa: E402
 from scheduling.teams.models import Team  # noqa: E402
 from scheduling.worker.holding import Held  # noqa: E402
 from scheduling.worker.loop import DeliveryLoop  # noqa: E402
+from topology import cascade  # noqa: E402
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 NOW = datetime(2026, 11, 28, 12, 0, tzinfo=timezone.utc)

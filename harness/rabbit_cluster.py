@@ -13,12 +13,12 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
-from rabbit import Management, ManagementUnavailable
 from harness.paths import ROOT
 from harness.platform import platform
 from harness.rabbit_node import host_path, test_series
 from harness.vhosts import vhost_create, vhost_delete
 from harness.waiting import wait_until
+from rabbit import Management, ManagementUnavailable
 
 
 class LocalCluster:

@@ -13,9 +13,9 @@ from functools import wraps
 
 from .acks import Unsettled
 from .connection import CONNECTION_ERRORS, open_connection, reason, release
-from .framing import batched_writes
 from .declare import queue_depth
 from .errors import BrokerUnavailable
+from .framing import batched_writes
 from .publish import Outcome, Outgoing, publish_confirmed
 from .received import Received, received
 

@@ -15,8 +15,8 @@ class SchedulingConfig(AppConfig):
     verbose_name = "Delay platform"
 
     def ready(self):
-        from scheduling.retention import checks  # noqa: F401 (registers the system checks)
         from scheduling.observability.tracing import tracing_start
+        from scheduling.retention import checks  # noqa: F401 (registers the system checks)
 
         if tracing_start():  # on only when the OTEL_* variables ask (docs/observability/tracing.md)
             from scheduling.celery.claim import trace_tasks

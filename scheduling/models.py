@@ -10,21 +10,20 @@ from django.db import models
 from django.utils import timezone
 from uuid_utils.compat import uuid7
 
-from topology import cascade
-
-from scheduling.schedules import rules
-from scheduling.core.clock import to_epoch_ms
-from scheduling.config.conf import conf, configured_version, setting_name
-from scheduling.core.flow_gate import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
-from scheduling.delivery.models import EndpointHealth, MessageAttempt, OrphanCopy, Trigger  # noqa: F401  (registers them)
-from scheduling.core.ordering import Overlap
-from scheduling.core.lifecycle import IN_FLIGHT_VALUES, LATER_FINISHED_VALUES, ORDER_OPEN_VALUES, Status
-from scheduling.messages.queries import ScheduledMessageQuerySet, loaded_instance
-from scheduling.retention.listing import ParquetFileListing
-from scheduling.teams.models import ApiKey, Invitation, Membership, Team, default_team_id  # noqa: F401  (registers them)
 from scheduling.audit.models import AuditArchiveFile, AuditEvent  # noqa: F401  (registers them)
+from scheduling.config.conf import conf, configured_version, setting_name
+from scheduling.core.clock import to_epoch_ms
+from scheduling.core.flow_gate import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
+from scheduling.core.lifecycle import IN_FLIGHT_VALUES, LATER_FINISHED_VALUES, ORDER_OPEN_VALUES, Status
+from scheduling.core.ordering import Overlap
+from scheduling.delivery.models import EndpointHealth, MessageAttempt, OrphanCopy, Trigger  # noqa: F401  (registers them)
 from scheduling.events.models import Event, Subscription  # noqa: F401  (registers them)
+from scheduling.messages.queries import ScheduledMessageQuerySet, loaded_instance
 from scheduling.notifications.models import NotificationRoute, QuotaWarning  # noqa: F401  (registers them)
+from scheduling.retention.listing import ParquetFileListing
+from scheduling.schedules import rules
+from scheduling.teams.models import ApiKey, Invitation, Membership, Team, default_team_id  # noqa: F401  (registers them)
+from topology import cascade
 
 IN_FLIGHT_SORTED = sorted(IN_FLIGHT_VALUES)  # the partial indexes' condition, in a stable order
 LATER_FINISHED_SORTED = sorted(LATER_FINISHED_VALUES)  # message_endpoint_ended's condition

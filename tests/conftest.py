@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from scheduling.config.conf import broker
 from harness.vhosts import vhost_own
+from scheduling.config.conf import broker
 from topology import cascade
-
 
 _OWN_NODE = None
 

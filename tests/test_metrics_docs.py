@@ -11,11 +11,11 @@ import pytest
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
+from harness.paths import ROOT
+from scheduling.messages.selectors import Outbox
 from scheduling.observability import metrics, webhook_metrics
 from scheduling.observability.metrics_figures import Figures, families
 from scheduling.versions.broker import VersionDepths
-from scheduling.messages.selectors import Outbox
-from harness.paths import ROOT
 
 DOCS = ROOT / "docs"
 SUFFIXES = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"], "gauge": [""]}

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 
 from .cascade import Exchange, Plan, Version, delivery_exchange, shard_of_name, shard_suffix, unroutable_name
 
-
 # What a broker reports of its own accord: RabbitMQ 4 lists the queue type of a classic queue
 # declared without one (the default type) as an argument, which 3.x did not.
 _IMPLIED = {"x-queue-type": "classic"}

@@ -23,10 +23,10 @@ def captured(call) -> list[str]:
 
 def statements() -> dict[str, str]:
     """Name -> the statement behind each figure worth explaining."""
-    from scheduling.models import Endpoint, ScheduledMessage, TopologyVersion
-    from scheduling.messages.dashboard import dashboard_get
     from scheduling.endpoints.selectors import endpoint_count_messages
+    from scheduling.messages.dashboard import dashboard_get
     from scheduling.messages.selectors import message_get_page, message_list, message_list_groups
+    from scheduling.models import Endpoint, ScheduledMessage, TopologyVersion
 
     admin_rows = ScheduledMessage.objects.select_related("endpoint", "topology").defer("payload")
     versions = dict(TopologyVersion.objects.values_list("name", "pk"))

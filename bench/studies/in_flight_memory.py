@@ -20,8 +20,8 @@ from urllib.parse import unquote, urlsplit
 
 from bench.cases.base import Bench
 from harness.platform import MANAGEMENT, platform
-from rabbit import Management
 from harness.waiting import wait_until
+from rabbit import Management
 
 SHAPES = {"sparse": (3600, 7200), "dense": (3600, 3660)}
 

@@ -4,8 +4,21 @@ ModelAdmins on import. Admin classes call services and selectors only (no busine
 from django.conf import settings
 from django.contrib import admin
 
+from scheduling.admin import (  # noqa: F401  (registers the admins)
+    audit,
+    dashboard,
+    dead_letters,
+    endpoints,
+    events,
+    messages,
+    notifications,
+    orphans,
+    reports,
+    schedules,
+    teams,
+    topology,
+)
 from scheduling.admin.base import declared_lookups_only
-from scheduling.admin import audit, dashboard, dead_letters, endpoints, events, messages, notifications, orphans, reports, schedules, teams, topology  # noqa: F401  (registers the admins)
 
 # The product's name and version where Django's default says "Django administration": on every
 # page, so an operator rolling a release out sees which one answers.

@@ -3,10 +3,10 @@
 from django.contrib import admin
 from django.utils.html import format_html
 
-from scheduling.audit.models import AuditEvent
-from scheduling.teams.roles import Action
 from scheduling.admin import html
 from scheduling.admin.base import ControlRoomAdmin
+from scheduling.audit.models import AuditEvent
+from scheduling.teams.roles import Action
 
 
 @admin.register(AuditEvent)

@@ -23,7 +23,6 @@ from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import path, reverse
 
 from rabbit import BrokerError
-
 from scheduling.core.errors import ServiceError
 from scheduling.teams.caller import Caller
 from scheduling.teams.roles import Action

@@ -10,10 +10,12 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
+from scheduling.admin import html
+from scheduling.admin.base import ControlRoomAdmin, TeamListFilter
+from scheduling.admin.forms import EndpointChangeForm, EndpointCreateForm
 from scheduling.core.lifecycle import Status
-from scheduling.models import Endpoint
-from scheduling.endpoints.selectors import endpoint_count_messages, endpoint_list
 from scheduling.delivery.models import EndpointHealth
+from scheduling.endpoints.selectors import endpoint_count_messages, endpoint_list
 from scheduling.endpoints.services import (
     endpoint_create,
     endpoint_enable,
@@ -21,12 +23,10 @@ from scheduling.endpoints.services import (
     endpoint_set_active,
     endpoint_update,
 )
+from scheduling.models import Endpoint
 from scheduling.security.redaction import url_redacted
 from scheduling.teams.roles import Action
 from scheduling.teams.selectors import team_pick
-from scheduling.admin import html
-from scheduling.admin.base import ControlRoomAdmin, TeamListFilter
-from scheduling.admin.forms import EndpointChangeForm, EndpointCreateForm
 
 
 def _count_column(status: str):

@@ -6,12 +6,12 @@ from django.contrib import admin
 from django.urls import reverse
 from django.utils.html import conditional_escape, format_html
 
+from scheduling.admin import html
+from scheduling.admin.base import ControlRoomAdmin, TeamListFilter
 from scheduling.events.models import Event, Subscription
 from scheduling.events.selectors import event_list, event_list_messages, subscription_list
 from scheduling.events.services import event_cancel, subscription_delete
 from scheduling.teams.roles import Action
-from scheduling.admin import html
-from scheduling.admin.base import ControlRoomAdmin, TeamListFilter
 
 
 @admin.register(Subscription)

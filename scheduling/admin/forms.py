@@ -6,13 +6,13 @@ from django import forms
 from scheduling.config.conf import setting_name
 from scheduling.core.flow_gate import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
 from scheduling.core.ordering import Overlap
-from scheduling.models import FLOW_KEY_MAX_LENGTH, DeliveryMode, Endpoint, Schedule, Team, TopologyVersion
 from scheduling.endpoints.selectors import endpoint_list
-from scheduling.versions.selectors import topology_version_get_default
+from scheduling.models import FLOW_KEY_MAX_LENGTH, DeliveryMode, Endpoint, Schedule, Team, TopologyVersion
 from scheduling.retention.services import retention_describe
 from scheduling.teams.caller import Caller
 from scheduling.teams.roles import Action
 from scheduling.teams.selectors import queryset_for_caller
+from scheduling.versions.selectors import topology_version_get_default
 
 ISO_HELP = "UTC unless it names an offset, e.g. 2026-11-21T12:00:00.250Z"
 

@@ -13,29 +13,32 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from topology import explain
-
-from scheduling.messages import wire
-from scheduling.config.conf import conf
-from scheduling.core.lifecycle import IN_FLIGHT, Status, scheduled_in_past
-from scheduling.models import Endpoint, ScheduledMessage
-from scheduling.messages.selectors import (SCHEDULED_IN_PAST, message_list_attempts, message_list_waiting_for,
-                                           message_search)
-from scheduling.schedules.selectors import schedule_list
-from scheduling.messages.services import (
-    message_cancel,
-    message_republish,
-    message_resend,
-    message_reschedule,
-    message_schedule,
-)
-from scheduling.retention.services import retention_describe
-from scheduling.teams.roles import Action
-from scheduling.teams.selectors import queryset_for_caller
 from scheduling.admin import dashboard, html
 from scheduling.admin.base import ControlRoomAdmin, EndpointListFilter, request_caller
 from scheduling.admin.forms import RescheduleForm, ScheduleMessageForm
 from scheduling.admin.keyset import MessageChangeList
+from scheduling.config.conf import conf
+from scheduling.core.lifecycle import IN_FLIGHT, Status, scheduled_in_past
+from scheduling.messages import wire
+from scheduling.messages.selectors import (
+    SCHEDULED_IN_PAST,
+    message_list_attempts,
+    message_list_waiting_for,
+    message_search,
+)
+from scheduling.messages.services import (
+    message_cancel,
+    message_republish,
+    message_reschedule,
+    message_resend,
+    message_schedule,
+)
+from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.retention.services import retention_describe
+from scheduling.schedules.selectors import schedule_list
+from scheduling.teams.roles import Action
+from scheduling.teams.selectors import queryset_for_caller
+from topology import explain
 
 
 class DueWindowFilter(admin.SimpleListFilter):

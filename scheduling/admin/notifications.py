@@ -4,11 +4,11 @@ delete theirs through the service that audits it; members only read their team's
 
 from django.contrib import admin
 
+from scheduling.admin.base import ControlRoomAdmin, TeamListFilter
 from scheduling.notifications.models import NotificationRoute
 from scheduling.notifications.selectors import notification_route_list
 from scheduling.notifications.services import notification_route_delete
 from scheduling.teams.roles import Action
-from scheduling.admin.base import ControlRoomAdmin, TeamListFilter
 
 
 @admin.register(NotificationRoute)

@@ -14,6 +14,7 @@ from django.db.models import Q
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
+from scheduling.admin.base import ControlRoomAdmin, request_caller
 from scheduling.core.text import has_nul
 from scheduling.models import AccuracyReport
 from scheduling.reports import accuracy_charts
@@ -29,7 +30,6 @@ from scheduling.reports.facts import (
 )
 from scheduling.teams.models import Team
 from scheduling.teams.roles import Action
-from scheduling.admin.base import ControlRoomAdmin, request_caller
 
 ALL = AccuracyReport.ALL
 CHART_DAYS = 14

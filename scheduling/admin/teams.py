@@ -12,6 +12,7 @@ from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
+from scheduling.admin.base import OPERATOR_ERRORS, ControlRoomAdmin, TeamListFilter, add_service_errors
 from scheduling.config.conf import setting_name
 from scheduling.core.durations import parse_duration
 from scheduling.teams.invitations import invitation_create, invitation_revoke
@@ -27,7 +28,6 @@ from scheduling.teams.services import (
     team_create,
     team_update,
 )
-from scheduling.admin.base import OPERATOR_ERRORS, ControlRoomAdmin, TeamListFilter, add_service_errors
 
 
 class TeamForm(forms.ModelForm):

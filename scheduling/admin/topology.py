@@ -8,19 +8,18 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from rabbit import ManagementUnavailable
-from topology import cascade, explain
-
+from scheduling.admin import html
+from scheduling.admin.base import ControlRoomAdmin
 from scheduling.models import TopologyVersion
 from scheduling.versions.broker import topology_get_in_flight, topology_version_count_in_flight
+from scheduling.versions.moves import delays_preview
 from scheduling.versions.selectors import (
     LEVEL_COUNT_TIMEOUT_MS,
     topology_count_messages_by_level,
     topology_version_get_default,
 )
-from scheduling.versions.moves import delays_preview
 from scheduling.versions.services import topology_provision, topology_verify
-from scheduling.admin import html
-from scheduling.admin.base import ControlRoomAdmin
+from topology import cascade, explain
 
 
 @admin.register(TopologyVersion)

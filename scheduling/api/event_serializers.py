@@ -4,8 +4,8 @@ topics, patterns, filters, delays and quotas in events/services.py (one rule, sh
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from scheduling.events.models import Event, Subscription
 from scheduling.api.validation import RefuseControlCharacters
+from scheduling.events.models import Event, Subscription
 
 
 class SubscriptionSerializer(serializers.ModelSerializer):

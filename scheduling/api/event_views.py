@@ -12,16 +12,26 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 
-from scheduling.core.text import has_nul
-from scheduling.core.errors import NotFound
-from scheduling.events.selectors import event_list, event_list_messages, subscription_list
-from scheduling.events.services import event_cancel, event_get, event_publish, subscription_create, subscription_delete
-from scheduling.teams.roles import Action
-from scheduling.teams.selectors import team_pick
 from scheduling.api.event_serializers import (
-    CancelledSerializer, EventCreateSerializer, EventSerializer, SubscriptionCreateSerializer, SubscriptionSerializer,
+    CancelledSerializer,
+    EventCreateSerializer,
+    EventSerializer,
+    SubscriptionCreateSerializer,
+    SubscriptionSerializer,
 )
 from scheduling.api.views import TEAM_PARAMETER, TRACEPARENT_PARAMETER, TeamScoped
+from scheduling.core.errors import NotFound
+from scheduling.core.text import has_nul
+from scheduling.events.selectors import event_list, event_list_messages, subscription_list
+from scheduling.events.services import (
+    event_cancel,
+    event_get,
+    event_publish,
+    subscription_create,
+    subscription_delete,
+)
+from scheduling.teams.roles import Action
+from scheduling.teams.selectors import team_pick
 
 
 class CreatedCursorPagination(CursorPagination):

@@ -8,7 +8,10 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 
-from scheduling.api.notification_serializers import NotificationRouteCreateSerializer, NotificationRouteSerializer
+from scheduling.api.notification_serializers import (
+    NotificationRouteCreateSerializer,
+    NotificationRouteSerializer,
+)
 from scheduling.api.views import TEAM_PARAMETER, TeamScoped
 from scheduling.notifications.selectors import notification_route_list
 from scheduling.notifications.services import notification_route_create, notification_route_delete

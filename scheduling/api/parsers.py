@@ -13,7 +13,6 @@ from array import array
 from itertools import accumulate
 
 import orjson
-
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser, get_encoding
 

@@ -10,21 +10,28 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from scheduling.core.text import has_control_characters, has_nul
+from scheduling.api.callers import request_caller
+from scheduling.api.validation import RefuseControlCharacters
 from scheduling.celery.structured import TASK_ID
 from scheduling.config.conf import conf, setting_name
 from scheduling.core.flow_gate import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
-from scheduling.delivery.models import EndpointHealth, MessageAttempt
 from scheduling.core.lifecycle import Status, scheduled_in_past
 from scheduling.core.ordering import Overlap
+from scheduling.core.text import has_control_characters, has_nul
+from scheduling.delivery.models import EndpointHealth, MessageAttempt
 from scheduling.messages.selectors import message_list_waiting_for
 from scheduling.models import (
-    FLOW_KEY_MAX_LENGTH, BulkAction, DeliveryMode, Endpoint, Schedule, ScheduledMessage, TopologyVersion)
+    FLOW_KEY_MAX_LENGTH,
+    BulkAction,
+    DeliveryMode,
+    Endpoint,
+    Schedule,
+    ScheduledMessage,
+    TopologyVersion,
+)
 from scheduling.schedules.rules import run_time_of_key
 from scheduling.security.redaction import url_redacted
 from scheduling.teams.roles import Action
-from scheduling.api.callers import request_caller
-from scheduling.api.validation import RefuseControlCharacters
 
 
 class VersionField(serializers.SlugRelatedField):

@@ -9,20 +9,6 @@ from rest_framework.pagination import CursorPagination
 from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.response import Response
 
-from scheduling.audit.selectors import audit_list
-from scheduling.teams.authentication import TeamKeyUser
-from scheduling.teams.invitations import invitation_accept, invitation_create, invitation_decline, invitation_revoke
-from scheduling.teams.models import ApiKey, Team
-from scheduling.teams.roles import Action
-from scheduling.teams.selectors import (
-    api_key_list_of_user,
-    invitation_list,
-    invitation_list_for_user,
-    membership_list,
-    queryset_for_caller,
-    team_pick,
-)
-from scheduling.teams.services import api_key_create, api_key_revoke, membership_remove, membership_set
 from scheduling.api.team_serializers import (
     ApiKeyCreatedSerializer,
     ApiKeyCreateSerializer,
@@ -36,6 +22,25 @@ from scheduling.api.team_serializers import (
     TeamSerializer,
 )
 from scheduling.api.views import TeamScoped, no_store
+from scheduling.audit.selectors import audit_list
+from scheduling.teams.authentication import TeamKeyUser
+from scheduling.teams.invitations import (
+    invitation_accept,
+    invitation_create,
+    invitation_decline,
+    invitation_revoke,
+)
+from scheduling.teams.models import ApiKey, Team
+from scheduling.teams.roles import Action
+from scheduling.teams.selectors import (
+    api_key_list_of_user,
+    invitation_list,
+    invitation_list_for_user,
+    membership_list,
+    queryset_for_caller,
+    team_pick,
+)
+from scheduling.teams.services import api_key_create, api_key_revoke, membership_remove, membership_set
 
 
 class TeamViewSet(TeamScoped, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):

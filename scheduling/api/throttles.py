@@ -23,8 +23,8 @@ from django.core.cache import caches
 from rest_framework.exceptions import Throttled
 from rest_framework.throttling import SimpleRateThrottle
 
-from scheduling.core.text import has_nul
 from scheduling.config.conf import conf, setting_name
+from scheduling.core.text import has_nul
 from scheduling.teams.models import ApiKey, Team
 
 SLOTS = 60

@@ -3,11 +3,16 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import APIRootView, DefaultRouter
 
-from scheduling.api.team_views import ApiKeyViewSet, AuditViewSet, InvitationViewSet, OwnApiKeyViewSet, TeamViewSet
 from scheduling.api.event_views import EventViewSet, SubscriptionViewSet
 from scheduling.api.notification_views import NotificationRouteViewSet
+from scheduling.api.team_views import (
+    ApiKeyViewSet,
+    AuditViewSet,
+    InvitationViewSet,
+    OwnApiKeyViewSet,
+    TeamViewSet,
+)
 from scheduling.api.views import BulkActionViewSet, EndpointViewSet, MessageViewSet, ScheduleViewSet
-
 
 
 class ApiRoot(APIRootView):

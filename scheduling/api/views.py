@@ -11,39 +11,6 @@ from rest_framework.decorators import action
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
-from scheduling.core.text import has_nul
-from scheduling.celery.services import celery_task_cancel, celery_task_claim_message, celery_task_end
-from scheduling.core.errors import BulkValidationError, NotFound
-from scheduling.core.lifecycle import Status
-from scheduling.models import BulkAction, Endpoint
-from scheduling.schedules import rules
-from scheduling.endpoints.selectors import endpoint_count_messages, endpoint_get_one, endpoint_list
-from scheduling.messages.selectors import message_list, message_list_attempts, message_list_groups
-from scheduling.schedules.selectors import schedule_list
-from scheduling.teams.roles import Action
-from scheduling.teams.selectors import queryset_for_caller, team_pick
-from scheduling.endpoints.services import (
-    endpoint_create,
-    endpoint_enable,
-    endpoint_rotate_secret,
-    endpoint_set_active,
-    endpoint_update,
-)
-from scheduling.messages.bulk import (
-    DRY_RUN_COUNT_CAP,
-    message_count_matching,
-    message_enqueue_matching,
-    message_start_matching,
-)
-from scheduling.messages.services import (
-    message_cancel,
-    message_republish,
-    message_resend,
-    message_reschedule,
-    message_schedule_many,
-)
-from scheduling.retention.services import message_describe_gone
-from scheduling.schedules.services import schedule_check_rule, schedule_delete, schedule_set_paused, schedule_upsert
 from scheduling.api.callers import request_caller
 from scheduling.api.pagination import AttemptCursorPagination, MessageCursorPagination
 from scheduling.api.permissions import TeamPermissions
@@ -51,14 +18,14 @@ from scheduling.api.renderers import FastJSONRenderer
 from scheduling.api.serializers import (
     BulkCreateSerializer,
     BulkJobSerializer,
+    CountSerializer,
     DryRunCountSerializer,
     EndpointCreatedSerializer,
     EndpointSerializer,
     EndpointUpdateSerializer,
+    MessageAttemptSerializer,
     MessageCreatedSerializer,
     MessageCreateSerializer,
-    CountSerializer,
-    MessageAttemptSerializer,
     MessageFilterSerializer,
     MessageMatchSerializer,
     MessageRescheduleSerializer,
@@ -72,12 +39,49 @@ from scheduling.api.serializers import (
     StatusSerializer,
     TaskCancelSerializer,
     TaskClaimedSerializer,
+    TaskClaimSerializer,
     TaskEndAnswerSerializer,
     TaskEndedSerializer,
-    TaskClaimSerializer,
     message_item,
 )
-
+from scheduling.celery.services import celery_task_cancel, celery_task_claim_message, celery_task_end
+from scheduling.core.errors import BulkValidationError, NotFound
+from scheduling.core.lifecycle import Status
+from scheduling.core.text import has_nul
+from scheduling.endpoints.selectors import endpoint_count_messages, endpoint_get_one, endpoint_list
+from scheduling.endpoints.services import (
+    endpoint_create,
+    endpoint_enable,
+    endpoint_rotate_secret,
+    endpoint_set_active,
+    endpoint_update,
+)
+from scheduling.messages.bulk import (
+    DRY_RUN_COUNT_CAP,
+    message_count_matching,
+    message_enqueue_matching,
+    message_start_matching,
+)
+from scheduling.messages.selectors import message_list, message_list_attempts, message_list_groups
+from scheduling.messages.services import (
+    message_cancel,
+    message_republish,
+    message_reschedule,
+    message_resend,
+    message_schedule_many,
+)
+from scheduling.models import BulkAction, Endpoint
+from scheduling.retention.services import message_describe_gone
+from scheduling.schedules import rules
+from scheduling.schedules.selectors import schedule_list
+from scheduling.schedules.services import (
+    schedule_check_rule,
+    schedule_delete,
+    schedule_set_paused,
+    schedule_upsert,
+)
+from scheduling.teams.roles import Action
+from scheduling.teams.selectors import queryset_for_caller, team_pick
 
 # W3C Trace Context (docs/observability/tracing.md): the message continues the caller's trace. An
 # invalid value is ignored, as W3C says (the message starts a trace of its own); never a 400.

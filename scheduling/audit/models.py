@@ -11,8 +11,8 @@ from __future__ import annotations
 from django.db import connection, models
 from django.utils import timezone
 
-from scheduling.retention.listing import ParquetFileListing
 from scheduling.messages.queries import lock_into_batch
+from scheduling.retention.listing import ParquetFileListing
 
 # The batch the prune has locked, kept server-side for its transaction (as queries.PRUNE_BATCH is
 # for messages): the archive's COPY and the DELETE join it.

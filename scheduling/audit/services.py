@@ -11,10 +11,10 @@ import uuid
 
 from django.db import models
 
-from scheduling.security.redaction import url_redacted
-from scheduling.teams.caller import Caller
 from scheduling.audit.context import audit_context
 from scheduling.audit.models import AuditEvent
+from scheduling.security.redaction import url_redacted
+from scheduling.teams.caller import Caller
 
 REDACTED = "<redacted>"
 # fields never written in clear: secrets, key digests, passwords

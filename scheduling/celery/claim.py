@@ -14,9 +14,8 @@ import logging
 
 from celery.exceptions import Ignore
 
-from scheduling.core import traceparent
+from scheduling.core import task_names, traceparent
 from scheduling.core.lifecycle import Status
-from scheduling.core import task_names
 from scheduling.core.task_names import DELIVER
 from scheduling.observability import tracing
 

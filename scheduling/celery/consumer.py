@@ -22,7 +22,6 @@ import logging
 import time
 
 from amqp.exceptions import NotFound
-
 from celery.worker.consumer import Consumer as CeleryConsumer
 from celery.worker.consumer.control import Control
 from celery.worker.consumer.delayed_delivery import DelayedDelivery

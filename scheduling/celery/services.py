@@ -15,25 +15,25 @@ from django.db.models import Q
 from django.utils import timezone
 from uuid_utils.compat import uuid7
 
+from scheduling.celery.turns import holder_of, take_turn
 from scheduling.config.conf import conf, setting_name
 from scheduling.core import lifecycle
 from scheduling.core.errors import BulkValidationError, Conflict, NotFound
 from scheduling.core.lifecycle import IN_FLIGHT, Arrival, Status
-from scheduling.models import Endpoint, ScheduledMessage
-from scheduling.observability import metrics
-from scheduling.endpoints.selectors import endpoint_get_one
+from scheduling.core.ordering import Turn
 from scheduling.delivery.log import delivery_log_on_commit
 from scheduling.delivery.minutes import delivery_minute_record
 from scheduling.delivery.ordering import Release, ordering_release
 from scheduling.delivery.orphans import Carried, orphan_copy_set_aside
-from scheduling.celery.turns import holder_of, take_turn
-from scheduling.core.ordering import Turn
+from scheduling.endpoints.selectors import endpoint_get_one
 from scheduling.endpoints.services import endpoint_create
 from scheduling.messages.services import message_cancel, message_lock, message_schedule_many
+from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.notifications.services import notification_emit_ended
+from scheduling.observability import metrics
 from scheduling.teams.caller import PLATFORM, Caller
 from scheduling.teams.roles import Action
 from scheduling.teams.selectors import team_pick
-from scheduling.notifications.services import notification_emit_ended
 
 log = logging.getLogger(__name__)
 

@@ -6,25 +6,23 @@ from celery import shared_task
 from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
 
+from scheduling.config.conf import broker, conf
+from scheduling.core import backoff, task_names
+from scheduling.core import traceparent as trace_context
 from scheduling.core.clock import from_epoch_ms
-from scheduling.core import backoff
-from scheduling.reports.services import accuracy_report_run
-from scheduling.models import BulkAction
-from scheduling.messages.bulk import message_apply_matching
-from scheduling.delivery.services import Result, delivery_receive
 from scheduling.delivery.ordering import ordering_sweep
 from scheduling.delivery.orphans import orphan_copy_carried_by_task, orphan_copy_set_aside
-from scheduling.messages.relay import relay_sweep, timeout_publish_due
+from scheduling.delivery.services import Result, delivery_receive
+from scheduling.messages import wire
+from scheduling.messages.bulk import message_apply_matching
 from scheduling.messages.fanout import message_fan_out
-from scheduling.config.conf import broker, conf
+from scheduling.messages.relay import relay_sweep, timeout_publish_due
+from scheduling.messages.unroutable import unroutable_drain
+from scheduling.models import BulkAction
+from scheduling.observability import tracing
+from scheduling.reports.services import accuracy_report_run
 from scheduling.retention.services import message_prune
 from scheduling.schedules.services import schedule_create_runs
-from scheduling.messages.unroutable import unroutable_drain
-from scheduling.core import task_names
-from scheduling.core import traceparent as trace_context
-from scheduling.messages import wire
-from scheduling.observability import tracing
-
 
 BUSY_RETRY_SECONDS = 0.05
 

@@ -29,8 +29,27 @@ from typing import Any
 from dotenv import load_dotenv
 
 from scheduling.config.parsers import (
-    ROOT, ApiRate, ApiRateGroups, Boolean, Choice, DatabaseUrl, Directory, Duration, FernetKeys, Header, Integer,
-    Items, LogLevel, Networks, Number, Parser, Shards, Text, TimeOfDay, Version)
+    ROOT,
+    ApiRate,
+    ApiRateGroups,
+    Boolean,
+    Choice,
+    DatabaseUrl,
+    Directory,
+    Duration,
+    FernetKeys,
+    Header,
+    Integer,
+    Items,
+    LogLevel,
+    Networks,
+    Number,
+    Parser,
+    Shards,
+    Text,
+    TimeOfDay,
+    Version,
+)
 
 # Loopback and the private ranges, where a Prometheus server usually scrapes from.
 METRICS_NETWORKS = "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7"

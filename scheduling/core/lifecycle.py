@@ -36,7 +36,6 @@ from datetime import datetime
 from scheduling.core.clock import MS, to_epoch_ms
 
 
-
 class Status(enum.StrEnum):
     PENDING = "pending"  # saved; the outbox: the relay publishes it
     PUBLISHED = "published"  # in the broker (cascade, endpoint queue or a worker's hold)

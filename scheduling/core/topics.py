@@ -16,8 +16,13 @@ import json
 import re
 from dataclasses import dataclass
 
-from scheduling.core.text import (CONTROL_CHARACTERS, NUL_CHARACTERS, has_control_characters, has_nul,
-                                  has_unpaired_surrogate)
+from scheduling.core.text import (
+    CONTROL_CHARACTERS,
+    NUL_CHARACTERS,
+    has_control_characters,
+    has_nul,
+    has_unpaired_surrogate,
+)
 
 MAX_TOPIC_CHARS = 255
 MAX_WORDS = 32

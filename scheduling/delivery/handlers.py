@@ -19,7 +19,6 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConnectionError
 
 from rabbit import BrokerUnavailable, Outgoing
-
 from scheduling.config.conf import broker, conf
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.security import guards, secret_box, webhook_signing

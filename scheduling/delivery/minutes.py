@@ -18,8 +18,8 @@ from datetime import timedelta
 from django.db import connection
 from django.utils import timezone
 
-from scheduling.models import DeliveryMinute, Endpoint
 from scheduling.core.lateness_buckets import EXACT_BELOW_MS, SIGNIFICANT_BITS, bucket_ms
+from scheduling.models import DeliveryMinute, Endpoint
 
 SHARDS = 16  # rows per minute and bucket that concurrent writers spread over (by their connection)
 KEEP = timedelta(days=2)  # the dashboard reads 24 hours

@@ -33,11 +33,11 @@ from datetime import datetime
 from django.db import connection, transaction
 from django.utils import timezone
 
-from scheduling.core.text import nul_replaced
 from scheduling.audit import actions
 from scheduling.audit.services import audit_record, audit_values
 from scheduling.config.conf import conf, setting_name
 from scheduling.core.clock import from_epoch_ms
+from scheduling.core.text import nul_replaced
 from scheduling.messages import wire
 from scheduling.models import Endpoint, OrphanCopy
 from scheduling.observability import metrics

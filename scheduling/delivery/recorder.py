@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections
 
-from scheduling.delivery.webhook_calls import Recorded, webhook_call_record
 from scheduling.core import backoff
+from scheduling.delivery.webhook_calls import Recorded, webhook_call_record
 from scheduling.delivery.webhooks import CallResult
 
 log = logging.getLogger(__name__)

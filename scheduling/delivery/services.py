@@ -23,23 +23,26 @@ from typing import NamedTuple
 from django.db import transaction
 from django.utils import timezone
 
-from scheduling.core import lifecycle
-from scheduling.messages import wire
 from scheduling.config.conf import conf
-from scheduling.core import backoff
-from scheduling.delivery.handlers import TaskSends, handover_traceparent, run_handler, send_celery_tasks
+from scheduling.core import backoff, lifecycle
 from scheduling.core.lifecycle import Arrival, Event
-from scheduling.models import Endpoint, ScheduledMessage
-from scheduling.observability import metrics
-from scheduling.messages.queries import CANONICAL_UUID
-from scheduling.delivery.log import Delivered, delivery_log_on_commit
-from scheduling.delivery.minutes import delivery_minute_prune, delivery_minute_record, delivery_minute_upsert_sql
+from scheduling.core.ordering import Turn
 from scheduling.delivery.flow_slots import endpoint_key_try_call_slot, endpoint_try_call_slot
+from scheduling.delivery.handlers import TaskSends, handover_traceparent, run_handler, send_celery_tasks
+from scheduling.delivery.log import Delivered, delivery_log_on_commit
+from scheduling.delivery.minutes import (
+    delivery_minute_prune,
+    delivery_minute_record,
+    delivery_minute_upsert_sql,
+)
 from scheduling.delivery.ordering import TASK_LEASE_SECONDS as ORDERING_TASK_LEASE_SECONDS
 from scheduling.delivery.ordering import ordering_end, ordering_hold, ordering_take
-from scheduling.core.ordering import Turn
 from scheduling.delivery.overlap import schedule_count_overlap_skipped
+from scheduling.messages import wire
+from scheduling.messages.queries import CANONICAL_UUID
+from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.notifications.services import notification_attempt_failing, notification_emit_ended
+from scheduling.observability import metrics
 
 log = logging.getLogger(__name__)
 

@@ -23,32 +23,34 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from scheduling.core.text import nul_replaced
-from scheduling.core import lifecycle
-from scheduling.messages import wire
 from scheduling.audit import actions
 from scheduling.audit.context import AuditContext, audited
 from scheduling.audit.services import audit_record
-from scheduling.core.clock import from_epoch_ms
 from scheduling.config.conf import conf
-from scheduling.core import backoff
-from scheduling.delivery import pushback
-from scheduling.delivery.models import EndpointHealth, MessageAttempt, AttemptOutcome, Trigger
-from scheduling.delivery.webhooks import CallResult
+from scheduling.core import backoff, lifecycle
+from scheduling.core.clock import from_epoch_ms
 from scheduling.core.lifecycle import Status
-from scheduling.models import Endpoint, ScheduledMessage
-from scheduling.messages.queries import execute_prepared, int_array, uuid_array
-from scheduling.observability import metrics, webhook_metrics
-from scheduling.delivery.services import Handover, Outcome, Result, delivery_drop_misrouted
+from scheduling.core.ordering import Turn
+from scheduling.core.text import nul_replaced
+from scheduling.delivery import pushback
 from scheduling.delivery.log import delivery_log_on_commit
 from scheduling.delivery.minutes import delivery_minute_record
+from scheduling.delivery.models import AttemptOutcome, EndpointHealth, MessageAttempt, Trigger
 from scheduling.delivery.ordering import ordering_end, ordering_hold, ordering_take
-from scheduling.core.ordering import Turn
 from scheduling.delivery.overlap import schedule_count_overlap_skipped
+from scheduling.delivery.services import Handover, Outcome, Result, delivery_drop_misrouted
+from scheduling.delivery.webhooks import CallResult
+from scheduling.messages import wire
+from scheduling.messages.queries import execute_prepared, int_array, uuid_array
+from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.notifications.models import NotificationType
 from scheduling.notifications.services import (
-    notification_attempt_failing, notification_endpoint_fact, notification_emit, notification_emit_ended,
+    notification_attempt_failing,
+    notification_emit,
+    notification_emit_ended,
+    notification_endpoint_fact,
 )
+from scheduling.observability import metrics, webhook_metrics
 
 log = logging.getLogger(__name__)
 

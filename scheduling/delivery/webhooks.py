@@ -35,9 +35,9 @@ from urllib.parse import urlsplit
 import aiohttp
 from aiohttp.abc import AbstractResolver
 
-from scheduling.security import guards
 from scheduling.delivery.fairness import FairQueue
 from scheduling.delivery.models import AttemptOutcome
+from scheduling.security import guards
 
 log = logging.getLogger(__name__)
 

@@ -3,14 +3,13 @@ endpoints page's per-status counts (exact up to a cap, PostgreSQL's estimate abo
 
 from __future__ import annotations
 
-
 from django.core.exceptions import ValidationError
 from django.db import connection
 from django.db.models import Q
 
-from scheduling.core.text import has_nul
 from scheduling.core.flow_gate import Limit
 from scheduling.core.lifecycle import FINISHED_BY_INDEX, IN_FLIGHT, IN_FLIGHT_VALUES, Status
+from scheduling.core.text import has_nul
 from scheduling.messages.counts import Tally, message_table_get_statistics
 from scheduling.models import Endpoint, ScheduledMessage
 

@@ -12,8 +12,6 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from rabbit import BrokerUnavailable, TopologyMissing
-from topology import cascade
-
 from scheduling.audit import actions
 from scheduling.audit.services import REDACTED, audit_changed, audit_record, audit_values
 from scheduling.config.conf import broker, conf
@@ -22,15 +20,21 @@ from scheduling.core.lifecycle import IN_FLIGHT_VALUES
 from scheduling.delivery.models import EndpointHealth
 from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage, Team, TopologyVersion
 from scheduling.security import guards, secret_box, webhook_signing
+from scheduling.teams import queues
+from scheduling.teams.models import default_team_id
+from scheduling.teams.quotas import (
+    team_check_count,
+    team_lock_counts,
+    team_task_refusal,
+    team_webhook_networks,
+)
 from scheduling.versions.selectors import (
     topology_version_get,
     topology_version_get_default,
     topology_version_list,
     topology_version_list_provisioned,
 )
-from scheduling.teams import queues
-from scheduling.teams.models import default_team_id
-from scheduling.teams.quotas import team_check_count, team_lock_counts, team_task_refusal, team_webhook_networks
+from topology import cascade
 
 log = logging.getLogger(__name__)
 

@@ -16,18 +16,27 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from uuid_utils.compat import uuid7
 
-from topology import cascade
-
-from scheduling.core.text import NUL_CHARACTERS, has_nul
 from scheduling.audit import actions
 from scheduling.audit.services import audit_record
 from scheduling.config.conf import conf, setting_name
 from scheduling.core import lifecycle
 from scheduling.core.clock import MS, ceil_ms
 from scheduling.core.errors import BulkValidationError, Conflict, Forbidden, NotFound
-from scheduling.core.topics import TopicError, filter_matches, filter_parse, pattern_matches, pattern_parse, topic_parse
+from scheduling.core.text import NUL_CHARACTERS, has_nul
+from scheduling.core.topics import (
+    TopicError,
+    filter_matches,
+    filter_parse,
+    pattern_matches,
+    pattern_parse,
+    topic_parse,
+)
 from scheduling.events.models import Event, Subscription
-from scheduling.events.selectors import event_list_messages, subscription_count, subscription_list_for_matching
+from scheduling.events.selectors import (
+    event_list_messages,
+    subscription_count,
+    subscription_list_for_matching,
+)
 from scheduling.messages.services import message_cancel, message_check_payload, message_schedule_many
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.observability import metrics
@@ -35,6 +44,7 @@ from scheduling.teams.caller import PLATFORM, Caller
 from scheduling.teams.models import Team
 from scheduling.teams.quotas import team_lock_counts
 from scheduling.teams.roles import Action
+from topology import cascade
 
 
 @dataclass(frozen=True)

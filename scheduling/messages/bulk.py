@@ -21,22 +21,22 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from scheduling.core import lifecycle, task_names
 from scheduling.audit import actions
 from scheduling.audit.services import audit_record
 from scheduling.config.conf import conf
-from scheduling.delivery.models import Trigger
+from scheduling.core import lifecycle, task_names
 from scheduling.core.errors import QuotaExceeded, Unavailable
 from scheduling.core.lifecycle import Event, Status
+from scheduling.delivery.models import Trigger
+from scheduling.delivery.ordering import ordering_end
+from scheduling.endpoints.selectors import endpoint_get_one
+from scheduling.messages.counts import queryset_tally
+from scheduling.messages.relay import relay_publish_rows
+from scheduling.messages.selectors import message_list_matching
+from scheduling.messages.services import message_wire_refusal
 from scheduling.models import BulkAction, DeliveryMode, ScheduledMessage, Team
 from scheduling.observability import metrics
-from scheduling.endpoints.selectors import endpoint_get_one
-from scheduling.delivery.ordering import ordering_end
-from scheduling.messages.counts import queryset_tally
-from scheduling.messages.selectors import message_list_matching
-from scheduling.messages.relay import relay_publish_rows
 from scheduling.teams.quotas import payload_size, team_admit_in_flight, team_record_copies
-from scheduling.messages.services import message_wire_refusal
 
 log = logging.getLogger(__name__)
 

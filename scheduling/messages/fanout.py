@@ -26,7 +26,6 @@ from django.db.models import Q
 from django.utils import timezone
 
 from rabbit import Outcome, Outgoing
-
 from scheduling.core.clock import from_epoch_ms
 from scheduling.core.lifecycle import Status
 from scheduling.messages import wire

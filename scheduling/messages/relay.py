@@ -31,18 +31,17 @@ from django.utils import timezone
 
 from rabbit import BrokerUnavailable, Outgoing
 from rabbit.gather import Gatherer, GatherTimeout
-
-from scheduling.core import lifecycle
-from scheduling.messages import wire
-from scheduling.messages.selectors import message_load_task_payloads
-from scheduling.core.clock import to_epoch_ms
 from scheduling.config.conf import broker, conf
+from scheduling.core import lifecycle
+from scheduling.core.clock import to_epoch_ms
 from scheduling.core.lifecycle import Event, Status
-from scheduling.models import DeliveryMode, ScheduledMessage
-from scheduling.observability import metrics, tracing
+from scheduling.messages import wire
 from scheduling.messages.expiry import message_expire_past
 from scheduling.messages.rescue import message_rescue_covers
+from scheduling.messages.selectors import message_load_task_payloads
 from scheduling.messages.unroutable import message_mark_unbuildable
+from scheduling.models import DeliveryMode, ScheduledMessage
+from scheduling.observability import metrics, tracing
 
 log = logging.getLogger(__name__)
 

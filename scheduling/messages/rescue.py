@@ -37,16 +37,15 @@ from django.db.models import DurationField, Exists, ExpressionWrapper, F, OuterR
 from django.utils import timezone
 
 from rabbit import Outcome, Outgoing
-
-from scheduling.messages import wire
-from scheduling.core.clock import to_epoch_ms
 from scheduling.config.conf import conf
+from scheduling.core.clock import to_epoch_ms
 from scheduling.core.lifecycle import Status
+from scheduling.messages import wire
+from scheduling.messages.expiry import message_expire_past
+from scheduling.messages.selectors import TASK_HANDLERS, TASK_ROUNDING_MS
+from scheduling.messages.unroutable import message_build_copies
 from scheduling.models import DeliveryMode, EndpointKeyFlow, ScheduledMessage
 from scheduling.observability import metrics
-from scheduling.messages.expiry import message_expire_past
-from scheduling.messages.unroutable import message_build_copies
-from scheduling.messages.selectors import TASK_HANDLERS, TASK_ROUNDING_MS
 
 log = logging.getLogger(__name__)
 

@@ -33,14 +33,13 @@ from django.db.models import Q
 from django.utils import timezone
 
 from rabbit import Outgoing
-from topology import cascade
-
 from scheduling.config.conf import broker
 from scheduling.core.lifecycle import Status
 from scheduling.delivery.selectors import orphan_copy_count
 from scheduling.messages import wire
 from scheduling.messages.unroutable import message_build_copies
 from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
+from topology import cascade
 
 log = logging.getLogger(__name__)
 

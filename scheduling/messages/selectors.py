@@ -15,8 +15,14 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from scheduling.core.cursors import Position
-from scheduling.core.lifecycle import (FINISHED_BY_INDEX, IN_FLIGHT, IN_FLIGHT_VALUES, ORDER_OPEN_VALUES, Status,
-                                       sql_list)
+from scheduling.core.lifecycle import (
+    FINISHED_BY_INDEX,
+    IN_FLIGHT,
+    IN_FLIGHT_VALUES,
+    ORDER_OPEN_VALUES,
+    Status,
+    sql_list,
+)
 from scheduling.delivery.models import MessageAttempt
 from scheduling.endpoints.selectors import endpoint_list_in_teams
 from scheduling.messages.queries import uuid_array

@@ -11,40 +11,43 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 
+import orjson
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
-import orjson
 from uuid_utils.compat import uuid7
 
-from topology import cascade
-
-from scheduling.core.text import NUL_CHARACTERS, has_nul
-from scheduling.core import debounce as debounce_rules
-from scheduling.core import lifecycle, ordering
 from scheduling.audit import actions
 from scheduling.audit.services import audit_record
 from scheduling.celery.structured import task_problem
-from scheduling.core.clock import MS, ceil_ms
 from scheduling.config.conf import conf, setting_name
+from scheduling.core import debounce as debounce_rules
+from scheduling.core import lifecycle, ordering
+from scheduling.core import traceparent as trace_context
+from scheduling.core.clock import MS, ceil_ms
+from scheduling.core.errors import BulkValidationError, Conflict, Forbidden, NotFound
+from scheduling.core.lifecycle import Status
+from scheduling.core.text import NUL_CHARACTERS, has_nul
 from scheduling.delivery.models import Trigger
 from scheduling.delivery.ordering import ordering_end
 from scheduling.endpoints.services import endpoint_lock_wires
-from scheduling.core.errors import BulkValidationError, Conflict, Forbidden, NotFound
-from scheduling.core.lifecycle import Status
-from scheduling.models import FLOW_KEY_MAX_LENGTH, DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
-from scheduling.observability import metrics, tracing
-from scheduling.core import traceparent as trace_context
-from scheduling.teams.caller import PLATFORM, Caller
-from scheduling.teams.quotas import (
-    leaves_copy, payload_size, team_check_in_flight, team_record_copies, team_task_refusal,
-)
-from scheduling.teams.roles import Action
 from scheduling.messages import wire
 from scheduling.messages.debounce import message_debounce_apply, message_debounce_check
 from scheduling.messages.relay import relay_claim_new, relay_publish_rows, relay_send_claimed
+from scheduling.models import FLOW_KEY_MAX_LENGTH, DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
 from scheduling.notifications.services import notification_emit_quota_warnings
+from scheduling.observability import metrics, tracing
 from scheduling.retention.services import message_describe_gone
+from scheduling.teams.caller import PLATFORM, Caller
+from scheduling.teams.quotas import (
+    leaves_copy,
+    payload_size,
+    team_check_in_flight,
+    team_record_copies,
+    team_task_refusal,
+)
+from scheduling.teams.roles import Action
+from topology import cascade
 
 # Idempotency keys of this prefix are the platform's: a recurring schedule's runs are keyed
 # ``schedule:<key>:<revision>:<ms>`` (schedules/services.py), and a caller's message under such a

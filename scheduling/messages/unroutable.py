@@ -15,15 +15,14 @@ import logging
 
 from django.utils import timezone
 
-from topology import cascade
-
-from scheduling.core import lifecycle
-from scheduling.messages import wire
-from scheduling.core.clock import from_epoch_ms
 from scheduling.config.conf import broker, conf
+from scheduling.core import lifecycle
+from scheduling.core.clock import from_epoch_ms
 from scheduling.core.lifecycle import Event
+from scheduling.messages import wire
 from scheduling.models import ScheduledMessage
 from scheduling.versions.selectors import topology_version_list_provisioned
+from topology import cascade
 
 log = logging.getLogger(__name__)
 

@@ -1,10 +1,10 @@
 """v3, the platform's own cascade (direct exchanges, alternate-exchange pass-down, CC bit keys),
 beside v1 and v2; endpoint names may have dots (they travel on v3 only)."""
 
-import django.core.validators
 import re
-from django.db import migrations, models
 
+import django.core.validators
+from django.db import migrations, models
 
 V3 = {"name": "v3", "prefix": "dp.v3.", "levels": 28, "queue_kind": "quorum"}
 

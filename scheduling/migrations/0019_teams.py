@@ -14,17 +14,18 @@ Tokens cannot be given back by the reverse migration (only digests are kept): re
 the keys table and needs new tokens made."""
 
 import hashlib
+import re
 from datetime import timedelta
 
 import django.contrib.postgres.fields
 import django.core.validators
 import django.db.models.deletion
 import django.utils.timezone
-import re
-import scheduling.teams.models
 from django.conf import settings
 from django.db import migrations, models
 from django.utils import timezone
+
+import scheduling.teams.models
 
 DEFAULT = "default"
 ADMIN_PERMISSIONS = {"add_endpoint", "change_endpoint"}

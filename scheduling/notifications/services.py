@@ -25,7 +25,12 @@ from scheduling.messages.relay import relay_publish_rows
 from scheduling.models import Endpoint
 from scheduling.notifications.models import ROUTABLE, NotificationRoute, NotificationType, QuotaWarning
 from scheduling.notifications.outbox import (
-    TAKES_NOTIFICATIONS, Emitted, Fact, iso, notification_write, notification_write_ended,
+    TAKES_NOTIFICATIONS,
+    Emitted,
+    Fact,
+    iso,
+    notification_write,
+    notification_write_ended,
 )
 from scheduling.teams.models import Team
 

@@ -20,10 +20,9 @@ from django.core.signals import setting_changed
 from django.db import DatabaseError, connection, connections
 
 import rabbit
-from topology import cascade
-
 from scheduling.config.conf import broker, conf, configured_version
 from scheduling.versions.selectors import topology_version_get
+from topology import cascade
 
 log = logging.getLogger(__name__)
 PARTS = ("database", "broker", "cascade")

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import logging
 from bisect import bisect_left
-from collections import Counter as Tally, defaultdict
+from collections import Counter as Tally
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import NamedTuple
 

@@ -26,11 +26,15 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from rabbit import BrokerError
-
 from scheduling.config.conf import conf, setting_name
+from scheduling.messages.selectors import (
+    Outbox,
+    message_count_overdue_by_version,
+    message_count_overdue_in_flight,
+    message_count_waiting,
+    outbox_get,
+)
 from scheduling.versions.broker import VersionDepths, topology_version_list_depths
-from scheduling.messages.selectors import (Outbox, message_count_overdue_by_version,
-                                           message_count_overdue_in_flight, message_count_waiting, outbox_get)
 from scheduling.versions.selectors import topology_version_list_provisioned
 
 log = logging.getLogger(__name__)

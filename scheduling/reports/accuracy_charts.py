@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from scheduling.reports.charts import Series, bar_chart, line_chart
 from scheduling.models import AccuracyReport
+from scheduling.reports.charts import Series, bar_chart, line_chart
 
 PERCENTILES = (("p50", "lateness_p50_ms"), ("p95", "lateness_p95_ms"), ("p99", "lateness_p99_ms"))
 PROBLEMS = (("lost", "lost"), ("duplicates", "duplicates"), ("early", "early"))

@@ -24,8 +24,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from django.db import transaction
 
-from scheduling.retention import columns, parquet
 from scheduling.reports.facts import message_list_due_between
+from scheduling.retention import columns, parquet
 
 # Batches are gathered into row groups this big: Spark read a day of 6k-row groups 30% slower.
 ROW_GROUP_ROWS = 256 * 1024

@@ -22,10 +22,9 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 from django.db import connection
 
-from topology import cascade
-
 from scheduling.config.conf import conf
 from scheduling.retention import columns
+from topology import cascade
 
 CSV_BLOCK_BYTES = 4 << 20
 COMPRESSION = "zstd"

@@ -36,13 +36,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from django.db import connection, transaction
-from django.db import models
+from django.db import connection, models, transaction
 from django.db.models import Q
 from django.utils import timezone
 from uuid_utils.compat import uuid7
 
-from scheduling.retention import audit_columns, columns, parquet
 from scheduling.audit.models import AUDIT_PRUNE_BATCH, AuditArchiveFile, AuditEvent
 from scheduling.audit.selectors import audit_list_past_retention
 from scheduling.config.conf import conf, setting_name
@@ -52,16 +50,17 @@ from scheduling.delivery.models import MessageAttempt
 from scheduling.delivery.orphans import orphan_copy_prune_batch
 from scheduling.delivery.selectors import orphan_copy_count
 from scheduling.events.models import Event
-from scheduling.models import AccuracyReport, ArchiveFile, BulkAction, ScheduledMessage
-from scheduling.teams.invitations import invitation_forget
-from scheduling.teams.quotas import team_forget_copies
 from scheduling.messages.queries import PRUNE_BATCH
+from scheduling.models import AccuracyReport, ArchiveFile, BulkAction, ScheduledMessage
+from scheduling.retention import audit_columns, columns, parquet
 from scheduling.retention.selectors import (
     message_count_in_flight_created_before,
     message_list_past_retention,
     message_table_get_bytes_per_row,
     message_table_is_autovacuumed,
 )
+from scheduling.teams.invitations import invitation_forget
+from scheduling.teams.quotas import team_forget_copies
 
 log = logging.getLogger(__name__)
 

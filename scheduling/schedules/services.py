@@ -36,23 +36,31 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from scheduling.core.text import has_nul
 from scheduling.audit import actions
 from scheduling.audit.services import audit_changed, audit_record, audit_values
-from scheduling.core.clock import MS, ceil_ms, to_epoch_ms
 from scheduling.config.conf import conf, setting_name
-from scheduling.core.errors import BulkValidationError, NotFound, QuotaExceeded
 from scheduling.core import ordering
+from scheduling.core.clock import MS, ceil_ms, to_epoch_ms
+from scheduling.core.errors import BulkValidationError, NotFound, QuotaExceeded
 from scheduling.core.lifecycle import IN_FLIGHT
 from scheduling.core.ordering import Overlap
+from scheduling.core.text import has_nul
+from scheduling.messages.services import (
+    PLATFORM_KEY_PREFIX,
+    message_cancel,
+    message_check_payload,
+    message_schedule_many,
+)
 from scheduling.models import Endpoint, Schedule, ScheduledMessage, Team
 from scheduling.schedules import rules
 from scheduling.teams.models import default_team_id
 from scheduling.teams.quotas import (
-    team_admit_in_flight, team_check_count, team_check_in_flight, team_lock_counts, team_min_interval_ms,
+    team_admit_in_flight,
+    team_check_count,
+    team_check_in_flight,
+    team_lock_counts,
+    team_min_interval_ms,
 )
-from scheduling.messages.services import (PLATFORM_KEY_PREFIX, message_cancel, message_check_payload,
-                                          message_schedule_many)
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,6 @@ import secrets
 from dataclasses import dataclass
 
 from rabbit.urls import with_credentials
-
 from scheduling.audit import actions
 from scheduling.audit.services import audit_record
 from scheduling.config.conf import broker

@@ -18,7 +18,6 @@ import time
 from dataclasses import dataclass
 
 import orjson
-
 from django.core.exceptions import ValidationError
 from django.db import connection
 

@@ -9,8 +9,8 @@ from django.core.exceptions import ValidationError
 from django.db.models import QuerySet, Subquery
 from django.utils import timezone
 
-from scheduling.core.text import has_nul
 from scheduling.core.errors import Forbidden
+from scheduling.core.text import has_nul
 from scheduling.teams.caller import Caller
 from scheduling.teams.models import DEFAULT_TEAM, ApiKey, Invitation, Membership, Team, default_team_id
 from scheduling.teams.roles import ALL_SCOPES, Action

@@ -10,11 +10,10 @@ from dataclasses import dataclass, field
 
 import rabbit
 from rabbit.requirements import Requirement, broker_facts, requirements_check
-from topology import cascade
-from topology.diff import diff_plan, diff_warnings, leftover_shards, leftover_warning, replication_check
-
 from scheduling.config.conf import broker, conf
 from scheduling.models import Endpoint, TopologyVersion
+from topology import cascade
+from topology.diff import diff_plan, diff_warnings, leftover_shards, leftover_warning, replication_check
 
 
 @dataclass(frozen=True)

@@ -19,16 +19,15 @@ from dataclasses import dataclass, field, replace
 from django.db import transaction
 
 import rabbit
-from topology import cascade
-
-from scheduling.messages import wire
-from scheduling.core.clock import from_epoch_ms, now_ms, to_epoch_ms
 from scheduling.config.conf import broker, conf
+from scheduling.core.clock import from_epoch_ms, now_ms, to_epoch_ms
 from scheduling.core.lifecycle import IN_FLIGHT
-from scheduling.models import Endpoint, ScheduledMessage, TopologyVersion
-from scheduling.versions.broker import topology_count_by_shard, topology_list_shards
+from scheduling.messages import wire
 from scheduling.messages.relay import message_mark_published
 from scheduling.messages.unroutable import message_mark_unroutable
+from scheduling.models import Endpoint, ScheduledMessage, TopologyVersion
+from scheduling.versions.broker import topology_count_by_shard, topology_list_shards
+from topology import cascade
 
 POISON_REASON = "no x-dp-due-at-ms, arrival time or requested delay"
 

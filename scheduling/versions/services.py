@@ -11,14 +11,13 @@ from django.utils import timezone
 
 import rabbit
 from rabbit.redelivery import redelivery_policy_ensure
-from topology import cascade
-
 from scheduling.audit import actions
 from scheduling.audit.services import audit_record
 from scheduling.config.conf import broker, conf
+from scheduling.endpoints.services import endpoint_bind_all
 from scheduling.models import TopologyVersion
 from scheduling.versions.broker import Verification, topology_check
-from scheduling.endpoints.services import endpoint_bind_all
+from topology import cascade
 
 
 @dataclass(frozen=True)

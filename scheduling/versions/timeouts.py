@@ -16,9 +16,9 @@ from datetime import datetime
 from django.db import transaction
 
 from scheduling.core.lifecycle import Status
-from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
 from scheduling.endpoints.services import endpoint_update
 from scheduling.messages.relay import relay_publish
+from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
 
 
 @dataclass

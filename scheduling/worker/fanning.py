@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from django.db import DatabaseError, close_old_connections, connections
 
 import rabbit
-
 from scheduling.config.conf import broker
 from scheduling.delivery.orphans import Carried, orphan_copy_set_aside
 from scheduling.messages import wire

@@ -9,9 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rabbit import Received
-
-from scheduling.messages.wire import Delivery
 from scheduling.core import backoff
+from scheduling.messages.wire import Delivery
 
 
 @dataclass(order=True)

@@ -33,28 +33,42 @@ from collections import defaultdict, deque
 from django.db import DatabaseError, close_old_connections
 
 import rabbit
-
-from scheduling.core import traceparent
-from scheduling.messages import wire
-from scheduling.core.clock import from_epoch_ms, now_ms, to_epoch_ms
 from scheduling.config.conf import broker, conf
-from scheduling.observability import metrics, tracing
-from scheduling.endpoints.selectors import (
-    endpoint_any_task_queue, endpoint_get_consumption, endpoint_get_flow_limits, endpoint_get_labels_by_queue)
-from scheduling.delivery.services import Handover, Outcome, Result, delivery_receive_many, delivery_retry_unsent
-from scheduling.delivery.flow_slots import (
-    endpoint_key_flow_forget, endpoint_key_take_slots, endpoint_key_take_slots_many, endpoint_release_call_slots,
-    endpoint_take_call_slots, endpoint_take_slots)
-from scheduling.messages.rescue import message_rescue_overdue, message_rescue_overdue_tasks
-from scheduling.delivery.webhook_calls import CallToken, webhook_call_take
-from scheduling.delivery.orphans import Carried, orphan_copy_set_aside
+from scheduling.core import traceparent
+from scheduling.core.clock import from_epoch_ms, now_ms, to_epoch_ms
 from scheduling.core.flow_gate import FlowGate, Limit
+from scheduling.delivery.flow_slots import (
+    endpoint_key_flow_forget,
+    endpoint_key_take_slots,
+    endpoint_key_take_slots_many,
+    endpoint_release_call_slots,
+    endpoint_take_call_slots,
+    endpoint_take_slots,
+)
 from scheduling.delivery.handlers import WebhookProfile, payload_body, signed_headers, webhook_profiles
+from scheduling.delivery.orphans import Carried, orphan_copy_set_aside
+from scheduling.delivery.recorder import Recorder
+from scheduling.delivery.services import (
+    Handover,
+    Outcome,
+    Result,
+    delivery_receive_many,
+    delivery_retry_unsent,
+)
+from scheduling.delivery.webhook_calls import CallToken, webhook_call_take
+from scheduling.delivery.webhooks import Call, CallResult, EngineSettings, WebhookEngine
+from scheduling.endpoints.selectors import (
+    endpoint_any_task_queue,
+    endpoint_get_consumption,
+    endpoint_get_flow_limits,
+    endpoint_get_labels_by_queue,
+)
+from scheduling.messages import wire
+from scheduling.messages.rescue import message_rescue_overdue, message_rescue_overdue_tasks
+from scheduling.observability import metrics, tracing
 from scheduling.worker.fanning import Fanning, FanOutThread
 from scheduling.worker.holding import Held, Holding
 from scheduling.worker.key_slots import KeyCallSlots
-from scheduling.delivery.recorder import Recorder
-from scheduling.delivery.webhooks import Call, CallResult, EngineSettings, WebhookEngine
 
 log = logging.getLogger(__name__)
 LONGEST_WAIT_SECONDS = 0.1  # how often the loop looks at webhooks, endpoint changes and stop

@@ -4,11 +4,11 @@ artifacts/screenshots/ (git-ignored)."""
 
 import pytest
 
+from harness.waiting import wait_until
 from scheduling.config.conf import broker
-from scheduling.models import Endpoint, Schedule, ScheduledMessage
 from scheduling.endpoints.services import endpoint_create
 from scheduling.messages.services import message_schedule
-from harness.waiting import wait_until
+from scheduling.models import Endpoint, Schedule, ScheduledMessage
 from topology import cascade
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

@@ -10,9 +10,9 @@ import pytest
 from django.utils import timezone
 
 from scheduling.delivery.models import EndpointHealth, MessageAttempt
-from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.endpoints.services import endpoint_create
 from scheduling.messages.services import message_schedule
+from scheduling.models import Endpoint, ScheduledMessage
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

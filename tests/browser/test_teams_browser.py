@@ -4,9 +4,9 @@ neither listed nor reachable nor changeable."""
 
 import pytest
 
-from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.endpoints.services import endpoint_create
 from scheduling.messages.services import message_schedule
+from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.schedules.services import schedule_upsert
 from scheduling.teams.models import Membership
 from scheduling.teams.services import team_create

@@ -14,9 +14,9 @@ from celery.worker import strategy
 from django.core.exceptions import ImproperlyConfigured
 
 from delayplatform import logs
+from harness.paths import ROOT
 from scheduling.config import specs
 from scheduling.core import task_names
-from harness.paths import ROOT
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import pytest
 
 from harness.celery_worker import start_workers
 
+
 def module_label(request) -> str:
     """The module's name without test_: the workers' names and their logs' (artifacts/)."""
     return request.module.__name__.rpartition(".")[2].removeprefix("test_")

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import io
 import json
-import uuid
 import os
 import signal
 import subprocess
 import sys
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import unquote, urlsplit

@@ -9,8 +9,8 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from scheduling.models import AccuracyReport, ScheduledMessage
 from harness.waiting import wait_until
+from scheduling.models import AccuracyReport, ScheduledMessage
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 Status = ScheduledMessage.Status

@@ -10,13 +10,13 @@ import pytest
 from django.utils import timezone
 
 from delayplatform.celery import app
-from scheduling.celery import cancel_task, schedule_task
-from scheduling.config.conf import broker
-from scheduling.models import Endpoint, ScheduledMessage
 from harness.celery_worker import celery_drained
 from harness.testapp.models import Receipt
 from harness.testapp.tasks import delayed_receipt, plain_receipt, quick_retry_receipt, retry_once
 from harness.waiting import wait_until
+from scheduling.celery import cancel_task, schedule_task
+from scheduling.config.conf import broker
+from scheduling.models import Endpoint, ScheduledMessage
 from topology import cascade
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]

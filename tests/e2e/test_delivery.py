@@ -19,16 +19,16 @@ from django.utils import timezone
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
-from scheduling.messages import wire
-from scheduling.config.conf import conf
-from scheduling.models import Endpoint, ScheduledMessage
-from scheduling.messages.dashboard import dashboard_get
-from scheduling.endpoints.services import endpoint_bind
 from harness.celery_worker import celery_drained
 from harness.paths import ROOT
 from harness.recording_server import RecordingServer
 from harness.testapp.models import Receipt
 from harness.waiting import wait_until
+from scheduling.config.conf import conf
+from scheduling.endpoints.services import endpoint_bind
+from scheduling.messages import wire
+from scheduling.messages.dashboard import dashboard_get
+from scheduling.models import Endpoint, ScheduledMessage
 from tests.topology.helpers import get
 from topology import cascade
 

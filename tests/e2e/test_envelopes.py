@@ -12,8 +12,8 @@ from harness.recording_server import RecordingServer
 from harness.testapp.models import Receipt
 from harness.waiting import wait_until
 from rabbit import Outgoing
-from scheduling.messages import wire
 from scheduling.config.conf import conf
+from scheduling.messages import wire
 from scheduling.models import Endpoint, ScheduledMessage
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]

@@ -10,12 +10,12 @@ from collections import Counter
 
 import pytest
 
-from scheduling.models import ScheduledMessage
 from harness.celery_worker import Worker, celery_drained
 from harness.paths import ARTIFACTS
 from harness.recording_server import RecordingServer
 from harness.testapp.models import Receipt
 from harness.waiting import wait_until
+from scheduling.models import ScheduledMessage
 from scheduling.teams.models import default_team_id
 from tests.conftest import team_named
 

@@ -19,16 +19,16 @@ import pytest
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from scheduling.celery import schedule_task
-from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage
-from scheduling.teams.models import Team
-from scheduling.teams.services import api_key_create
 from harness.celery_worker import Worker
 from harness.paths import ARTIFACTS, ROOT
 from harness.ports import free_port
 from harness.recording_server import RecordingServer
 from harness.testapp.tasks import plain_receipt
 from harness.waiting import wait_until
+from scheduling.celery import schedule_task
+from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage
+from scheduling.teams.models import Team
+from scheduling.teams.services import api_key_create
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 Status = ScheduledMessage.Status

@@ -12,14 +12,14 @@ import psycopg
 import pytest
 from django.utils import timezone
 
-from scheduling.messages import wire
-from scheduling.config.conf import broker
-from scheduling.models import Endpoint, ScheduledMessage, TopologyVersion
-from scheduling.teams.models import Team
 from harness.celery_worker import Worker
 from harness.database import throwaway_database
 from harness.paths import ARTIFACTS, ROOT
 from harness.waiting import wait_until
+from scheduling.config.conf import broker
+from scheduling.messages import wire
+from scheduling.models import Endpoint, ScheduledMessage, TopologyVersion
+from scheduling.teams.models import Team
 from topology import cascade
 
 pytestmark = pytest.mark.broker

@@ -17,15 +17,14 @@ from django.db.models import Count
 from django.db.models.functions import TruncSecond
 
 import rabbit
-
-from scheduling.config.conf import broker
-from scheduling.models import ScheduledMessage
-from scheduling.versions.broker import topology_count_by_level
 from harness.celery_worker import Worker, celery_drained
 from harness.paths import ARTIFACTS, ROOT
 from harness.testapp.models import Receipt
-from harness.waiting import wait_until
 from harness.vhosts import vhost_create, vhost_delete
+from harness.waiting import wait_until
+from scheduling.config.conf import broker
+from scheduling.models import ScheduledMessage
+from scheduling.versions.broker import topology_count_by_level
 from topology import cascade
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]

@@ -16,8 +16,8 @@ from django.utils import timezone
 
 from harness.celery_worker import Worker
 from harness.paths import ARTIFACTS
-from harness.testapp.models import Receipt
 from harness.recording_server import RecordingServer
+from harness.testapp.models import Receipt
 from harness.waiting import wait_until
 from scheduling.models import ScheduledMessage
 from scheduling.teams.models import default_team_id

@@ -8,18 +8,19 @@ broker user (team_broker_user) runs its outside worker's delayed task and is ref
 
 import io
 import uuid
+
 import pytest
 from django.core.management import call_command
 
-from scheduling.models import ScheduledMessage
-from scheduling.endpoints.services import endpoint_create
-from scheduling.messages.services import message_schedule
 from harness.celery_worker import Worker
-from harness.vhosts import vhost_own
-from rabbit import Management
 from harness.paths import ARTIFACTS
 from harness.rabbit_node import PrivateRabbit
+from harness.vhosts import vhost_own
 from harness.waiting import wait_until
+from rabbit import Management
+from scheduling.endpoints.services import endpoint_create
+from scheduling.messages.services import message_schedule
+from scheduling.models import ScheduledMessage
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 VERSIONS = ("v1", "v2", "v3")

@@ -12,9 +12,9 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone as django_timezone
 
+from harness.spark_cluster import StandaloneCluster
 from scheduling.models import AccuracyReport, DeliveryMode, Endpoint, ScheduledMessage
 from scheduling.reports.accuracy import REPORT_COLUMNS
-from harness.spark_cluster import StandaloneCluster
 
 pytestmark = pytest.mark.django_db(transaction=True)
 Status = ScheduledMessage.Status

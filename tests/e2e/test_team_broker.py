@@ -23,7 +23,13 @@ from scheduling.endpoints.services import endpoint_create
 from scheduling.models import ScheduledMessage
 from scheduling.teams.broker_access import user_name
 from scheduling.teams.services import team_create
-from tests.e2e.team_broker import cascade_targets, outcome, outside_worker_runs_and_is_refused, purge, team_broker_url
+from tests.e2e.team_broker import (
+    cascade_targets,
+    outcome,
+    outside_worker_runs_and_is_refused,
+    purge,
+    team_broker_url,
+)
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 Status = ScheduledMessage.Status

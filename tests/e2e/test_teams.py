@@ -7,12 +7,12 @@ import uuid
 
 import pytest
 
-from scheduling.models import Endpoint, ScheduledMessage
-from scheduling.teams.services import team_create
 from harness.celery_worker import Worker
 from harness.paths import ARTIFACTS
 from harness.testapp.models import Receipt
 from harness.waiting import wait_until
+from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.teams.services import team_create
 from tests.conftest import _key_client
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]

@@ -3,9 +3,9 @@ broker cancelling a consumer (a consumed queue deleted)."""
 
 import pytest
 
+from harness.waiting import wait_until
 from scheduling.config.conf import broker
 from scheduling.models import ScheduledMessage
-from harness.waiting import wait_until
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 Status = ScheduledMessage.Status

@@ -10,11 +10,11 @@ import re
 
 import pytest
 
-from scheduling.core.task_names import DRAIN_UNROUTABLE, RELAY_SWEEP, RELAY_TIMEOUTS
-from scheduling.models import ScheduledMessage
 from harness.celery_worker import Worker
 from harness.paths import ARTIFACTS
 from harness.waiting import wait_until
+from scheduling.core.task_names import DRAIN_UNROUTABLE, RELAY_SWEEP, RELAY_TIMEOUTS
+from scheduling.models import ScheduledMessage
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 PERIODIC = (RELAY_SWEEP, RELAY_TIMEOUTS, DRAIN_UNROUTABLE)

@@ -5,8 +5,8 @@ and republishing delivers them."""
 import pytest
 
 from harness.platform import platform
-from scheduling.config.conf import broker
 from harness.waiting import wait_until
+from scheduling.config.conf import broker
 from topology import cascade
 
 from .conftest import size

@@ -18,10 +18,10 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from scheduling.audit.models import AuditArchiveFile, AuditEvent
-from scheduling.models import ArchiveFile, Endpoint, ScheduledMessage
 from harness.database import database_url
 from harness.paths import ROOT
+from scheduling.audit.models import AuditArchiveFile, AuditEvent
+from scheduling.models import ArchiveFile, Endpoint, ScheduledMessage
 
 from .conftest import size
 

@@ -10,11 +10,11 @@ import sys
 import pytest
 from drf_spectacular.generators import SchemaGenerator
 
-from scheduling.models import Endpoint, ScheduledMessage
-from scheduling.security import secret_box
-from scheduling.delivery.services import delivery_receive
 from harness.paths import ROOT
 from harness.recording_server import RecordingServer
+from scheduling.delivery.services import delivery_receive
+from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.security import secret_box
 
 SECRET = "a-very-distinctive-signing-secret-123"
 

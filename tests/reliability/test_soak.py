@@ -8,8 +8,8 @@ bounded across the vacuum cycles that ran over it)."""
 
 import pytest
 
-from tests.reliability.soak.run import run
 from tests.reliability.soak.rules import Plan, check
+from tests.reliability.soak.run import run
 
 pytestmark = [pytest.mark.reliability, pytest.mark.broker, pytest.mark.e2e]
 

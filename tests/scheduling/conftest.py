@@ -15,8 +15,8 @@ import pytest
 from django.utils import timezone
 
 import rabbit
-from scheduling.models import Endpoint, ScheduledMessage
 from harness.vhosts import vhost_delete, vhost_lifecycle_lock
+from scheduling.models import Endpoint, ScheduledMessage
 from topology import cascade
 
 

@@ -6,8 +6,8 @@ import time
 import pytest
 
 import rabbit
-from scheduling.config.conf import broker
 from harness.endpoints import bind_endpoint
+from scheduling.config.conf import broker
 from topology import cascade
 from topology.definitions import plan_definitions
 from topology.diff import diff_plan, diff_warnings

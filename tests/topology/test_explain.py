@@ -1,7 +1,15 @@
 """The path table, compared cell by cell with the seeds' example (4 levels, 10 s)."""
 
 from topology.cascade import V2, V3
-from topology.explain import DIRECT_HEADERS, HEADERS, describe_route, explain_rows, format_duration, headers, markdown_table
+from topology.explain import (
+    DIRECT_HEADERS,
+    HEADERS,
+    describe_route,
+    explain_rows,
+    format_duration,
+    headers,
+    markdown_table,
+)
 
 SEED_TABLE = [
     ("Level 03", "**1**.0.1.0.destination", "`1`", "Level 03 Queue", "8 seconds", "Level 02 Exchange"),

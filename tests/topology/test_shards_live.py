@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from scheduling.config.conf import broker
 from harness.endpoints import bind_endpoint
+from scheduling.config.conf import broker
 from topology import cascade
 from topology.diff import diff_plan, leftover_shards
 

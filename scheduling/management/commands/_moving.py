@@ -5,10 +5,9 @@ import time
 from django.core.management.base import CommandError
 
 from rabbit import BrokerError
-
+from scheduling.management.commands._progress import progress_bar
 from scheduling.versions.broker import topology_count
 from scheduling.versions.moves import MoveSummary, delays_move
-from scheduling.management.commands._progress import progress_bar
 
 
 def run_move(command, *, source, target, source_version, target_version, target_row, batch, dry_run, label):

@@ -3,11 +3,10 @@
 from django.core.management.base import CommandError
 from django.db.utils import DatabaseError
 
-from topology import cascade
-
 from scheduling.config.conf import conf, configured_version, setting_name
-from scheduling.versions.selectors import topology_version_get
 from scheduling.management.commands._base import PlatformCommand
+from scheduling.versions.selectors import topology_version_get
+from topology import cascade
 
 
 class VersionedCommand(PlatformCommand):

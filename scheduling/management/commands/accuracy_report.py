@@ -5,9 +5,9 @@ from datetime import timedelta
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from scheduling.reports.services import accuracy_report_run
 from scheduling.management.commands._base import PlatformCommand
 from scheduling.management.commands._days import REPORT_ERRORS, day_range, one_line, parse_day
+from scheduling.reports.services import accuracy_report_run
 
 
 class Command(PlatformCommand):

@@ -6,6 +6,10 @@ from decimal import Decimal, InvalidOperation
 from django.core.management.base import CommandError
 from django.db import DatabaseError
 
+from scheduling.config.conf import conf, setting_name
+from scheduling.endpoints.selectors import endpoint_get_named
+from scheduling.management.commands._base import command_team
+from scheduling.management.commands._versions import VersionedCommand, add_version_arguments, resolve_versions
 from topology import cascade
 from topology.explain import (
     describe_queues,
@@ -15,11 +19,6 @@ from topology.explain import (
     headers,
     markdown_table,
 )
-
-from scheduling.config.conf import conf, setting_name
-from scheduling.endpoints.selectors import endpoint_get_named
-from scheduling.management.commands._base import command_team
-from scheduling.management.commands._versions import VersionedCommand, add_version_arguments, resolve_versions
 
 
 class Command(VersionedCommand):

@@ -5,9 +5,9 @@ from pathlib import Path
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from scheduling.reports.export import deliveries_export
 from scheduling.management.commands._base import PlatformCommand, command_team
 from scheduling.management.commands._days import REPORT_ERRORS, day_range, one_line, parse_day
+from scheduling.reports.export import deliveries_export
 
 
 class Command(PlatformCommand):

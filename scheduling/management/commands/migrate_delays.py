@@ -3,16 +3,15 @@
 from django.core.management.base import CommandError
 
 from rabbit import BrokerError
-
 from scheduling.config.conf import broker
 from scheduling.core.lifecycle import Status
-from scheduling.models import DeliveryMode, ScheduledMessage
-from scheduling.versions.selectors import topology_version_get
 from scheduling.endpoints.services import endpoint_update
-from scheduling.versions.services import topology_provision
 from scheduling.management.commands._base import PlatformCommand
 from scheduling.management.commands._moving import run_move
 from scheduling.management.commands._versions import add_move_arguments
+from scheduling.models import DeliveryMode, ScheduledMessage
+from scheduling.versions.selectors import topology_version_get
+from scheduling.versions.services import topology_provision
 
 
 class Command(PlatformCommand):

@@ -6,13 +6,12 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from rabbit import BrokerError
-
 from scheduling.core.errors import ServiceError
-from scheduling.versions.selectors import topology_version_get
-from scheduling.versions.timeouts import timeout_migrate
 from scheduling.management.commands._base import PlatformCommand
 from scheduling.management.commands._progress import progress_bar
 from scheduling.management.commands._versions import add_move_arguments
+from scheduling.versions.selectors import topology_version_get
+from scheduling.versions.timeouts import timeout_migrate
 
 
 class Command(PlatformCommand):

@@ -7,15 +7,14 @@ from django.core.management.base import CommandError
 
 from rabbit import BrokerError
 from rabbit.redelivery import POLICY_NAME
-from topology import cascade
-from topology.definitions import plan_definitions
-
 from scheduling.config.conf import broker
+from scheduling.management.commands._base import require_migrated
+from scheduling.management.commands._versions import VersionedCommand, add_version_arguments, resolve_versions
 from scheduling.teams.broker_users import team_broker_user_check
 from scheduling.versions.broker import topology_check_broker
 from scheduling.versions.services import topology_provision, topology_verify
-from scheduling.management.commands._base import require_migrated
-from scheduling.management.commands._versions import VersionedCommand, add_version_arguments, resolve_versions
+from topology import cascade
+from topology.definitions import plan_definitions
 
 
 def _args(arguments) -> str:

@@ -5,12 +5,12 @@ from contextlib import ExitStack
 
 from django.core.management.base import CommandError
 
-from scheduling.retention import audit_columns
 from scheduling.config.conf import conf, setting_name
 from scheduling.core.durations import format_duration
-from scheduling.retention.services import PruneError, message_prune
 from scheduling.management.commands._base import PlatformCommand
 from scheduling.management.commands._progress import progress_bar
+from scheduling.retention import audit_columns
+from scheduling.retention.services import PruneError, message_prune
 
 
 def size(nbytes: float) -> str:

@@ -4,10 +4,10 @@ step of a key rotation: docs/security.md#webhook-secrets-at-rest)."""
 from django.core.management.base import CommandError
 
 from scheduling.config.conf import conf, setting_name
-from scheduling.security.secret_box import SealedWithUnknownKey
 from scheduling.endpoints.secrets import endpoint_reseal_secrets
 from scheduling.management.commands._base import PlatformCommand
 from scheduling.management.commands._progress import progress_bar
+from scheduling.security.secret_box import SealedWithUnknownKey
 
 
 class Command(PlatformCommand):

@@ -6,8 +6,8 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError
 from django.utils.dateparse import parse_datetime
 
-from scheduling.messages.services import message_schedule
 from scheduling.management.commands._base import PlatformCommand, command_team
+from scheduling.messages.services import message_schedule
 
 
 class Command(PlatformCommand):

@@ -6,9 +6,9 @@ from django.core.management.base import CommandError
 
 from rabbit import BrokerError
 from scheduling.core.errors import ServiceError
+from scheduling.management.commands._base import PlatformCommand, command_team
 from scheduling.teams.broker_access import worker_settings
 from scheduling.teams.broker_users import team_broker_user_ensure
-from scheduling.management.commands._base import PlatformCommand, command_team
 
 
 class Command(PlatformCommand):

@@ -27,9 +27,6 @@ from pathlib import Path
 import psycopg
 import requests
 
-from tests.reliability.soak.load import BULK_MAX
-from tests.reliability.soak.postgres import PrivatePostgres
-from tests.reliability.soak.rules import Plan
 from harness.celery_worker import Worker
 from harness.paths import ARTIFACTS, ROOT
 from harness.platform import manage, team_with_key
@@ -37,6 +34,9 @@ from harness.ports import free_port
 from harness.rabbit_node import PrivateRabbit
 from harness.waiting import wait_until
 from scheduling.core.durations import format_duration
+from tests.reliability.soak.load import BULK_MAX
+from tests.reliability.soak.postgres import PrivatePostgres
+from tests.reliability.soak.rules import Plan
 
 LOG_TAIL_BYTES = 4 << 20  # of each log, kept in artifacts/ when the run fails or misses a target
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from tests.reliability.soak.plateau import BOUND
 from scheduling.core.durations import parse_duration
+from tests.reliability.soak.plateau import BOUND
 
 ROWS = 12  # a row every 5 minutes of an hour
 KILLS_PER_RUN = 6  # the worker is SIGKILLed every sixth of the run: every 10 minutes of an hour

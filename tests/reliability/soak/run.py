@@ -32,10 +32,17 @@ from tests.reliability.soak.deploy import Deployment, deployed, keep_logs
 from tests.reliability.soak.ledger import Ledger, Outcome, judge, read_snapshot
 from tests.reliability.soak.load import Load
 from tests.reliability.soak.plateau import INDEX_SETTLE, judge_bound, judge_plateau, series
-from tests.reliability.soak.probes import (DatabaseFigures, broker_totals, disk_bytes, tree_fds,
-                               tree_rss_bytes)
-from tests.reliability.soak.rules import (Plan, SoakConfigError, Verdict, clock, count, human_bytes, judge_flat,
-                              plan_from_env)
+from tests.reliability.soak.probes import DatabaseFigures, broker_totals, disk_bytes, tree_fds, tree_rss_bytes
+from tests.reliability.soak.rules import (
+    Plan,
+    SoakConfigError,
+    Verdict,
+    clock,
+    count,
+    human_bytes,
+    judge_flat,
+    plan_from_env,
+)
 
 LOST_AFTER_S = 120  # a row counts a message as lost once it is this overdue (the verdict waits for all)
 SETTLE_EXTRA_S = 300  # after the last message is due, how long the verdict waits for stragglers

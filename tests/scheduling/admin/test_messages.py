@@ -13,8 +13,8 @@ from django.utils import timezone
 
 from scheduling.audit.models import AuditEvent
 from scheduling.delivery.models import MessageAttempt
-from scheduling.models import Endpoint, ScheduledMessage, to_epoch_ms
 from scheduling.messages.relay import relay_publish
+from scheduling.models import Endpoint, ScheduledMessage, to_epoch_ms
 from tests.scheduling.messages.test_selectors import assert_no_exact_count
 
 pytestmark = pytest.mark.django_db

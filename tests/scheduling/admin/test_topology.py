@@ -7,10 +7,10 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from scheduling.config.conf import broker
-from scheduling.models import ScheduledMessage, TopologyVersion
 from harness.endpoints import bind_endpoint
 from harness.waiting import wait_until
+from scheduling.config.conf import broker
+from scheduling.models import ScheduledMessage, TopologyVersion
 from topology import cascade
 
 pytestmark = [pytest.mark.django_db, pytest.mark.broker]

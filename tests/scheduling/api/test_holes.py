@@ -8,9 +8,9 @@ import uuid
 import pytest
 from django.urls import reverse
 
-from scheduling.messages import wire
 from scheduling.audit.models import AuditEvent
 from scheduling.config.conf import broker
+from scheduling.messages import wire
 from scheduling.models import Endpoint, Schedule, ScheduledMessage
 
 pytestmark = [pytest.mark.django_db, pytest.mark.broker]

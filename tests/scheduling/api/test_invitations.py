@@ -8,8 +8,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from scheduling.audit.models import AuditEvent
 from scheduling.audit import actions
+from scheduling.audit.models import AuditEvent
 from scheduling.teams.models import Invitation, Membership
 
 pytestmark = pytest.mark.django_db

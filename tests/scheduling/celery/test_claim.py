@@ -13,8 +13,8 @@ import scheduling.celery.tasks  # noqa: F401  (registers the platform's tasks, a
 from delayplatform.celery import app
 from harness.testapp import tasks as testapp_tasks  # noqa: F401  (registers the test tasks)
 from harness.testapp.models import Receipt
-from scheduling.messages import wire
 from scheduling.core.lifecycle import Status
+from scheduling.messages import wire
 from scheduling.models import Endpoint, OrphanCopy, ScheduledMessage
 
 TASKS = ("testapp.plain_receipt", "testapp.delayed_receipt", "testapp.record_receipt", "scheduling.deliver")

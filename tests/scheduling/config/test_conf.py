@@ -21,10 +21,10 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import CommandError, call_command
 from dotenv import dotenv_values
 
+from harness.paths import ROOT
 from scheduling.config import reference, specs
 from scheduling.config.conf import DelaySettings, conf
 from scheduling.config.specs import SPECS
-from harness.paths import ROOT
 
 KEYS = ("GAl1PNO9VDJpAQtAY-0WRF6YE6EE2U-PKIoaBZNXesk=", "BGpqEyGFG1SEDEI3qoMPlqWociYCroxHHmxuiXFFZ3M=")  # Fernet's form
 # variable -> (value to set, Python expression read after start-up, what it must give)

@@ -10,7 +10,15 @@ from datetime import datetime, timezone
 
 import pytest
 
-from scheduling.core.cursors import AFTER, BEFORE, MAX_LENGTH, MalformedCursor, Position, cursor_decode, cursor_encode
+from scheduling.core.cursors import (
+    AFTER,
+    BEFORE,
+    MAX_LENGTH,
+    MalformedCursor,
+    Position,
+    cursor_decode,
+    cursor_encode,
+)
 
 AT = datetime(2026, 11, 24, 1, 2, 3, 456789, tzinfo=timezone.utc)
 ID = uuid.UUID("0d7c4a1e-8a1f-4a3e-9c1b-2f3d4e5f6a7b")

@@ -6,7 +6,13 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from scheduling.core.debounce import (
-    Debounce, Mode, leading_open, parse, reschedule_error, trailing_due, window_until,
+    Debounce,
+    Mode,
+    leading_open,
+    parse,
+    reschedule_error,
+    trailing_due,
+    window_until,
 )
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)

@@ -7,8 +7,8 @@ from harness.windows import most_in_window
 from rabbit import Received
 from scheduling.core import flow_gate as flow
 from scheduling.core.flow_gate import BUSY_RETRY_MS, LATE_SLOT_MS, FlowGate, Limit, slot_spacing_us
-from scheduling.worker.holding import Holding
 from scheduling.messages.wire import Delivery
+from scheduling.worker.holding import Holding
 
 
 class Slots:

@@ -307,7 +307,7 @@ def test_sql_list_is_sorted_literals_of_the_enum():
 
 
 _SQL = re.compile(r"\b(SELECT|UPDATE|INSERT INTO|DELETE FROM|WHERE)\b")
-_STATUS_LITERAL = re.compile("'(%s)'" % "|".join(s.value for s in Status))
+_STATUS_LITERAL = re.compile("'({})'".format("|".join(s.value for s in Status)))
 
 
 def sql_status_literals(source: str) -> list[str]:

@@ -6,8 +6,16 @@ import pytest
 
 from scheduling.core import lifecycle
 from scheduling.core.lifecycle import State, Status
-from scheduling.core.ordering import (KEY_MAX_CHARS, Holder, Overlap, Turn, key_problem, schedule_key, skip_reason,
-                                      turn)
+from scheduling.core.ordering import (
+    KEY_MAX_CHARS,
+    Holder,
+    Overlap,
+    Turn,
+    key_problem,
+    schedule_key,
+    skip_reason,
+    turn,
+)
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 LIVE = NOW + timedelta(seconds=5)

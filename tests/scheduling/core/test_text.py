@@ -8,8 +8,14 @@ import pytest
 
 from harness.paths import ROOT
 from scheduling.core import debounce, ordering, topics
-from scheduling.core.text import (CONTROL_CHARACTERS, NUL_CHARACTERS, has_control_characters, has_nul,
-                                  has_unpaired_surrogate, nul_replaced)
+from scheduling.core.text import (
+    CONTROL_CHARACTERS,
+    NUL_CHARACTERS,
+    has_control_characters,
+    has_nul,
+    has_unpaired_surrogate,
+    nul_replaced,
+)
 
 
 @pytest.mark.parametrize("value, expected", [

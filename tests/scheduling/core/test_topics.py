@@ -4,8 +4,17 @@ counted in steps (never timed) for adversarial patterns."""
 import pytest
 
 from scheduling.core.topics import (
-    MAX_FILTER_PATHS, MAX_FILTER_VALUES, MAX_PATH_SEGMENTS, MAX_WORDS, TopicError, filter_matches, filter_parse,
-    pattern_match_steps, pattern_matches, pattern_parse, topic_parse,
+    MAX_FILTER_PATHS,
+    MAX_FILTER_VALUES,
+    MAX_PATH_SEGMENTS,
+    MAX_WORDS,
+    TopicError,
+    filter_matches,
+    filter_parse,
+    pattern_match_steps,
+    pattern_matches,
+    pattern_parse,
+    topic_parse,
 )
 
 

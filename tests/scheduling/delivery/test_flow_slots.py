@@ -14,9 +14,9 @@ from django.utils import timezone
 from harness.at_once import at_once
 from harness.recording_server import RecordingServer
 from scheduling.core.flow_gate import Limit
-from scheduling.models import Endpoint, EndpointFlow, ScheduledMessage
-from scheduling.delivery.services import Result, delivery_receive, delivery_receive_many
 from scheduling.delivery.flow_slots import endpoint_take_slots, endpoint_try_call_slot
+from scheduling.delivery.services import Result, delivery_receive, delivery_receive_many
+from scheduling.models import Endpoint, EndpointFlow, ScheduledMessage
 
 Status = ScheduledMessage.Status
 

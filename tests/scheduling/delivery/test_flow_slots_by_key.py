@@ -13,9 +13,16 @@ from harness.at_once import at_once
 from harness.recording_server import RecordingServer
 from scheduling.core.flow_gate import Limit
 from scheduling.delivery.flow_slots import (
-    endpoint_key_flow_forget, endpoint_key_lock_id, endpoint_key_release_call_slots, endpoint_key_take_call_slots,
-    endpoint_key_take_slots, endpoint_key_take_slots_many, endpoint_key_try_call_slot, endpoint_take_call_slots,
-    endpoint_take_slots)
+    endpoint_key_flow_forget,
+    endpoint_key_lock_id,
+    endpoint_key_release_call_slots,
+    endpoint_key_take_call_slots,
+    endpoint_key_take_slots,
+    endpoint_key_take_slots_many,
+    endpoint_key_try_call_slot,
+    endpoint_take_call_slots,
+    endpoint_take_slots,
+)
 from scheduling.delivery.services import Result, delivery_receive
 from scheduling.models import Endpoint, EndpointKeyFlow, ScheduledMessage
 

@@ -13,8 +13,13 @@ import requests
 from django.utils import timezone
 
 from harness.recording_server import RecordingServer
-from scheduling.delivery.handlers import (celery_task_outgoing, post_webhook, webhook_deadline_s, webhook_headers,
-                                          webhook_profiles)
+from scheduling.delivery.handlers import (
+    celery_task_outgoing,
+    post_webhook,
+    webhook_deadline_s,
+    webhook_headers,
+    webhook_profiles,
+)
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.security import secret_box, webhook_signing
 

@@ -9,10 +9,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from scheduling.delivery.log import Delivered, delivery_log_on_commit
+from scheduling.delivery.services import Result, delivery_receive_many
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.observability import label_names
-from scheduling.delivery.services import Result, delivery_receive_many
-from scheduling.delivery.log import Delivered, delivery_log_on_commit
 
 pytestmark = pytest.mark.django_db
 

@@ -11,11 +11,11 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from scheduling.celery.services import celery_task_claim
+from scheduling.core.lateness_buckets import bucket_ms
+from scheduling.delivery.minutes import delivery_minute_record
+from scheduling.delivery.services import Result, delivery_receive_many
 from scheduling.models import DeliveryMinute, Endpoint, ScheduledMessage
 from scheduling.teams.models import default_team_id
-from scheduling.core.lateness_buckets import bucket_ms
-from scheduling.delivery.services import Result, delivery_receive_many
-from scheduling.delivery.minutes import delivery_minute_record
 
 pytestmark = pytest.mark.django_db
 Status = ScheduledMessage.Status

@@ -9,9 +9,9 @@ import pytest
 from prometheus_client import REGISTRY
 
 from scheduling.delivery.orphans import BODY_CAP_BYTES, Carried, orphan_copy_set_aside
-from scheduling.messages.wire import queue_of_routing_key
 from scheduling.delivery.selectors import orphan_copy_count, orphan_copy_list
 from scheduling.messages import wire
+from scheduling.messages.wire import queue_of_routing_key
 from scheduling.models import Endpoint, OrphanCopy
 from scheduling.teams.models import Team
 

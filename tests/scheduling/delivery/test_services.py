@@ -17,10 +17,15 @@ from django.utils import timezone
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
+from harness.recording_server import RecordingServer
+from scheduling.delivery.services import (
+    Result,
+    delivery_receive,
+    delivery_receive_many,
+    delivery_retry_unsent,
+)
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.security import webhook_signing
-from scheduling.delivery.services import Result, delivery_receive, delivery_receive_many, delivery_retry_unsent
-from harness.recording_server import RecordingServer
 
 pytestmark = pytest.mark.django_db
 Status = ScheduledMessage.Status

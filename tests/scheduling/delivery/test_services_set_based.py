@@ -18,11 +18,11 @@ from django.utils import timezone
 from prometheus_client import REGISTRY, CollectorRegistry, Histogram
 
 from scheduling.core import lifecycle
+from scheduling.core.lateness_buckets import bucket_ms
+from scheduling.delivery.minutes import delivery_minute_bucket_sql
+from scheduling.delivery.services import Result, delivery_receive_many
 from scheduling.models import DeliveryMinute, Endpoint, ScheduledMessage
 from scheduling.observability import metrics
-from scheduling.core.lateness_buckets import bucket_ms
-from scheduling.delivery.services import Result, delivery_receive_many
-from scheduling.delivery.minutes import delivery_minute_bucket_sql
 from scheduling.teams.models import Team
 
 pytestmark = pytest.mark.django_db

@@ -10,11 +10,11 @@ import pytest
 from django.utils import timezone
 
 from scheduling.audit.models import AuditEvent
-from scheduling.delivery.models import EndpointHealth, MessageAttempt, AttemptOutcome
-from scheduling.delivery.webhooks import Call, CallResult
-from scheduling.models import DeliveryMinute, Endpoint, ScheduledMessage
+from scheduling.delivery.models import AttemptOutcome, EndpointHealth, MessageAttempt
 from scheduling.delivery.services import Result
 from scheduling.delivery.webhook_calls import webhook_call_record, webhook_call_take
+from scheduling.delivery.webhooks import Call, CallResult
+from scheduling.models import DeliveryMinute, Endpoint, ScheduledMessage
 
 pytestmark = pytest.mark.django_db
 Status = ScheduledMessage.Status

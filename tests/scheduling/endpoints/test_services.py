@@ -14,10 +14,10 @@ from django.utils import timezone
 from scheduling.config.conf import broker
 from scheduling.core.errors import Conflict
 from scheduling.core.lifecycle import Status
+from scheduling.endpoints.services import endpoint_create, endpoint_rotate_secret, endpoint_update
 from scheduling.messages.services import message_schedule
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.security import secret_box, webhook_signing
-from scheduling.endpoints.services import endpoint_create, endpoint_rotate_secret, endpoint_update
 from topology import cascade
 
 pytestmark = [pytest.mark.django_db, pytest.mark.broker]

@@ -14,7 +14,11 @@ from scheduling.audit.models import AuditEvent
 from scheduling.core.errors import Forbidden, NotFound, QuotaExceeded
 from scheduling.events.models import Event, Subscription
 from scheduling.events.services import (
-    event_cancel, event_get, event_publish, subscription_create, subscription_delete,
+    event_cancel,
+    event_get,
+    event_publish,
+    subscription_create,
+    subscription_delete,
 )
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.observability import metrics

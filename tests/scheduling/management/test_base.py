@@ -14,8 +14,8 @@ import psycopg
 import pytest
 
 import scheduling.management.commands as commands
-from scheduling.management.commands._base import NOT_MIGRATED, PlatformCommand
 from harness.paths import ROOT
+from scheduling.management.commands._base import NOT_MIGRATED, PlatformCommand
 
 ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 NO_BROKER = "amqp://guest:guest@127.0.0.1:1/nowhere"

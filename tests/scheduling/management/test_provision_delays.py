@@ -9,9 +9,9 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
+from harness.paths import ROOT
 from scheduling.config.conf import broker
 from scheduling.models import TopologyVersion
-from harness.paths import ROOT
 from topology import cascade
 
 pytestmark = [pytest.mark.django_db, pytest.mark.broker]

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from scheduling.management.commands.worker_health import problem
 from harness.paths import ROOT
+from scheduling.management.commands.worker_health import problem
 
 
 def worker_health(env, *args):

@@ -8,13 +8,13 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from scheduling.models import BulkAction, Endpoint, ScheduledMessage
 from scheduling.messages.bulk import (
     message_apply_matching,
     message_bulk_matching,
     message_count_matching,
     message_start_matching,
 )
+from scheduling.models import BulkAction, Endpoint, ScheduledMessage
 
 pytestmark = pytest.mark.django_db
 Status = ScheduledMessage.Status

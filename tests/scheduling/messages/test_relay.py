@@ -7,17 +7,17 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from prometheus_client import REGISTRY
 from django.test import TestCase
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from prometheus_client import REGISTRY
 
-from scheduling.messages import wire
-from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.core.errors import Conflict
 from scheduling.endpoints.services import endpoint_update
-from scheduling.messages.services import message_republish, message_schedule, message_schedule_many
+from scheduling.messages import wire
 from scheduling.messages.relay import relay_claim_new, relay_publish, relay_publish_rows, relay_send_claimed
+from scheduling.messages.services import message_republish, message_schedule, message_schedule_many
+from scheduling.models import Endpoint, ScheduledMessage
 from tests.topology.helpers import get, wait_get
 from topology import cascade
 

@@ -16,11 +16,11 @@ from prometheus_client import REGISTRY
 from harness.waiting import wait_until
 from rabbit import BrokerUnavailable, Outcome
 from rabbit.broker import Broker
-from scheduling.messages import wire
 from scheduling.config.conf import broker
-from scheduling.models import ScheduledMessage
-from scheduling.messages.services import message_schedule_many
+from scheduling.messages import wire
 from scheduling.messages.relay import _GATHERER, relay_gather_stats, relay_publish
+from scheduling.messages.services import message_schedule_many
+from scheduling.models import ScheduledMessage
 from tests.topology.helpers import get
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.broker]

@@ -8,11 +8,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from scheduling.config.conf import broker
 from scheduling.core.clock import to_epoch_ms
 from scheduling.messages import wire
-from scheduling.config.conf import broker
-from scheduling.models import Endpoint, EndpointKeyFlow, ScheduledMessage
 from scheduling.messages.rescue import message_rescue_overdue, message_rescue_overdue_tasks
+from scheduling.models import Endpoint, EndpointKeyFlow, ScheduledMessage
 from tests.topology.helpers import get, wait_get
 from topology import cascade
 

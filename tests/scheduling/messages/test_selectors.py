@@ -18,14 +18,14 @@ from django.urls import reverse
 from django.utils import timezone
 
 from scheduling.core.clock import minute_floor
-from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.core.cursors import Position
-from scheduling.messages.selectors import SCHEDULED_IN_PAST, message_get_page, message_list_groups
-from scheduling.messages.dashboard import Lateness, dashboard_get, lateness_list_by_hour
-from scheduling.endpoints.selectors import endpoint_count_messages
-from scheduling.versions.selectors import topology_count_messages_by_level
-from scheduling.delivery.services import delivery_receive_many
 from scheduling.delivery.minutes import delivery_minute_record
+from scheduling.delivery.services import delivery_receive_many
+from scheduling.endpoints.selectors import endpoint_count_messages
+from scheduling.messages.dashboard import Lateness, dashboard_get, lateness_list_by_hour
+from scheduling.messages.selectors import SCHEDULED_IN_PAST, message_get_page, message_list_groups
+from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.versions.selectors import topology_count_messages_by_level
 
 pytestmark = pytest.mark.django_db
 Status = ScheduledMessage.Status

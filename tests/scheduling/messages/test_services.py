@@ -10,17 +10,17 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from scheduling.core.text import NUL_CHARACTERS
 from scheduling.core.errors import BulkValidationError, Conflict, NotFound
-from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.core.text import NUL_CHARACTERS
 from scheduling.messages.services import (
     message_cancel,
     message_republish,
-    message_resend,
     message_reschedule,
+    message_resend,
     message_schedule,
     message_schedule_many,
 )
+from scheduling.models import Endpoint, ScheduledMessage
 
 pytestmark = pytest.mark.django_db
 Status = ScheduledMessage.Status

@@ -6,13 +6,13 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from scheduling.messages import wire
-from scheduling.models import Endpoint, ScheduledMessage
-from scheduling.endpoints.services import endpoint_bind
-from scheduling.messages.services import message_republish
-from scheduling.messages.relay import relay_publish
-from scheduling.messages.unroutable import unroutable_drain
 from harness.waiting import wait_until
+from scheduling.endpoints.services import endpoint_bind
+from scheduling.messages import wire
+from scheduling.messages.relay import relay_publish
+from scheduling.messages.services import message_republish
+from scheduling.messages.unroutable import unroutable_drain
+from scheduling.models import Endpoint, ScheduledMessage
 
 pytestmark = [pytest.mark.django_db, pytest.mark.broker]
 
@@ -63,9 +63,9 @@ def test_an_unroutable_event_copy_fails_none_of_its_messages_the_rescue_sends_ea
     not at fault; they stay published and the rescue sends each alone once overdue. With the rescue
     off, they are failed with the reason, as any unroutable copy's."""
     from harness.endpoints import bind_endpoint
+    from scheduling.config.conf import broker
     from scheduling.events.models import Event
     from scheduling.messages.rescue import message_rescue_overdue
-    from scheduling.config.conf import broker
     from topology import cascade
 
     settings.DELAY_ENVELOPES = True

@@ -8,11 +8,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from scheduling.messages import wire
 from scheduling.core.clock import to_epoch_ms
+from scheduling.messages import wire
 from scheduling.models import Endpoint, ScheduledMessage, TopologyVersion
-from topology import cascade
 from scheduling.teams.models import Team
+from topology import cascade
 
 TEAM = Team(pk=1, name="default")  # an unsaved row's team: no query for the default
 

@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from scheduling.config.conf import conf
-from scheduling.delivery.models import EndpointHealth, AttemptOutcome
+from scheduling.delivery.models import AttemptOutcome, EndpointHealth
 from scheduling.delivery.services import delivery_receive_many
 from scheduling.delivery.webhook_calls import webhook_call_record, webhook_call_take
 from scheduling.delivery.webhooks import Call, CallResult

@@ -8,10 +8,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from scheduling.messages.selectors import Outbox
 from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage
 from scheduling.observability.metrics_figures import CachedFigures, Figures, families, read_figures
 from scheduling.versions.broker import VersionDepths
-from scheduling.messages.selectors import Outbox
 
 Status = ScheduledMessage.Status
 

@@ -11,11 +11,11 @@ from prometheus_client.mmap_dict import MmapedDict, mmap_key
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness.ports import free_port
+from scheduling.messages.selectors import Outbox
 from scheduling.observability import metrics, metrics_figures
 from scheduling.observability.metrics_dir import ENV
 from scheduling.observability.metrics_figures import CachedFigures, Figures
 from scheduling.observability.metrics_http import registry, serve
-from scheduling.messages.selectors import Outbox
 
 
 def parsed(text: str) -> dict:

@@ -8,12 +8,12 @@ import pyarrow.parquet as pq
 import pytest
 from django.core.management import CommandError, call_command
 
-from scheduling.retention import columns
+from harness.paths import ROOT
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.reports import export
 from scheduling.reports.accuracy import FACTS_SCHEMA, read_facts
 from scheduling.reports.facts import message_list_due_between
-from harness.paths import ROOT
+from scheduling.retention import columns
 
 pytestmark = pytest.mark.django_db
 DAY1, DAY2, DAY3 = date(2026, 11, 18), date(2026, 11, 19), date(2026, 11, 20)

@@ -13,13 +13,13 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from scheduling.retention import columns
+from harness.database import database_url
 from scheduling.delivery.models import MessageAttempt
 from scheduling.models import AccuracyReport, ArchiveFile, ScheduledMessage
 from scheduling.reports.accuracy import COUNTS
+from scheduling.retention import columns
 from scheduling.retention.services import PRUNE_LOCK, PruneError, message_prune
 from tests.scheduling.reports.conftest import spark  # noqa: F401 (the session's Spark)
-from harness.database import database_url
 
 pytestmark = pytest.mark.django_db
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
@@ -398,8 +398,8 @@ def audit_history(audit_row):
 
 
 def test_the_audit_log_past_its_retention_is_archived_then_deleted(archive, audit_history, settings):
-    from scheduling.retention import audit_columns
     from scheduling.audit.models import AuditArchiveFile, AuditEvent
+    from scheduling.retention import audit_columns
 
     go, stay = audit_history
     settings.DELAY_PRUNE_BATCH = 2  # several batches: where each starts is exercised

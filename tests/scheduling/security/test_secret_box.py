@@ -13,10 +13,10 @@ from django.db import connection
 from django.utils import timezone
 from standardwebhooks import Webhook
 
+from harness.recording_server import RecordingServer
+from scheduling.delivery.services import delivery_receive
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.security import secret_box, webhook_signing
-from scheduling.delivery.services import delivery_receive
-from harness.recording_server import RecordingServer
 
 OLD, NEW, OTHER = (Fernet.generate_key().decode() for _ in range(3))
 

@@ -12,13 +12,19 @@ from prometheus_client import REGISTRY
 
 from scheduling.audit.models import AuditEvent
 from scheduling.core.errors import QuotaExceeded
-from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.endpoints.services import endpoint_create
 from scheduling.messages.services import message_schedule_many
+from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.teams.caller import Caller
 from scheduling.teams.models import ApiKey, Team
 from scheduling.teams.quotas import team_forget_counts
-from scheduling.teams.services import api_key_authenticate, api_key_create, api_key_revoke, team_create, team_update
+from scheduling.teams.services import (
+    api_key_authenticate,
+    api_key_create,
+    api_key_revoke,
+    team_create,
+    team_update,
+)
 
 pytestmark = pytest.mark.django_db
 

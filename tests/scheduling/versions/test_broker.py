@@ -4,11 +4,15 @@ by the conftest)."""
 
 import pytest
 
-from scheduling.config.conf import broker
-from scheduling.versions.broker import topology_check, topology_get_in_flight, topology_version_count_in_flight
-from scheduling.versions.services import topology_provision
 from harness.endpoints import bind_endpoint
 from harness.waiting import wait_until
+from scheduling.config.conf import broker
+from scheduling.versions.broker import (
+    topology_check,
+    topology_get_in_flight,
+    topology_version_count_in_flight,
+)
+from scheduling.versions.services import topology_provision
 from tests.topology.helpers import publish
 from topology import cascade
 

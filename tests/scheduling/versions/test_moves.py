@@ -9,14 +9,14 @@ import amqp as amqp_lib
 import pytest
 from django.utils import timezone
 
-from scheduling.messages import wire
+from harness.endpoints import bind_endpoint
+from harness.vhosts import vhost_own
 from scheduling.config.conf import broker
+from scheduling.messages import wire
+from scheduling.messages.relay import relay_publish
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.versions.broker import topology_count_by_level
 from scheduling.versions.moves import delays_move
-from scheduling.messages.relay import relay_publish
-from harness.endpoints import bind_endpoint
-from harness.vhosts import vhost_own
 from tests.topology.helpers import get, publish
 from topology import cascade
 

@@ -10,14 +10,14 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from scheduling.config.conf import broker
-from scheduling.messages import wire
-from scheduling.models import Endpoint, ScheduledMessage, TopologyVersion
-from scheduling.versions.broker import topology_get_in_flight, topology_version_count_in_flight
-from scheduling.messages.relay import relay_publish
-from scheduling.versions.services import topology_provision, topology_verify
 from harness.endpoints import bind_endpoint
 from harness.waiting import wait_until
+from scheduling.config.conf import broker
+from scheduling.messages import wire
+from scheduling.messages.relay import relay_publish
+from scheduling.models import Endpoint, ScheduledMessage, TopologyVersion
+from scheduling.versions.broker import topology_get_in_flight, topology_version_count_in_flight
+from scheduling.versions.services import topology_provision, topology_verify
 from tests.topology.helpers import get, publish
 from topology import cascade
 

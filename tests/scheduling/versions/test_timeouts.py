@@ -9,9 +9,9 @@ from django.utils import timezone
 
 from harness.at_once import at_once
 from scheduling.messages import wire
-from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage
-from scheduling.messages.services import message_schedule
 from scheduling.messages.relay import relay_publish, timeout_publish_due
+from scheduling.messages.services import message_schedule
+from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage
 from scheduling.versions.timeouts import timeout_migrate
 from topology import cascade
 

@@ -4,8 +4,8 @@ to sleep, postponing after a database outage, giving messages back."""
 import pytest
 
 from rabbit import Received
-from scheduling.worker.holding import Holding
 from scheduling.messages.wire import Delivery
+from scheduling.worker.holding import Holding
 
 
 def message(tag: int, queue: str = "billing") -> Received:

@@ -20,8 +20,19 @@ import os
 from ._pages import AsyncPages, Pages
 from ._transport import AsyncTransport, Call, SyncTransport
 from .resources import (
-    RESOURCES, Audit, BulkActions, Endpoints, Events, Invitations, Keys, Messages, Notifications, Platform,
-    Schedules, Subscriptions, Teams,
+    RESOURCES,
+    Audit,
+    BulkActions,
+    Endpoints,
+    Events,
+    Invitations,
+    Keys,
+    Messages,
+    Notifications,
+    Platform,
+    Schedules,
+    Subscriptions,
+    Teams,
 )
 
 URL_ENV, KEY_ENV = "DELAY_PLATFORM_URL", "DELAY_PLATFORM_KEY"
