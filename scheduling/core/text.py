@@ -23,7 +23,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
-def has_nul(value) -> bool:
+def has_nul(value: object) -> bool:
     """Whether a string, or any key or string inside a JSON value (dicts and lists), holds a NUL."""
     if isinstance(value, str):
         return NUL in value

@@ -319,7 +319,7 @@ def sql_status_literals(source: str) -> list[str]:
         if id(node) in parts:  # read with its f-string
             continue
         if isinstance(node, ast.JoinedStr):
-            text = "{}".join(part.value if isinstance(part, ast.Constant) else "" for part in node.values)
+            text = "{}".join(str(part.value) if isinstance(part, ast.Constant) else "" for part in node.values)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             text = node.value
         else:
