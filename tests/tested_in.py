@@ -45,7 +45,7 @@ TESTED_IN: dict[str, tuple[str, ...]] = {
     "scheduling/teams/invitations.py": ("tests/scheduling/api/test_invitations.py",),
     "scheduling/teams/selectors.py": ("tests/scheduling/teams/test_access.py", "tests/scheduling/api/test_cross_team_walk.py"),
     # management commands: tests/scheduling/management/test_<command>.py (no commands/ level)
-    "scheduling/management/commands/explain_delay.py": ("tests/scheduling/management/test_explain_delay.py",),
+    "scheduling/management/commands/_base.py": ("tests/scheduling/management/test_base.py",),
     "scheduling/management/commands/provision_delays.py": ("tests/scheduling/management/test_provision_delays.py",),
     "scheduling/management/commands/prune_messages.py": ("tests/scheduling/retention/test_services.py",
                                                          "tests/reliability/test_prune_killed.py"),
