@@ -198,8 +198,15 @@ def test_killed_migration_run_again_loses_nothing_and_runs_each_handler_once(api
     run_killed(command, worker_env, 0.02,
                lambda: ScheduledMessage.objects.filter(id__in=ids, topology__name=target).count() >= 150)
     assert in_flight(amqp, source) > 0, "nothing left to resume"
-    second = subprocess.run(command, cwd=ROOT, env=worker_env, capture_output=True, text=True, timeout=300)
-    assert second.returncode == 0, second.stderr
+    # the operator's contract: run it again until it says everything was moved. The killed run's
+    # unacked copies go back to their queues when the broker closes its connection, which may be
+    # after the second run has read them empty: that run then says "run the command again" (seen
+    # once in make test from a clean clone); a third run must finish it
+    for _ in range(2):
+        again = subprocess.run(command, cwd=ROOT, env=worker_env, capture_output=True, text=True, timeout=300)
+        if again.returncode == 0 or "run the command again" not in again.stderr:
+            break
+    assert again.returncode == 0, again.stderr
     assert in_flight(amqp, source) == 0
     assert_each_delivered_once_on_time(ids, timeout=90)
 
