@@ -1,5 +1,5 @@
 """The ordering turn's statements at scale (issue 49): EXPLAIN (ANALYZE, BUFFERS) of the lock, the
-earlier-open probe, the wake and the sweep's key scan (scheduling/delivery/ordering.py, run as the
+earlier-open probe, the wake and the sweep's key scan (scheduling/messages/ordering.py, run as the
 platform builds them) on (a) 10,000 keys x 10 open messages on one endpoint and (b) 1 key x 100,000
 messages on another; then 100,000 deliveries without a vacuum, and the same EXPLAINs again: whether
 the dead index entries a deep key leaves behind its head make the LIMIT 1 ordered probes on
@@ -88,7 +88,7 @@ def _setup(keys: int, depth: int) -> dict:
     from django.db import connection
 
     from scheduling.core.lifecycle import ORDER_OPEN_VALUES
-    from scheduling.delivery.ordering import MESSAGES, TURNS
+    from scheduling.messages.ordering import MESSAGES, TURNS
     from scheduling.models import Endpoint, TopologyVersion
     from scheduling.teams.services import team_create
 
@@ -132,8 +132,7 @@ def _candidates(*, endpoint: int, key: str | None, limit: int):
 
 def _statements(ids: dict) -> dict[str, tuple[str, list]]:
     """Name -> (SQL, parameters): each turn statement as ordering.py runs it."""
-    from scheduling.delivery import ordering
-
+    from scheduling.messages import ordering
     out = {}
     for label, endpoint, key in (("50 keys", ids["wide"], None), ("deep key", ids["deep"], "firehose-1")):
         rows = _candidates(endpoint=endpoint, key=key, limit=BATCH)

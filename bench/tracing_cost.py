@@ -38,8 +38,8 @@ from scheduling.delivery.services import Outcome, Result  # noqa: E402
 from scheduling.messages import wire  # noqa: E402
 from scheduling.messages.services import _schedule_spans  # noqa: E402 (the service's own tracing hook)
 from scheduling.models import Endpoint, ScheduledMessage, TopologyVersion  # noqa: E402
+from scheduling.models.teams import Team  # noqa: E402
 from scheduling.observability import tracing  # noqa: E402
-from scheduling.teams.models import Team  # noqa: E402
 from scheduling.worker.holding import Held  # noqa: E402
 from scheduling.worker.loop import DeliveryLoop  # noqa: E402
 from topology import cascade  # noqa: E402

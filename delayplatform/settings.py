@@ -49,8 +49,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     # first: /healthz and /readyz answer before the Host check and the HTTPS redirect (probes
-    # send the pod's IP as Host, over plain HTTP); see scheduling/observability/health_views.py
-    "scheduling.observability.health_views.HealthCheckMiddleware",
+    # send the pod's IP as Host, over plain HTTP); see scheduling/probes/health_views.py
+    "scheduling.probes.health_views.HealthCheckMiddleware",
     # before anything reads a body: one over DELAY_MAX_BODY_BYTES is a 413, unread
     "scheduling.security.bodies.BodyLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
@@ -211,7 +211,7 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 5.0,
         "options": {"expires": 30},
     },
-    "sweep-ordering": {  # waiting messages of an ordering key a lost wake left (delivery/ordering.py)
+    "sweep-ordering": {  # waiting messages of an ordering key a lost wake left (messages/ordering.py)
         "task": task_names.ORDERING_SWEEP,
         "schedule": 5.0,
         "options": {"expires": 30},

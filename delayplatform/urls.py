@@ -1,8 +1,8 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from scheduling.observability.health_views import healthz, readyz
-from scheduling.observability.metrics_http import metrics_view
+from scheduling.probes.health_views import healthz, readyz
+from scheduling.probes.metrics_http import metrics_view
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),  # answered first by HealthCheckMiddleware

@@ -18,8 +18,8 @@ def schedule_event(*, endpoints: list, payload, deliver_at: datetime, topic: str
     a dict, or a function of the endpoint (a Celery queue's message is a task). ``event`` False:
     the same messages with no event (the load "sent as separate messages")."""
     from scheduling.core.clock import ceil_ms
-    from scheduling.events.models import Event
     from scheduling.messages.services import _build, _save  # the service's own steps, an event on each row
+    from scheduling.models import Event
 
     now = ceil_ms(timezone.now())
     items = [{"endpoint": endpoint, "payload": payload(endpoint) if callable(payload) else payload,

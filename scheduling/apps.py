@@ -25,5 +25,5 @@ class SchedulingConfig(AppConfig):
 
         from scheduling.celery.claim import order_tasks
 
-        order_tasks()  # an ordered Celery task's end ends its key's turn (delivery/ordering.py)
+        order_tasks()  # an ordered Celery task's end ends its key's turn (messages/ordering.py)
         post_migrate.connect(create_cache_tables, sender=self, dispatch_uid="scheduling.create_cache_tables")

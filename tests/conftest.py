@@ -75,7 +75,7 @@ SECONDS = {
     "topology/test_cascade_live.py": 80, "e2e/test_consumer_timeout.py": 80, "e2e/test_rabbitmq4.py": 75,
     "reliability/test_worker_killed.py": 60, "reliability/test_restore.py": 60, "e2e/test_tracing.py": 60,
     "reliability/test_topology_properties.py": 60,
-    "scheduling/versions/test_moves.py": 55, "reliability/test_database_unavailable.py": 55,
+    "scheduling/moves/test_delays.py": 55, "reliability/test_database_unavailable.py": 55,
     "e2e/test_loop_processes.py": 55, "e2e/test_fanout.py": 90, "e2e/test_envelopes.py": 50, "scheduling/versions/test_shards.py": 45,
     "scheduling/retention/test_services.py": 45, "scheduling/management/test_migrate.py": 45,
     "scheduling/management/test_provision_delays.py": 40,
@@ -224,7 +224,7 @@ def api(admin_user):
 
 
 def team_named(name: str):
-    from scheduling.teams.models import Team
+    from scheduling.models import Team
 
     return Team.objects.get_or_create(name=name)[0]
 
@@ -233,7 +233,7 @@ def team_named(name: str):
 def api_as(django_user_model):
     """api_as(role, team="default") -> a key client for a fresh user with this role in the team
     (viewer, member or admin; None: in no team)."""
-    from scheduling.teams.models import Membership
+    from scheduling.models import Membership
 
     def make(role=None, team="default"):
         user = django_user_model.objects.create_user(f"u{uuid.uuid4().hex[:8]}", password="pw")

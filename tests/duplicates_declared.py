@@ -25,5 +25,5 @@ DECLARED: list[tuple[str, str, str]] = [
      "serializer field declarations: a table of a response's fields"),
     ("scheduling/management/commands/migrate_delays.py", "scheduling/management/commands/migrate_timeouts.py",
      "argument declarations of two thin commands (--to, --dry-run, the audit flag); the moving is "
-     "shared already (commands/_versions.py, versions/moves.py)"),
+     "shared already (commands/_versions.py, moves/delays.py)"),
 ]

@@ -14,7 +14,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from harness.paths import ROOT
 from scheduling.messages.selectors import Outbox
 from scheduling.observability import metrics, webhook_metrics
-from scheduling.observability.metrics_figures import Figures, families
+from scheduling.probes.metrics_figures import Figures, families
 from scheduling.versions.broker import VersionDepths
 
 DOCS = ROOT / "docs"

@@ -19,7 +19,7 @@ from harness.waiting import wait_until
 TABLE = "scheduling_scheduledmessage"
 IN_FLIGHT_DAYS = 3  # the rate case's messages stay published (in the cascade) for the whole run
 STEADY_ROWS = 1000 * 86400 * 7  # 1,000 messages a second kept 7 days
-# partial indexes of messages in flight (scheduling/models.py): their size follows the messages in
+# partial indexes of messages in flight (scheduling/models/messages.py): their size follows the messages in
 # flight, not the history
 IN_FLIGHT_ONLY = ("message_endpoint_in_flight", "message_in_flight_due", "message_timeouts_due")
 

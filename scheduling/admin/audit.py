@@ -5,8 +5,8 @@ from django.utils.html import format_html
 
 from scheduling.admin import html
 from scheduling.admin.base import ControlRoomAdmin
-from scheduling.audit.models import AuditEvent
-from scheduling.teams.roles import Action
+from scheduling.core.roles import Action
+from scheduling.models import AuditEvent
 
 
 @admin.register(AuditEvent)

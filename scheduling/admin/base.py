@@ -23,9 +23,9 @@ from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import path, reverse
 
 from rabbit import BrokerError
+from scheduling.core.caller import Caller
 from scheduling.core.errors import ServiceError
-from scheduling.teams.caller import Caller
-from scheduling.teams.roles import Action
+from scheduling.core.roles import Action
 from scheduling.teams.selectors import caller_for_user, queryset_for_caller
 
 # What a service may raise that an operator should read as one line, not a stack trace.
@@ -290,7 +290,7 @@ class TeamListFilter(admin.SimpleListFilter):
     field = "team"  # the path from the admin's model to the team
 
     def lookups(self, request, model_admin):
-        from scheduling.teams.models import Team
+        from scheduling.models import Team
 
         teams = queryset_for_caller(queryset=Team.objects.order_by("name"), caller=request_caller(request))
         return [(team.pk, team.name) for team in teams[:200]]

@@ -9,9 +9,9 @@ from django.template.response import TemplateResponse
 from django.utils.safestring import mark_safe
 
 from scheduling.admin.base import request_caller
+from scheduling.core.roles import Action
 from scheduling.messages.dashboard import DASHBOARD_COUNT_CAP, dashboard_get
 from scheduling.reports import charts
-from scheduling.teams.roles import Action
 
 # The admin index links here (a box above the app list).
 admin.site.index_template = "admin/scheduling/index.html"

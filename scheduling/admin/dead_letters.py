@@ -18,11 +18,11 @@ from django.utils.html import format_html
 from scheduling.admin.base import OPERATOR_ERRORS, ControlRoomAdmin, EndpointListFilter, TeamListFilter
 from scheduling.admin.messages import ScheduleFilter
 from scheduling.core.lifecycle import Status
+from scheduling.core.roles import Action
 from scheduling.messages.bulk import message_enqueue_matching, message_start_matching
 from scheduling.messages.selectors import message_search
 from scheduling.messages.services import message_republish
 from scheduling.models import BulkAction, Endpoint, FailedMessage
-from scheduling.teams.roles import Action
 from scheduling.teams.selectors import queryset_for_caller, team_pick
 
 

@@ -14,7 +14,7 @@ from scheduling.admin import html
 from scheduling.admin.base import ControlRoomAdmin, TeamListFilter
 from scheduling.admin.forms import EndpointChangeForm, EndpointCreateForm
 from scheduling.core.lifecycle import Status
-from scheduling.delivery.models import EndpointHealth
+from scheduling.core.roles import Action
 from scheduling.endpoints.selectors import endpoint_count_messages, endpoint_list
 from scheduling.endpoints.services import (
     endpoint_create,
@@ -23,9 +23,8 @@ from scheduling.endpoints.services import (
     endpoint_set_active,
     endpoint_update,
 )
-from scheduling.models import Endpoint
+from scheduling.models import Endpoint, EndpointHealth
 from scheduling.security.redaction import url_redacted
-from scheduling.teams.roles import Action
 from scheduling.teams.selectors import team_pick
 
 

@@ -8,10 +8,10 @@ from django.utils.html import conditional_escape, format_html
 
 from scheduling.admin import html
 from scheduling.admin.base import ControlRoomAdmin, TeamListFilter
-from scheduling.events.models import Event, Subscription
+from scheduling.core.roles import Action
 from scheduling.events.selectors import event_list, event_list_messages, subscription_list
 from scheduling.events.services import event_cancel, subscription_delete
-from scheduling.teams.roles import Action
+from scheduling.models import Event, Subscription
 
 
 @admin.register(Subscription)

@@ -4,13 +4,13 @@ allowed lives in the services, shared with the API (see base.service_form_view).
 from django import forms
 
 from scheduling.config.conf import setting_name
+from scheduling.core.caller import Caller
 from scheduling.core.flow_gate import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
 from scheduling.core.ordering import Overlap
+from scheduling.core.roles import Action
 from scheduling.endpoints.selectors import endpoint_list
 from scheduling.models import FLOW_KEY_MAX_LENGTH, DeliveryMode, Endpoint, Schedule, Team, TopologyVersion
 from scheduling.retention.services import retention_describe
-from scheduling.teams.caller import Caller
-from scheduling.teams.roles import Action
 from scheduling.teams.selectors import queryset_for_caller
 from scheduling.versions.selectors import topology_version_get_default
 

@@ -14,9 +14,9 @@ from django.core.exceptions import BadRequest
 
 from scheduling.admin.base import request_caller
 from scheduling.core.cursors import AFTER, BEFORE, MalformedCursor, Position, cursor_decode, cursor_encode
-from scheduling.messages.counts import Tally, queryset_estimate
+from scheduling.core.roles import Action
+from scheduling.db.counts import Tally, queryset_estimate
 from scheduling.messages.selectors import message_estimate_in_past, message_get_page, message_list_groups
-from scheduling.teams.roles import Action
 
 CURSOR_VAR = "cursor"
 

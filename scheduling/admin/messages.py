@@ -19,6 +19,7 @@ from scheduling.admin.forms import RescheduleForm, ScheduleMessageForm
 from scheduling.admin.keyset import MessageChangeList
 from scheduling.config.conf import conf
 from scheduling.core.lifecycle import IN_FLIGHT, Status, scheduled_in_past
+from scheduling.core.roles import Action
 from scheduling.messages import wire
 from scheduling.messages.selectors import (
     SCHEDULED_IN_PAST,
@@ -36,7 +37,6 @@ from scheduling.messages.services import (
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.retention.services import retention_describe
 from scheduling.schedules.selectors import schedule_list
-from scheduling.teams.roles import Action
 from scheduling.teams.selectors import queryset_for_caller
 from topology import explain
 

@@ -5,10 +5,10 @@ delete theirs through the service that audits it; members only read their team's
 from django.contrib import admin
 
 from scheduling.admin.base import ControlRoomAdmin, TeamListFilter
-from scheduling.notifications.models import NotificationRoute
+from scheduling.core.roles import Action
+from scheduling.models import NotificationRoute
 from scheduling.notifications.selectors import notification_route_list
 from scheduling.notifications.services import notification_route_delete
-from scheduling.teams.roles import Action
 
 
 @admin.register(NotificationRoute)

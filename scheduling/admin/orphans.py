@@ -7,9 +7,9 @@ audits each copy), a team's members only read their team's."""
 from django.contrib import admin
 
 from scheduling.admin.base import ControlRoomAdmin, EndpointListFilter, TeamListFilter
+from scheduling.core.roles import Action
 from scheduling.delivery.orphans import orphan_copy_delete
 from scheduling.models import OrphanCopy
-from scheduling.teams.roles import Action
 
 
 @admin.register(OrphanCopy)

@@ -15,8 +15,9 @@ from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
 from scheduling.admin.base import ControlRoomAdmin, request_caller
+from scheduling.core.roles import Action
 from scheduling.core.text import has_nul
-from scheduling.models import AccuracyReport
+from scheduling.models import AccuracyReport, Team
 from scheduling.reports import accuracy_charts
 from scheduling.reports.facts import (
     GROUP_DIMENSIONS,
@@ -28,8 +29,6 @@ from scheduling.reports.facts import (
     accuracy_report_list_values,
     accuracy_report_slice_exists,
 )
-from scheduling.teams.models import Team
-from scheduling.teams.roles import Action
 
 ALL = AccuracyReport.ALL
 CHART_DAYS = 14

@@ -10,10 +10,10 @@ from django.utils.html import format_html
 
 from scheduling.admin.base import ControlRoomAdmin, EndpointListFilter, TeamListFilter
 from scheduling.admin.forms import ScheduleForm
+from scheduling.core.roles import Action
 from scheduling.models import Schedule
 from scheduling.schedules.selectors import schedule_list
 from scheduling.schedules.services import schedule_delete, schedule_set_paused, schedule_upsert
-from scheduling.teams.roles import Action
 
 
 @admin.register(Schedule)

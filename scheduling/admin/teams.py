@@ -15,9 +15,9 @@ from django.utils import timezone
 from scheduling.admin.base import OPERATOR_ERRORS, ControlRoomAdmin, TeamListFilter, add_service_errors
 from scheduling.config.conf import setting_name
 from scheduling.core.durations import parse_duration
+from scheduling.core.roles import ROLES, SCOPES, Action
+from scheduling.models import ApiKey, Invitation, Membership, Team
 from scheduling.teams.invitations import invitation_create, invitation_revoke
-from scheduling.teams.models import ApiKey, Invitation, Membership, Team
-from scheduling.teams.roles import ROLES, SCOPES, Action
 from scheduling.teams.selectors import queryset_for_caller
 from scheduling.teams.services import (
     TEAM_SETTINGS,

@@ -11,8 +11,8 @@ from rabbit import ManagementUnavailable
 from scheduling.admin import html
 from scheduling.admin.base import ControlRoomAdmin
 from scheduling.models import TopologyVersion
+from scheduling.moves.delays import delays_preview
 from scheduling.versions.broker import topology_get_in_flight, topology_version_count_in_flight
-from scheduling.versions.moves import delays_preview
 from scheduling.versions.selectors import (
     LEVEL_COUNT_TIMEOUT_MS,
     topology_count_messages_by_level,

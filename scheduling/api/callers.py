@@ -4,9 +4,9 @@ built once per request and handed to every selector and service the view calls."
 from __future__ import annotations
 
 from scheduling.audit.context import audit_context
+from scheduling.core.caller import Caller
+from scheduling.models import ApiKey
 from scheduling.teams.authentication import TeamKeyUser
-from scheduling.teams.caller import Caller
-from scheduling.teams.models import ApiKey
 from scheduling.teams.selectors import caller_for_team_key, caller_for_user
 
 _ATTRIBUTE = "_dp_caller"

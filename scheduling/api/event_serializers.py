@@ -5,7 +5,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from scheduling.api.validation import RefuseControlCharacters
-from scheduling.events.models import Event, Subscription
+from scheduling.models import Event, Subscription
 
 
 class SubscriptionSerializer(serializers.ModelSerializer):

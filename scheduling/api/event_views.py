@@ -21,6 +21,7 @@ from scheduling.api.event_serializers import (
 )
 from scheduling.api.views import TEAM_PARAMETER, TRACEPARENT_PARAMETER, TeamScoped
 from scheduling.core.errors import NotFound
+from scheduling.core.roles import Action
 from scheduling.core.text import has_nul
 from scheduling.events.selectors import event_list, event_list_messages, subscription_list
 from scheduling.events.services import (
@@ -30,7 +31,6 @@ from scheduling.events.services import (
     subscription_create,
     subscription_delete,
 )
-from scheduling.teams.roles import Action
 from scheduling.teams.selectors import team_pick
 
 

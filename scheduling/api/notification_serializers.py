@@ -3,7 +3,7 @@
 from rest_framework import serializers
 
 from scheduling.api.validation import RefuseControlCharacters
-from scheduling.notifications.models import ROUTABLE, NotificationRoute
+from scheduling.models.notifications import ROUTABLE, NotificationRoute
 
 
 class NotificationRouteSerializer(serializers.ModelSerializer):

@@ -13,9 +13,9 @@ from scheduling.api.notification_serializers import (
     NotificationRouteSerializer,
 )
 from scheduling.api.views import TEAM_PARAMETER, TeamScoped
+from scheduling.core.roles import Action
 from scheduling.notifications.selectors import notification_route_list
 from scheduling.notifications.services import notification_route_create, notification_route_delete
-from scheduling.teams.roles import Action
 from scheduling.teams.selectors import team_pick
 
 

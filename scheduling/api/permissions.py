@@ -1,4 +1,4 @@
-"""The API's permission: what a request may do is its caller's (teams/caller.py). Each view maps
+"""The API's permission: what a request may do is its caller's (core/caller.py). Each view maps
 its actions to a teams.roles.Action (``team_actions``); a request needs that action in some team
 (403 otherwise), and an object needs it in the object's team. Another team's object never gets
 this far: the views read through queryset_for_caller, so it is a 404."""

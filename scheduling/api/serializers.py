@@ -12,26 +12,27 @@ from rest_framework import serializers
 
 from scheduling.api.callers import request_caller
 from scheduling.api.validation import RefuseControlCharacters
-from scheduling.celery.structured import TASK_ID
 from scheduling.config.conf import conf, setting_name
 from scheduling.core.flow_gate import MAX_CONCURRENT, MAX_DELIVERIES_PER_SECOND
 from scheduling.core.lifecycle import Status, scheduled_in_past
 from scheduling.core.ordering import Overlap
+from scheduling.core.roles import Action
+from scheduling.core.schedule_rules import run_time_of_key
 from scheduling.core.text import has_control_characters, has_nul
-from scheduling.delivery.models import EndpointHealth, MessageAttempt
 from scheduling.messages.selectors import message_list_waiting_for
+from scheduling.messages.structured import TASK_ID
 from scheduling.models import (
     FLOW_KEY_MAX_LENGTH,
     BulkAction,
     DeliveryMode,
     Endpoint,
+    EndpointHealth,
+    MessageAttempt,
     Schedule,
     ScheduledMessage,
     TopologyVersion,
 )
-from scheduling.schedules.rules import run_time_of_key
 from scheduling.security.redaction import url_redacted
-from scheduling.teams.roles import Action
 
 
 class VersionField(serializers.SlugRelatedField):

@@ -5,9 +5,9 @@ from rest_framework import serializers
 from scheduling.api.validation import RefuseControlCharacters
 from scheduling.config.conf import setting_name
 from scheduling.core.durations import parse_duration
-from scheduling.teams.models import ApiKey, Invitation, Membership, Team
+from scheduling.core.roles import ROLES, SCOPES
+from scheduling.models import ApiKey, Invitation, Membership, Team
 from scheduling.teams.quotas import COUNTS, team_limit, team_min_interval_ms
-from scheduling.teams.roles import ROLES, SCOPES
 
 
 class TeamSerializer(serializers.ModelSerializer):

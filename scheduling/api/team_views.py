@@ -23,6 +23,8 @@ from scheduling.api.team_serializers import (
 )
 from scheduling.api.views import TeamScoped, no_store
 from scheduling.audit.selectors import audit_list
+from scheduling.core.roles import Action
+from scheduling.models import ApiKey, Team
 from scheduling.teams.authentication import TeamKeyUser
 from scheduling.teams.invitations import (
     invitation_accept,
@@ -30,8 +32,6 @@ from scheduling.teams.invitations import (
     invitation_decline,
     invitation_revoke,
 )
-from scheduling.teams.models import ApiKey, Team
-from scheduling.teams.roles import Action
 from scheduling.teams.selectors import (
     api_key_list_of_user,
     invitation_list,

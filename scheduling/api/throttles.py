@@ -25,7 +25,7 @@ from rest_framework.throttling import SimpleRateThrottle
 
 from scheduling.config.conf import conf, setting_name
 from scheduling.core.text import has_nul
-from scheduling.teams.models import ApiKey, Team
+from scheduling.models import ApiKey, Team
 
 SLOTS = 60
 BULK_ACTIONS = frozenset({"bulk"})

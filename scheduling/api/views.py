@@ -1,5 +1,5 @@
 """Thin API views: parse, call one service, format. Every read starts from the caller's teams
-(queryset_for_caller) and every service is told who calls (teams/caller.py)."""
+(queryset_for_caller) and every service is told who calls (core/caller.py)."""
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
@@ -45,8 +45,10 @@ from scheduling.api.serializers import (
     message_item,
 )
 from scheduling.celery.services import celery_task_cancel, celery_task_claim_message, celery_task_end
+from scheduling.core import schedule_rules as rules
 from scheduling.core.errors import BulkValidationError, NotFound
 from scheduling.core.lifecycle import Status
+from scheduling.core.roles import Action
 from scheduling.core.text import has_nul
 from scheduling.endpoints.selectors import endpoint_count_messages, endpoint_get_one, endpoint_list
 from scheduling.endpoints.services import (
@@ -62,7 +64,12 @@ from scheduling.messages.bulk import (
     message_enqueue_matching,
     message_start_matching,
 )
-from scheduling.messages.selectors import message_list, message_list_attempts, message_list_groups
+from scheduling.messages.selectors import (
+    message_describe_gone,
+    message_list,
+    message_list_attempts,
+    message_list_groups,
+)
 from scheduling.messages.services import (
     message_cancel,
     message_republish,
@@ -71,8 +78,6 @@ from scheduling.messages.services import (
     message_schedule_many,
 )
 from scheduling.models import BulkAction, Endpoint
-from scheduling.retention.services import message_describe_gone
-from scheduling.schedules import rules
 from scheduling.schedules.selectors import schedule_list
 from scheduling.schedules.services import (
     schedule_check_rule,
@@ -80,7 +85,6 @@ from scheduling.schedules.services import (
     schedule_set_paused,
     schedule_upsert,
 )
-from scheduling.teams.roles import Action
 from scheduling.teams.selectors import queryset_for_caller, team_pick
 
 # W3C Trace Context (docs/observability/tracing.md): the message continues the caller's trace. An

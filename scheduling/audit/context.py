@@ -12,7 +12,8 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from scheduling.teams.caller import Caller
+from scheduling.core.caller import Caller
+from scheduling.security.client_ip import client_ip
 
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")  # a caller's own id, kept when it is this plain
 USER_AGENT_MAX = 512
@@ -69,8 +70,6 @@ class AuditContextMiddleware:
         source = next((name for prefix, name in self.SOURCES if request.path.startswith(prefix)), None)
         if source is None:
             return self.get_response(request)
-        from scheduling.security.client_ip import client_ip
-
         context = AuditContext(source=source, request=request, ip=_ip(client_ip(request)),
                                user_agent=request.META.get("HTTP_USER_AGENT", "")[:USER_AGENT_MAX],
                                request_id=request_id_of(request))

@@ -8,9 +8,9 @@ from datetime import datetime
 from django.db.models import Q, QuerySet
 
 from scheduling.audit import actions
-from scheduling.audit.models import AuditEvent
-from scheduling.teams.caller import Caller
-from scheduling.teams.roles import Action
+from scheduling.core.caller import Caller
+from scheduling.core.roles import Action
+from scheduling.models import AuditEvent
 
 
 def audit_list(*, caller: Caller, team: str | None = None, action: str | None = None,

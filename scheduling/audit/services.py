@@ -12,9 +12,9 @@ import uuid
 from django.db import models
 
 from scheduling.audit.context import audit_context
-from scheduling.audit.models import AuditEvent
+from scheduling.core.caller import Caller
+from scheduling.models import AuditEvent
 from scheduling.security.redaction import url_redacted
-from scheduling.teams.caller import Caller
 
 REDACTED = "<redacted>"
 # fields never written in clear: secrets, key digests, passwords

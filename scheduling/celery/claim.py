@@ -111,7 +111,7 @@ def _ordered_task_ended(sender=None, task_id=None, task=None, state=None, **_) -
     holder = getattr(request, ORDERED_BY, None) or (task_id if request.get("dp_ordered") else None)
     if not holder:
         return
-    from scheduling.delivery.ordering import ordering_task_ended  # models: not at import time
+    from scheduling.messages.ordering import ordering_task_ended  # models: not at import time
 
     try:
         ordering_task_ended(message_id=holder, retrying=state == "RETRY")
@@ -122,7 +122,7 @@ def _ordered_task_ended(sender=None, task_id=None, task=None, state=None, **_) -
 def _ordered_task_revoked(sender=None, request=None, **_) -> None:
     """Celery's ``task_revoked``: a revoked ordered task ends its key's turn as if it had run."""
     if request is not None and (getattr(request, "request_dict", None) or {}).get("dp_ordered"):
-        from scheduling.delivery.ordering import ordering_task_ended
+        from scheduling.messages.ordering import ordering_task_ended
 
         ordering_task_ended(message_id=request.id, retrying=False)
 

@@ -18,21 +18,21 @@ from uuid_utils.compat import uuid7
 from scheduling.celery.turns import holder_of, take_turn
 from scheduling.config.conf import conf, setting_name
 from scheduling.core import lifecycle
+from scheduling.core.caller import PLATFORM, Caller
 from scheduling.core.errors import BulkValidationError, Conflict, NotFound
 from scheduling.core.lifecycle import IN_FLIGHT, Arrival, Status
 from scheduling.core.ordering import Turn
+from scheduling.core.roles import Action
 from scheduling.delivery.log import delivery_log_on_commit
 from scheduling.delivery.minutes import delivery_minute_record
-from scheduling.delivery.ordering import Release, ordering_release
 from scheduling.delivery.orphans import Carried, orphan_copy_set_aside
 from scheduling.endpoints.selectors import endpoint_get_one
 from scheduling.endpoints.services import endpoint_create
+from scheduling.messages.ordering import Release, ordering_task_ended
 from scheduling.messages.services import message_cancel, message_lock, message_schedule_many
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.notifications.services import notification_emit_ended
 from scheduling.observability import metrics
-from scheduling.teams.caller import PLATFORM, Caller
-from scheduling.teams.roles import Action
 from scheduling.teams.selectors import team_pick
 
 log = logging.getLogger(__name__)
@@ -203,7 +203,7 @@ def celery_task_end(*, message_id: str, retrying: bool, caller: Caller = PLATFOR
     go and the next message of the key woken; ``retrying`` keeps it for another lease. Anything else
     (no key, a turn not its own any more, a second report) changes nothing. Same scope as the claim:
     the tasks right in the message's team (another team's id is NotFound), a celery_queue endpoint's
-    message (else Conflict). Returns the message and what it did (delivery/ordering.Release)."""
+    message (else Conflict). Returns the message and what it did (messages/ordering.Release)."""
     with transaction.atomic():
         message = message_lock(message_id=message_id, caller=caller, action=Action.TASKS)
         if message.endpoint.handler != Endpoint.Handler.CELERY_QUEUE:
@@ -212,4 +212,4 @@ def celery_task_end(*, message_id: str, retrying: bool, caller: Caller = PLATFOR
         holder = holder_of(message)
     if holder is None:
         return message, Release.NONE
-    return message, ordering_release(message_id=holder, retrying=retrying)
+    return message, ordering_task_ended(message_id=holder, retrying=retrying, live_only=True).release

@@ -10,12 +10,12 @@ from scheduling.config.conf import broker, conf
 from scheduling.core import backoff, task_names
 from scheduling.core import traceparent as trace_context
 from scheduling.core.clock import from_epoch_ms
-from scheduling.delivery.ordering import ordering_sweep
 from scheduling.delivery.orphans import orphan_copy_carried_by_task, orphan_copy_set_aside
 from scheduling.delivery.services import Result, delivery_receive
 from scheduling.messages import wire
 from scheduling.messages.bulk import message_apply_matching
 from scheduling.messages.fanout import message_fan_out
+from scheduling.messages.ordering import ordering_sweep
 from scheduling.messages.relay import relay_sweep, timeout_publish_due
 from scheduling.messages.unroutable import unroutable_drain
 from scheduling.models import BulkAction

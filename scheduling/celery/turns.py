@@ -1,5 +1,5 @@
 """Ordering keys on celery_queue endpoints (issue 49): the claim takes the key's turn, the task's end
-gives it back (delivery/ordering.py holds the turns; core/ordering.py the rules).
+gives it back (messages/ordering.py holds the turns; core/ordering.py the rules).
 
 A celery_queue task is handed over by the cascade straight into its Celery queue, so its turn cannot
 be decided where the copy comes out: it is decided where the worker claims it (the platform's own
@@ -21,8 +21,8 @@ from datetime import datetime, timedelta
 
 from scheduling.core import lifecycle
 from scheduling.core.ordering import Turn
-from scheduling.delivery.ordering import TASK_LEASE_SECONDS, ordering_hold, ordering_take
 from scheduling.delivery.overlap import schedule_count_overlap_skipped
+from scheduling.messages.ordering import TASK_LEASE_SECONDS, ordering_hold, ordering_take
 from scheduling.models import ScheduledMessage
 from scheduling.observability import metrics
 

@@ -58,7 +58,7 @@ FINISHED = frozenset({Status.DELIVERED, Status.CANCELLED, Status.FAILED, Status.
 # The final statuses added after the history index (message_endpoint_history lists the first three
 # by value): their rows have an index of their own with the same fields (message_endpoint_ended).
 LATER_FINISHED = frozenset({Status.EXPIRED, Status.SUPERSEDED, Status.SKIPPED})
-# As stored: the partial indexes' conditions (models.py) and the reads that pick an index by them.
+# As stored: the partial indexes' conditions (models/messages.py) and the reads that pick an index by them.
 IN_FLIGHT_VALUES = frozenset(status.value for status in IN_FLIGHT)
 FINISHED_VALUES = frozenset(status.value for status in FINISHED)
 LATER_FINISHED_VALUES = frozenset(status.value for status in LATER_FINISHED)

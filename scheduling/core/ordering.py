@@ -9,7 +9,7 @@ or waits (``buffer_one``) unless another run already waits, in which case it is 
 BUFFER_ONE: the buffered run keeps its place).
 
 Pure: the delivery path locks the key's turn row, reads what this decides on, and applies the
-answer (delivery/ordering.py). Messages without a key never get here.
+answer (messages/ordering.py). Messages without a key never get here.
 """
 
 from __future__ import annotations

@@ -20,8 +20,9 @@ from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConn
 
 from rabbit import BrokerUnavailable, Outgoing
 from scheduling.config.conf import broker, conf
-from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.models import Endpoint, ScheduledMessage, Team
 from scheduling.security import guards, secret_box, webhook_signing
+from scheduling.teams.quotas import team_task_refusal, team_webhook_networks
 
 
 class _Allowed(threading.local):
@@ -44,8 +45,6 @@ class TeamGrants:
         self.of: dict[int, tuple[float, object]] = {}  # team id -> (read at, monotonic; the team or None)
 
     def team(self, team_id: int):
-        from scheduling.teams.models import Team
-
         now = time.monotonic()
         with self.lock:
             kept = self.of.get(team_id)
@@ -63,14 +62,10 @@ team_grants = TeamGrants()
 def webhook_networks(endpoint: Endpoint) -> tuple:
     """What the endpoint's webhooks may reach besides public addresses: the platform's networks
     and its team's grant."""
-    from scheduling.teams.quotas import team_webhook_networks
-
     return team_webhook_networks(team=team_grants.team(endpoint.team_id))
 
 
 def _task_refusal(endpoint: Endpoint) -> str | None:
-    from scheduling.teams.quotas import team_task_refusal
-
     team = team_grants.team(endpoint.team_id)
     if team is None:
         return guards.task_refusal(endpoint.handler_target, conf().celery_task_allowlist)

@@ -27,6 +27,7 @@ from scheduling.config.conf import conf
 from scheduling.core import backoff, lifecycle
 from scheduling.core.lifecycle import Arrival, Event
 from scheduling.core.ordering import Turn
+from scheduling.db.sql import CANONICAL_UUID
 from scheduling.delivery.flow_slots import endpoint_key_try_call_slot, endpoint_try_call_slot
 from scheduling.delivery.handlers import TaskSends, handover_traceparent, run_handler, send_celery_tasks
 from scheduling.delivery.log import Delivered, delivery_log_on_commit
@@ -35,11 +36,10 @@ from scheduling.delivery.minutes import (
     delivery_minute_record,
     delivery_minute_upsert_sql,
 )
-from scheduling.delivery.ordering import TASK_LEASE_SECONDS as ORDERING_TASK_LEASE_SECONDS
-from scheduling.delivery.ordering import ordering_end, ordering_hold, ordering_take
 from scheduling.delivery.overlap import schedule_count_overlap_skipped
 from scheduling.messages import wire
-from scheduling.messages.queries import CANONICAL_UUID
+from scheduling.messages.ordering import TASK_LEASE_SECONDS as ORDERING_TASK_LEASE_SECONDS
+from scheduling.messages.ordering import ordering_end, ordering_hold, ordering_take
 from scheduling.models import Endpoint, ScheduledMessage
 from scheduling.notifications.services import notification_attempt_failing, notification_emit_ended
 from scheduling.observability import metrics
@@ -53,7 +53,7 @@ class Result(enum.Enum):
     CANCELLED = "cancelled"
     SUPERSEDED = "superseded"  # a copy for the due time before a reschedule: dropped
     EXPIRED = "expired"  # past its expires_at (expired now or before): dropped, never handed over
-    WAITING = "waiting"  # not its ordering key's turn: acked, the row waits to be woken (delivery/ordering.py)
+    WAITING = "waiting"  # not its ordering key's turn: acked, the row waits to be woken (messages/ordering.py)
     SKIPPED = "skipped"  # a schedule's run its overlap policy does not send: acked, the row ended skipped
     EARLY = "early"
     RETRY = "retry"
@@ -80,7 +80,7 @@ class Handover(NamedTuple):
 @dataclass(frozen=True)
 class Outcome:
     """What a copy handed over came to (its Result) and what the loop needs to act on it: the
-    attempt it was, a retry's wait, an early copy's due time. Not delivery/models.py's
+    attempt it was, a retry's wait, an early copy's due time. Not models/delivery.py's
     AttemptOutcome, which classes a handler attempt's failure."""
 
     result: Result

@@ -32,21 +32,27 @@ from scheduling.core.clock import from_epoch_ms
 from scheduling.core.lifecycle import Status
 from scheduling.core.ordering import Turn
 from scheduling.core.text import nul_replaced
+from scheduling.db.sql import execute_prepared, int_array, uuid_array
 from scheduling.delivery import pushback
 from scheduling.delivery.log import delivery_log_on_commit
 from scheduling.delivery.minutes import delivery_minute_record
-from scheduling.delivery.models import AttemptOutcome, EndpointHealth, MessageAttempt, Trigger
-from scheduling.delivery.ordering import ordering_end, ordering_hold, ordering_take
 from scheduling.delivery.overlap import schedule_count_overlap_skipped
 from scheduling.delivery.services import Handover, Outcome, Result, delivery_drop_misrouted
 from scheduling.delivery.webhooks import CallResult
 from scheduling.messages import wire
-from scheduling.messages.queries import execute_prepared, int_array, uuid_array
-from scheduling.models import Endpoint, ScheduledMessage
-from scheduling.notifications.models import NotificationType
+from scheduling.messages.notifying import notification_emit
+from scheduling.messages.ordering import ordering_end, ordering_hold, ordering_take
+from scheduling.models import (
+    AttemptOutcome,
+    Endpoint,
+    EndpointHealth,
+    MessageAttempt,
+    NotificationType,
+    ScheduledMessage,
+    Trigger,
+)
 from scheduling.notifications.services import (
     notification_attempt_failing,
-    notification_emit,
     notification_emit_ended,
     notification_endpoint_fact,
 )
@@ -77,7 +83,7 @@ class Taken:
     throttled_ms: int | None
     expires_at: datetime | None = None  # a failed call's retry after it: expired instead
     team_id: int | None = None  # the endpoint's team: the caller fills it in from its endpoint profile
-    ordering_key: str | None = None  # its key's turn is released when its call is recorded (delivery/ordering.py)
+    ordering_key: str | None = None  # its key's turn is released when its call is recorded (messages/ordering.py)
 
 
 def _taken(row: tuple) -> Taken:
@@ -335,7 +341,7 @@ class Recorded:
 
 
 # The record statements test the status "IS TRUE" (the same rows) to keep it out of the index conditions:
-# their rows are found by id, whatever the statistics say (messages/queries.py deliver_many does the same;
+# their rows are found by id, whatever the statistics say (models/querysets.py deliver_many does the same;
 # the take locks each row by id in a lateral subquery). A plan that scanned the in-flight rows by status
 # cost a batch as much as the backlog.
 _DELIVERED = f"""

@@ -36,7 +36,7 @@ import aiohttp
 from aiohttp.abc import AbstractResolver
 
 from scheduling.delivery.fairness import FairQueue
-from scheduling.delivery.models import AttemptOutcome
+from scheduling.models import AttemptOutcome
 from scheduling.security import guards
 
 log = logging.getLogger(__name__)

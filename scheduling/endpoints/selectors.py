@@ -3,6 +3,8 @@ endpoints page's per-status counts (exact up to a cap, PostgreSQL's estimate abo
 
 from __future__ import annotations
 
+import json
+
 from django.core.exceptions import ValidationError
 from django.db import connection
 from django.db.models import Q
@@ -10,7 +12,7 @@ from django.db.models import Q
 from scheduling.core.flow_gate import Limit
 from scheduling.core.lifecycle import FINISHED_BY_INDEX, IN_FLIGHT, IN_FLIGHT_VALUES, Status
 from scheduling.core.text import has_nul
-from scheduling.messages.counts import Tally, message_table_get_statistics
+from scheduling.db.counts import Tally
 from scheduling.models import Endpoint, ScheduledMessage
 
 
@@ -126,14 +128,44 @@ def endpoint_count_messages(*, endpoint_ids) -> dict[int, dict[str, Tally]]:
 # --- metrics (observability/metrics.py, metrics_figures.py) ------------------------------------
 
 
-def endpoint_get_names(*, ids) -> dict[int, tuple[str, str]]:
-    """Endpoint id -> (its team's name, its name), in one query."""
-    return {id_: (team, name) for id_, team, name
-            in Endpoint.objects.filter(id__in=ids).values_list("id", "team__name", "name")}
-
-
 def endpoint_get_labels_by_queue() -> dict[str, tuple[str, str]]:
     """Queue name -> (its team's name, the endpoint's name), in one query: what the delivery
     loop's spans name (tracing on only)."""
     return {queue: (team, name) for queue, team, name
             in Endpoint.objects.values_list("queue", "team__name", "name")}
+
+
+def message_table_get_statistics() -> tuple[float, dict, dict]:
+    """PostgreSQL's statistics of the messages table, as the planner reads them: its rows now
+    (rows per page at the last ANALYZE times its pages now: growth since is counted), the
+    frequency of each (endpoint, status) pair it keeps (multivariate MCV list, migration 0014),
+    and per column: value -> frequency, plus the frequency of a value it does not list."""
+    table = ScheduledMessage._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.reltuples, c.relpages, pg_relation_size(c.oid) / current_setting('block_size')::int, "
+            "  (SELECT json_agg(json_build_array(s.attname, s.most_common_vals::text::text[], s.most_common_freqs, "
+            "                                    s.n_distinct, s.null_frac)) "
+            "   FROM pg_stats s WHERE s.schemaname = current_schema() AND s.tablename = %s "
+            "   AND s.attname IN ('endpoint_id', 'status')), "
+            "  (SELECT json_build_array(x.attnames, x.most_common_vals, x.most_common_freqs) FROM pg_stats_ext x "
+            "   WHERE x.schemaname = current_schema() AND x.tablename = %s "
+            "   AND x.statistics_name = 'message_endpoint_status_stats') "
+            "FROM pg_class c WHERE c.oid = %s::regclass", [table, table, table])
+        reltuples, relpages, pages, columns, pairs = cursor.fetchone()
+    if reltuples is None or reltuples < 0:  # never analysed
+        return -1.0, {}, {}
+    rows = reltuples / relpages * pages if relpages > 0 else float(reltuples)
+    per_column = {}
+    for name, values, freqs, n_distinct, null_frac in (json.loads(columns) if isinstance(columns, str) else columns) or ():
+        values, freqs = values or [], freqs or []
+        distinct = n_distinct if n_distinct >= 0 else -n_distinct * reltuples
+        rest = max(0.0, 1.0 - null_frac - sum(freqs)) / max(1.0, distinct - len(values))
+        per_column[name] = ({str(v): f for v, f in zip(values, freqs)}, rest)
+    joint = {}
+    if pairs:
+        names, values, freqs = json.loads(pairs) if isinstance(pairs, str) else pairs
+        where = {name: i for i, name in enumerate(names)}
+        for combination, freq in zip(values or [], freqs or []):
+            joint[(combination[where["endpoint_id"]], combination[where["status"]])] = freq
+    return rows, per_column, joint

@@ -17,11 +17,17 @@ from scheduling.audit.services import REDACTED, audit_changed, audit_record, aud
 from scheduling.config.conf import broker, conf
 from scheduling.core.errors import Conflict, Unavailable
 from scheduling.core.lifecycle import IN_FLIGHT_VALUES
-from scheduling.delivery.models import EndpointHealth
-from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage, Team, TopologyVersion
+from scheduling.models import (
+    DeliveryMode,
+    Endpoint,
+    EndpointHealth,
+    ScheduledMessage,
+    Team,
+    TopologyVersion,
+    default_team_id,
+)
 from scheduling.security import guards, secret_box, webhook_signing
 from scheduling.teams import queues
-from scheduling.teams.models import default_team_id
 from scheduling.teams.quotas import (
     team_check_count,
     team_lock_counts,
@@ -407,20 +413,3 @@ def endpoint_rotate_secret(*, endpoint: Endpoint, secret: str | None = None,
     log.info("webhook secret of endpoint %s rotated; the previous one signs until %s", current.name,
              current.webhook_secret_previous_expires_at or "now")
     return current
-
-
-def endpoint_bind_all(*, topology: TopologyVersion) -> int:
-    """After provisioning a version, bind every existing endpoint to it (side by side)."""
-    return endpoint_bind_all_on(target=broker(), version=topology.cascade)
-
-
-def endpoint_bind_all_on(*, target, version: cascade.Version) -> int:
-    """Declare every endpoint's queue on ``target`` (a rabbit.Broker) and bind it on this
-    cascade where the cascade can carry its name (transfer_delays prepares another broker with
-    it). Returns how many were bound."""
-    names = [n for n in Endpoint.objects.values_list("queue", flat=True) if cascade.carries(version, n)]
-    with target.session() as session:
-        for name in names:
-            session.declare_queue(cascade.endpoint_queue(name, conf().queue_type))
-            session.bind(cascade.endpoint_binding(version, name))
-    return len(names)

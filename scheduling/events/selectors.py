@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 
-from scheduling.events.models import Event, Subscription
-from scheduling.models import ScheduledMessage
+from scheduling.models import Event, ScheduledMessage, Subscription
 
 
 def subscription_list() -> QuerySet:

@@ -20,8 +20,10 @@ from scheduling.audit import actions
 from scheduling.audit.services import audit_record
 from scheduling.config.conf import conf, setting_name
 from scheduling.core import lifecycle
+from scheduling.core.caller import PLATFORM, Caller
 from scheduling.core.clock import MS, ceil_ms
 from scheduling.core.errors import BulkValidationError, Conflict, Forbidden, NotFound
+from scheduling.core.roles import Action
 from scheduling.core.text import NUL_CHARACTERS, has_nul
 from scheduling.core.topics import (
     TopicError,
@@ -31,19 +33,15 @@ from scheduling.core.topics import (
     pattern_parse,
     topic_parse,
 )
-from scheduling.events.models import Event, Subscription
 from scheduling.events.selectors import (
     event_list_messages,
     subscription_count,
     subscription_list_for_matching,
 )
 from scheduling.messages.services import message_cancel, message_check_payload, message_schedule_many
-from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.models import Endpoint, Event, ScheduledMessage, Subscription, Team
 from scheduling.observability import metrics
-from scheduling.teams.caller import PLATFORM, Caller
-from scheduling.teams.models import Team
 from scheduling.teams.quotas import team_lock_counts
-from scheduling.teams.roles import Action
 from topology import cascade
 
 

@@ -27,14 +27,13 @@ from scheduling.config.conf import conf
 from scheduling.core import lifecycle, task_names
 from scheduling.core.errors import QuotaExceeded, Unavailable
 from scheduling.core.lifecycle import Event, Status
-from scheduling.delivery.models import Trigger
-from scheduling.delivery.ordering import ordering_end
+from scheduling.db.counts import queryset_tally
 from scheduling.endpoints.selectors import endpoint_get_one
-from scheduling.messages.counts import queryset_tally
+from scheduling.messages.ordering import ordering_end
 from scheduling.messages.relay import relay_publish_rows
 from scheduling.messages.selectors import message_list_matching
 from scheduling.messages.services import message_wire_refusal
-from scheduling.models import BulkAction, DeliveryMode, ScheduledMessage, Team
+from scheduling.models import BulkAction, DeliveryMode, ScheduledMessage, Team, Trigger
 from scheduling.observability import metrics
 from scheduling.teams.quotas import payload_size, team_admit_in_flight, team_record_copies
 

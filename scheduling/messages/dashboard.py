@@ -14,8 +14,8 @@ from django.utils import timezone
 from scheduling.core import lateness_buckets
 from scheduling.core.clock import minute_floor
 from scheduling.core.lifecycle import FINISHED, IN_FLIGHT, Status
-from scheduling.endpoints.selectors import endpoint_list_in_teams
-from scheduling.messages.counts import Tally, message_table_get_statistics, queryset_tally
+from scheduling.db.counts import Tally, queryset_tally
+from scheduling.endpoints.selectors import endpoint_list_in_teams, message_table_get_statistics
 from scheduling.messages.selectors import SCHEDULED_IN_PAST, message_list
 from scheduling.models import DeliveryMinute, ScheduledMessage
 

@@ -3,7 +3,7 @@ timeout manager or the rescue would publish it is expired instead (lifecycle.exp
 could only be dropped on arrival. The hand-over paths (delivery/services.py, webhook_calls.py, the
 Celery claim) enforce it themselves, through lifecycle.arrive. Each path that expires a row tells
 it once, where its status changes: message.expired to the team's routes and the row's on_failed
-callback (notifications/outbox.py). The relay imports this module, so the notification rows are
+callback (messages/notification_outbox.py). The relay imports this module, so the notification rows are
 published after the commit by the publisher its caller hands in (the relay's own; the rescue, which
 the relay imports too, leaves them to the relay's sweeper)."""
 
@@ -15,8 +15,8 @@ from datetime import datetime
 from django.db import transaction
 
 from scheduling.core import lifecycle
+from scheduling.messages.notification_outbox import notification_write_ended
 from scheduling.models import ScheduledMessage
-from scheduling.notifications.outbox import notification_write_ended
 from scheduling.observability import metrics
 
 

@@ -14,7 +14,9 @@ from django.db.models import Count, F, Max, Min, Q, Subquery
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
+from scheduling.config.conf import conf, setting_name
 from scheduling.core.cursors import Position
+from scheduling.core.durations import format_duration
 from scheduling.core.lifecycle import (
     FINISHED_BY_INDEX,
     IN_FLIGHT,
@@ -23,10 +25,16 @@ from scheduling.core.lifecycle import (
     Status,
     sql_list,
 )
-from scheduling.delivery.models import MessageAttempt
+from scheduling.db.sql import uuid_array
 from scheduling.endpoints.selectors import endpoint_list_in_teams
-from scheduling.messages.queries import uuid_array
-from scheduling.models import DeliveryMode, Endpoint, OrderingTurn, ScheduledMessage, TopologyVersion
+from scheduling.models import (
+    DeliveryMode,
+    Endpoint,
+    MessageAttempt,
+    OrderingTurn,
+    ScheduledMessage,
+    TopologyVersion,
+)
 from topology.cascade import UNIT_MS
 
 
@@ -282,8 +290,8 @@ def message_load_task_payloads(*, rows: list[ScheduledMessage]) -> None:
 
 
 # What each waiting message waits for (issue 49): its key's live holder (a webhook call or task still out,
-# delivery/ordering.py), else the first open message of its key due before it, as the turn decides
-# (delivery/ordering._EARLIER: the same probe of message_ordering). Both are of its own endpoint.
+# messages/ordering.py), else the first open message of its key due before it, as the turn decides
+# (messages/ordering._EARLIER: the same probe of message_ordering). Both are of its own endpoint.
 _WAITING_FOR = f"""
 SELECT c.id, COALESCE(
     (SELECT t.holder_id FROM {OrderingTurn._meta.db_table} t
@@ -321,3 +329,11 @@ def message_count_waiting() -> dict[tuple[str, str], int]:
     grouped = (ScheduledMessage.objects.filter(status=Status.WAITING)
                .order_by().values("endpoint__team__name", "endpoint__name").annotate(n=Count("id")))
     return {(row["endpoint__team__name"], row["endpoint__name"]): row["n"] for row in grouped}
+
+
+def message_describe_gone(*, message_id) -> str:
+    """What a client reads for an id the table does not have: it may have been archived."""
+    settings = conf()
+    return (f"no message {message_id}: finished messages are archived and removed "
+            f"{format_duration(settings.retention)} after they finish ({setting_name('retention')}; failed and "
+            f"expired ones after {format_duration(settings.failed_retention)}, {setting_name('failed_retention')})")

@@ -19,26 +19,33 @@ from uuid_utils.compat import uuid7
 
 from scheduling.audit import actions
 from scheduling.audit.services import audit_record
-from scheduling.celery.structured import task_problem
 from scheduling.config.conf import conf, setting_name
 from scheduling.core import debounce as debounce_rules
 from scheduling.core import lifecycle, ordering
 from scheduling.core import traceparent as trace_context
+from scheduling.core.caller import PLATFORM, Caller
 from scheduling.core.clock import MS, ceil_ms
 from scheduling.core.errors import BulkValidationError, Conflict, Forbidden, NotFound
 from scheduling.core.lifecycle import Status
+from scheduling.core.roles import Action
 from scheduling.core.text import NUL_CHARACTERS, has_nul
-from scheduling.delivery.models import Trigger
-from scheduling.delivery.ordering import ordering_end
 from scheduling.endpoints.services import endpoint_lock_wires
 from scheduling.messages import wire
 from scheduling.messages.debounce import message_debounce_apply, message_debounce_check
+from scheduling.messages.notifying import notification_emit_quota_warnings
+from scheduling.messages.ordering import ordering_end
 from scheduling.messages.relay import relay_claim_new, relay_publish_rows, relay_send_claimed
-from scheduling.models import FLOW_KEY_MAX_LENGTH, DeliveryMode, Endpoint, ScheduledMessage, TopologyVersion
-from scheduling.notifications.services import notification_emit_quota_warnings
+from scheduling.messages.selectors import message_describe_gone
+from scheduling.messages.structured import task_problem
+from scheduling.models import (
+    FLOW_KEY_MAX_LENGTH,
+    DeliveryMode,
+    Endpoint,
+    ScheduledMessage,
+    TopologyVersion,
+    Trigger,
+)
 from scheduling.observability import metrics, tracing
-from scheduling.retention.services import message_describe_gone
-from scheduling.teams.caller import PLATFORM, Caller
 from scheduling.teams.quotas import (
     leaves_copy,
     payload_size,
@@ -46,7 +53,6 @@ from scheduling.teams.quotas import (
     team_record_copies,
     team_task_refusal,
 )
-from scheduling.teams.roles import Action
 from topology import cascade
 
 # Idempotency keys of this prefix are the platform's: a recurring schedule's runs are keyed
@@ -309,7 +315,7 @@ def _build(item: dict, endpoints: dict[str, list[Endpoint]], now: datetime) -> S
 def _check_ordering_key(key, errors: dict, *, platform: bool = False) -> None:
     """A key of 1 to 200 characters without NUL, not starting ``schedule:`` unless the platform's own
     (``platform``: a schedule's run). Every handler takes one: the delivery path takes the key's turn
-    (delivery/ordering.py), a celery_queue endpoint's claim does (celery/turns.py). While
+    (messages/ordering.py), a celery_queue endpoint's claim does (celery/turns.py). While
     DELAY_ORDERING_KEYS is off, none from a caller (a rolling upgrade: old workers would ignore it)."""
     if not platform and not conf().ordering_keys:
         errors["ordering_key"] = ordering.keys_off_problem(setting=setting_name("ordering_keys"))

@@ -19,10 +19,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
 from rabbit import Outgoing, Received
-from scheduling.celery import structured
 from scheduling.core import task_names
 from scheduling.core import traceparent as trace_context
 from scheduling.core.clock import from_epoch_ms, to_epoch_ms
+from scheduling.messages import structured
 from scheduling.models import FLOW_KEY_MAX_LENGTH, Endpoint, ScheduledMessage
 from topology import cascade, explain
 

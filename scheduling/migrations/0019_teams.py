@@ -25,7 +25,7 @@ from django.conf import settings
 from django.db import migrations, models
 from django.utils import timezone
 
-import scheduling.teams.models
+import scheduling.models.teams
 
 DEFAULT = "default"
 ADMIN_PERMISSIONS = {"add_endpoint", "change_endpoint"}
@@ -115,7 +115,7 @@ def team_field(related_name: str):
     """The team foreign key as the model has it: its callable default is Python's, never the
     database's (the column is added nullable, filled by fill_teams, then made NOT NULL)."""
     return models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name=related_name,
-                             to="scheduling.team", default=scheduling.teams.models.default_team_id)
+                             to="scheduling.team", default=scheduling.models.teams.default_team_id)
 
 
 def not_null(table: str, column: str = "team_id") -> migrations.RunSQL:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 
-from scheduling.notifications.models import NotificationRoute
+from scheduling.models import NotificationRoute
 
 
 def notification_route_list() -> QuerySet:

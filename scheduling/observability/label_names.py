@@ -5,6 +5,8 @@ their figures apart."""
 
 from __future__ import annotations
 
+from scheduling.models import Endpoint, TopologyVersion
+
 _endpoints: dict[int, tuple[str, str]] = {}  # endpoint id -> (team, endpoint)
 _versions: dict[int, str] = {}
 
@@ -12,21 +14,22 @@ _versions: dict[int, str] = {}
 def learn(rows) -> None:
     """Read the names of ids not seen before (one query each, then never again); ``rows``: anything
     with endpoint_id and topology_id. Raises the database's error; callers fall back to ids."""
-    from scheduling.endpoints.selectors import endpoint_get_names
-    from scheduling.versions.selectors import topology_version_get_names
-
     if missing := {row.endpoint_id for row in rows} - _endpoints.keys():
-        _endpoints.update(endpoint_get_names(ids=missing))
+        _endpoints.update(_endpoint_names(missing))
     if missing := {row.topology_id for row in rows} - _versions.keys():
-        _versions.update(topology_version_get_names(ids=missing))
+        _versions.update(TopologyVersion.objects.filter(id__in=missing).values_list("id", "name"))
 
 
 def learn_endpoints(ids) -> None:
     """Read the names of endpoint ids not seen before (what has no version: a circuit, a disable)."""
-    from scheduling.endpoints.selectors import endpoint_get_names
-
     if missing := set(ids) - _endpoints.keys():
-        _endpoints.update(endpoint_get_names(ids=missing))
+        _endpoints.update(_endpoint_names(missing))
+
+
+def _endpoint_names(ids) -> dict[int, tuple[str, str]]:
+    """Endpoint id -> (its team's name, its name), in one query."""
+    return {id_: (team, name) for id_, team, name
+            in Endpoint.objects.filter(id__in=ids).values_list("id", "team__name", "name")}
 
 
 def of(row) -> tuple[str, str, str]:

@@ -1,6 +1,6 @@
 """The webhook engine's metrics (docs/observability/metrics.md): calls by outcome and their duration, circuits
 opened and endpoints disabled. Labels are team and endpoint names (bounded by the endpoints)
-and the outcome (a fixed set: delivery/models.py Outcome)."""
+and the outcome (a fixed set: models/delivery.py Outcome)."""
 
 from __future__ import annotations
 

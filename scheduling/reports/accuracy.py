@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 ALL = "*"  # the value of a dimension in a rollup row; team and endpoint names cannot contain it
-DEFAULT_TEAM = "default"  # scheduling.teams.models.DEFAULT_TEAM: facts from before teams were its
+DEFAULT_TEAM = "default"  # scheduling.models.teams.DEFAULT_TEAM: facts from before teams were its
 DIMENSIONS = ("team", "endpoint", "version", "delivery_mode", "delay_bucket")
 GROUP = DIMENSIONS[1:]  # a team's groups
 TEAM_ROLLUPS = (GROUP, ("endpoint",), ("version",), ("delay_bucket",), ())  # each also by day and team

@@ -11,8 +11,7 @@ from datetime import date, datetime
 from django.db.models import F, Q, QuerySet
 
 from scheduling.core.lifecycle import Status
-from scheduling.models import AccuracyReport, ArchiveFile, Endpoint, ScheduledMessage
-from scheduling.teams.models import Team
+from scheduling.models import AccuracyReport, ArchiveFile, Endpoint, ScheduledMessage, Team
 
 # --- the accuracy report's facts -------------------------------------------------------------
 

@@ -41,17 +41,15 @@ from django.db.models import Q
 from django.utils import timezone
 from uuid_utils.compat import uuid7
 
-from scheduling.audit.models import AUDIT_PRUNE_BATCH, AuditArchiveFile, AuditEvent
 from scheduling.audit.selectors import audit_list_past_retention
-from scheduling.config.conf import conf, setting_name
+from scheduling.config.conf import conf
 from scheduling.core.durations import format_duration
 from scheduling.core.lifecycle import Status
-from scheduling.delivery.models import MessageAttempt
+from scheduling.db.sql import PRUNE_BATCH
 from scheduling.delivery.orphans import orphan_copy_prune_batch
 from scheduling.delivery.selectors import orphan_copy_count
-from scheduling.events.models import Event
-from scheduling.messages.queries import PRUNE_BATCH
-from scheduling.models import AccuracyReport, ArchiveFile, BulkAction, ScheduledMessage
+from scheduling.models import AccuracyReport, ArchiveFile, BulkAction, Event, MessageAttempt, ScheduledMessage
+from scheduling.models.audit import AUDIT_PRUNE_BATCH, AuditArchiveFile, AuditEvent
 from scheduling.retention import audit_columns, columns, parquet
 from scheduling.retention.selectors import (
     message_count_in_flight_created_before,
@@ -100,14 +98,6 @@ class PruneResult:
     events_deleted: int = 0
     vacuumed: bool = False  # the prune vacuumed the table itself (the server's autovacuum is off)
     seconds: float = 0.0
-
-
-def message_describe_gone(*, message_id) -> str:
-    """What a client reads for an id the table does not have: it may have been archived."""
-    settings = conf()
-    return (f"no message {message_id}: finished messages are archived and removed "
-            f"{format_duration(settings.retention)} after they finish ({setting_name('retention')}; failed and "
-            f"expired ones after {format_duration(settings.failed_retention)}, {setting_name('failed_retention')})")
 
 
 def retention_describe() -> str:

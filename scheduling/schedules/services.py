@@ -40,6 +40,7 @@ from scheduling.audit import actions
 from scheduling.audit.services import audit_changed, audit_record, audit_values
 from scheduling.config.conf import conf, setting_name
 from scheduling.core import ordering
+from scheduling.core import schedule_rules as rules
 from scheduling.core.clock import MS, ceil_ms, to_epoch_ms
 from scheduling.core.errors import BulkValidationError, NotFound, QuotaExceeded
 from scheduling.core.lifecycle import IN_FLIGHT
@@ -51,9 +52,7 @@ from scheduling.messages.services import (
     message_check_payload,
     message_schedule_many,
 )
-from scheduling.models import Endpoint, Schedule, ScheduledMessage, Team
-from scheduling.schedules import rules
-from scheduling.teams.models import default_team_id
+from scheduling.models import Endpoint, Schedule, ScheduledMessage, Team, default_team_id
 from scheduling.teams.quotas import (
     team_admit_in_flight,
     team_check_count,

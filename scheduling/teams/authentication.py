@@ -1,13 +1,13 @@
 """The API's keys: ``Authorization: Bearer <key>`` (and ``Token <key>`` for keys migrated from DRF's
 tokens). An unknown, revoked or expired key is a 401; what a live key may do is its caller's
-(teams/caller.py), asked by the views."""
+(core/caller.py), asked by the views."""
 
 from __future__ import annotations
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
-from scheduling.teams.models import ApiKey
+from scheduling.models import ApiKey
 
 
 class TeamKeyUser:

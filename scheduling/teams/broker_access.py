@@ -32,7 +32,7 @@ from scheduling.teams.queues import SEPARATOR, WORKER_CONTROL, WORKER_EVENTS
 USER_PREFIX = "dp-team."  # a team's RabbitMQ user is dp-team.<team>: what verify looks for
 CONTROL = WORKER_CONTROL  # Celery's control_exchange, after the team's prefix: <team>--celery
 EVENTS = WORKER_EVENTS  # Celery's event_exchange and event_queue_prefix, after the team's prefix
-# what any team's queue starts with (team names: teams/models.py team_name_validator)
+# what any team's queue starts with (team names: models/teams.py team_name_validator)
 ANY_TEAM = r"[a-z0-9]+(?:-[a-z0-9]+)*" + re.escape(SEPARATOR)
 
 

@@ -13,8 +13,8 @@ from scheduling.audit import actions
 from scheduling.audit.services import audit_record
 from scheduling.config.conf import broker
 from scheduling.core.errors import Conflict
+from scheduling.models import Team
 from scheduling.teams import broker_access
-from scheduling.teams.models import Team
 
 PASSWORD_BYTES = 24  # 32 URL-safe characters
 

@@ -15,9 +15,9 @@ from scheduling.audit import actions
 from scheduling.audit.services import audit_record
 from scheduling.config.conf import conf, setting_name
 from scheduling.core.errors import Conflict, NotFound, QuotaExceeded
-from scheduling.teams.models import Invitation, Membership, Team
+from scheduling.core.roles import ROLES
+from scheduling.models import Invitation, Membership, Team
 from scheduling.teams.quotas import team_lock_counts
-from scheduling.teams.roles import ROLES
 from scheduling.teams.services import membership_put
 
 State = Invitation.State

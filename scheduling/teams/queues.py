@@ -1,6 +1,6 @@
 """An endpoint's broker queue: ``<team>--<name>``, so two teams' ``billing`` are two queues and no
 team's name can reach a platform queue, a broker-reserved one or another team's. A team name
-never holds ``--`` (teams/models.py), so the first ``--`` of a queue ends its team.
+never holds ``--`` (models/teams.py), so the first ``--`` of a queue ends its team.
 
 Only an operator binds an endpoint to an exact queue (NServiceBus interop, a Celery queue that
 ``DelayedTask`` delays tasks for); such a name may not look like a team's queue, nor be one the

@@ -22,11 +22,13 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 
 from scheduling.config.conf import conf, setting_name
+from scheduling.config.parsers import ApiRate
 from scheduling.core.errors import QuotaExceeded
 from scheduling.core.lifecycle import IN_FLIGHT, Status
 from scheduling.core.networks import parse_networks
+from scheduling.models import CascadeCopy, Endpoint, ScheduledMessage, Team
+from scheduling.observability import metrics
 from scheduling.security import guards
-from scheduling.teams.models import Team
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +76,6 @@ quota_warnings = QuotaWarnings()
 def _watch(team: Team, quota: str, used: int, limit: int) -> tuple[str, int, int] | None:
     """Show the team's use of ``quota``; from 80 %, log it (once a minute per team and quota) and
     return (quota, used, limit): what a caller may tell the team (notifications: quota.warning)."""
-    from scheduling.observability import metrics
-
     ratio = used / limit if limit else 1.0
     metrics.quota_usage(team.name, quota, ratio)
     if ratio < WARN_AT:
@@ -93,8 +93,6 @@ def team_check_count(*, team: Team, quota: str, used: int, adding: int = 1) -> N
     limit = team_limit(team=team, quota=quota)
     _watch(team, quota, used + adding, limit)
     if used + adding > limit:
-        from scheduling.observability import metrics
-
         metrics.quota_refused(team.name, quota)
         raise QuotaExceeded(
             f"team {team.name} has {used:,} {quota.replace('_', ' ')} of its quota of {limit:,}"
@@ -130,8 +128,6 @@ def _count_in_flight(team_id: int, cap: int) -> InFlight:
     with their payload bytes: an index-only range of message_in_flight_bytes per endpoint (a row
     from before payload_bytes counts 0 bytes); plus its copies still in the cascade
     (cascade_copy_team_until: only the copies not yet due are read). One statement."""
-    from scheduling.models import CascadeCopy, Endpoint, ScheduledMessage
-
     with connection.cursor() as cursor:
         # the waiting messages (an ordering key's turn) are still to be delivered: counted too, a
         # second index-only range (message_waiting); without it they would escape the quota
@@ -235,8 +231,6 @@ def team_admit_in_flight(*, team: Team, sizes: list[int], partial: bool = False)
     if not partial:  # the error names the whole request
         team_check_count(team=team, quota=quota, used=used.messages if quota == "messages_in_flight" else used.bytes,
                          adding=len(sizes) if quota == "messages_in_flight" else sum(sizes))
-    from scheduling.observability import metrics
-
     metrics.quota_refused(team.name, quota)
     return Admitted(count=fit, refusal=_refusal(team, quota, InFlight(messages=used.messages + fit, bytes=total)),
                     warnings=warnings)
@@ -327,8 +321,6 @@ def team_webhook_networks(*, team: Team | None) -> tuple:
 
 def team_check_settings(*, team: Team) -> None:
     """A team's rates, networks and task patterns, checked as the settings they stand beside."""
-    from scheduling.config.parsers import ApiRate
-
     errors = {}
     for field in ("api_rate", "key_api_rate"):
         if getattr(team, field):

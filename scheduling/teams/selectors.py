@@ -9,11 +9,12 @@ from django.core.exceptions import ValidationError
 from django.db.models import QuerySet, Subquery
 from django.utils import timezone
 
+from scheduling.core.caller import Caller
 from scheduling.core.errors import Forbidden
+from scheduling.core.roles import ALL_SCOPES, Action
 from scheduling.core.text import has_nul
-from scheduling.teams.caller import Caller
-from scheduling.teams.models import DEFAULT_TEAM, ApiKey, Invitation, Membership, Team, default_team_id
-from scheduling.teams.roles import ALL_SCOPES, Action
+from scheduling.models import Endpoint
+from scheduling.models.teams import DEFAULT_TEAM, ApiKey, Invitation, Membership, Team, default_team_id
 
 # How each model reaches its team. A message belongs to its endpoint's team.
 _TEAM_COLUMN = {
@@ -50,8 +51,6 @@ def queryset_for_caller(*, queryset: QuerySet, caller: Caller, action: Action = 
         return queryset
     model = queryset.model._meta.concrete_model
     if model.__name__ == "ScheduledMessage":
-        from scheduling.models import Endpoint
-
         return queryset.filter(endpoint_id__in=Subquery(Endpoint.objects.filter(team_id__in=teams).values("id")))
     if model.__name__ == "AccuracyReport":
         return queryset.filter(team__in=Team.objects.filter(id__in=teams).values("name"))

@@ -15,9 +15,9 @@ from scheduling.audit.services import audit_changed, audit_record, audit_values
 from scheduling.config.conf import conf, setting_name
 from scheduling.core.durations import format_duration
 from scheduling.core.errors import Conflict, NotFound
+from scheduling.core.roles import ADMIN, RANK, ROLES, parse_scopes
+from scheduling.models import ApiKey, Membership, Team
 from scheduling.teams.keys import key_digest, key_generate, key_matches, key_prefix
-from scheduling.teams.models import ApiKey, Membership, Team
-from scheduling.teams.roles import ADMIN, RANK, ROLES, parse_scopes
 
 LAST_USED_EVERY = timedelta(minutes=1)  # a key's last use is written at most this often
 

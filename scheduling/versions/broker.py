@@ -1,7 +1,7 @@
 """Reads of the broker (the management API and passive declares, through rabbit/): whether a
 version's cascade is as planned, what is in flight in it (the admin's figures and the metrics'),
 and how many messages wait in its level queues (what a move starts with). Nothing here writes:
-declaring, provisioning and moving are services (versions/services.py, versions/moves.py). The
+declaring, provisioning and moving are services (versions/services.py, moves/delays.py). The
 figures lag a little: the broker refreshes its statistics every few seconds."""
 
 from __future__ import annotations
@@ -222,7 +222,7 @@ def topology_version_list_depths() -> dict[str, VersionDepths]:
     return found
 
 
-# --- a move's starting point (versions/moves.py) --------------------------------------------
+# --- a move's starting point (moves/delays.py) --------------------------------------------
 
 
 def topology_list_shards(*, session: rabbit.Session, version: cascade.Version) -> list[int]:

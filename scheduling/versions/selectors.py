@@ -34,10 +34,6 @@ def topology_version_list_provisioned():
     return TopologyVersion.objects.filter(provisioned_at__isnull=False)
 
 
-def topology_version_get_names(*, ids) -> dict[int, str]:
-    return dict(TopologyVersion.objects.filter(id__in=ids).values_list("id", "name"))
-
-
 LEVEL_COUNT_TIMEOUT_MS = 2000  # the admin page's bound: a version with too many rows in flight shows no figure
 
 _MESSAGES_BY_LEVEL_SQL = f"""

@@ -14,8 +14,7 @@ from rabbit.redelivery import redelivery_policy_ensure
 from scheduling.audit import actions
 from scheduling.audit.services import audit_record
 from scheduling.config.conf import broker, conf
-from scheduling.endpoints.services import endpoint_bind_all
-from scheduling.models import TopologyVersion
+from scheduling.models import Endpoint, TopologyVersion
 from scheduling.versions.broker import Verification, topology_check
 from topology import cascade
 
@@ -84,3 +83,20 @@ def topology_verify(*, version: cascade.Version, url: str | None = None) -> Veri
     if url is None:
         _record(version, verified_at=timezone.now(), verify_problems=result.problems)
     return result
+
+
+def endpoint_bind_all(*, topology: TopologyVersion) -> int:
+    """After provisioning a version, bind every existing endpoint to it (side by side)."""
+    return endpoint_bind_all_on(target=broker(), version=topology.cascade)
+
+
+def endpoint_bind_all_on(*, target, version: cascade.Version) -> int:
+    """Declare every endpoint's queue on ``target`` (a rabbit.Broker) and bind it on this
+    cascade where the cascade can carry its name (transfer_delays prepares another broker with
+    it). Returns how many were bound."""
+    names = [n for n in Endpoint.objects.values_list("queue", flat=True) if cascade.carries(version, n)]
+    with target.session() as session:
+        for name in names:
+            session.declare_queue(cascade.endpoint_queue(name, conf().queue_type))
+            session.bind(cascade.endpoint_binding(version, name))
+    return len(names)

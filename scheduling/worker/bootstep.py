@@ -13,7 +13,7 @@ from celery import bootsteps
 from celery.worker.control import control_command
 
 from scheduling.config.conf import conf
-from scheduling.observability import metrics_worker  # noqa: F401  (every worker serves its metrics: the signals it connects)
+from scheduling.probes import metrics_worker  # noqa: F401  (every worker serves its metrics: the signals it connects)
 from scheduling.worker import stale_connections  # noqa: F401  (the task_prerun signal it connects)
 
 log = logging.getLogger(__name__)

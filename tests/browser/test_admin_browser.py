@@ -132,7 +132,7 @@ def test_operator_cancels_a_message_and_sees_it_in_flight_on_its_level(
 def test_a_viewer_sees_their_team_s_rows_and_no_action_buttons(
     browser, platform, django_user_model, endpoint_name
 ):
-    from scheduling.teams.models import Membership, Team, default_team_id
+    from scheduling.models import Membership, Team, default_team_id
 
     endpoint_create(name=endpoint_name)
     message = message_schedule(endpoint=endpoint_name, payload={"look": "only"}, delay=3600)

@@ -9,10 +9,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from scheduling.delivery.models import EndpointHealth, MessageAttempt
 from scheduling.endpoints.services import endpoint_create
 from scheduling.messages.services import message_schedule
-from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.models import Endpoint, EndpointHealth, MessageAttempt, ScheduledMessage
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -7,8 +7,7 @@ import pytest
 
 from scheduling.endpoints.services import endpoint_create
 from scheduling.events.services import event_publish, subscription_create
-from scheduling.models import Endpoint, ScheduledMessage
-from scheduling.teams.models import Membership
+from scheduling.models import Endpoint, Membership, ScheduledMessage
 from scheduling.teams.services import team_create
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

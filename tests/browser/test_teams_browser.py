@@ -6,9 +6,8 @@ import pytest
 
 from scheduling.endpoints.services import endpoint_create
 from scheduling.messages.services import message_schedule
-from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.models import Endpoint, Membership, ScheduledMessage
 from scheduling.schedules.services import schedule_upsert
-from scheduling.teams.models import Membership
 from scheduling.teams.services import team_create
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

@@ -194,7 +194,7 @@ def test_a_fan_out_cut_short_is_finished_by_the_next_copy_each_handler_once(make
     assert sorted(Receipt.objects.values_list("message_id", flat=True)) == sorted(str(r.id) for r in rows)
 
 
-# --- moves: migrate_delays, transfer_delays (versions/moves.py) --------------------------------------
+# --- moves: migrate_delays, transfer_delays (moves/delays.py) --------------------------------------
 
 
 def event_copies_in(amqp, version: str) -> int:

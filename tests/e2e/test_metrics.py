@@ -26,8 +26,7 @@ from harness.recording_server import RecordingServer
 from harness.testapp.tasks import plain_receipt
 from harness.waiting import wait_until
 from scheduling.celery import schedule_task
-from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage
-from scheduling.teams.models import Team
+from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage, Team
 from scheduling.teams.services import api_key_create
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]

@@ -18,8 +18,7 @@ from harness.paths import ARTIFACTS, ROOT
 from harness.waiting import wait_until
 from scheduling.config.conf import broker
 from scheduling.messages import wire
-from scheduling.models import Endpoint, ScheduledMessage, TopologyVersion
-from scheduling.teams.models import Team
+from scheduling.models import Endpoint, ScheduledMessage, Team, TopologyVersion
 from topology import cascade
 
 pytestmark = pytest.mark.broker

@@ -19,8 +19,7 @@ from harness.paths import ARTIFACTS
 from harness.recording_server import RecordingServer
 from harness.testapp.models import Receipt
 from harness.waiting import wait_until
-from scheduling.models import ScheduledMessage
-from scheduling.teams.models import default_team_id
+from scheduling.models import ScheduledMessage, default_team_id
 
 pytestmark = [pytest.mark.e2e, pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 Status = ScheduledMessage.Status

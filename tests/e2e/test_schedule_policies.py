@@ -12,8 +12,8 @@ from django.utils import timezone
 
 from harness.testapp.models import Receipt
 from harness.waiting import wait_until
+from scheduling.core.schedule_rules import run_time_of_key
 from scheduling.models import ScheduledMessage
-from scheduling.schedules.rules import run_time_of_key
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True),
               pytest.mark.usefixtures("quick_window")]  # and quick_beat: tests/e2e/conftest.py

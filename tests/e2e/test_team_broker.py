@@ -80,7 +80,7 @@ def test_without_rotate_an_existing_user_is_refused_and_rotate_gives_a_new_passw
         call_command("team_broker_user", own.name, "--rotate", stdout=out)
         second = out.getvalue().splitlines()[-1]
         assert second != first and "rotated" in out.getvalue()
-        from scheduling.audit.models import AuditEvent
+        from scheduling.models import AuditEvent
 
         events = list(AuditEvent.objects.filter(object_id=str(own.pk), action__startswith="team.broker_user_")
                       .order_by("id").values_list("action", "after"))

@@ -18,8 +18,7 @@ from harness.paths import ARTIFACTS
 from harness.recording_server import RecordingServer
 from harness.tarpit_server import TarpitServer
 from harness.waiting import wait_until
-from scheduling.delivery.models import MessageAttempt
-from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.models import Endpoint, MessageAttempt, ScheduledMessage
 from scheduling.teams.services import team_create
 from tests.conftest import _key_client
 

@@ -20,8 +20,7 @@ from django.utils import timezone
 
 from harness.database import database_url
 from harness.paths import ROOT
-from scheduling.audit.models import AuditArchiveFile, AuditEvent
-from scheduling.models import ArchiveFile, Endpoint, ScheduledMessage
+from scheduling.models import ArchiveFile, AuditArchiveFile, AuditEvent, Endpoint, ScheduledMessage
 
 from .conftest import size
 

@@ -10,8 +10,8 @@ from django.db import DatabaseError, OperationalError, connection
 
 from scheduling.audit import actions
 from scheduling.audit.context import AuditContext, audited
-from scheduling.teams.caller import Caller, caller_for_command
-from scheduling.teams.models import Team
+from scheduling.core.caller import Caller, caller_for_command
+from scheduling.models import Team
 
 # undefined table, undefined column: the migrations are not (all) applied
 NOT_MIGRATED_SQLSTATES = frozenset({"42P01", "42703"})

@@ -6,8 +6,8 @@ from django.core.management.base import CommandError
 
 from rabbit import BrokerError
 from scheduling.management.commands._progress import progress_bar
+from scheduling.moves.delays import MoveSummary, delays_move
 from scheduling.versions.broker import topology_count
-from scheduling.versions.moves import MoveSummary, delays_move
 
 
 def run_move(command, *, source, target, source_version, target_version, target_row, batch, dry_run, label):

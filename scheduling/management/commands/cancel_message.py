@@ -2,10 +2,10 @@
 
 from django.core.management.base import CommandError
 
+from scheduling.core.caller import Caller
 from scheduling.core.errors import ServiceError
 from scheduling.management.commands._base import PlatformCommand, command_caller, command_team
 from scheduling.messages.services import message_cancel
-from scheduling.teams.caller import Caller
 
 
 class Command(PlatformCommand):

@@ -7,9 +7,9 @@ from django.core.management.base import CommandError
 
 from scheduling.config.conf import setting_name
 from scheduling.core.durations import parse_duration
+from scheduling.core.roles import SCOPES
 from scheduling.management.commands._base import PlatformCommand, command_caller, command_team
 from scheduling.management.commands.create_team import _errors
-from scheduling.teams.roles import SCOPES
 from scheduling.teams.services import api_key_create
 
 

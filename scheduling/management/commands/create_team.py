@@ -5,8 +5,8 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError
 from django.db import transaction
 
+from scheduling.core.roles import ROLES
 from scheduling.management.commands._base import PlatformCommand
-from scheduling.teams.roles import ROLES
 from scheduling.teams.services import membership_set, team_create
 
 

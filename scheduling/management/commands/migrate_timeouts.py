@@ -10,8 +10,8 @@ from scheduling.core.errors import ServiceError
 from scheduling.management.commands._base import PlatformCommand
 from scheduling.management.commands._progress import progress_bar
 from scheduling.management.commands._versions import add_move_arguments
+from scheduling.moves.timeouts import timeout_migrate
 from scheduling.versions.selectors import topology_version_get
-from scheduling.versions.timeouts import timeout_migrate
 
 
 class Command(PlatformCommand):

@@ -14,7 +14,7 @@ from scheduling.core.durations import format_duration, parse_duration
 from scheduling.delivery.selectors import orphan_copy_list
 from scheduling.management.commands._base import PlatformCommand, command_team
 from scheduling.management.commands._progress import progress_bar
-from scheduling.messages.restore import BATCH, message_reconcile_after_restore
+from scheduling.moves.restore import BATCH, message_reconcile_after_restore
 
 DEFAULT_OVERDUE_AFTER = "60s"
 

@@ -5,12 +5,11 @@ from django.core.management.base import CommandError
 
 from rabbit import BrokerError
 from scheduling.config.conf import broker, conf, setting_name
-from scheduling.endpoints.services import endpoint_bind_all_on
 from scheduling.management.commands._base import PlatformCommand
 from scheduling.management.commands._moving import run_move
 from scheduling.management.commands._versions import add_move_arguments
 from scheduling.versions.selectors import topology_version_get
-from scheduling.versions.services import topology_declare
+from scheduling.versions.services import endpoint_bind_all_on, topology_declare
 
 
 class Command(PlatformCommand):

@@ -9,7 +9,7 @@ import pytest
 def staff_client(client, django_user_model):
     """staff_client(role, team="default") -> a logged-in client for a staff user with this role in
     the team (viewer, member or admin; None: in no team)."""
-    from scheduling.teams.models import Membership, Team
+    from scheduling.models import Membership, Team
 
     def make(role=None, team="default"):
         user = django_user_model.objects.create_user(f"s{uuid.uuid4().hex[:8]}", password="pw", is_staff=True)

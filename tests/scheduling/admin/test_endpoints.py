@@ -6,10 +6,8 @@ import re
 import pytest
 from django.urls import reverse
 
-from scheduling.audit.models import AuditEvent
 from scheduling.config.conf import broker
-from scheduling.delivery.models import EndpointHealth
-from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.models import AuditEvent, Endpoint, EndpointHealth, ScheduledMessage
 from scheduling.security import secret_box, webhook_signing
 from topology import cascade
 

@@ -6,11 +6,8 @@ event's waiting messages with its button, a viewer does neither."""
 import pytest
 from django.urls import reverse
 
-from scheduling.audit.models import AuditEvent
-from scheduling.events.models import Subscription
 from scheduling.events.services import event_publish, subscription_create
-from scheduling.models import Endpoint, ScheduledMessage
-from scheduling.teams.models import Team
+from scheduling.models import AuditEvent, Endpoint, ScheduledMessage, Subscription, Team
 
 pytestmark = pytest.mark.django_db
 SUBSCRIPTIONS = reverse("admin:scheduling_subscription_changelist")

@@ -11,10 +11,9 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from scheduling.audit.models import AuditEvent
-from scheduling.delivery.models import MessageAttempt
+from scheduling.core.clock import to_epoch_ms
 from scheduling.messages.relay import relay_publish
-from scheduling.models import Endpoint, ScheduledMessage, to_epoch_ms
+from scheduling.models import AuditEvent, Endpoint, MessageAttempt, ScheduledMessage
 from tests.scheduling.messages.test_selectors import assert_no_exact_count
 
 pytestmark = pytest.mark.django_db

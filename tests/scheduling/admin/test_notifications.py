@@ -9,10 +9,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from scheduling.audit import actions
-from scheduling.audit.models import AuditEvent
-from scheduling.models import Endpoint, ScheduledMessage
-from scheduling.notifications.models import NotificationRoute
-from scheduling.teams.models import Team
+from scheduling.models import AuditEvent, Endpoint, NotificationRoute, ScheduledMessage, Team
 
 pytestmark = pytest.mark.django_db
 LIST = reverse("admin:scheduling_notificationroute_changelist")

@@ -9,8 +9,7 @@ import pytest
 from django.urls import reverse
 
 from scheduling.delivery.orphans import Carried, orphan_copy_set_aside
-from scheduling.models import Endpoint, OrphanCopy
-from scheduling.teams.models import Team
+from scheduling.models import Endpoint, OrphanCopy, Team
 
 pytestmark = pytest.mark.django_db
 LIST = reverse("admin:scheduling_orphancopy_changelist")
@@ -56,7 +55,7 @@ def test_an_operator_deletes_copies_after_confirming_each_audited(admin_client, 
     """Django's delete with its confirmation page: nothing goes before "yes"; then each copy goes
     with one audit row (orphan_copy.delete, its team, what it named), and the others stay."""
     from scheduling.audit import actions
-    from scheduling.audit.models import AuditEvent
+    from scheduling.models import AuditEvent
 
     chosen = [copies["default"], copies["none"]]
     form = {"action": "delete_selected", "_selected_action": [c.pk for c in chosen]}
@@ -75,7 +74,7 @@ def test_an_operator_deletes_copies_after_confirming_each_audited(admin_client, 
 
 def test_an_operator_deletes_one_copy_from_its_page_audited(admin_client, copies):
     from scheduling.audit import actions
-    from scheduling.audit.models import AuditEvent
+    from scheduling.models import AuditEvent
 
     url = reverse("admin:scheduling_orphancopy_delete", args=[copies["other"].pk])
     assert "Are you sure" in admin_client.get(url).content.decode()

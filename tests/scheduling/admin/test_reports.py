@@ -6,8 +6,7 @@ from datetime import date, timedelta
 
 import pytest
 
-from scheduling.models import AccuracyReport
-from scheduling.teams.models import Membership, Team
+from scheduling.models import AccuracyReport, Membership, Team
 from tests.scheduling.reports.conftest import OWN_ENDPOINT, report_create, two_teams_reports
 
 pytestmark = pytest.mark.django_db

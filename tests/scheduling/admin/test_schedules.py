@@ -7,8 +7,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from scheduling.audit.models import AuditEvent
-from scheduling.models import Schedule
+from scheduling.models import AuditEvent, Schedule
 from scheduling.schedules.services import schedule_create_runs
 
 pytestmark = pytest.mark.django_db

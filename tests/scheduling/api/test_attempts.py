@@ -14,9 +14,7 @@ from django.utils import timezone
 
 from harness.waiting import wait_until
 from scheduling.api.pagination import AttemptCursorPagination
-from scheduling.audit.models import AuditEvent
-from scheduling.delivery.models import MessageAttempt
-from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.models import AuditEvent, Endpoint, MessageAttempt, ScheduledMessage
 
 pytestmark = [pytest.mark.django_db, pytest.mark.broker]
 Status = ScheduledMessage.Status

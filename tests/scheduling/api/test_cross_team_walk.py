@@ -47,17 +47,22 @@ from rest_framework.test import APIClient
 
 from scheduling.api.team_views import IsPerson
 from scheduling.audit.context import AuditContext, audited
+from scheduling.core.caller import caller_for_command
 from scheduling.core.lifecycle import FINISHED_VALUES, IN_FLIGHT_VALUES, Status
-from scheduling.delivery.models import MessageAttempt
+from scheduling.core.roles import ADMIN, MEMBER, RANK, SCOPES, VIEWER, Action
 from scheduling.endpoints.services import endpoint_create
 from scheduling.events.services import event_publish, subscription_create
-from scheduling.models import BulkAction, Endpoint, ScheduledMessage
-from scheduling.notifications.models import NotificationRoute
+from scheduling.models import (
+    BulkAction,
+    Endpoint,
+    Invitation,
+    Membership,
+    MessageAttempt,
+    NotificationRoute,
+    ScheduledMessage,
+)
 from scheduling.schedules.services import schedule_upsert
-from scheduling.teams.caller import caller_for_command
 from scheduling.teams.invitations import invitation_create
-from scheduling.teams.models import Invitation, Membership
-from scheduling.teams.roles import ADMIN, MEMBER, RANK, SCOPES, VIEWER, Action
 from scheduling.teams.services import api_key_create, team_create
 
 # Holes the walk finds in today's code that another change closes: (operationId, case, caller) ->

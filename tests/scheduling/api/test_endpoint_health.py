@@ -12,10 +12,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from scheduling.audit.models import AuditEvent
 from scheduling.config.conf import broker
-from scheduling.delivery.models import EndpointHealth
-from scheduling.models import Endpoint
+from scheduling.models import AuditEvent, Endpoint, EndpointHealth
 from topology import cascade
 
 pytestmark = [pytest.mark.django_db, pytest.mark.broker]

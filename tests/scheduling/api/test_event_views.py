@@ -5,8 +5,7 @@ its event."""
 import pytest
 from django.utils import timezone
 
-from scheduling.events.models import Event, Subscription
-from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.models import Endpoint, Event, ScheduledMessage, Subscription
 from tests.conftest import team_named
 
 pytestmark = pytest.mark.django_db

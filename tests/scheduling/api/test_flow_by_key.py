@@ -4,8 +4,7 @@ the endpoint's own limits are, and a person's change audited."""
 
 import pytest
 
-from scheduling.audit.models import AuditEvent
-from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.models import AuditEvent, Endpoint, ScheduledMessage
 
 
 @pytest.mark.parametrize(("body", "field"), [

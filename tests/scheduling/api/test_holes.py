@@ -8,10 +8,9 @@ import uuid
 import pytest
 from django.urls import reverse
 
-from scheduling.audit.models import AuditEvent
 from scheduling.config.conf import broker
 from scheduling.messages import wire
-from scheduling.models import Endpoint, Schedule, ScheduledMessage
+from scheduling.models import AuditEvent, Endpoint, Schedule, ScheduledMessage
 
 pytestmark = [pytest.mark.django_db, pytest.mark.broker]
 
@@ -171,7 +170,7 @@ def test_every_change_is_audited_with_who_where_and_before_and_after(api, platfo
 
 
 def test_a_team_cannot_flood_the_platform_with_schedules(api, platform, amqp, settings):
-    from scheduling.teams.models import Team
+    from scheduling.models import Team
 
     settings.DELAY_TEAM_MIN_SCHEDULE_INTERVAL_SECONDS = 60
     settings.DELAY_TEAM_MAX_SCHEDULES = 3

@@ -9,8 +9,7 @@ import pytest
 from django.utils import timezone
 
 from scheduling.audit import actions
-from scheduling.audit.models import AuditEvent
-from scheduling.teams.models import Invitation, Membership
+from scheduling.models import AuditEvent, Invitation, Membership
 
 pytestmark = pytest.mark.django_db
 
@@ -107,7 +106,7 @@ def test_a_team_admin_adds_no_one_directly_and_the_answer_is_the_same_for_any_na
 
 def test_an_operator_still_adds_a_member_directly(api, django_user_model):
     django_user_model.objects.create_user("hired", password="pw")
-    from scheduling.teams.models import Team
+    from scheduling.models import Team
 
     Team.objects.get_or_create(name="growth")
     added = api.post("/api/teams/growth/members/set/", {"username": "hired", "role": "admin"}, format="json")

@@ -7,9 +7,8 @@ import uuid
 import pytest
 
 from scheduling.api.notification_views import RouteCursorPagination
-from scheduling.audit.models import AuditEvent
-from scheduling.models import ScheduledMessage
-from scheduling.notifications.models import ROUTABLE
+from scheduling.models import AuditEvent, ScheduledMessage
+from scheduling.models.notifications import ROUTABLE
 
 pytestmark = pytest.mark.django_db
 

@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from scheduling.teams.models import ApiKey
+from scheduling.models import ApiKey
 
 pytestmark = pytest.mark.django_db
 
@@ -83,8 +83,7 @@ def test_a_team_key_minted_with_a_team_key_is_impossible(team_key):
 
 
 def test_answers_that_carry_a_key_or_a_secret_are_never_cached(api_as, versions):
-    from scheduling.models import Endpoint
-    from scheduling.teams.models import Team
+    from scheduling.models import Endpoint, Team
 
     alice = api_as("admin", team="growth")
     made = mint(alice)

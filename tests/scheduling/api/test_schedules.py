@@ -6,8 +6,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from scheduling.audit.models import AuditEvent
-from scheduling.models import Schedule, ScheduledMessage
+from scheduling.models import AuditEvent, Schedule, ScheduledMessage
 
 pytestmark = pytest.mark.django_db
 Status = ScheduledMessage.Status

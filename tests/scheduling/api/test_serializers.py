@@ -74,7 +74,7 @@ def test_version_field_refuses_what_the_database_cannot_compare(versions):
 
 
 def test_endpoint_counts_come_from_the_views_counts_and_name_the_estimates(versions):
-    from scheduling.messages.counts import Tally
+    from scheduling.db.counts import Tally
 
     endpoint = Endpoint(pk=7, team=TEAM, name="billing", queue="billing", topology=versions["v2"])
     counts = {7: {"pending": Tally(2), "published": Tally(0), "delivered": Tally(5_000_000, exact=False),
@@ -104,7 +104,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from scheduling.api.serializers import _plain_message  # noqa: E402
-from scheduling.teams.models import Team  # noqa: E402
+from scheduling.models.teams import Team  # noqa: E402
 
 TEAM = Team(pk=1, name="default")  # an unsaved row's team: no query for the default
 

@@ -9,12 +9,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from scheduling.celery import structured
 from scheduling.celery.services import celery_task_cancel
 from scheduling.core.lifecycle import Status
-from scheduling.models import Endpoint, ScheduledMessage
-from scheduling.retention.services import message_describe_gone
-from scheduling.teams.models import Team
+from scheduling.messages import structured
+from scheduling.messages.selectors import message_describe_gone
+from scheduling.models import Endpoint, ScheduledMessage, Team
 
 pytestmark = pytest.mark.django_db
 
@@ -176,7 +175,7 @@ def test_the_platform_s_own_hook_sets_a_task_without_a_row_aside_instead_of_runn
     """Unlike the API's claim (NotFound), the platform's hook answers "do not run" and keeps the copy for
     the operator, a malformed id too (a restore from backup: delivery/orphans.py)."""
     from scheduling.celery.services import celery_task_claim
-    from scheduling.delivery.models import OrphanCopy
+    from scheduling.models import OrphanCopy
 
     missing = str(uuid.uuid4())
     assert celery_task_claim(message_id=missing, redelivered=False) is False

@@ -5,10 +5,8 @@ or idempotency key). The e2e tests deliver through both queues with a real worke
 
 import pytest
 
-from scheduling.audit.models import AuditEvent
 from scheduling.config.conf import broker
-from scheduling.models import Endpoint, Schedule, ScheduledMessage
-from scheduling.teams.models import ApiKey, Team
+from scheduling.models import ApiKey, AuditEvent, Endpoint, Schedule, ScheduledMessage, Team
 
 pytestmark = [pytest.mark.django_db, pytest.mark.broker]
 Status = ScheduledMessage.Status

@@ -140,7 +140,7 @@ def test_a_team_shares_one_budget_across_its_keys_and_members(api, api_as, team_
 
 
 def test_a_team_s_own_rate_wins_over_the_platform_s(team_key, endpoint, settings, clock):
-    from scheduling.teams.models import Team
+    from scheduling.models import Team
 
     settings.DELAY_TEAM_API_RATE = "1000/minute"
     Team.objects.filter(name="default").update(api_rate="2/minute")
@@ -151,7 +151,7 @@ def test_a_team_s_own_rate_wins_over_the_platform_s(team_key, endpoint, settings
 
 
 def test_each_key_has_its_own_budget(team_key, endpoint, settings, clock):
-    from scheduling.teams.models import Team
+    from scheduling.models import Team
 
     settings.DELAY_KEY_API_RATE = "3/minute"
     first, second = team_key("default"), team_key("default")
@@ -168,7 +168,7 @@ def test_a_person_in_two_teams_is_charged_to_the_team_each_request_acts_in(api_a
                                                                           clock, session):
     """By a person's key or session: the endpoint's team for scheduling, the message's for a detail
     route, the named team for a list; never no team (the person in two would have no limit)."""
-    from scheduling.teams.models import Membership, Team
+    from scheduling.models import Membership, Team
 
     settings.DELAY_TEAM_API_RATE = "5/minute"
     person = api_as("member")

@@ -11,9 +11,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from scheduling.audit.models import AuditEvent
 from scheduling.config.conf import broker
-from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.models import AuditEvent, Endpoint, ScheduledMessage
 from scheduling.security import secret_box
 from tests.scheduling.messages.test_selectors import assert_no_exact_count
 

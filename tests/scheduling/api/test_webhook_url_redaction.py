@@ -5,11 +5,9 @@ masked (security/redaction.py), and the audit log keeps them masked for everyone
 import pytest
 
 from scheduling.audit.context import AuditContext, audited
-from scheduling.audit.models import AuditEvent
 from scheduling.audit.services import audit_record, audit_values
-from scheduling.models import Endpoint
-from scheduling.teams.caller import caller_for_command
-from scheduling.teams.models import Team
+from scheduling.core.caller import caller_for_command
+from scheduling.models import AuditEvent, Endpoint, Team
 
 pytestmark = pytest.mark.django_db
 SECRET_URL = "https://receiver.example.com/in?token=s3cret-token&v=2"

@@ -7,10 +7,9 @@ from django.db import transaction
 
 from scheduling.audit import actions
 from scheduling.audit.context import AuditContext, audited
-from scheduling.audit.models import AuditEvent
 from scheduling.audit.services import REDACTED, audit_changed, audit_record, audit_values
-from scheduling.teams.caller import Caller
-from scheduling.teams.models import Team
+from scheduling.core.caller import Caller
+from scheduling.models import AuditEvent, Team
 
 pytestmark = pytest.mark.django_db
 COMMAND = AuditContext(source=AuditEvent.Source.COMMAND, caller=Caller(name="command create_team", user_id=7,

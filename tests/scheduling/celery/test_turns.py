@@ -11,10 +11,9 @@ from django.utils import timezone
 
 from scheduling.celery.services import celery_task_claim_message
 from scheduling.core.lifecycle import Status
-from scheduling.delivery.ordering import ordering_task_ended
-from scheduling.models import Endpoint, OrderingTurn, ScheduledMessage
+from scheduling.messages.ordering import ordering_task_ended
+from scheduling.models import Endpoint, OrderingTurn, ScheduledMessage, Team
 from scheduling.observability import metrics
-from scheduling.teams.models import Team
 
 pytestmark = pytest.mark.django_db
 
@@ -83,7 +82,7 @@ def test_the_first_of_a_key_runs_and_holds_it_the_next_waits_visibly_until_it_en
         assert claim(second).run is False  # a stray copy of a waiting row: left waiting, not counted again
     assert waits() == before + 1 and stored(second).status == Status.WAITING
     with django_capture_on_commit_callbacks(execute=False):  # the wake's publish is the relay's: not run here
-        woken = ordering_task_ended(message_id=str(first.id))
+        woken = ordering_task_ended(message_id=str(first.id)).woken
     assert woken == [str(second.id)] and stored(second).status == Status.PENDING and holder(first) is None
     again = claim(second)
     assert (again.run, again.ordered) == (True, str(second.id)) and holder(second) == str(second.id)
@@ -126,14 +125,14 @@ def test_a_retry_row_holds_its_first_run_s_turn(keyed, queue_endpoint):
     first = keyed(0, idempotency_key=task_id)
     nxt = keyed(1)
     assert claim(first).run is True and claim(nxt).run is False
-    assert ordering_task_ended(message_id=str(first.id), retrying=True) == []  # the retry keeps the key
+    assert ordering_task_ended(message_id=str(first.id), retrying=True).woken == []  # the retry keeps the key
     assert holder(first) == str(first.id) and stored(nxt).status == Status.WAITING
     retry = keyed(10_000, key=None, endpoint=first.endpoint, idempotency_key=f"{task_id}#retry1")
     taken = claim(retry)
     assert (taken.run, taken.ordered) == (True, str(first.id))
     other = keyed(0, key=None, endpoint=queue_endpoint(), idempotency_key=f"{task_id}#retry1")
     assert claim(other).ordered is None  # the same task id on another endpoint: not its first run
-    assert ordering_task_ended(message_id=taken.ordered) == [str(nxt.id)]
+    assert ordering_task_ended(message_id=taken.ordered).woken == [str(nxt.id)]
 
 
 def test_a_lapsed_hold_is_not_taken_back_by_a_late_retry_report(keyed):

@@ -10,12 +10,11 @@ import pytest
 from django.utils import timezone
 from prometheus_client import REGISTRY
 
-from scheduling.delivery.models import AttemptOutcome
 from scheduling.delivery.services import Result, delivery_receive_many
 from scheduling.delivery.webhook_calls import webhook_call_record, webhook_call_take
 from scheduling.delivery.webhooks import Call, CallResult
 from scheduling.messages.relay import relay_publish
-from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.models import AttemptOutcome, Endpoint, ScheduledMessage
 
 pytestmark = pytest.mark.django_db
 Status = ScheduledMessage.Status

@@ -14,8 +14,7 @@ from scheduling.celery.services import celery_task_claim
 from scheduling.core.lateness_buckets import bucket_ms
 from scheduling.delivery.minutes import delivery_minute_record
 from scheduling.delivery.services import Result, delivery_receive_many
-from scheduling.models import DeliveryMinute, Endpoint, ScheduledMessage
-from scheduling.teams.models import default_team_id
+from scheduling.models import DeliveryMinute, Endpoint, ScheduledMessage, default_team_id
 
 pytestmark = pytest.mark.django_db
 Status = ScheduledMessage.Status

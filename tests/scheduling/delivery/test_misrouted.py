@@ -14,8 +14,7 @@ from prometheus_client import REGISTRY
 
 from scheduling.delivery.services import Result, delivery_receive_many
 from scheduling.delivery.webhook_calls import webhook_call_take
-from scheduling.models import Endpoint, ScheduledMessage
-from scheduling.teams.models import Team
+from scheduling.models import Endpoint, ScheduledMessage, Team
 
 pytestmark = pytest.mark.django_db
 Status = ScheduledMessage.Status

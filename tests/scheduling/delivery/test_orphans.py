@@ -12,8 +12,7 @@ from scheduling.delivery.orphans import BODY_CAP_BYTES, Carried, orphan_copy_set
 from scheduling.delivery.selectors import orphan_copy_count, orphan_copy_list
 from scheduling.messages import wire
 from scheduling.messages.wire import queue_of_routing_key
-from scheduling.models import Endpoint, OrphanCopy
-from scheduling.teams.models import Team
+from scheduling.models import Endpoint, OrphanCopy, Team
 
 pytestmark = pytest.mark.django_db
 

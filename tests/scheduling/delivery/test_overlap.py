@@ -1,5 +1,5 @@
 """A recurring schedule's overlap policy against the real database (core/ordering.py,
-delivery/ordering.py, delivery/overlap.py): a run whose previous run has not ended is skipped (skip),
+messages/ordering.py, delivery/overlap.py): a run whose previous run has not ended is skipped (skip),
 or waits, one at most, a later one skipped (buffer_one); a skipped run ends at once with the run
 still running in last_error, and is counted on its schedule once the delivery commits."""
 
@@ -9,11 +9,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from scheduling.delivery.models import AttemptOutcome
 from scheduling.delivery.services import Result, delivery_receive_many
 from scheduling.delivery.webhook_calls import webhook_call_record, webhook_call_take
 from scheduling.delivery.webhooks import Call, CallResult
-from scheduling.models import Endpoint, Schedule, ScheduledMessage
+from scheduling.models import AttemptOutcome, Endpoint, Schedule, ScheduledMessage
 
 Status = ScheduledMessage.Status
 pytestmark = pytest.mark.django_db

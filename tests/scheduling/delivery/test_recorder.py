@@ -10,12 +10,11 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from scheduling.delivery.models import AttemptOutcome, MessageAttempt
 from scheduling.delivery.recorder import Recorder
 from scheduling.delivery.services import Result
 from scheduling.delivery.webhook_calls import CallToken, webhook_call_take
 from scheduling.delivery.webhooks import Call, CallResult
-from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.models import AttemptOutcome, Endpoint, MessageAttempt, ScheduledMessage
 
 pytestmark = pytest.mark.django_db(transaction=True)
 Status = ScheduledMessage.Status

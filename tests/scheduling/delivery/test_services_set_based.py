@@ -21,9 +21,8 @@ from scheduling.core import lifecycle
 from scheduling.core.lateness_buckets import bucket_ms
 from scheduling.delivery.minutes import delivery_minute_bucket_sql
 from scheduling.delivery.services import Result, delivery_receive_many
-from scheduling.models import DeliveryMinute, Endpoint, ScheduledMessage
+from scheduling.models import DeliveryMinute, Endpoint, ScheduledMessage, Team
 from scheduling.observability import metrics
-from scheduling.teams.models import Team
 
 pytestmark = pytest.mark.django_db
 Status = ScheduledMessage.Status

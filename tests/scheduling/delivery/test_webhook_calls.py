@@ -9,12 +9,18 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from scheduling.audit.models import AuditEvent
-from scheduling.delivery.models import AttemptOutcome, EndpointHealth, MessageAttempt
 from scheduling.delivery.services import Result
 from scheduling.delivery.webhook_calls import webhook_call_record, webhook_call_take
 from scheduling.delivery.webhooks import Call, CallResult
-from scheduling.models import DeliveryMinute, Endpoint, ScheduledMessage
+from scheduling.models import (
+    AttemptOutcome,
+    AuditEvent,
+    DeliveryMinute,
+    Endpoint,
+    EndpointHealth,
+    MessageAttempt,
+    ScheduledMessage,
+)
 
 pytestmark = pytest.mark.django_db
 Status = ScheduledMessage.Status

@@ -10,8 +10,8 @@ import pytest
 
 from harness.recording_server import RecordingServer
 from harness.tarpit_server import TarpitServer
-from scheduling.delivery.models import AttemptOutcome
 from scheduling.delivery.webhooks import Call, EngineSettings, WebhookEngine
+from scheduling.models import AttemptOutcome
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"),)
 

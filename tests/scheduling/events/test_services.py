@@ -10,9 +10,8 @@ from django.utils import timezone
 
 from scheduling.audit import actions
 from scheduling.audit.context import AuditContext, audited
-from scheduling.audit.models import AuditEvent
+from scheduling.core.caller import Caller
 from scheduling.core.errors import Forbidden, NotFound, QuotaExceeded
-from scheduling.events.models import Event, Subscription
 from scheduling.events.services import (
     event_cancel,
     event_get,
@@ -20,10 +19,8 @@ from scheduling.events.services import (
     subscription_create,
     subscription_delete,
 )
-from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.models import AuditEvent, Endpoint, Event, ScheduledMessage, Subscription, Team
 from scheduling.observability import metrics
-from scheduling.teams.caller import Caller
-from scheduling.teams.models import Team
 
 pytestmark = pytest.mark.django_db
 Status = ScheduledMessage.Status

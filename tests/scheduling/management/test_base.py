@@ -81,7 +81,7 @@ def test_a_command_that_moves_many_rows_records_its_run_without_a_broker_passwor
     from django.core.management import call_command
 
     from scheduling.audit import actions
-    from scheduling.audit.models import AuditEvent
+    from scheduling.models import AuditEvent
 
     # a command audits its runs under its declared action (audit/actions.py): this one's, for the test
     monkeypatch.setitem(actions.COMMAND_RUN, "test_base", "command.test_base")

@@ -10,8 +10,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from scheduling.delivery.orphans import Carried, orphan_copy_set_aside
-from scheduling.models import Endpoint
-from scheduling.teams.models import Team
+from scheduling.models import Endpoint, Team
 
 pytestmark = pytest.mark.django_db
 

@@ -11,10 +11,9 @@ from harness.endpoints import bind_endpoint
 from rabbit import BrokerUnavailable
 from scheduling.config.conf import broker
 from scheduling.core.clock import to_epoch_ms
-from scheduling.events.models import Event
 from scheduling.messages import wire
 from scheduling.messages.fanout import message_fan_out
-from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.models import Endpoint, Event, ScheduledMessage
 from tests.topology.helpers import get, wait_get
 from topology import cascade
 

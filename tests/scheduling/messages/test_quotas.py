@@ -11,8 +11,7 @@ from django.utils import timezone
 from scheduling.core.errors import QuotaExceeded
 from scheduling.messages.bulk import message_apply_matching, message_bulk_matching, message_start_matching
 from scheduling.messages.services import message_republish, message_resend
-from scheduling.models import BulkAction, Endpoint, ScheduledMessage
-from scheduling.teams.models import Team
+from scheduling.models import BulkAction, Endpoint, ScheduledMessage, Team
 from scheduling.teams.services import team_update
 
 pytestmark = pytest.mark.django_db

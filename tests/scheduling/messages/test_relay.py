@@ -398,7 +398,7 @@ def test_an_events_rows_cross_the_cascade_as_one_event_copy_after_the_commit(fan
 
 
 def test_the_sweeper_sends_an_events_pending_rows_as_one_event_copy(fan_endpoints, amqp, settings):
-    from scheduling.events.models import Event
+    from scheduling.models import Event
 
     settings.DELAY_ENVELOPES = True
     due = timezone.now() + timedelta(seconds=20)
@@ -415,7 +415,7 @@ def test_the_sweeper_sends_an_events_pending_rows_as_one_event_copy(fan_endpoint
 
 def test_an_events_row_alone_in_its_batch_and_v2_events_go_one_message_per_row(fan_endpoints, amqp, settings,
                                                                                endpoint):
-    from scheduling.events.models import Event
+    from scheduling.models import Event
 
     settings.DELAY_ENVELOPES = True
     due = timezone.now() + timedelta(seconds=20)
@@ -430,7 +430,7 @@ def test_an_events_row_alone_in_its_batch_and_v2_events_go_one_message_per_row(f
 
 
 def test_with_envelopes_off_an_events_rows_go_one_message_per_row(fan_endpoints, amqp, settings):
-    from scheduling.events.models import Event
+    from scheduling.models import Event
 
     settings.DELAY_ENVELOPES = False
     due = timezone.now() + timedelta(seconds=20)

@@ -64,8 +64,8 @@ def test_an_unroutable_event_copy_fails_none_of_its_messages_the_rescue_sends_ea
     off, they are failed with the reason, as any unroutable copy's."""
     from harness.endpoints import bind_endpoint
     from scheduling.config.conf import broker
-    from scheduling.events.models import Event
     from scheduling.messages.rescue import message_rescue_overdue
+    from scheduling.models import Event
     from topology import cascade
 
     settings.DELAY_ENVELOPES = True

@@ -10,8 +10,7 @@ import pytest
 
 from scheduling.core.clock import to_epoch_ms
 from scheduling.messages import wire
-from scheduling.models import Endpoint, ScheduledMessage, TopologyVersion
-from scheduling.teams.models import Team
+from scheduling.models import Endpoint, ScheduledMessage, Team, TopologyVersion
 from topology import cascade
 
 TEAM = Team(pk=1, name="default")  # an unsaved row's team: no query for the default

@@ -16,14 +16,19 @@ from django.utils import timezone
 
 from scheduling.celery.services import celery_task_claim_message
 from scheduling.config.conf import broker
-from scheduling.delivery.models import AttemptOutcome
 from scheduling.delivery.services import Result, delivery_receive_many
 from scheduling.delivery.webhook_calls import webhook_call_record, webhook_call_take
 from scheduling.delivery.webhooks import Call, CallResult
 from scheduling.messages.relay import relay_publish, timeout_publish_due
 from scheduling.messages.rescue import message_rescue_overdue
-from scheduling.models import DeliveryMode, Endpoint, ScheduledMessage
-from scheduling.notifications.models import NotificationRoute, NotificationType
+from scheduling.models import (
+    AttemptOutcome,
+    DeliveryMode,
+    Endpoint,
+    NotificationRoute,
+    NotificationType,
+    ScheduledMessage,
+)
 from scheduling.teams.services import team_create
 
 pytestmark = pytest.mark.django_db

@@ -14,13 +14,19 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from scheduling.config.conf import conf
-from scheduling.delivery.models import AttemptOutcome, EndpointHealth
 from scheduling.delivery.services import delivery_receive_many
 from scheduling.delivery.webhook_calls import webhook_call_record, webhook_call_take
 from scheduling.delivery.webhooks import Call, CallResult
-from scheduling.models import Endpoint, ScheduledMessage
-from scheduling.notifications.models import NotificationRoute, NotificationType, QuotaWarning
-from scheduling.notifications.services import _Checked, notification_emit_quota_warnings
+from scheduling.messages.notifying import notification_emit_quota_warnings, quota_warnings_asked
+from scheduling.models import (
+    AttemptOutcome,
+    Endpoint,
+    EndpointHealth,
+    NotificationRoute,
+    NotificationType,
+    QuotaWarning,
+    ScheduledMessage,
+)
 from scheduling.observability import metrics
 from scheduling.teams.services import team_create
 from tests.conftest import _key_client
@@ -170,7 +176,7 @@ def test_a_notification_the_quota_refuses_is_dropped_counted_and_the_delivery_re
 
 
 def test_a_quota_warning_is_told_once_an_hour_per_team_and_quota(world, monkeypatch):
-    monkeypatch.setattr(_Checked, "due", classmethod(lambda cls, team_id, quota: True))  # as another process would
+    monkeypatch.setattr(quota_warnings_asked, "due", lambda team_id, quota: True)  # as another process would
     team = world["team"]
     assert len(notification_emit_quota_warnings(team=team, warnings=[("messages_in_flight", 80, 100)]).rows) == 1
     assert notification_emit_quota_warnings(team=team, warnings=[("messages_in_flight", 90, 100)]).rows == []

@@ -2,7 +2,7 @@
 
 import pytest
 
-from scheduling.observability import health
+from scheduling.probes import health
 
 
 @pytest.fixture(autouse=True)

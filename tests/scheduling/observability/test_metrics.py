@@ -15,9 +15,8 @@ from scheduling.core.lifecycle import Arrival, Status
 from scheduling.delivery.services import Result, delivery_receive_many
 from scheduling.messages.relay import relay_publish
 from scheduling.messages.services import message_cancel, message_schedule
-from scheduling.models import Endpoint, ScheduledMessage
+from scheduling.models import Endpoint, ScheduledMessage, Team
 from scheduling.observability import metrics
-from scheduling.teams.models import Team
 
 pytestmark = pytest.mark.django_db
 

@@ -97,7 +97,7 @@ OWN_ENDPOINT = {"a": "invoices", "b": "payroll"}  # besides the billing both tea
 def two_teams_reports(day=DAY) -> dict[str, list]:
     """Teams a and b, each with an endpoint billing and one of its own (OWN_ENDPOINT), their rows
     of two days (b's with problems and later p99s), and the platform-wide rows: {team: rows}."""
-    from scheduling.teams.models import Team
+    from scheduling.models import Team
 
     rows = {}
     for team, p99, problems in (("a", 10.0, {"lost": 1}), ("b", 90.0, {"duplicates": 2})):

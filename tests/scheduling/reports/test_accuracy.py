@@ -288,9 +288,8 @@ def test_facts_without_a_team_column_are_the_default_teams(spark, facts, tmp_pat
 
 
 def test_the_job_names_the_platforms_default_team():
+    from scheduling.models import teams as models
     from scheduling.reports.accuracy import DEFAULT_TEAM
-    from scheduling.teams import models
-
     assert DEFAULT_TEAM == models.DEFAULT_TEAM
 
 

@@ -191,7 +191,7 @@ def test_copy_stream_gives_the_rows_the_orm_reads(message):
 def test_each_fact_names_its_team_and_team_exports_one_teams_only(message, versions, tmp_path, capsys):
     """Two teams each with an endpoint billing: the facts tell them apart by team, and
     ``--team`` exports that team's messages only."""
-    from scheduling.teams.models import Team
+    from scheduling.models import Team
 
     other = Team.objects.create(name="growth-eu")
     theirs = Endpoint.objects.create(team=other, name="billing", queue="growth-eu--billing", topology=versions["v2"])

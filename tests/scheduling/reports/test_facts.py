@@ -5,10 +5,10 @@ from datetime import timedelta
 
 import pytest
 
+from scheduling.core.caller import Caller
+from scheduling.core.roles import Action
+from scheduling.models import Membership, Team
 from scheduling.reports import facts
-from scheduling.teams.caller import Caller
-from scheduling.teams.models import Membership, Team
-from scheduling.teams.roles import Action
 from scheduling.teams.selectors import caller_for_user
 from tests.scheduling.reports.conftest import ALL, DAY, OWN_ENDPOINT, two_teams_reports
 

@@ -9,10 +9,8 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from scheduling.events.models import Event
-from scheduling.models import ScheduledMessage
+from scheduling.models import Event, ScheduledMessage, Team
 from scheduling.retention.services import message_prune
-from scheduling.teams.models import Team
 
 pytestmark = pytest.mark.django_db
 Status = ScheduledMessage.Status

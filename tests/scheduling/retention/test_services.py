@@ -14,8 +14,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from harness.database import database_url
-from scheduling.delivery.models import MessageAttempt
-from scheduling.models import AccuracyReport, ArchiveFile, ScheduledMessage
+from scheduling.models import AccuracyReport, ArchiveFile, MessageAttempt, ScheduledMessage
 from scheduling.reports.accuracy import COUNTS
 from scheduling.retention import columns
 from scheduling.retention.services import PRUNE_LOCK, PruneError, message_prune
@@ -367,7 +366,7 @@ def audit_archive_rows(archive) -> dict[int, dict]:
 
 @pytest.fixture
 def audit_row(settings):
-    from scheduling.audit.models import AuditEvent
+    from scheduling.models import AuditEvent
 
     settings.DELAY_AUDIT_RETENTION = timedelta(days=400)
 
@@ -398,7 +397,7 @@ def audit_history(audit_row):
 
 
 def test_the_audit_log_past_its_retention_is_archived_then_deleted(archive, audit_history, settings):
-    from scheduling.audit.models import AuditArchiveFile, AuditEvent
+    from scheduling.models import AuditArchiveFile, AuditEvent
     from scheduling.retention import audit_columns
 
     go, stay = audit_history
@@ -424,7 +423,7 @@ def test_the_audit_log_past_its_retention_is_archived_then_deleted(archive, audi
 
 
 def test_an_archived_audit_row_has_every_value_the_table_had(archive, audit_history):
-    from scheduling.audit.models import AuditEvent
+    from scheduling.models import AuditEvent
 
     go, _ = audit_history
     expected = {row["id"]: row for row in AuditEvent.objects.filter(id__in=[e.id for e in go]).values()}
@@ -469,7 +468,7 @@ def test_the_audit_archive_reads_with_pandas_and_duckdb_and_is_never_read_as_mes
 
 
 def test_a_second_prune_leaves_the_audit_log_and_its_archive_alone(archive, audit_history):
-    from scheduling.audit.models import AuditArchiveFile, AuditEvent
+    from scheduling.models import AuditArchiveFile, AuditEvent
 
     message_prune(now=NOW)
     files = sorted(p for p in archive.rglob("*") if p.is_file())
@@ -489,7 +488,7 @@ def test_outside_the_prune_the_audit_log_still_refuses_updates_and_deletes(archi
     lasted for its DELETE only."""
     from django.db import DatabaseError, transaction
 
-    from scheduling.audit.models import AuditEvent
+    from scheduling.models import AuditEvent
 
     _, stay = audit_history
     message_prune(now=NOW)
@@ -503,7 +502,7 @@ def test_outside_the_prune_the_audit_log_still_refuses_updates_and_deletes(archi
 
 
 def test_a_dry_run_counts_the_audit_log_and_changes_nothing(archive, audit_history):
-    from scheduling.audit.models import AuditArchiveFile, AuditEvent
+    from scheduling.models import AuditArchiveFile, AuditEvent
 
     result = message_prune(now=NOW, dry_run=True)
     assert (result.audit_candidates, result.audit_archived, result.audit_deleted) == (6, 0, 0)
@@ -511,7 +510,7 @@ def test_a_dry_run_counts_the_audit_log_and_changes_nothing(archive, audit_histo
 
 
 def test_an_audit_batch_that_does_not_commit_leaves_its_rows_and_no_file(archive, audit_history, monkeypatch):
-    from scheduling.audit.models import AuditArchiveFile, AuditEvent
+    from scheduling.models import AuditArchiveFile, AuditEvent
 
     def refuse(self):
         raise PruneError("the disk of the database is full")
@@ -524,7 +523,7 @@ def test_an_audit_batch_that_does_not_commit_leaves_its_rows_and_no_file(archive
 
 
 def test_audit_files_of_a_killed_run_are_removed_before_anything_is_written(archive, audit_row):
-    from scheduling.audit.models import AuditArchiveFile, AuditEvent
+    from scheduling.models import AuditArchiveFile, AuditEvent
 
     old = audit_row(401)
     day = archive / "_audit" / "at_date=2025-01-01"
@@ -547,7 +546,7 @@ def test_audit_files_of_a_killed_run_are_removed_before_anything_is_written(arch
 def test_audit_archive_days_go_archive_retention_after_they_left_the_table(archive, settings, audit_row):
     """DELAY_ARCHIVE_RETENTION counts from the day's leaving the table (DELAY_AUDIT_RETENTION
     after it): with both at 400 days, a day made 801 days ago goes, one made 799 days ago stays."""
-    from scheduling.audit.models import AuditArchiveFile
+    from scheduling.models import AuditArchiveFile
 
     settings.DELAY_ARCHIVE_RETENTION = timedelta(days=400)
     days = {"old": (NOW - timedelta(days=801)).date(), "kept": (NOW - timedelta(days=799)).date()}
@@ -569,7 +568,7 @@ def test_audit_archive_days_go_archive_retention_after_they_left_the_table(archi
 def test_the_command_prints_the_audit_log_s_figures(archive, audit_row, capsys):
     from django.utils import timezone
 
-    from scheduling.audit.models import AuditEvent
+    from scheduling.models import AuditEvent
 
     for days in (401, 401, 500, 1):  # the real clock: the command prunes as of now
         AuditEvent.objects.create(at=timezone.now() - timedelta(days=days), source="api", actor="a", action="x.y")
@@ -588,8 +587,8 @@ def test_the_command_prints_the_audit_log_s_figures(archive, audit_row, capsys):
 def test_a_message_s_own_audit_events_go_with_the_messages_retention(archive, audit_row, settings):
     """A row per scheduling request kept DELAY_AUDIT_RETENTION would outgrow the messages: those
     rows (and single cancels, republishes, reschedules) go after the messages' retention."""
-    from scheduling.audit.models import AuditEvent
     from scheduling.audit.selectors import TRAFFIC_ACTIONS
+    from scheduling.models import AuditEvent
 
     settings.DELAY_RETENTION, settings.DELAY_FAILED_RETENTION = timedelta(days=7), timedelta(days=30)
     traffic_old = [audit_row(31, action=action) for action in TRAFFIC_ACTIONS]

@@ -11,11 +11,10 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from harness.at_once import at_once
-from scheduling.models import Schedule, ScheduledMessage
-from scheduling.schedules import rules
-from scheduling.schedules.rules import run_time_of_key
+from scheduling.core import schedule_rules as rules
+from scheduling.core.schedule_rules import run_time_of_key
+from scheduling.models import Schedule, ScheduledMessage, default_team_id
 from scheduling.schedules.services import schedule_create_runs, schedule_run_key
-from scheduling.teams.models import default_team_id
 from tests.scheduling.schedules.conftest import runs, upsert
 
 pytestmark = pytest.mark.django_db

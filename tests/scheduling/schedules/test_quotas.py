@@ -9,9 +9,8 @@ from django.utils import timezone
 
 from scheduling.core.errors import QuotaExceeded
 from scheduling.core.lifecycle import IN_FLIGHT_VALUES
-from scheduling.models import Schedule, ScheduledMessage
+from scheduling.models import Schedule, ScheduledMessage, Team
 from scheduling.schedules.services import schedule_create_runs, schedule_upsert
-from scheduling.teams.models import Team
 from scheduling.teams.services import team_update
 
 pytestmark = pytest.mark.django_db

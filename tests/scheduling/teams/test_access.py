@@ -3,10 +3,10 @@ managing keys or members, an operator everywhere; queue names no team can bend i
 
 import pytest
 
+from scheduling.core.caller import Caller
+from scheduling.core.roles import ALL_SCOPES, Action, parse_scopes
 from scheduling.teams import queues
-from scheduling.teams.caller import Caller
 from scheduling.teams.keys import key_digest, key_generate, key_matches, key_prefix
-from scheduling.teams.roles import ALL_SCOPES, Action, parse_scopes
 
 A, B = 1, 2
 EXPECTED = {  # role -> the actions it allows

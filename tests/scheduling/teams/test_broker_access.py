@@ -64,7 +64,7 @@ def test_the_settings_put_every_worker_resource_under_the_team():
 
 @pytest.mark.parametrize("team", ["a", "a-b", "x1-2-y", "growth-eu"])
 def test_every_valid_team_name_is_taken_literally(team):
-    """Team names hold letters, digits and '-' (teams/models.py); each is escaped all the same, so
+    """Team names hold letters, digits and '-' (models/teams.py); each is escaped all the same, so
     one team's regex never reaches a team whose name differs by a character."""
     granted = permissions(team)
     assert re.escape(team) in granted["read"]

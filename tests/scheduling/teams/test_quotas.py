@@ -11,10 +11,10 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
+from scheduling.core.caller import Caller
 from scheduling.core.errors import QuotaExceeded
 from scheduling.messages.services import message_cancel, message_reschedule, message_schedule_many
 from scheduling.models import CascadeCopy, Endpoint, ScheduledMessage
-from scheduling.teams.caller import Caller
 from scheduling.teams.quotas import TEAM_LOCK_BASE, team_forget_counts, team_in_flight
 from scheduling.teams.services import team_create, team_update
 

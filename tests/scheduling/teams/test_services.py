@@ -10,13 +10,11 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 from prometheus_client import REGISTRY
 
-from scheduling.audit.models import AuditEvent
+from scheduling.core.caller import Caller
 from scheduling.core.errors import QuotaExceeded
 from scheduling.endpoints.services import endpoint_create
 from scheduling.messages.services import message_schedule_many
-from scheduling.models import Endpoint, ScheduledMessage
-from scheduling.teams.caller import Caller
-from scheduling.teams.models import ApiKey, Team
+from scheduling.models import ApiKey, AuditEvent, Endpoint, ScheduledMessage, Team
 from scheduling.teams.quotas import team_forget_counts
 from scheduling.teams.services import (
     api_key_authenticate,
@@ -147,7 +145,7 @@ def test_teams_and_their_changes_are_audited(team, audit_as_command):
 def audit_as_command():
     """A context a command's run would give (outside one, the platform's own work is not audited)."""
     from scheduling.audit.context import AuditContext, audited
-    from scheduling.teams.caller import caller_for_command
+    from scheduling.core.caller import caller_for_command
 
     return lambda: audited(AuditContext(source="command", caller=caller_for_command("test (pytest)")))
 
