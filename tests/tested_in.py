@@ -24,7 +24,7 @@ TESTED_IN: dict[str, tuple[str, ...]] = {
                                      "tests/scheduling/api/test_cross_team_walk.py"),
     # Celery's edge: tasks are thin, each calls one service tested in its domain
     "scheduling/celery/delayed.py": ("tests/scheduling/celery/test_services.py", "tests/e2e/test_celery_integration.py"),
-    "scheduling/celery/tasks.py": ("tests/scheduling/api/test_views.py", "tests/e2e/test_worker.py"),
+    "scheduling/celery/tasks.py": ("tests/scheduling/api/test_message_views.py", "tests/e2e/test_worker.py"),
     # settings: parsed and declared once, checked through conf
     "scheduling/config/parsers.py": ("tests/scheduling/config/test_conf.py",),
     "scheduling/config/specs.py": ("tests/scheduling/config/test_conf.py",),
