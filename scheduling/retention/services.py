@@ -215,7 +215,6 @@ def _audit_prune(now: datetime, archive: Path, result: PruneResult, progress: Pr
                  ", ".join(f.path for f in batch.files), result.audit_deleted, result.audit_candidates)
 
 
-
 def message_table_vacuum_unattended() -> bool:
     """VACUUM the messages table when nothing else will (the server runs without autovacuum, or
     the table is excluded from it): its deleted and updated rows' space is then reused before the
@@ -228,7 +227,6 @@ def message_table_vacuum_unattended() -> bool:
     with connection.cursor() as cursor:
         cursor.execute(f"VACUUM (ANALYZE) {ScheduledMessage._meta.db_table}")
     return True
-
 
 
 def _prune_lock() -> _AdvisoryLock:
