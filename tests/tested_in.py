@@ -24,7 +24,7 @@ TESTED_IN: dict[str, tuple[str, ...]] = {
                                      "tests/scheduling/api/test_cross_team_walk.py"),
     # Celery's edge: tasks are thin, each calls one service tested in its domain
     "scheduling/celery/delayed.py": ("tests/scheduling/celery/test_services.py", "tests/e2e/test_celery_integration.py"),
-    "scheduling/celery/tasks.py": ("tests/scheduling/api/test_views.py", "tests/e2e/test_worker.py"),
+    "scheduling/celery/tasks.py": ("tests/scheduling/api/test_message_views.py", "tests/e2e/test_worker.py"),
     # settings: parsed and declared once, checked through conf
     "scheduling/config/parsers.py": ("tests/scheduling/config/test_conf.py",),
     "scheduling/config/specs.py": ("tests/scheduling/config/test_conf.py",),
@@ -43,6 +43,12 @@ TESTED_IN: dict[str, tuple[str, ...]] = {
     "scheduling/retention/columns.py": ("tests/scheduling/retention/test_services.py",
                                         "tests/scheduling/reports/test_export.py"),
     "scheduling/retention/parquet.py": ("tests/scheduling/retention/test_services.py",),
+    # the prune's parts, through the prune (retention/services.py) that runs them in order
+    "scheduling/retention/archives.py": ("tests/scheduling/retention/test_services.py",
+                                         "tests/reliability/test_prune_killed.py"),
+    "scheduling/retention/table_prunes.py": ("tests/scheduling/retention/test_events.py",
+                                             "tests/scheduling/retention/test_orphan_copies.py",
+                                             "tests/scheduling/retention/test_services.py"),
     "scheduling/teams/invitations.py": ("tests/scheduling/api/test_invitations.py",),
     "scheduling/teams/selectors.py": ("tests/scheduling/teams/test_access.py", "tests/scheduling/api/test_cross_team_walk.py"),
     # management commands: tests/scheduling/management/test_<command>.py (no commands/ level)

@@ -19,7 +19,8 @@ from scheduling.api.event_serializers import (
     SubscriptionCreateSerializer,
     SubscriptionSerializer,
 )
-from scheduling.api.views import TEAM_PARAMETER, TRACEPARENT_PARAMETER, TeamScoped
+from scheduling.api.headers import TRACEPARENT_PARAMETER
+from scheduling.api.scoping import TEAM_PARAMETER, TeamScoped
 from scheduling.core.errors import NotFound
 from scheduling.core.roles import Action
 from scheduling.core.text import has_nul

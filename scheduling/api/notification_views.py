@@ -12,7 +12,7 @@ from scheduling.api.notification_serializers import (
     NotificationRouteCreateSerializer,
     NotificationRouteSerializer,
 )
-from scheduling.api.views import TEAM_PARAMETER, TeamScoped
+from scheduling.api.scoping import TEAM_PARAMETER, TeamScoped
 from scheduling.core.roles import Action
 from scheduling.notifications.selectors import notification_route_list
 from scheduling.notifications.services import notification_route_create, notification_route_delete

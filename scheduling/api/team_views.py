@@ -9,6 +9,8 @@ from rest_framework.pagination import CursorPagination
 from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.response import Response
 
+from scheduling.api.headers import no_store
+from scheduling.api.scoping import TeamScoped
 from scheduling.api.team_serializers import (
     ApiKeyCreatedSerializer,
     ApiKeyCreateSerializer,
@@ -21,7 +23,6 @@ from scheduling.api.team_serializers import (
     MemberWriteSerializer,
     TeamSerializer,
 )
-from scheduling.api.views import TeamScoped, no_store
 from scheduling.audit.selectors import audit_list
 from scheduling.core.roles import Action
 from scheduling.models import ApiKey, Team

@@ -3,8 +3,12 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import APIRootView, DefaultRouter
 
+from scheduling.api.bulk_action_views import BulkActionViewSet
+from scheduling.api.endpoint_views import EndpointViewSet
 from scheduling.api.event_views import EventViewSet, SubscriptionViewSet
+from scheduling.api.message_views import MessageViewSet
 from scheduling.api.notification_views import NotificationRouteViewSet
+from scheduling.api.schedule_views import ScheduleViewSet
 from scheduling.api.team_views import (
     ApiKeyViewSet,
     AuditViewSet,
@@ -12,7 +16,6 @@ from scheduling.api.team_views import (
     OwnApiKeyViewSet,
     TeamViewSet,
 )
-from scheduling.api.views import BulkActionViewSet, EndpointViewSet, MessageViewSet, ScheduleViewSet
 
 
 class ApiRoot(APIRootView):

@@ -18,7 +18,7 @@ Bounded, as a team's broker user can publish copies with made-up ids into its ow
 keeps at most DELAY_ORPHAN_COPIES_MAX_PER_QUEUE rows (a new copy beyond it is acked without one,
 counted in ``delay_orphan_copies_dropped_total``, one warning a batch; a copy already kept still
 counts in ``times_seen``), checked under a lock per queue so that two workers cannot both take the
-last room; and the prune (retention/services.py) deletes, in batches, the copies not seen for
+last room; and the prune (retention/table_prunes.py) deletes, in batches, the copies not seen for
 DELAY_ORPHAN_COPY_RETENTION. An operator deletes the ones decided on in the admin, audited.
 """
 

@@ -4,7 +4,7 @@ every DELETE but the prune's. Who and which team are copied as values, not forei
 outlives users, keys and teams, and a foreign key's SET NULL would be an update.
 
 Rows older than DELAY_AUDIT_RETENTION go to the archive (AuditArchiveFile), pruned like messages:
-retention/services.py."""
+retention/services.py and archives.py."""
 
 from __future__ import annotations
 

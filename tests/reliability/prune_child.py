@@ -15,21 +15,24 @@ def die() -> None:
 
 def main(point: str) -> None:
     django.setup()
-    import scheduling.retention.services as retention  # patched below: the module itself, not its functions
+    # patched below: the modules themselves, not their functions, where each name is looked up when
+    # called (the commits in archives.py, the batch in services.py, which imports it by name)
+    import scheduling.retention.archives as archives
+    import scheduling.retention.services as retention
     from scheduling.retention import parquet
 
     if point == "writing":  # the first file is written, not yet flushed, checked or renamed
         parquet._fsync_file = lambda path: die()
     elif point == "renamed":  # the first batch's files are in place, not yet listed; rows not deleted
-        retention.archive_commit = lambda **kwargs: die()
+        archives.archive_commit = lambda **kwargs: die()
     elif point == "deleted":  # listed and deleted, the COMMIT not sent
-        commit = retention.archive_commit
+        commit = archives.archive_commit
 
         def commit_then_die(**kwargs):
             commit(**kwargs)
             die()
 
-        retention.archive_commit = commit_then_die
+        archives.archive_commit = commit_then_die
     elif point == "committed":  # the first batch committed, the second not started
         prune_batch = retention.message_prune_batch
         calls = []
@@ -42,15 +45,15 @@ def main(point: str) -> None:
 
         retention.message_prune_batch = batch_then_die
     elif point == "audit-renamed":  # an audit batch's files in place, not yet listed; its rows not deleted
-        retention.audit_archive_commit = lambda **kwargs: die()
+        archives.audit_archive_commit = lambda **kwargs: die()
     elif point == "audit-deleted":  # an audit batch listed and deleted, the COMMIT not sent
-        audit_commit = retention.audit_archive_commit
+        audit_commit = archives.audit_archive_commit
 
         def audit_commit_then_die(**kwargs):
             audit_commit(**kwargs)
             die()
 
-        retention.audit_archive_commit = audit_commit_then_die
+        archives.audit_archive_commit = audit_commit_then_die
     elif point != "none":
         raise SystemExit(f"unknown point {point!r}")
     result = retention.message_prune()

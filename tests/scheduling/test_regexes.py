@@ -14,7 +14,8 @@ from django.utils.dateparse import datetime_re
 
 from scheduling.admin.html import _MARKUP
 from scheduling.api import parsers
-from scheduling.api.views import EndpointViewSet, ScheduleViewSet
+from scheduling.api.endpoint_views import EndpointViewSet
+from scheduling.api.schedule_views import ScheduleViewSet
 from scheduling.core import text as core_text
 from scheduling.models import endpoint_name_validator, schedule_key_validator
 from topology.cascade import DESTINATION_RE, DOTTED_DESTINATION_RE

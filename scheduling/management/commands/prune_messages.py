@@ -10,7 +10,8 @@ from scheduling.core.durations import format_duration
 from scheduling.management.commands._base import PlatformCommand
 from scheduling.management.commands._progress import progress_bar
 from scheduling.retention import audit_columns
-from scheduling.retention.services import PruneError, message_prune
+from scheduling.retention.archives import PruneError
+from scheduling.retention.services import message_prune
 
 
 def size(nbytes: float) -> str:

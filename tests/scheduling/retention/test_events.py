@@ -53,7 +53,7 @@ def aged(settings, tmp_path, endpoint_row):
 
 def test_the_prune_deletes_the_events_left_without_messages(aged, caplog):
     now, events = aged
-    with caplog.at_level("INFO", "scheduling.retention.services"):
+    with caplog.at_level("INFO", "scheduling.retention.table_prunes"):
         result = message_prune(now=now)
     assert result.deleted == 1  # the delivered message first, then its event
     assert result.events_deleted == 6

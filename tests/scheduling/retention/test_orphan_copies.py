@@ -38,7 +38,7 @@ def aged(settings, tmp_path):
 
 def test_the_prune_deletes_exactly_the_copies_past_their_retention_in_batches(aged, caplog):
     now, old, young = aged
-    with caplog.at_level("INFO", "scheduling.retention.services"):
+    with caplog.at_level("INFO", "scheduling.retention.table_prunes"):
         result = message_prune(now=now)
     assert (result.orphan_copy_candidates, result.orphan_copies_deleted) == (5, 5)
     assert sorted(OrphanCopy.objects.values_list("message_id", flat=True)) == sorted(young)

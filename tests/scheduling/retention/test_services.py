@@ -17,7 +17,8 @@ from harness.database import database_url
 from scheduling.models import AccuracyReport, ArchiveFile, MessageAttempt, ScheduledMessage
 from scheduling.reports.accuracy import COUNTS
 from scheduling.retention import columns
-from scheduling.retention.services import PRUNE_LOCK, PruneError, message_prune
+from scheduling.retention.archives import PruneError
+from scheduling.retention.services import PRUNE_LOCK, message_prune
 from tests.scheduling.reports.conftest import spark  # noqa: F401 (the session's Spark)
 
 pytestmark = pytest.mark.django_db
