@@ -34,7 +34,6 @@ ALL_SCOPES = frozenset(SCOPES)
 class Action(enum.Enum):
     """(least role, scope a key needs): None as the scope means people only, never a team key."""
 
-
     READ = (VIEWER, "read")
     SCHEDULE = (MEMBER, "write")
     CANCEL = (MEMBER, "cancel")
