@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.broker_cpu import TICKS, broker_pid
+from bench.broker_cpu import broker_pid, processes_cpu_seconds
 from bench.cases.base import Bench
 from harness.paths import ARTIFACTS
 from harness.platform import platform
@@ -37,16 +37,8 @@ def tree(pid: int) -> list[int]:
 
 
 def cpu(pids: list[int]) -> float:
-    """User + system time of these processes and of their children that have exited (a
-    PostgreSQL backend that ended is counted in the postmaster's children's time)."""
-    total = 0
-    for pid in pids:
-        try:
-            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
-    return total / TICKS
+    """User + system time of these processes and of their children that have exited."""
+    return processes_cpu_seconds(pids, children=True)
 
 
 def postgres_pids() -> list[int]:

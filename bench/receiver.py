@@ -28,6 +28,8 @@ import subprocess
 import sys
 import time
 
+from bench.broker_cpu import processes_cpu_seconds
+
 RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
 # what the tarpit trickles, a byte at a time: a status line, then a header that never ends
 TARPIT = b"HTTP/1.1 200 OK\r\nX-Trickle: " + b"a" * 1_000_000
@@ -156,14 +158,7 @@ async def _serve(port: int, mode: str, hold_s: float, trickle_s: float) -> None:
 
 def cpu_seconds(pids: list[int]) -> float:
     """User + system CPU seconds of these processes so far (/proc/<pid>/stat)."""
-    total = 0
-    for pid in pids:
-        try:
-            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
-    return total / os.sysconf("SC_CLK_TCK")
+    return processes_cpu_seconds(pids)
 
 
 class Receiver:

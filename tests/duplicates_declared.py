@@ -26,4 +26,10 @@ DECLARED: list[tuple[str, str, str]] = [
     ("scheduling/management/commands/migrate_delays.py", "scheduling/management/commands/migrate_timeouts.py",
      "argument declarations of two thin commands (--to, --dry-run, the audit flag); the moving is "
      "shared already (commands/_versions.py, moves/delays.py)"),
+    ("tests/scheduling/messages/test_bulk.py", "tests/scheduling/schedules/test_services.py",
+     "a test module's opening: the services it tests imported one a line, the database mark, the "
+     "Status alias and a unit of time; nothing to share but names"),
+    ("tests/scheduling/events/test_services.py", "tests/scheduling/messages/test_services.py",
+     "a test module's opening, as above: the services imported one a line, the models, the database "
+     "mark and the Status alias"),
 ]

@@ -12,7 +12,7 @@ def exponential(attempt: int, *, first: float, cap: float | None = None) -> floa
     """Seconds before retry number ``attempt`` (1 is the first retry): first, 2·first, 4·first …"""
     if attempt < 1:
         raise ValueError(f"attempt counts from 1, got {attempt}")
-    seconds = first * 2 ** (attempt - 1)
+    seconds = first * (1 << (attempt - 1))  # 2 ** (attempt - 1), as an int
     return seconds if cap is None else min(seconds, cap)
 
 

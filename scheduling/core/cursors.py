@@ -10,12 +10,15 @@ import base64
 import json
 import string
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeVar
 
 AFTER, BEFORE = "after", "before"  # older (or later due) rows; newer ones
 MAX_LENGTH = 512  # a real one is ~120 characters; checked before anything is decoded
 _ALPHABET = frozenset(string.ascii_letters + string.digits + "-_")  # base64url, unpadded
+T = TypeVar("T")
 
 
 class MalformedCursor(ValueError):
@@ -64,7 +67,7 @@ def cursor_decode(*, text: str) -> tuple[str, Position] | None:
     return direction, Position(at, row_id)
 
 
-def _parsed(parse, text: str):
+def _parsed(parse: Callable[[str], T], text: str) -> T | None:
     try:
         return parse(text)
     except ValueError:  # fromisoformat let a trailing NUL through (3.11), so each is compared with its text too

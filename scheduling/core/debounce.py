@@ -36,7 +36,7 @@ class Debounce:
     max_seconds: int | None = None  # trailing only: the cap of a window
 
 
-def parse(value, *, max_delay_s: int) -> tuple[Debounce | None, dict[str, str]]:
+def parse(value: object, *, max_delay_s: int) -> tuple[Debounce | None, dict[str, str]]:
     """A request's ``debounce`` -> (Debounce, {}) or (None, errors named ``debounce.<field>``).
     ``max_delay_s``: the endpoint's longest delay, which bounds both durations. None: no debounce."""
     if value is None:
@@ -68,10 +68,11 @@ def parse(value, *, max_delay_s: int) -> tuple[Debounce | None, dict[str, str]]:
             max_seconds = _seconds(max_seconds, "debounce.max_seconds", seconds or 1, max_delay_s, errors)
     if errors:
         return None, errors
+    assert isinstance(key, str) and seconds is not None  # else each has its error above
     return Debounce(key=key, seconds=seconds, mode=Mode(mode), max_seconds=max_seconds), {}
 
 
-def _seconds(value, field: str, low: int, high: int, errors: dict) -> int | None:
+def _seconds(value: object, field: str, low: int, high: int, errors: dict[str, str]) -> int | None:
     if type(value) is not int:
         errors[field] = "must be a whole number of seconds"
         return None
@@ -86,6 +87,8 @@ def window_until(debounce: Debounce, *, now: datetime) -> datetime:
     """A new window's end, opened by a message accepted ``now``: trailing, its cap (now +
     max_seconds); leading, the end of the window that supersedes the others (now + seconds)."""
     span = debounce.max_seconds if debounce.mode == Mode.TRAILING else debounce.seconds
+    if span is None:
+        raise ValueError("a trailing debounce has its cap (max_seconds): parse requires it")
     return now + timedelta(seconds=span)
 
 

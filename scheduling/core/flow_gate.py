@@ -34,6 +34,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 MAX_DELIVERIES_PER_SECOND = 100_000
 MAX_CONCURRENT = 1_000
@@ -75,7 +76,36 @@ TakeSlots = Callable[[Limit, int, int, int, str | None], int]
 TakeKeySlots = Callable[[Limit, dict[str, int], int, int], dict[str, int]]
 
 
-def key_of(held, limit: Limit) -> str | None:
+class _Message(Protocol):
+    @property
+    def queue(self) -> str: ...
+
+
+class _Delivery(Protocol):
+    @property
+    def flow_key(self) -> str | None: ...
+
+
+class Gated(Protocol):
+    """What the gate reads and writes on a held message (worker/holding.Held): core names no worker
+    type, so the gate states the fields it uses."""
+
+    @property
+    def message(self) -> _Message: ...
+    @property
+    def delivery(self) -> _Delivery: ...
+
+    slot_ms: float | None
+    throttled_since_ms: int | None
+    counted: bool
+    key_slot_ms: float | None
+    key_counted: tuple[str, str] | None
+
+
+H = TypeVar("H", bound=Gated)
+
+
+def key_of(held: Gated, limit: Limit) -> str | None:
     """The flow key ``held`` counts under: its own, where its endpoint has per-key limits."""
     return held.delivery.flow_key if limit.keyed else None
 
@@ -85,7 +115,7 @@ class FlowGate:
     carries its slot (``slot_ms``), the time flow control first held it back
     (``throttled_since_ms``) and whether it counts in ``in_flight`` (``counted``)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.limits: dict[str, Limit] = {}
         self.in_flight: Counter[str] = Counter()  # this loop's webhook calls per queue, admitted and not done
         # the same per (queue, flow key): an entry only while a call of the key is in flight
@@ -94,11 +124,14 @@ class FlowGate:
     def set_limits(self, limits: dict[str, Limit]) -> None:
         self.limits = limits
 
-    def admit(self, due: Iterable, now_ms: int, take: TakeSlots,
-              take_keys: TakeKeySlots | None = None) -> tuple[list, list[tuple[object, int]]]:
+    def admit(self, due: Iterable[H], now_ms: int, take: TakeSlots,
+              take_keys: TakeKeySlots | None = None) -> tuple[list[H], list[tuple[H, int]]]:
         """(the messages to hand over now, [(a message, the time to look at it again)]). The keys'
         slots of one endpoint are taken in one call of ``take_keys`` (else one ``take`` per key)."""
-        go, wait, need, need_key = [], [], {}, {}
+        go: list[H] = []
+        wait: list[tuple[H, int]] = []
+        need: dict[str, list[H]] = {}  # queue -> its messages waiting for an endpoint slot
+        need_key: dict[str, dict[str, list[H]]] = {}  # queue -> flow key -> those waiting for a key slot
         for held in due:
             limit = self.limits.get(held.message.queue)
             if limit is None:
@@ -109,6 +142,7 @@ class FlowGate:
                 self._endpoint_rate(held, limit, now_ms, go, wait, need)
         for queue, keyed in need_key.items():  # each key's run of slots, apart from the others
             limit = self.limits[queue]
+            assert limit.per_key_second  # only a key with a rate waits for a key slot
             spacing_us = slot_spacing_us(limit.per_key_second)
             counts = {key: min(len(helds), max(1, AHEAD_MS * 1000 // spacing_us)) for key, helds in keyed.items()}
             firsts = (take_keys(limit, counts, spacing_us, now_ms) if take_keys is not None
@@ -117,6 +151,7 @@ class FlowGate:
                 self._key_run(helds, counts[key], firsts[key], spacing_us, limit, now_ms, go, wait, need)
         for queue, helds in need.items():
             limit = self.limits[queue]
+            assert limit.per_second is not None  # only an endpoint with a rate has messages in need
             spacing_us = slot_spacing_us(limit.per_second)
             taking = helds[:max(1, AHEAD_MS * 1000 // spacing_us)]
             first_us = take(limit, len(taking), spacing_us, now_ms, None)
@@ -137,8 +172,8 @@ class FlowGate:
                 wait.append((self.throttle(held, now_ms), again_ms))
         return go, wait
 
-    def _key_run(self, helds: list, count: int, first_us: int, spacing_us: int, limit: Limit, now_ms: int,
-                 go: list, wait: list, need: dict) -> None:
+    def _key_run(self, helds: list[H], count: int, first_us: int, spacing_us: int, limit: Limit, now_ms: int,
+                 go: list[H], wait: list[tuple[H, int]], need: dict[str, list[H]]) -> None:
         """A key's run of ``count`` slots, the first ``first_us`` from now, for the first of ``helds``;
         the others look again as the run ends."""
         for index, held in enumerate(helds[:count]):
@@ -152,7 +187,8 @@ class FlowGate:
         for held in helds[count:]:
             wait.append((self.throttle(held, now_ms), max(now_ms + 1, run_ends_ms - LEAD_MS)))
 
-    def _endpoint_rate(self, held, limit: Limit, now_ms: int, go: list, wait: list, need: dict) -> None:
+    def _endpoint_rate(self, held: H, limit: Limit, now_ms: int, go: list[H], wait: list[tuple[H, int]],
+                       need: dict[str, list[H]]) -> None:
         """Its key's rate allows ``held`` (or it has none): now the endpoint's."""
         if limit.per_second is None or self.slot_kept(held, now_ms):
             self._go_if_free(held, limit, now_ms, go, wait)
@@ -160,17 +196,17 @@ class FlowGate:
             need.setdefault(held.message.queue, []).append(held)
 
     @staticmethod
-    def slot_kept(held, now_ms: float) -> bool:
+    def slot_kept(held: Gated, now_ms: float) -> bool:
         """Whether ``held`` may be handed over now on the slot it has (never before it)."""
         return held.slot_ms is not None and held.slot_ms <= now_ms + 0.5 and now_ms - held.slot_ms <= LATE_SLOT_MS
 
     @staticmethod
-    def key_slot_kept(held, now_ms: float) -> bool:
+    def key_slot_kept(held: Gated, now_ms: float) -> bool:
         """The same for its flow key's slot."""
         slot = held.key_slot_ms
         return slot is not None and slot <= now_ms + 0.5 and now_ms - slot <= LATE_SLOT_MS
 
-    def late(self, held, now_ms: int) -> bool:
+    def late(self, held: Gated, now_ms: int) -> bool:
         """Asked by a webhook thread before its call: a rate-limited message past its slot's window
         (its endpoint's or its key's) goes back for another slot."""
         limit = self.limits.get(held.message.queue)
@@ -180,7 +216,7 @@ class FlowGate:
             return True
         return limit.per_second is not None and not self.slot_kept(held, now_ms)
 
-    def back(self, held, now_ms: int) -> int:
+    def back(self, held: Gated, now_ms: int) -> int:
         """When a message that could not be handed over (every call slot busy, its rate slot
         missed) looks again: in BUSY_RETRY_MS while its slot still holds then, else at once, for a
         new slot."""
@@ -193,7 +229,7 @@ class FlowGate:
             return now_ms
         return now_ms + BUSY_RETRY_MS
 
-    def done(self, held) -> None:
+    def done(self, held: Gated) -> None:
         """``held``'s hand-over is over (whatever came of it)."""
         if held.counted:
             held.counted = False
@@ -207,11 +243,12 @@ class FlowGate:
             if self.in_flight_keys[counted] <= 0:
                 del self.in_flight_keys[counted]
 
-    def _go_if_free(self, held, limit: Limit, now_ms: int, go: list, wait: list) -> None:
+    def _go_if_free(self, held: H, limit: Limit, now_ms: int, go: list[H], wait: list[tuple[H, int]]) -> None:
         queue = held.message.queue
-        key = key_of(held, limit) if limit.per_key_concurrent is not None else None
+        per_key = limit.per_key_concurrent
+        key = key_of(held, limit) if per_key is not None else None
         if limit.concurrent is not None and self.in_flight[queue] >= limit.concurrent or \
-                key and self.in_flight_keys[(queue, key)] >= limit.per_key_concurrent:
+                key and per_key is not None and self.in_flight_keys[(queue, key)] >= per_key:
             wait.append((held, self.back(held, now_ms)))
             return
         if limit.concurrent is not None:
@@ -223,13 +260,13 @@ class FlowGate:
         go.append(held)
 
     @staticmethod
-    def throttle(held, now_ms: int):
+    def throttle(held: H, now_ms: int) -> H:
         """``held`` waits for its endpoint's flow control from ``now_ms`` (if it was not already)."""
         if held.throttled_since_ms is None:
             held.throttled_since_ms = now_ms
         return held
 
     @staticmethod
-    def throttled_ms(held, now_ms: int) -> int | None:
+    def throttled_ms(held: Gated, now_ms: int) -> int | None:
         """How long flow control held ``held`` back (None: never)."""
         return None if held.throttled_since_ms is None else max(0, now_ms - held.throttled_since_ms)

@@ -30,8 +30,10 @@ or ``give up``.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypedDict
 
 from scheduling.core.clock import MS, to_epoch_ms
 
@@ -71,7 +73,7 @@ ORDER_OPEN_VALUES = frozenset(status.value for status in ORDER_OPEN)
 FINISHED_BY_INDEX = (FINISHED_VALUES - LATER_FINISHED_VALUES, LATER_FINISHED_VALUES)
 
 
-def sql_list(statuses) -> str:
+def sql_list(statuses: Iterable[str]) -> str:
     """Statuses as raw SQL's list of literals, sorted (``'pending', 'published'``): a query's
     ``status IN (...)`` written from the names here, the same text every time (so a partial
     index whose condition lists them is still picked). The values are this enum's own words:
@@ -166,6 +168,26 @@ class Arrival(enum.Enum):
     EXPIRED = "expired"  # past its expires_at (expired now, or already): drop it, never hand it over
 
 
+class Change(TypedDict, total=False):
+    """What a rule changes on a message row, by field (only those it changes): set by ``apply``, or
+    the kwargs of an UPDATE."""
+
+    status: Status
+    attempts: int
+    delivery_count: int
+    last_error: str
+    finished_at: datetime | None
+    delivered_at: datetime | None
+    lateness_ms: int | None
+    throttled_ms: int
+    delivered_by: str
+    cancelled_at: datetime
+    due_at: datetime
+    due_history: list[dict[str, str]]
+    published_at: None
+    waiting_since: datetime
+
+
 @dataclass(frozen=True)
 class State:
     """The fields of a message the lifecycle reads (a model row has them all)."""
@@ -180,7 +202,7 @@ class State:
 
 def arrive(state: State, *, attempt: int, now: datetime, redelivered: bool = False,
            rerun_redelivered: bool = False, max_reruns: int | None = None, by: str | None = None,
-           throttled_ms: int | None = None) -> tuple[Arrival, dict]:
+           throttled_ms: int | None = None) -> tuple[Arrival, Change]:
     """What to do with a hand-over of ``attempt`` (0: the copy that came through the cascade;
     n: the n-th handler retry) and the fields to record. Every copy of attempt 0 counts in
     ``delivery_count``, so duplicates the broker made stay visible. ``rerun_redelivered``: a
@@ -200,11 +222,11 @@ def arrive(state: State, *, attempt: int, now: datetime, redelivered: bool = Fal
         return Arrival.SUPERSEDED, {}
     if state.status in _DELIVERABLE and attempt == state.attempts and expired(state, now=now):
         return Arrival.EXPIRED, expire(state, now=now)
-    counted = {"delivery_count": state.delivery_count + 1} if attempt == 0 else {}
+    counted: Change = {"delivery_count": state.delivery_count + 1} if attempt == 0 else {}
     if state.status == Status.CANCELLED:
         return Arrival.CANCELLED, counted
     if state.status in _DELIVERABLE and attempt == state.attempts:
-        change = {**counted, "status": transition(state.status, Event.DELIVER), "finished_at": now}
+        change: Change = {**counted, "status": transition(state.status, Event.DELIVER), "finished_at": now}
         if attempt == 0:
             late = lateness_ms(state.due_at, now, accepted_at=state.created_at)
             change |= {"delivered_at": now, "lateness_ms": late}
@@ -232,7 +254,7 @@ def superseded(state: State, *, attempt: int, due_ms: int | None) -> bool:
 
 
 def handler_failed(state: State, *, error: str, max_retries: int, now: datetime,
-                   retry_at: datetime | None = None) -> tuple[Event, dict]:
+                   retry_at: datetime | None = None) -> tuple[Event, Change]:
     """After a delivered message's handler raised: another attempt (RETRY: in flight again),
     GIVE_UP (finished now), or EXPIRE when the retry, due at ``retry_at`` (None: now), would come
     at or after the message's ``expires_at``: an expired message is never retried."""
@@ -256,10 +278,12 @@ def expired(state: State, *, now: datetime) -> bool:
 
 
 def _expired_reason(state: State) -> str:
+    if state.expires_at is None:
+        raise ValueError("a message without an expires_at never expires")
     return f"expired at {state.expires_at.isoformat().replace('+00:00', 'Z')} before it was handed over"
 
 
-def expire(state: State, *, now: datetime) -> dict:
+def expire(state: State, *, now: datetime) -> Change:
     """Past its ``expires_at`` before it was handed over: expired, final, the reason in last_error
     (from pending, published, or delivered whose retry would be too late)."""
     return {"status": transition(state.status, Event.EXPIRE), "finished_at": now, "last_error": _expired_reason(state)}
@@ -270,7 +294,7 @@ def expiry_valid(*, due_at: datetime, expires_at: datetime | None) -> bool:
     return expires_at is None or expires_at > due_at
 
 
-def retry_unsent(state: State, *, attempt: int) -> dict:
+def retry_unsent(state: State, *, attempt: int) -> Change:
     """The retry of ``attempt`` was recorded but the broker never confirmed its message (the
     connection died): forget the attempt, so the unacked copy the broker hands back is delivered
     again instead of being taken for an old duplicate and the message lost. {} if the row has
@@ -283,21 +307,21 @@ def retry_unsent(state: State, *, attempt: int) -> dict:
 # --- what people do ----------------------------------------------------------------------------
 
 
-def cancel(state: State, *, now: datetime) -> dict:
+def cancel(state: State, *, now: datetime) -> Change:
     """Cancelling twice changes nothing; cancelling a delivered or failed message is illegal."""
     if state.status == Status.CANCELLED:
         return {}
     return {"status": transition(state.status, Event.CANCEL), "cancelled_at": now, "finished_at": now}
 
 
-def republish(state: State) -> dict:
+def republish(state: State) -> Change:
     """A failed message starts over at its original due time: its handler attempts and the
     delivery it may have had are forgotten (the broker's hand-overs stay counted)."""
     return {"status": transition(state.status, Event.REPUBLISH), "attempts": 0, "delivered_at": None,
             "lateness_ms": None, "finished_at": None}
 
 
-def resend(state: State) -> dict:
+def resend(state: State) -> Change:
     """A delivered (or failed) message sent again, as republish sends a failed one: pending at its
     original due time (so at once), its handler attempts and its delivery forgotten (the broker's
     hand-overs stay counted, and its attempts stay listed). Illegal while it is in flight or
@@ -306,7 +330,7 @@ def resend(state: State) -> dict:
             "lateness_ms": None, "finished_at": None}
 
 
-def reschedule(state: State, *, due_at: datetime, now: datetime, history: list | None) -> dict:
+def reschedule(state: State, *, due_at: datetime, now: datetime, history: list[dict[str, str]] | None) -> Change:
     """Move a pending or published message to ``due_at``: pending again (the relay publishes a copy
     for the new time; a copy for the old one is superseded when it arrives), the old due time kept
     in ``due_history``. Illegal once delivered, cancelled or failed."""
@@ -315,7 +339,7 @@ def reschedule(state: State, *, due_at: datetime, now: datetime, history: list |
     return {"status": status, "due_at": due_at, "published_at": None, "due_history": [*(history or []), moved]}
 
 
-def wait(state: State, *, now: datetime) -> dict:
+def wait(state: State, *, now: datetime) -> Change:
     """Due, but an earlier message of its ordering key has not ended: waiting from ``now`` (kept once
     woken, so the wait stays visible); its copy is acked and nothing is counted as a hand-over."""
     if getattr(state, "waiting_since", None) is not None:
@@ -323,39 +347,39 @@ def wait(state: State, *, now: datetime) -> dict:
     return {"status": transition(state.status, Event.WAIT), "waiting_since": now}
 
 
-def wake(state: State) -> dict:
+def wake(state: State) -> Change:
     """The message before it ended: pending again, for the relay to publish (lateness keeps counting
     from its due time: the wait is part of it)."""
     return {"status": transition(state.status, Event.WAKE), "published_at": None}
 
 
-def skip(state: State, *, now: datetime, reason: str) -> dict:
+def skip(state: State, *, now: datetime, reason: str) -> Change:
     """A schedule's run that found its schedule's previous run not ended, under the overlap policy
     ``skip`` (or ``buffer_one`` with a run already waiting): finished, never handed over, the reason
     (which run was still running) in last_error."""
     return {"status": transition(state.status, Event.SKIP), "finished_at": now, "last_error": reason}
 
 
-def supersede(state: State, *, now: datetime) -> dict:
+def supersede(state: State, *, now: datetime) -> Change:
     """A newer message with the same debounce key replaced this one (trailing), or it came within a
     leading window: finished, never delivered; a copy of it still in the cascade is dropped on arrival."""
     return {"status": transition(state.status, Event.SUPERSEDE), "finished_at": now}
 
 
-def unroutable(*, reason: str, now: datetime) -> dict:
+def unroutable(*, reason: str, now: datetime) -> Change:
     """The broker could not route it to any endpoint queue: failed, with the reason (from
     pending or published: the WHERE of the caller's UPDATE is ``sources(Event.UNROUTABLE)``)."""
     return {"status": transition(Status.PUBLISHED, Event.UNROUTABLE), "last_error": reason, "finished_at": now}
 
 
-def unbuildable(*, reason: str, now: datetime) -> dict:
+def unbuildable(*, reason: str, now: datetime) -> Change:
     """No broker message can be built of it (its payload is not what its endpoint's wire takes,
     say after its handler changed): failed, with the reason, ready to republish once fixed (from
     pending or published: the WHERE of the caller's UPDATE is ``sources(Event.UNBUILDABLE)``)."""
     return {"status": transition(Status.PENDING, Event.UNBUILDABLE), "last_error": reason, "finished_at": now}
 
 
-def apply(row, change: dict) -> list[str]:
+def apply(row: object, change: Mapping[str, object]) -> list[str]:
     """Set the changed fields on a row; returns their names (for ``save(update_fields=...)``)."""
     for name, value in change.items():
         setattr(row, name, value)

@@ -9,11 +9,11 @@ from collections.abc import Iterable
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
-def parse_networks(value: str | Iterable) -> tuple[Network, ...]:
+def parse_networks(value: str | Iterable[str | Network] | None) -> tuple[Network, ...]:
     """``"127.0.0.1/32, 10.1.0.0/16"`` (or a list, from tests' settings) -> networks; ValueError
     naming the item that is not a CIDR."""
     items = value.split(",") if isinstance(value, str) else list(value or ())
-    networks = []
+    networks: list[Network] = []
     for item in items:
         if isinstance(item, (ipaddress.IPv4Network, ipaddress.IPv6Network)):
             networks.append(item)

@@ -66,7 +66,7 @@ def turn(*, mine: str, holder: Holder, earlier_open: bool, now: datetime, overla
     return Turn.WAIT
 
 
-def key_problem(key, *, platform: bool = False) -> str | None:
+def key_problem(key: object, *, platform: bool = False) -> str | None:
     """Why a caller's ordering_key is refused, or None: a string of 1 to 200 characters without NUL,
     not starting ``schedule:`` (the platform's, ``platform``: for its schedules' runs)."""
     if not isinstance(key, str) or not 1 <= len(key) <= KEY_MAX_CHARS or has_nul(key):

@@ -5,6 +5,7 @@ this table, so no edge spells a rule of its own."""
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 
 VIEWER, MEMBER, ADMIN = "viewer", "member", "admin"
 ROLES = (VIEWER, MEMBER, ADMIN)
@@ -43,22 +44,25 @@ class Action(enum.Enum):
     KEYS = (ADMIN, None)
     MEMBERS = (ADMIN, None)
 
+    def __init__(self, role: str, scope: str | None) -> None:
+        self._role, self._scope = role, scope
+
     @property
     def role(self) -> str:
-        return self.value[0]
+        return self._role
 
     @property
     def scope(self) -> str | None:
-        return self.value[1]
+        return self._scope
 
 
 def role_allows(role: str | None, action: Action) -> bool:
     return role is not None and RANK[role] >= RANK[action.role]
 
 
-def parse_scopes(words) -> frozenset[str]:
+def parse_scopes(words: Iterable[object]) -> frozenset[str]:
     """Scope names (``all`` for every one) -> the set; ValueError naming an unknown one."""
-    chosen = set()
+    chosen: set[str] = set()
     for word in words:
         word = str(word).strip().lower()
         if word == "all":

@@ -41,7 +41,7 @@ class TopicError(ValueError):
     """Why a topic, a pattern or a filter is refused: one line, for a 400 on its field."""
 
 
-def _words(text, what: str) -> list[str]:
+def _words(text: object, what: str) -> list[str]:
     if not isinstance(text, str) or not text:
         raise TopicError(f"a {what} is a non-empty string of dot-separated words")
     if len(text) > MAX_TOPIC_CHARS:
@@ -52,7 +52,7 @@ def _words(text, what: str) -> list[str]:
     return words
 
 
-def topic_parse(text) -> tuple[str, ...]:
+def topic_parse(text: object) -> tuple[str, ...]:
     """The words of a topic (literal words only), or TopicError."""
     words = _words(text, "topic")
     for word in words:
@@ -61,7 +61,7 @@ def topic_parse(text) -> tuple[str, ...]:
     return tuple(words)
 
 
-def pattern_parse(text) -> tuple[str, ...]:
+def pattern_parse(text: object) -> tuple[str, ...]:
     """The words of a pattern, runs of ``#`` made one, or TopicError. A word is ``*``, ``#`` or a
     literal: ``a*`` or ``#b`` is refused, not read as a glob."""
     words = _words(text, "topic pattern")
@@ -111,17 +111,20 @@ def pattern_matches(pattern: tuple[str, ...], topic: tuple[str, ...]) -> bool:
     return pattern_match_steps(pattern, topic)[0]
 
 
+Scalar = str | int | float | bool | None  # a filter's value: JSON's scalars
+
+
 @dataclass(frozen=True)
 class Filter:
     """A parsed filter: (path segments, accepted values) per path; empty: every payload."""
 
-    paths: tuple[tuple[tuple[str, ...], tuple], ...] = ()
+    paths: tuple[tuple[tuple[str, ...], tuple[Scalar, ...]], ...] = ()
 
 
 _SCALARS = (str, int, float, bool, type(None))
 
 
-def filter_parse(value) -> Filter:
+def filter_parse(value: object) -> Filter:
     """A filter object as stored (``{}`` or null: none), or TopicError saying what is wrong."""
     if value is None or value == {}:
         return Filter()
@@ -135,7 +138,8 @@ def filter_parse(value) -> Filter:
         raise TopicError("a filter is JSON (no NaN or infinity)") from None
     if size > MAX_FILTER_BYTES:
         raise TopicError(f"a filter is at most {MAX_FILTER_BYTES:,} bytes of JSON (this one is {size:,})")
-    paths, count = [], 0
+    paths: list[tuple[tuple[str, ...], tuple[Scalar, ...]]] = []
+    count = 0
     for path, accepted in value.items():
         if not isinstance(path, str):
             raise TopicError("a filter's paths are strings")
@@ -166,7 +170,7 @@ def _unstorable(value: str) -> bool:
 _MISSING = object()
 
 
-def _walk(payload, segments: tuple[str, ...]):
+def _walk(payload: object, segments: tuple[str, ...]) -> object:
     """The value at ``segments``, one object key per segment (a list's item by its index), or _MISSING."""
     here = payload
     for segment in segments:
@@ -181,7 +185,7 @@ def _walk(payload, segments: tuple[str, ...]):
     return here
 
 
-def _same(found, wanted) -> bool:
+def _same(found: object, wanted: object) -> bool:
     """JSON equality of scalars: true is not 1, 1 is 1.0."""
     if isinstance(found, bool) or isinstance(wanted, bool):
         return isinstance(found, bool) and isinstance(wanted, bool) and found is wanted
@@ -192,7 +196,7 @@ def _same(found, wanted) -> bool:
     return isinstance(found, str) and isinstance(wanted, str) and found == wanted
 
 
-def filter_matches(parsed: Filter, payload) -> bool:
+def filter_matches(parsed: Filter, payload: object) -> bool:
     """Every path's value is one of its accepted values (a path the payload lacks: no match)."""
     for segments, accepted in parsed.paths:
         found = _walk(payload, segments)

@@ -17,7 +17,7 @@ _FORMAT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 _ZERO_TRACE, _ZERO_SPAN = "0" * 32, "0" * 16
 
 
-def parse(value) -> str | None:
+def parse(value: object) -> str | None:
     """``value`` if it is a valid version-00 traceparent, else None (ignored, as W3C says).
     Surrounding blanks (what an HTTP header may carry) are dropped first."""
     if not isinstance(value, str) or len(value) > LENGTH + 8:

@@ -599,8 +599,8 @@ def message_republish(*, message_id, caller: Caller = PLATFORM) -> ScheduledMess
         if why := message_wire_refusal(message=message):
             raise Conflict(f"message {message.id} is not a task its endpoint {message.endpoint.name!r} takes: {why}")
         team_check_in_flight(team=message.endpoint.team, sizes=[payload_size(message)])
-        change["trigger"] = Trigger.MANUAL  # its next attempt is a person's doing (listed so)
-        message.save(update_fields=lifecycle.apply(message, change))
+        # its next attempt is a person's doing (listed so)
+        message.save(update_fields=lifecycle.apply(message, {**change, "trigger": Trigger.MANUAL}))
         audit_record(action=actions.MESSAGE_REPUBLISH, obj=message, team=message.endpoint.team,
                      before={"status": Status.FAILED.value}, after={"status": message.status})
         transaction.on_commit(lambda: relay_publish_rows(rows=[message]))
@@ -627,8 +627,7 @@ def message_resend(*, message_id, caller: Caller = PLATFORM) -> ScheduledMessage
             raise Conflict(f"message {message.id} is {message.status}; only delivered or failed messages can be "
                            f"resent") from None
         team_check_in_flight(team=message.endpoint.team, sizes=[payload_size(message)])
-        change["trigger"] = Trigger.MANUAL
-        message.save(update_fields=lifecycle.apply(message, change))
+        message.save(update_fields=lifecycle.apply(message, {**change, "trigger": Trigger.MANUAL}))
         audit_record(action=actions.MESSAGE_RESEND, obj=message, team=message.endpoint.team,
                      before={"status": was}, after={"status": message.status})
         transaction.on_commit(lambda: relay_publish_rows(rows=[message]))
@@ -667,12 +666,12 @@ def message_reschedule(*, message_id, delay=None, deliver_at: datetime | None = 
             raise Conflict(f"message {message.id} is already {message.status} and cannot be rescheduled") from None
         if due_at == message.due_at:
             return message  # already due then: nothing to move
-        change["requested_delay_ms"] = max(0, (due_at - now) // MS)
+        moved = {**change, "requested_delay_ms": max(0, (due_at - now) // MS)}
         if leaves_copy(message, now):  # its copy for the old time stays in the cascade: one more in flight
             team_check_in_flight(team=message.endpoint.team, sizes=[payload_size(message)])
             team_record_copies(rows=[message], now=now)
         was = message.due_at
-        message.save(update_fields=lifecycle.apply(message, change))
+        message.save(update_fields=lifecycle.apply(message, moved))
         if message.ordering_key is not None:  # moved later, another message of its key may now be first
             ordering_end(keys=[(message.endpoint_id, message.ordering_key)])
         metrics.rescheduled(message)

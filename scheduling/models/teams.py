@@ -3,6 +3,8 @@ message belongs to its endpoint's team. Registered through the package (__init__
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.core.validators import MinValueValidator, RegexValidator
@@ -130,7 +132,7 @@ class ApiKey(models.Model):
     def owner(self) -> str:
         return f"team {self.team}" if self.team_id else f"user {self.user}"
 
-    def state(self, now=None) -> str:
+    def state(self, now: datetime | None = None) -> str:
         now = now or timezone.now()
         if self.revoked_at is not None:
             return "revoked"
@@ -170,7 +172,7 @@ class Invitation(models.Model):
     def __str__(self) -> str:
         return f"{self.username} to {self.team} ({self.role})"
 
-    def shown_state(self, now=None) -> str:
+    def shown_state(self, now: datetime | None = None) -> str:
         """Its state, with a pending invitation past its expiry shown as expired."""
         if self.state == self.State.PENDING and self.expires_at <= (now or timezone.now()):
             return "expired"

@@ -225,7 +225,7 @@ def record_on_commit(events: list[Counted | None]) -> None:
         transaction.on_commit(lambda: record(events), robust=True)
 
 
-def arrival(kind: Arrival, row, change: dict) -> Counted | None:
+def arrival(kind: Arrival, row, change: lifecycle.Change) -> Counted | None:
     """What a hand-over counts: the first delivery of a message (with its lateness), a duplicate
     or a cancelled one dropped, a message that expired. A retry's later attempt is not a new delivery."""
     if kind is Arrival.DELIVER:

@@ -9,9 +9,11 @@ every path (settings.MIDDLEWARE)."""
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
+from typing import Protocol
 
 from django.core.handlers.wsgi import LimitedStream
-from django.http import JsonResponse
+from django.http import HttpRequest, HttpResponseBase, JsonResponse
 
 from scheduling.config.conf import conf, setting_name
 
@@ -23,9 +25,16 @@ def too_large(limit: int) -> JsonResponse:
                         status=413)
 
 
-def _read_capped(stream, limit: int) -> bytes | None:
+class _Readable(Protocol):
+    """``wsgi.input``: what the middleware needs of it."""
+
+    def read(self, size: int, /) -> bytes: ...
+
+
+def _read_capped(stream: _Readable, limit: int) -> bytes | None:
     """Up to ``limit`` bytes of ``stream``; None as soon as it has more."""
-    chunks, size = [], 0
+    chunks: list[bytes] = []
+    size = 0
     while True:
         chunk = stream.read(min(_READ, limit + 1 - size))
         if not chunk:
@@ -37,10 +46,10 @@ def _read_capped(stream, limit: int) -> bytes | None:
 
 
 class BodyLimitMiddleware:
-    def __init__(self, get_response):
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
         self.get_response = get_response
 
-    def __call__(self, request):
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
         limit, meta = conf().max_body_bytes, request.META
         length = (meta.get("CONTENT_LENGTH") or "").strip()
         if length:
@@ -52,5 +61,6 @@ class BodyLimitMiddleware:
                 return too_large(limit)
             # what WSGIRequest would have made of it had the length been known (it read nothing yet)
             meta["CONTENT_LENGTH"] = str(len(body))
-            request._stream = LimitedStream(io.BytesIO(body), len(body))
+            # django-stubs declares it a BinaryIO; WSGIRequest itself sets this LimitedStream
+            request._stream = LimitedStream(io.BytesIO(body), len(body))  # type: ignore[assignment]
         return self.get_response(request)

@@ -68,7 +68,7 @@ def resolve(host: str, port: int) -> list[str]:
     """Every address ``host`` resolves to (all of them: a connection may use any), in the
     resolver's order. socket.gaierror when it resolves to nothing."""
     found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return list(dict.fromkeys(sockaddr[0] for *_, sockaddr in found))
+    return list(dict.fromkeys(str(sockaddr[0]) for *_, sockaddr in found))  # an IP's: text already
 
 
 def checked_addresses(host: str, port: int, allowed: Iterable[Network]) -> list[str]:

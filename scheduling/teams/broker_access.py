@@ -26,6 +26,7 @@ the lookahead: that is the other team's queue; an operator's exact queue may not
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from scheduling.teams.queues import SEPARATOR, WORKER_CONTROL, WORKER_EVENTS
 
@@ -68,7 +69,7 @@ def permissions(team: str) -> dict[str, str]:
     return {"configure": worker_own, "write": reach, "read": reach}
 
 
-def permission_problems(team: str, found: dict) -> list[str]:
+def permission_problems(team: str, found: Mapping[str, object]) -> list[str]:
     """How a team user's permissions (a management API row) differ from the team's: each one
     not exactly the team's is reported (a regex's reach cannot be compared in general, and any
     other one is either wider or breaks the team's workers)."""

@@ -6,6 +6,7 @@ of the vhost (docs/security.md, "Broker: what a team's credentials reach")."""
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from rabbit.urls import with_credentials
@@ -74,6 +75,7 @@ def team_broker_user_check(*, url: str | None = None) -> list[str]:
     return problems
 
 
-def _tags(row: dict) -> str:
+def _tags(row: Mapping[str, object]) -> str:
+    """A management API user's tags, a list (or a comma-separated string, as older servers give)."""
     tags = row.get("tags") or ""
-    return ",".join(tags) if isinstance(tags, list) else tags
+    return ",".join(tags) if isinstance(tags, list) else str(tags)

@@ -6,7 +6,10 @@ the platform's usernames. Each change audited in its transaction."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
@@ -48,7 +51,7 @@ def invitation_create(*, team: Team, username: str, role: str, invited_by: str =
     return invitation
 
 
-def _check_pending(team: Team, username: str, now) -> None:
+def _check_pending(team: Team, username: str, now: datetime) -> None:
     """QuotaExceeded when the team already has DELAY_TEAM_MAX_PENDING_INVITATIONS waiting (a new
     invitation of a name replaces that name's, so it is not counted twice). Under the team's lock:
     two admins inviting at once cannot both pass the last place."""
@@ -62,7 +65,7 @@ def _check_pending(team: Team, username: str, now) -> None:
                             f"expire")
 
 
-def invitation_forget(*, before) -> int:
+def invitation_forget(*, before: datetime) -> int:
     """Delete the invitations answered or expired before ``before`` (the prune calls it with the
     finished messages' cutoff): their audit rows keep what happened. The count deleted."""
     return (Invitation.objects.filter(answered_at__lt=before).delete()[0]
@@ -77,7 +80,7 @@ def invitation_revoke(*, invitation: Invitation) -> Invitation:
     return current
 
 
-def invitation_accept(*, invitation_id: int, user) -> Invitation:
+def invitation_accept(*, invitation_id: int, user: User) -> Invitation:
     """The invited user accepts: a member of the team with the invitation's role, from now on.
     Someone else's invitation is a NotFound, as one that does not exist."""
     with transaction.atomic():
@@ -87,14 +90,14 @@ def invitation_accept(*, invitation_id: int, user) -> Invitation:
     return current
 
 
-def invitation_decline(*, invitation_id: int, user) -> Invitation:
+def invitation_decline(*, invitation_id: int, user: User) -> Invitation:
     with transaction.atomic():
         current = _pending(_mine(invitation_id, user))
         _answer(current, State.DECLINED, actions.INVITATION_DECLINE)
     return current
 
 
-def _mine(invitation_id: int, user) -> Invitation:
+def _mine(invitation_id: int, user: User) -> Invitation:
     found = (Invitation.objects.select_for_update().select_related("team")
              .filter(pk=invitation_id, user_id=user.pk).first()) if isinstance(invitation_id, int) else None
     if found is None:
@@ -109,7 +112,7 @@ def _pending(invitation: Invitation) -> Invitation:
     return invitation
 
 
-def _answer(invitation: Invitation, state: str, action: str, *, now=None) -> None:
+def _answer(invitation: Invitation, state: str, action: str, *, now: datetime | None = None) -> None:
     invitation.state, invitation.answered_at = state, now or timezone.now()
     invitation.save(update_fields=["state", "answered_at"])
     audit_record(action=action, obj=invitation, team=invitation.team, before={"state": State.PENDING},

@@ -15,7 +15,9 @@ import fnmatch
 import logging
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 
 import orjson
 from django.core.exceptions import ValidationError
@@ -25,7 +27,7 @@ from scheduling.config.conf import conf, setting_name
 from scheduling.config.parsers import ApiRate
 from scheduling.core.errors import QuotaExceeded
 from scheduling.core.lifecycle import IN_FLIGHT, Status
-from scheduling.core.networks import parse_networks
+from scheduling.core.networks import Network, parse_networks
 from scheduling.models import CascadeCopy, Endpoint, ScheduledMessage, Team
 from scheduling.observability import metrics
 from scheduling.security import guards
@@ -45,8 +47,9 @@ COUNTS = {
 
 def team_limit(*, team: Team, quota: str) -> int:
     field, setting = COUNTS[quota]
-    own = getattr(team, field)
-    return own if own is not None else getattr(conf(), setting)
+    own: int | None = getattr(team, field)
+    default: int = getattr(conf(), setting)
+    return own if own is not None else default
 
 
 def _variable(quota: str) -> str:
@@ -114,13 +117,16 @@ class InFlight:
     bytes: int
 
 
+QuotaWarning = tuple[str, int, int]  # (quota, used, limit): _watch
+
+
 @dataclass(frozen=True)
 class Admitted:
     """How many of the messages asked for fit (the first ``count``), and why the rest do not."""
 
     count: int
     refusal: str = ""
-    warnings: tuple = ()  # (quota, used, limit) of each in-flight quota at 80 % or more with them
+    warnings: tuple[QuotaWarning, ...] = ()  # each in-flight quota at 80 % or more with them
 
 
 def _count_in_flight(team_id: int, cap: int) -> InFlight:
@@ -174,14 +180,24 @@ EXACT_WITHIN_MESSAGES = 10_000
 EXACT_WITHIN_BYTES = 64 * 1024 * 1024
 
 
+@dataclass
+class _Count:
+    """A team's recent count: what was counted, when (monotonic), and what was admitted since."""
+
+    counted: InFlight
+    at: float
+    messages: int = 0
+    bytes: int = 0
+
+
 class _Recent:
-    """Per process: team id -> [InFlight counted, monotonic time counted, messages and bytes admitted since]."""
+    """Per process: team id -> its recent count."""
 
     lock = threading.Lock()
-    of: dict[int, list] = {}
+    of: dict[int, _Count] = {}
 
 
-def _far_below(team: Team, sizes: list[int], limit: int, byte_limit: int) -> tuple | None:
+def _far_below(team: Team, sizes: list[int], limit: int, byte_limit: int) -> tuple[QuotaWarning, ...] | None:
     """The warnings (_watch), as a tuple, when the recent count leaves the messages below both
     quotas by more than their margins (and counted as admitted here); None when the exact, locked
     count must decide."""
@@ -193,16 +209,17 @@ def _far_below(team: Team, sizes: list[int], limit: int, byte_limit: int) -> tup
     now = time.monotonic()
     with _Recent.lock:
         entry = _Recent.of.get(team.pk)
-    if entry is None or now - entry[1] > RECOUNT_SECONDS:
-        entry = [_count_in_flight(team.pk, room + 1), now, 0, 0]
+    if entry is None or now - entry.at > RECOUNT_SECONDS:
+        entry = _Count(_count_in_flight(team.pk, room + 1), now)
         with _Recent.lock:
             _Recent.of[team.pk] = entry
     with _Recent.lock:
-        if entry[0].messages + entry[2] + adding > room or entry[0].bytes + entry[3] + adding_bytes > byte_room:
+        if (entry.counted.messages + entry.messages + adding > room
+                or entry.counted.bytes + entry.bytes + adding_bytes > byte_room):
             return None
-        entry[2], entry[3] = entry[2] + adding, entry[3] + adding_bytes
-    return tuple(w for w in (_watch(team, "messages_in_flight", entry[0].messages + entry[2], limit),
-                             _watch(team, "bytes_in_flight", entry[0].bytes + entry[3], byte_limit)) if w)
+        entry.messages, entry.bytes = entry.messages + adding, entry.bytes + adding_bytes
+    return tuple(w for w in (_watch(team, "messages_in_flight", entry.counted.messages + entry.messages, limit),
+                             _watch(team, "bytes_in_flight", entry.counted.bytes + entry.bytes, byte_limit)) if w)
 
 
 def team_admit_in_flight(*, team: Team, sizes: list[int], partial: bool = False) -> Admitted:
@@ -244,7 +261,7 @@ def _refusal(team: Team, quota: str, used: InFlight) -> str:
             f" ({quota}; the platform's default is {_variable(quota)}, an operator may raise the team's own)")
 
 
-def team_check_in_flight(*, team: Team, sizes: list[int]) -> tuple:
+def team_check_in_flight(*, team: Team, sizes: list[int]) -> tuple[QuotaWarning, ...]:
     """QuotaExceeded unless all of ``sizes`` fit (team_admit_in_flight, whole); the warnings."""
     return team_admit_in_flight(team=team, sizes=sizes).warnings
 
@@ -255,34 +272,36 @@ def team_forget_counts() -> None:
         _Recent.of.clear()
 
 
-def team_record_copies(*, rows, now) -> int:
+def team_record_copies(*, rows: Iterable[ScheduledMessage], now: datetime) -> int:
     """Before ``rows`` are cancelled or moved: each one published (in the broker) for a due time
     still to come leaves a copy in the cascade until then, counted toward its team's quotas.
     Returns how many were recorded."""
     from scheduling.models import CascadeCopy
 
-    copies = [CascadeCopy(team_id=row.endpoint.team_id, message_id=row.id, until=row.due_at,
+    # django-stubs types a not-null foreign key's id that has a default (Endpoint.team) as int | None
+    copies = [CascadeCopy(team_id=row.endpoint.team_id,  # type: ignore[misc]
+                          message_id=row.id, until=row.due_at,
                           payload_bytes=payload_size(row))
               for row in rows if leaves_copy(row, now)]
     CascadeCopy.objects.bulk_create(copies)
     return len(copies)
 
 
-def leaves_copy(row, now) -> bool:
+def leaves_copy(row: ScheduledMessage, now: datetime) -> bool:
     """Cancelled or moved now, the row leaves a copy in the cascade: it is in the broker
     (published) for a due time still to come. (A handler retry's copy carries its backoff's time,
     seconds to minutes, and is not counted.)"""
     return row.status == Status.PUBLISHED and row.due_at > now
 
 
-def team_forget_copies(*, before) -> int:
+def team_forget_copies(*, before: datetime) -> int:
     """The copies whose due time has passed (they left the broker): the prune removes them."""
     from scheduling.models import CascadeCopy
 
     return CascadeCopy.objects.filter(until__lt=before).delete()[0]
 
 
-def payload_size(row) -> int:
+def payload_size(row: ScheduledMessage) -> int:
     """A row's payload bytes: as stored, or measured for a row from before the column."""
     if row.payload_bytes is not None:
         return row.payload_bytes
@@ -312,7 +331,7 @@ def team_task_refusal(*, team: Team, task: str) -> str | None:
     return f"task {task!r} is not allowed for team {team.name}: it matches none of {', '.join(patterns)}"
 
 
-def team_webhook_networks(*, team: Team | None) -> tuple:
+def team_webhook_networks(*, team: Team | None) -> tuple[Network, ...]:
     """The networks the team's webhooks may reach although the guard refuses them: the platform's
     (for every team) and the team's own grant."""
     own = parse_networks(_items(team.webhook_allowed_networks)) if team is not None else ()

@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TypeVar
 
+from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ValidationError
-from django.db.models import QuerySet, Subquery
+from django.db.models import Model, QuerySet, Subquery
 from django.utils import timezone
 
 from scheduling.core.caller import Caller
@@ -23,11 +25,12 @@ _TEAM_COLUMN = {
     "OrphanCopy": "team_id", "NotificationRoute": "team_id",
     "Subscription": "team_id", "Event": "team_id",  # issue 48: fan-out
 }
+M = TypeVar("M", bound=Model)
 
 
-def caller_for_user(*, user, key: ApiKey | None = None) -> Caller:
+def caller_for_user(*, user: User | AnonymousUser, key: ApiKey | None = None) -> Caller:
     """A person (their session, or a key acting as them): their roles, one query."""
-    roles = dict(Membership.objects.filter(user_id=user.pk).values_list("team_id", "role"))
+    roles = {} if user.pk is None else dict(Membership.objects.filter(user_id=user.pk).values_list("team_id", "role"))
     name = user.get_username()
     if key is not None:
         return Caller(name=f"{name} (key {key.prefix})", user_id=user.pk, key_id=key.pk, key_prefix=key.prefix,
@@ -37,12 +40,14 @@ def caller_for_user(*, user, key: ApiKey | None = None) -> Caller:
 
 def caller_for_team_key(*, key: ApiKey) -> Caller:
     """A team's key: every right its scopes name, in its team only; never keys or members."""
+    if key.team_id is None:
+        raise ValueError(f"key {key.prefix} is a person's: it acts as them (caller_for_user)")
     return Caller(name=f"key {key.prefix}", key_id=key.pk, key_prefix=key.prefix, roles={key.team_id: "admin"},
                   scopes=frozenset(key.scopes) & ALL_SCOPES, person=False)
 
 
-def queryset_for_caller(*, queryset: QuerySet, caller: Caller, action: Action = Action.READ,
-                        also: Action | None = None) -> QuerySet:
+def queryset_for_caller(*, queryset: QuerySet[M], caller: Caller, action: Action = Action.READ,
+                        also: Action | None = None) -> QuerySet[M]:
     """``queryset`` narrowed to the teams where ``caller`` may do ``action`` (or ``also``; nothing
     when none). Messages through their endpoints' ids (a subquery PostgreSQL runs once), so their
     indexes serve the list as before."""
@@ -50,6 +55,7 @@ def queryset_for_caller(*, queryset: QuerySet, caller: Caller, action: Action = 
     if teams is None:
         return queryset
     model = queryset.model._meta.concrete_model
+    assert model is not None  # a queryset's model is a model: concrete itself or a proxy of one
     if model.__name__ == "ScheduledMessage":
         return queryset.filter(endpoint_id__in=Subquery(Endpoint.objects.filter(team_id__in=teams).values("id")))
     if model.__name__ == "AccuracyReport":
@@ -57,7 +63,7 @@ def queryset_for_caller(*, queryset: QuerySet, caller: Caller, action: Action = 
     return queryset.filter(**{f"{_TEAM_COLUMN[model.__name__]}__in": teams})
 
 
-def team_list_for_caller(*, caller: Caller, action: Action = Action.READ) -> QuerySet:
+def team_list_for_caller(*, caller: Caller, action: Action = Action.READ) -> QuerySet[Team]:
     return queryset_for_caller(queryset=Team.objects.all(), caller=caller, action=action)
 
 
@@ -87,7 +93,7 @@ def team_pick(*, caller: Caller, action: Action, name: str | None = None) -> Tea
     raise ValidationError({"team": f"you may do this in several teams ({listed}): name one"})
 
 
-def membership_list(*, team_ids: Iterable[int] | None = None) -> QuerySet:
+def membership_list(*, team_ids: Iterable[int] | None = None) -> QuerySet[Membership]:
     rows = Membership.objects.select_related("team", "user").order_by("team__name", "user__username")
     return rows if team_ids is None else rows.filter(team_id__in=team_ids)
 
@@ -97,18 +103,23 @@ def api_key_find(*, prefix: str) -> list[ApiKey]:
     return list(ApiKey.objects.select_related("team", "user", "parent__user").filter(prefix=prefix)[:10])
 
 
-def api_key_list_of_user(*, user) -> QuerySet:
-    """A person's own keys (those acting as them), newest first."""
+def api_key_list_of_user(*, user: User | AnonymousUser) -> QuerySet[ApiKey]:
+    """A person's own keys (those acting as them), newest first; nobody's (anonymous): none."""
+    if user.pk is None:
+        return ApiKey.objects.none()
     return ApiKey.objects.select_related("user").filter(user_id=user.pk).order_by("-created_at", "-id")
 
 
-def invitation_list(*, team_ids: Iterable[int]) -> QuerySet:
+def invitation_list(*, team_ids: Iterable[int]) -> QuerySet[Invitation]:
     """The invitations of these teams, newest first."""
     return Invitation.objects.select_related("team").filter(team_id__in=team_ids).order_by("-created_at", "-id")
 
 
-def invitation_list_for_user(*, user) -> QuerySet:
-    """The invitations a person may still answer: theirs, pending, not expired."""
+def invitation_list_for_user(*, user: User | AnonymousUser) -> QuerySet[Invitation]:
+    """The invitations a person may still answer: theirs, pending, not expired; nobody's
+    (anonymous): none, never those of unknown names (no user)."""
+    if user.pk is None:
+        return Invitation.objects.none()
     return (Invitation.objects.select_related("team")
             .filter(user_id=user.pk, state=Invitation.State.PENDING, expires_at__gt=timezone.now())
             .order_by("-created_at", "-id"))

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -22,7 +24,7 @@ from scheduling.teams.keys import key_digest, key_generate, key_matches, key_pre
 LAST_USED_EVERY = timedelta(minutes=1)  # a key's last use is written at most this often
 
 
-def team_create(*, name: str, **quotas) -> Team:
+def team_create(*, name: str, **quotas: object) -> Team:
     team = Team(name=name, **quotas)
     team.full_clean()
     try:
@@ -39,7 +41,7 @@ TEAM_SETTINGS = ("max_in_flight", "max_in_flight_bytes", "max_schedules", "max_e
                  "webhook_allowed_networks")
 
 
-def team_update(*, team: Team, **changes) -> Team:
+def team_update(*, team: Team, **changes: object) -> Team:
     """An operator's change of a team's quotas and grants (checked as the settings they override)."""
     from scheduling.teams.quotas import team_check_settings
 
@@ -76,7 +78,7 @@ def membership_set(*, team: Team, username: str, role: str, add: bool = False) -
         return membership_put(team=team, user=user, role=role)
 
 
-def membership_put(*, team: Team, user, role: str) -> Membership:
+def membership_put(*, team: Team, user: User, role: str) -> Membership:
     """The user a member with ``role`` (added, or their role changed), audited; inside the caller's
     transaction. A member who is no longer an admin loses the team keys made with their keys."""
     membership, created = Membership.objects.select_for_update().get_or_create(
@@ -124,7 +126,7 @@ def _expiry(expires_in: timedelta | None) -> datetime:
     return timezone.now() + expires_in
 
 
-def api_key_create(*, team: Team | None = None, user=None, scopes=(), name: str = "",
+def api_key_create(*, team: Team | None = None, user: User | None = None, scopes: Iterable[object] = (), name: str = "",
                    expires_in: timedelta | None = None, created_by: str = "", parent: ApiKey | None = None) -> NewKey:
     """A team's key with ``scopes``, or a user's key acting as that user (every scope; their roles
     bound it). The key is in the answer, once. ``parent``: the person's key a team key is made
@@ -166,7 +168,7 @@ def _revoke(key: ApiKey) -> None:
     audit_record(action=actions.KEY_REVOKE, obj=key, team=key.team, after={"revoked_at": key.revoked_at})
 
 
-def api_key_revoke_minted(*, team: Team, user) -> int:
+def api_key_revoke_minted(*, team: Team, user: User) -> int:
     """Revoke the team's live keys made with ``user``'s keys (they leave the team, or are no
     longer its admin); inside the caller's transaction. How many."""
     minted = list(ApiKey.objects.select_for_update().select_related("team")
@@ -191,11 +193,11 @@ def api_key_authenticate(*, key: str, legacy: bool = False) -> tuple[ApiKey | No
         return None, "this key was revoked"
     if found.expires_at <= now:
         return None, "this key has expired"
-    if found.user_id is not None and not found.user.is_active:
+    if found.user_id is not None and (found.user is None or not found.user.is_active):
         return None, "this key's user is inactive"
     if found.parent_id is not None:  # made with a person's key: it lives no longer than that key
         parent = found.parent  # selected with it (api_key_find): no query
-        if (parent is None or parent.revoked_at is not None or parent.expires_at <= now or parent.user_id is None
+        if (parent is None or parent.revoked_at is not None or parent.expires_at <= now or parent.user is None
                 or not parent.user.is_active):
             return None, "the key this key was made with is no longer valid"
     if found.last_used_at is None or found.last_used_at < now - LAST_USED_EVERY:

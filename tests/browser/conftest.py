@@ -122,3 +122,26 @@ class Browser:
 @pytest.fixture
 def browser(chromium, live_server):
     return Browser(chromium, live_server.url)
+
+
+@pytest.fixture
+def staff_member(django_user_model):
+    """staff_member(team) -> the staff user ``bea`` (password ``pw``), a member of that team."""
+    from scheduling.models.teams import Membership
+
+    def make(team):
+        user = django_user_model.objects.create_user("bea", password="pw", is_staff=True)
+        Membership.objects.create(team=team, user=user, role="member")
+        return user
+
+    return make
+
+
+@pytest.fixture
+def endpoint_queues(amqp):
+    """The endpoints' queues a test's services declared on the broker: deleted after it."""
+    from scheduling.models import Endpoint
+
+    yield
+    for endpoint in Endpoint.objects.all():
+        amqp.delete_queue(endpoint.queue)

@@ -7,14 +7,14 @@ import pytest
 
 from scheduling.endpoints.services import endpoint_create
 from scheduling.events.services import event_publish, subscription_create
-from scheduling.models import Endpoint, Membership, ScheduledMessage
+from scheduling.models import ScheduledMessage
 from scheduling.teams.services import team_create
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
-def fanned(platform, amqp, django_user_model):
+def fanned(platform, endpoint_queues, staff_member):
     """Teams a and b, each with ledger and mailer subscribed to invoice.#, and an event to
     invoice.paid an hour away; a staff user who is a member of b."""
     made = {}
@@ -25,11 +25,8 @@ def fanned(platform, amqp, django_user_model):
             subscription_create(team=team, topic="invoice.#", endpoint=endpoint,
                                 filter={"team": name} if endpoint == "mailer" else None)
         made[name] = event_publish(team=team, topic="invoice.paid", payload={"team": name}, delay=3600)
-    user = django_user_model.objects.create_user("bea", password="pw", is_staff=True)
-    Membership.objects.create(team=made["b"].event.team, user=user, role="member")
-    yield made
-    for endpoint in Endpoint.objects.all():
-        amqp.delete_queue(endpoint.queue)
+    staff_member(made["b"].event.team)
+    return made
 
 
 def test_a_member_follows_an_event_to_its_messages_and_cancels_them(browser, fanned):

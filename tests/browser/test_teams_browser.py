@@ -6,7 +6,7 @@ import pytest
 
 from scheduling.endpoints.services import endpoint_create
 from scheduling.messages.services import message_schedule
-from scheduling.models import Endpoint, Membership, ScheduledMessage
+from scheduling.models import ScheduledMessage
 from scheduling.schedules.services import schedule_upsert
 from scheduling.teams.services import team_create
 
@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
-def two_teams(platform, amqp, django_user_model):
+def two_teams(platform, endpoint_queues, staff_member):
     """Teams a and b each with `billing`, 3 (a) and 2 (b) messages, a schedule `nightly` and a
     failed message; a staff user who is a member of b."""
     made = {}
@@ -27,11 +27,8 @@ def two_teams(platform, amqp, django_user_model):
         ScheduledMessage.objects.filter(pk=failed.pk).update(status="failed", last_error=f"{name}'s error")
         schedule_upsert(team=team, key="nightly", endpoint=endpoint, payload={"team": name}, cron="30 2 * * *")
         made[name] = {"team": team, "endpoint": endpoint, "messages": messages, "failed": failed}
-    user = django_user_model.objects.create_user("bea", password="pw", is_staff=True)
-    Membership.objects.create(team=made["b"]["team"], user=user, role="member")
-    yield made
-    for endpoint in Endpoint.objects.all():
-        amqp.delete_queue(endpoint.queue)
+    staff_member(made["b"]["team"])
+    return made
 
 
 def test_a_member_of_b_sees_and_acts_on_b_only(browser, two_teams):

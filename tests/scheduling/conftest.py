@@ -9,9 +9,12 @@ Rows made directly serve reads (lists, filters, query counts, dashboard figures)
 write them are tested on their own and through the admin."""
 
 import hashlib
+import threading
+import time
 from datetime import timedelta
 
 import pytest
+from django.db import connection, transaction
 from django.utils import timezone
 
 import rabbit
@@ -116,3 +119,48 @@ def make_rows(endpoint_row):
         return ScheduledMessage.objects.bulk_create(rows)
 
     return make
+
+
+@pytest.fixture
+def two_transactions():
+    """two_transactions(first, second, waiting=...) -> {"first" or "second": the error it raised}.
+    Each runs in a transaction on a connection of its own: the second once the first has written,
+    the first committing only when the second has ended or ``waiting()`` sees it wait on a lock.
+    What a lock that serialises two writers does, shown; without it neither sees the other."""
+
+    def run(first, second, *, waiting) -> dict[str, Exception]:
+        first_written, second_done = threading.Event(), threading.Event()
+        raised: dict[str, Exception] = {}
+
+        def in_first():
+            try:
+                with transaction.atomic():
+                    first()
+                    first_written.set()
+                    deadline = time.monotonic() + 60
+                    while not second_done.is_set() and not waiting() and time.monotonic() < deadline:
+                        time.sleep(0.05)
+            except Exception as exc:  # noqa: BLE001 (the caller asserts on it)
+                raised["first"] = exc
+            finally:
+                connection.close()
+
+        def in_second():
+            try:
+                first_written.wait(60)
+                with transaction.atomic():
+                    second()
+            except Exception as exc:  # noqa: BLE001
+                raised["second"] = exc
+            finally:
+                second_done.set()
+                connection.close()
+
+        threads = [threading.Thread(target=in_first), threading.Thread(target=in_second)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        return raised
+
+    return run

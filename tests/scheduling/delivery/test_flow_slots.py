@@ -4,7 +4,6 @@ the wait recorded apart from lateness."""
 
 import threading
 import time
-from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
@@ -19,28 +18,6 @@ from scheduling.delivery.services import Result, delivery_receive, delivery_rece
 from scheduling.models import Endpoint, EndpointFlow, ScheduledMessage
 
 Status = ScheduledMessage.Status
-
-
-@contextmanager
-def call_slot_held_elsewhere(endpoint_id: int):
-    """Another worker's call to the endpoint, in flight (its one call slot held) while inside."""
-    held, release = threading.Event(), threading.Event()
-
-    def other_call():
-        with transaction.atomic():
-            assert endpoint_try_call_slot(endpoint_id=endpoint_id, concurrent=1)
-            held.set()
-            release.wait(10)
-        connection.close()
-
-    thread = threading.Thread(target=other_call)
-    thread.start()
-    assert held.wait(10)
-    try:
-        yield
-    finally:
-        release.set()
-        thread.join(10)
 
 
 @pytest.fixture
@@ -108,14 +85,15 @@ def test_call_slots_are_held_by_their_transaction(transactional_db, endpoint):
         assert endpoint_try_call_slot(endpoint_id=endpoint.pk, concurrent=1)
 
 
-def test_a_webhook_over_max_concurrent_is_busy_and_left_as_it_was(transactional_db, versions, endpoint_name):
+def test_a_webhook_over_max_concurrent_is_busy_and_left_as_it_was(transactional_db, versions, endpoint_name,
+                                                                   call_slot_held_elsewhere):
     with RecordingServer() as server:
         endpoint = Endpoint.objects.create(name=endpoint_name, queue=endpoint_name, topology=versions["v3"], handler="webhook",
                                            handler_target=server.url, webhook_secret="s" * 32, max_concurrent=1)
         message = ScheduledMessage.objects.create(endpoint=endpoint, topology=versions["v3"], payload={},
                                                   due_at=timezone.now() - timedelta(seconds=1), requested_delay_ms=0,
                                                   status=Status.PUBLISHED)
-        with call_slot_held_elsewhere(endpoint.pk):
+        with call_slot_held_elsewhere(lambda: endpoint_try_call_slot(endpoint_id=endpoint.pk, concurrent=1)):
             outcome = delivery_receive(message_id=str(message.id))
         message.refresh_from_db()
         assert outcome.result is Result.BUSY
@@ -128,7 +106,7 @@ def test_a_webhook_over_max_concurrent_is_busy_and_left_as_it_was(transactional_
 
 
 def test_the_deliver_task_tries_a_busy_webhook_again_and_records_nothing(transactional_db, versions, endpoint_name,
-                                                                        monkeypatch):
+                                                                        monkeypatch, call_slot_held_elsewhere):
     """The fallback task (a worker without the delivery loop): a call slot taken elsewhere makes
     it retry soon; the message stays as it was."""
     from scheduling.celery.tasks import BUSY_RETRY_SECONDS, deliver
@@ -149,7 +127,8 @@ def test_the_deliver_task_tries_a_busy_webhook_again_and_records_nothing(transac
     message = ScheduledMessage.objects.create(endpoint=endpoint, topology=versions["v3"], payload={},
                                               due_at=timezone.now() - timedelta(seconds=1), requested_delay_ms=0,
                                               status=Status.PUBLISHED)
-    with call_slot_held_elsewhere(endpoint.pk), pytest.raises(Retried):
+    with (call_slot_held_elsewhere(lambda: endpoint_try_call_slot(endpoint_id=endpoint.pk, concurrent=1)),
+          pytest.raises(Retried)):
         deliver.run(str(message.id))
     assert retries == [{"countdown": BUSY_RETRY_SECONDS}]
     message.refresh_from_db()

@@ -6,7 +6,7 @@ import threading
 import time
 from datetime import timedelta
 
-from django.db import connection, transaction
+from django.db import connection
 from django.utils import timezone
 
 from harness.at_once import at_once
@@ -130,7 +130,8 @@ def test_a_keys_call_slots_are_apart_from_other_keys_and_the_endpoints(transacti
     endpoint_key_release_call_slots(endpoint_id=endpoint.pk, key="a", slots=[mine[1]])
 
 
-def test_the_one_by_one_path_keeps_a_keys_call_slots(transactional_db, versions, endpoint_name):
+def test_the_one_by_one_path_keeps_a_keys_call_slots(transactional_db, versions, endpoint_name,
+                                                      call_slot_held_elsewhere):
     """The deliver task's path (a worker without the delivery loop): a webhook of a key whose slots
     are held elsewhere is BUSY and left as it was; another key's, or one without a key, is called."""
     with RecordingServer() as server:
@@ -144,25 +145,11 @@ def test_the_one_by_one_path_keeps_a_keys_call_slots(transactional_db, versions,
                                                    status=Status.PUBLISHED, flow_key=key)
 
         busy, other, unkeyed = message("a"), message("b"), message(None)
-        held, release = threading.Event(), threading.Event()
-
-        def other_call():
-            with transaction.atomic():
-                assert endpoint_key_try_call_slot(endpoint_id=endpoint.pk, key="a", concurrent=1)
-                held.set()
-                release.wait(10)
-            connection.close()
-
-        thread = threading.Thread(target=other_call)
-        thread.start()
-        assert held.wait(10)
-        try:
+        with call_slot_held_elsewhere(lambda: endpoint_key_try_call_slot(endpoint_id=endpoint.pk, key="a",
+                                                                          concurrent=1)):
             assert delivery_receive(message_id=str(busy.id)).result is Result.BUSY
             assert delivery_receive(message_id=str(other.id)).result is Result.DELIVERED
             assert delivery_receive(message_id=str(unkeyed.id)).result is Result.DELIVERED
-        finally:
-            release.set()
-            thread.join(10)
         busy.refresh_from_db()
         assert (busy.status, busy.delivery_count) == (Status.PUBLISHED, 0)
         assert len(server.requests) == 2

@@ -2,13 +2,11 @@
 replaces the waiting message and carries its window's cap, leading supersedes within its window,
 keys are per endpoint and team, and two transactions with one key leave one message waiting."""
 
-import threading
-import time
 from datetime import timedelta
 
 import pytest
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.db import connection
 from django.utils import timezone
 
 from scheduling.core.lifecycle import IN_FLIGHT
@@ -155,43 +153,13 @@ def test_a_superseded_copy_that_arrives_is_dropped_never_delivered(endpoint):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_two_transactions_with_one_key_leave_one_message_waiting(endpoint):
+def test_two_transactions_with_one_key_leave_one_message_waiting(endpoint, two_transactions):
     """Each on its own connection: the first has scheduled (not committed) when the second
     schedules with the same key. The second waits for the first's commit on the key's lock, then
     replaces it; without the lock neither sees the other and both stay waiting."""
-    first_scheduled, second_done = threading.Event(), threading.Event()
-    errors = []
-
-    def first():
-        try:
-            with transaction.atomic():
-                send(endpoint, trailing(), n=1)
-                first_scheduled.set()
-                deadline = time.monotonic() + 60
-                while not second_done.is_set() and not _waiting_on_a_lock() and time.monotonic() < deadline:
-                    time.sleep(0.05)
-        except Exception as exc:  # noqa: BLE001 (reported by the assertion)
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    def second():
-        try:
-            first_scheduled.wait(60)
-            with transaction.atomic():
-                send(endpoint, trailing(), n=2)
-        except Exception as exc:  # noqa: BLE001
-            errors.append(exc)
-        finally:
-            second_done.set()
-            connection.close()
-
-    threads = [threading.Thread(target=first), threading.Thread(target=second)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    assert not errors
+    raised = two_transactions(lambda: send(endpoint, trailing(), n=1), lambda: send(endpoint, trailing(), n=2),
+                              waiting=_waiting_on_a_lock)
+    assert not raised
     assert [m.payload for m in waiting(endpoint)] == [{"n": 2}]
     assert ScheduledMessage.objects.filter(status=Status.SUPERSEDED).count() == 1
 

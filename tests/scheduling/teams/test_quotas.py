@@ -3,8 +3,6 @@
 payloads in flight, and the copies a cancel or a reschedule leaves in the cascade, counted until
 their old due time."""
 
-import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -106,47 +104,20 @@ def test_a_rescheduled_message_s_old_copy_counts_and_a_reschedule_over_the_quota
 
 
 @pytest.mark.django_db(transaction=True)
-def test_two_transactions_at_the_quota_less_one_cannot_both_pass(team, endpoint, caller):
+def test_two_transactions_at_the_quota_less_one_cannot_both_pass(team, endpoint, caller, two_transactions):
     """Two writers of one team, each in its own transaction on its own connection: the first has
     scheduled its message (not committed yet) when the second checks. The second waits for the
     first's commit on the team's lock, counts it, and is refused; without the lock both pass."""
     team_update(team=team, max_in_flight=3)
     schedule(caller, n=2)
-    first_scheduled, second_done = threading.Event(), threading.Event()
-    outcome = {}
-
-    def first():
-        try:
-            with transaction.atomic():
-                schedule(caller)
-                first_scheduled.set()
-                deadline = time.monotonic() + 60  # until the second has checked, or waits on the lock
-                while not second_done.is_set() and not _waiting_on_the_lock(team) and time.monotonic() < deadline:
-                    time.sleep(0.05)
-            outcome["first"] = "scheduled"
-        finally:
-            connection.close()
 
     def second():
-        try:
-            first_scheduled.wait(60)
-            team_forget_counts()  # as another process would: nothing of the first's cached
-            with transaction.atomic():
-                schedule(caller)
-            outcome["second"] = "scheduled"
-        except QuotaExceeded as exc:
-            outcome["second"] = str(exc)
-        finally:
-            second_done.set()
-            connection.close()
+        team_forget_counts()  # as another process would: nothing of the first's cached
+        schedule(caller)
 
-    threads = [threading.Thread(target=first), threading.Thread(target=second)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    assert outcome["first"] == "scheduled"
-    assert outcome["second"].startswith("team billing has 3 messages in flight of its quota of 3")
+    raised = two_transactions(lambda: schedule(caller), second, waiting=lambda: _waiting_on_the_lock(team))
+    assert list(raised) == ["second"] and isinstance(raised["second"], QuotaExceeded)  # the first is scheduled
+    assert str(raised["second"]).startswith("team billing has 3 messages in flight of its quota of 3")
     assert ScheduledMessage.objects.filter(endpoint=endpoint, status__in=["pending", "published"]).count() == 3
 
 
