@@ -1,8 +1,9 @@
 """An event's messages, made as the events service makes them (docs/concepts/fan-out.md): an Event
 row, then one message per endpoint through the scheduling service's own validation and save
-(``messages/services.py``: the relay claims them and publishes after the commit), each naming the
-event. The tests and the bench of the fan-out use it, so they do not depend on the events API;
-with ``deliver_at`` every message of the event shares one due time, as the service's do."""
+(``messages/inputs.py``, ``messages/services.py``: the relay claims them and publishes after the
+commit), each naming the event. The tests and the bench of the fan-out use it, so they do not
+depend on the events API; with ``deliver_at`` every message of the event shares one due time, as
+the service's do."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ def schedule_event(*, endpoints: list, payload, deliver_at: datetime, topic: str
     a dict, or a function of the endpoint (a Celery queue's message is a task). ``event`` False:
     the same messages with no event (the load "sent as separate messages")."""
     from scheduling.core.clock import ceil_ms
-    from scheduling.messages.services import _build, _save  # the service's own steps, an event on each row
-    from scheduling.models import Event
+    from scheduling.messages.inputs import message_build
+    from scheduling.messages.services import _save  # the service's own steps, an event on each row
+    from scheduling.models.events import Event
 
     now = ceil_ms(timezone.now())
     items = [{"endpoint": endpoint, "payload": payload(endpoint) if callable(payload) else payload,
@@ -27,7 +29,7 @@ def schedule_event(*, endpoints: list, payload, deliver_at: datetime, topic: str
     with transaction.atomic():
         made = Event.objects.create(team=endpoints[0].team, topic=topic, payload=items[0]["payload"], due_at=deliver_at,
                                     message_count=len(endpoints)) if event else None
-        rows = [_build(item, {}, now) for item in items]
+        rows = [message_build(item=item, endpoints={}, now=now) for item in items]
         for row in rows:
             row.event = made
         results = _save(rows, check_quota=False)

@@ -81,7 +81,8 @@ def rel(path: Path) -> str:
 
 
 # The write path beside the domains' services.py (the contracts in pyproject.toml list the same).
-WRITES = ["endpoints/secrets.py", "messages/bulk.py", "messages/relay.py", "messages/rescue.py",
+WRITES = ["endpoints/secrets.py", "messages/bulk.py", "messages/inputs.py", "messages/relay.py",
+          "messages/batches.py", "messages/claims.py", "messages/gathering.py", "messages/rescue.py",
           "messages/unroutable.py", "moves/delays.py", "moves/timeouts.py", "delivery/flow_slots.py",
           "delivery/webhook_calls.py", "delivery/log.py", "delivery/minutes.py", "delivery/orphans.py",
           "moves/restore.py"]

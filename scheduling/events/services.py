@@ -38,7 +38,8 @@ from scheduling.events.selectors import (
     subscription_count,
     subscription_list_for_matching,
 )
-from scheduling.messages.services import message_cancel, message_check_payload, message_schedule_many
+from scheduling.messages.inputs import message_check_payload
+from scheduling.messages.services import message_cancel, message_schedule_many
 from scheduling.models import Endpoint, Event, ScheduledMessage, Subscription, Team
 from scheduling.observability import metrics
 from scheduling.teams.quotas import team_lock_counts

@@ -23,7 +23,7 @@ _LOCK_PREFIX = "delay.debounce"
 
 def message_debounce_check(*, value, max_delay_ms: int, errors: dict) -> dict:
     """A request's ``debounce`` -> the row's debounce fields ({} without one); problems go to
-    ``errors`` named ``debounce.<field>`` (services._build)."""
+    ``errors`` named ``debounce.<field>`` (inputs.message_build)."""
     parsed, problems = rules.parse(value, max_delay_s=max_delay_ms // 1000)
     errors.update(problems)
     if parsed is None:

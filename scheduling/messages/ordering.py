@@ -19,7 +19,7 @@ endpoints' from their claim (celery/turns.py); their end is reported by the work
 (celery/claim.py), by a team's worker through ``POST /api/messages/<id>/ended/`` (ordering_task_ended, live_only),
 or, failing that, ends with a 15-minute lease. A holder is written for webhook calls and Celery tasks
 (record-only messages end in the transaction that hands them over). DELAY_ORDERING_KEYS off refuses
-callers' keys and schedules' overlap skip/buffer_one at the edges (messages/services.py,
+callers' keys and schedules' overlap skip/buffer_one at the edges (messages/inputs.py,
 schedules/services.py) while a rolling upgrade runs workers that ignore keys; this module never reads it.
 """
 

@@ -46,13 +46,10 @@ from scheduling.core.errors import BulkValidationError, NotFound, QuotaExceeded
 from scheduling.core.lifecycle import IN_FLIGHT
 from scheduling.core.ordering import Overlap
 from scheduling.core.text import has_nul
-from scheduling.messages.services import (
-    PLATFORM_KEY_PREFIX,
-    message_cancel,
-    message_check_payload,
-    message_schedule_many,
-)
-from scheduling.models import Endpoint, Schedule, ScheduledMessage, Team, default_team_id
+from scheduling.messages.inputs import PLATFORM_KEY_PREFIX, message_check_payload
+from scheduling.messages.services import message_cancel, message_schedule_many
+from scheduling.models import Endpoint, Schedule, ScheduledMessage, Team
+from scheduling.models.teams import default_team_id
 from scheduling.teams.quotas import (
     team_admit_in_flight,
     team_check_count,

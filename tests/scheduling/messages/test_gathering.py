@@ -1,4 +1,4 @@
-"""The rows of concurrent requests gathered into one relay batch (messages/relay.py, rabbit/gather.py),
+"""The rows of concurrent requests gathered into one relay batch (messages/gathering.py, rabbit/gather.py),
 against the real broker and database: threads schedule as the API's threads do, each committing
 its own transaction. Fewer, fuller envelopes than requests; every message in the broker once; a
 broker failure in a gathered batch leaves its rows pending for the sweeper, published once; one
@@ -18,7 +18,8 @@ from rabbit import BrokerUnavailable, Outcome
 from rabbit.broker import Broker
 from scheduling.config.conf import broker
 from scheduling.messages import wire
-from scheduling.messages.relay import _GATHERER, relay_gather_stats, relay_publish
+from scheduling.messages.gathering import GATHERER, relay_gather_stats
+from scheduling.messages.relay import relay_publish
 from scheduling.messages.services import message_schedule_many
 from scheduling.models import ScheduledMessage
 from tests.topology.helpers import get
@@ -43,7 +44,7 @@ def busy_publisher(monkeypatch):
     held = {"seconds": 0.0, "entered": threading.Event()}
 
     def publish(self, messages, **kwargs):
-        if threading.current_thread().name == _GATHERER.thread_name and held["seconds"]:
+        if threading.current_thread().name == GATHERER.thread_name and held["seconds"]:
             seconds, held["seconds"] = held["seconds"], 0.0
             held["entered"].set()
             time.sleep(seconds)
@@ -179,7 +180,7 @@ def test_a_broker_failure_mid_gathered_batch_leaves_its_rows_pending_and_the_swe
     failing = {"step": "first"}
 
     def publish(self, messages, **kwargs):
-        if threading.current_thread().name != _GATHERER.thread_name or not failing["step"]:
+        if threading.current_thread().name != GATHERER.thread_name or not failing["step"]:
             return original(self, messages, **kwargs)
         if failing["step"] == "retry":
             failing["step"] = None
@@ -240,7 +241,7 @@ def test_one_connection_and_one_channel_for_every_request_of_the_process(v3):
         message_schedule_many(items=[{"endpoint": v3.name, "payload": {"n": n}, "delay": 30}])
     assert (stats.connections, stats.channels) == before[:2]
     assert stats.batches - before[2] == 30  # one at a time: nothing to wait for, each went at once
-    conn = broker().publisher_connections()[_GATHERER.thread_name]
+    conn = broker().publisher_connections()[GATHERER.thread_name]
     port = conn.connection.sock.getsockname()[1]
 
     def seen():  # the management API's figures lag by its stats interval
