@@ -84,6 +84,7 @@ class Rule:
         """The last run at or before ``moment``, found without walking to it."""
         if self.end is not None and moment > self.end:
             moment = self.end
+        run: datetime | None
         try:
             if self.interval_ms:
                 step, anchor = self.interval_ms * MS, self.anchor or moment
@@ -96,6 +97,7 @@ class Rule:
         return run if run is not None and (self.start is None or run >= self.start) else None
 
     def _interval_runs(self, floor: datetime, inclusive: bool) -> Iterator[datetime]:
+        assert self.interval_ms is not None  # called for an interval rule only
         step = self.interval_ms * MS
         anchor = self.anchor or floor
         k = 0 if floor < anchor else math.floor((floor - anchor) / step)
@@ -113,7 +115,7 @@ class Rule:
             yield local.astimezone(UTC)
 
 
-def cron_check(expression) -> str:
+def cron_check(expression: object) -> str:
     """The expression, trimmed and single-spaced, or ValidationError on ``cron`` saying why."""
     if not isinstance(expression, str) or not expression.strip():
         raise ValidationError({"cron": "must be a cron expression of five fields (minute hour day month weekday)"})
@@ -129,7 +131,7 @@ def cron_check(expression) -> str:
     return normal
 
 
-def timezone_check(name) -> str:
+def timezone_check(name: object) -> str:
     """An IANA timezone name as given, or ValidationError on ``timezone``."""
     if not isinstance(name, str) or name not in _zones():
         raise ValidationError({"timezone": f"unknown timezone {name!r}: give an IANA name such as "
@@ -141,7 +143,7 @@ def timezone_check(name) -> str:
     return name
 
 
-def interval_check(seconds) -> int:
+def interval_check(seconds: object) -> int:
     """Seconds (fractions allowed) -> milliseconds (rounded), or ValidationError on ``interval_seconds``."""
     try:
         if isinstance(seconds, bool):
@@ -179,7 +181,7 @@ def run_time_of_key(key: str | None) -> datetime | None:
     return from_epoch_ms(int(ms))
 
 
-def _milliseconds(seconds, field: str, *, most_ms: int, most: str) -> int:
+def _milliseconds(seconds: object, field: str, *, most_ms: int, most: str) -> int:
     """Seconds (fractions allowed) -> milliseconds, 0 to ``most_ms``, or ValidationError on ``field``."""
     try:
         if isinstance(seconds, bool):
@@ -194,13 +196,13 @@ def _milliseconds(seconds, field: str, *, most_ms: int, most: str) -> int:
     return round(value * 1000)
 
 
-def jitter_check(seconds) -> int:
+def jitter_check(seconds: object) -> int:
     """``jitter_seconds`` -> milliseconds (0 to a day), or ValidationError on ``jitter_seconds``;
     the rule's own bound (below its interval) is checked with the rule."""
     return _milliseconds(seconds, "jitter_seconds", most_ms=MAX_JITTER_MS, most="a day")
 
 
-def catchup_check(seconds) -> int:
+def catchup_check(seconds: object) -> int:
     """``catchup_seconds`` -> milliseconds (0 to 31 days), or ValidationError on ``catchup_seconds``."""
     return _milliseconds(seconds, "catchup_seconds", most_ms=MAX_CATCHUP_MS, most="31 days")
 
