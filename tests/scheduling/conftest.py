@@ -58,6 +58,16 @@ def platform(platform, module_broker, request):
 
 
 @pytest.fixture(autouse=True)
+def publish_unpaused():
+    """Each test starts with the relay's publish pause released: a refusal one test provokes holds
+    publishing back for a sweep period in this process, and the next test (whatever runs next in this
+    worker) would find its new rows left pending for the sweeper."""
+    from scheduling.messages.relay import publish_pause
+
+    publish_pause.until = 0.0
+
+
+@pytest.fixture(autouse=True)
 def module_broker(request):
     """The platform's broker, for a test that uses the database or the broker, is the module's
     own vhost (pure tests need neither)."""

@@ -32,7 +32,6 @@ def committed(monkeypatch):
     never commits); the relay's pause after a refused broker reset for each test."""
     from django.db import connection
 
-    monkeypatch.setattr("scheduling.messages.relay.publish_pause.until", 0.0)
 
     def schedule(endpoint, delays):
         with CaptureQueriesContext(connection) as captured, \
@@ -69,7 +68,6 @@ def test_rows_the_broker_did_not_take_go_back_to_the_sweeper(v3_endpoint, commit
 
 def test_a_row_cancelled_before_the_failed_publish_stays_cancelled(v3_endpoint, settings, monkeypatch):
     settings.BROKER_URL = "amqp://guest:guest@127.0.0.1:1//"
-    monkeypatch.setattr("scheduling.messages.relay.publish_pause.until", 0.0)
     due = timezone.now() + timedelta(seconds=30)
     rows = [ScheduledMessage.new(endpoint=v3_endpoint, id=uuid.uuid4(), payload={}, due_at=due, requested_delay_ms=0)
             for _ in range(2)]
@@ -96,7 +94,6 @@ def test_without_the_rescue_behind_it_new_rows_take_the_outbox_way(v3_endpoint, 
 def test_a_celery_queue_endpoint_s_new_rows_are_written_published_too(v3_endpoint, amqp, monkeypatch):
     """The rescue serves them (messages/rescue.py, message_rescue_overdue_tasks), and their
     workers' claim makes its copy harmless: the same window as any endpoint's."""
-    monkeypatch.setattr("scheduling.messages.relay.publish_pause.until", 0.0)
     Endpoint.objects.filter(id=v3_endpoint.id).update(handler=Endpoint.Handler.CELERY_QUEUE)
     celery_queue = Endpoint.objects.get(id=v3_endpoint.id)
     row = ScheduledMessage.new(endpoint=celery_queue, id=uuid.uuid4(), payload={"task": "testapp.plain_receipt", "args": [1]},

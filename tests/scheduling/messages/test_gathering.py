@@ -31,7 +31,6 @@ Status = ScheduledMessage.Status
 @pytest.fixture
 def v3(bound_endpoint, settings, monkeypatch):
     settings.DELAY_ENVELOPES = True
-    monkeypatch.setattr("scheduling.messages.relay.publish_pause.until", 0.0)
     return bound_endpoint("v3")
 
 
@@ -208,7 +207,6 @@ def test_a_broker_failure_mid_gathered_batch_leaves_its_rows_pending_and_the_swe
     assert {rows[m.id].status for m in sent} == {Status.PUBLISHED}
     assert {rows[m.id].status for m in unsent} == {Status.PENDING}
     assert all("Connection reset by peer" in rows[m.id].last_error for m in unsent)
-    monkeypatch.setattr("scheduling.messages.relay.publish_pause.until", 0.0)
     assert relay_publish(older_than=timedelta(0)).published == 5  # the sweeper
     assert relay_publish(older_than=timedelta(0)).published == 0
     got = drain(v3.queue, 11, timeout=10)

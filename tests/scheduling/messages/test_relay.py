@@ -294,7 +294,6 @@ def test_an_events_rows_cross_the_cascade_as_one_event_copy_after_the_commit(fan
     from harness.events import schedule_event
 
     settings.DELAY_ENVELOPES = True
-    monkeypatch.setattr("scheduling.messages.relay.publish_pause.until", 0.0)
     targets = [fan_endpoints[n % 3] for n in range(50)]
     before = counted()
     with TestCase.captureOnCommitCallbacks(execute=True):
