@@ -102,7 +102,8 @@ class WebhookCalls:
         """Of the due messages, those whose call may be handed over now: a paused endpoint's wait
         for its pause to end; those beyond what their endpoint may have handed over (its bulkhead
         running and as many ready: WebhookProfile.handover) are parked until a call of it ends."""
-        go, room = [], {}
+        go: list[Held] = []
+        room: dict[int, int] = {}
         for held in ready:
             profile = self.profiles.get(held.message.queue)
             if profile is None:
@@ -185,7 +186,9 @@ class WebhookCalls:
         """An endpoint with max_concurrent: a slot of it for each call, across workers (delivery/flow_slots.py);
         a message with none free waits as flow control's BUSY does."""
         due = self._take_key_call_slots(due, now)
-        go, slot_of, wanting = [], {}, defaultdict(list)
+        go: list[Held] = []
+        slot_of: dict[str, int] = {}
+        wanting: defaultdict[WebhookProfile, list[Held]] = defaultdict(list)
         for held in due:
             profile = self.profiles[held.message.queue]
             (wanting[profile] if profile.max_concurrent else go).append(held)

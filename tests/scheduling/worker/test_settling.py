@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from rabbit import Received
 from scheduling.config.conf import conf
 from scheduling.core.clock import now_ms, to_epoch_ms
 from scheduling.delivery.models import OrphanCopy
@@ -40,7 +41,7 @@ def settled(amqp, queue, settle) -> tuple[int, Holding]:
     """One broker message on ``queue``, received on a session and handed to ``settle(settling,
     message)``; how many messages the queue has ready once the session is closed, and the hold."""
     publish(amqp, "", queue, b"x")
-    session, holding, received = Session(conf()), Holding(), []
+    session, holding, received = Session(conf()), Holding(), list[Received]()
     settling = Settling(session, holding, Traces(), "test-worker")
     with session.open(received.append).connected() as consumer:
         consumer.consume(queue)
