@@ -41,7 +41,7 @@ from scheduling.models import Endpoint, ScheduledMessage, TopologyVersion  # noq
 from scheduling.models.teams import Team  # noqa: E402
 from scheduling.observability import tracing  # noqa: E402
 from scheduling.worker.holding import Held  # noqa: E402
-from scheduling.worker.loop import DeliveryLoop  # noqa: E402
+from scheduling.worker.traces import Traces  # noqa: E402
 from topology import cascade  # noqa: E402
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -63,14 +63,14 @@ class _Sink(BaseHTTPRequestHandler):
         pass
 
 
-def _loop() -> DeliveryLoop:
-    """The delivery loop's tracing parts, without its thread, broker or engine."""
-    loop = DeliveryLoop.__new__(DeliveryLoop)
-    loop.labels, loop.spans, loop.deliver_ids = {"orders": ("bench", "orders")}, {}, {}
-    return loop
+def _traces() -> Traces:
+    """The delivery loop's tracing part (worker/traces.py), without its thread, broker or engine."""
+    traces = Traces()
+    traces.labels = {"orders": ("bench", "orders")}
+    return traces
 
 
-def one_message(loop: DeliveryLoop, traceparent: str | None, bypass: bool) -> None:
+def one_message(traces: Traces, traceparent: str | None, bypass: bool) -> None:
     """Schedule, publish and deliver one message, with a webhook's headers, as the platform does."""
     row = ScheduledMessage.new(id=uuid7(), endpoint=ENDPOINT, payload={"n": 1}, due_at=NOW + timedelta(seconds=5),
                                requested_delay_ms=5000, traceparent=traceparent)
@@ -89,24 +89,24 @@ def one_message(loop: DeliveryLoop, traceparent: str | None, bypass: bool) -> No
     held = Held(delivery.due_ms, 1, received, delivery)
     headers = {}
     if not bypass:  # what a handler task would be handed (the loop does this or the webhook's: both, an upper bound)
-        loop._handed_traceparents([held])
+        traces.handed([held])
     if not bypass and (received.headers.get(wire.H_TRACEPARENT) or received.headers.get(wire.H_TRACEPARENTS)):
-        loop._trace_call(held, SimpleNamespace(attempt=0), SimpleNamespace(url="http://127.0.0.1/hook"), headers)
+        traces.call(held, SimpleNamespace(attempt=0), SimpleNamespace(url="http://127.0.0.1/hook"), headers)
         if tracing.ENABLED:  # the call ended (the engine's result)
-            tracing.attempt_end(loop.spans[delivery.message_id][1], outcome="ok", status_code=200,
+            tracing.attempt_end(traces.spans[delivery.message_id][1], outcome="ok", status_code=200,
                                 started_s=time.time(), duration_ms=1)
     if tracing.ENABLED and not bypass:
-        loop._trace_settled([(held, Outcome(Result.DELIVERED))])
+        traces.settled([(held, Outcome(Result.DELIVERED))])
 
 
 def run_us(mode: str, messages: int) -> float:
     """One run of ``messages``: µs per message."""
-    loop = _loop()
+    traces = _traces()
     traceparent = TRACEPARENT if mode in ("off + traceparent", "on") else None
     bypass = mode == "bypassed"
     started = time.perf_counter()
     for _ in range(messages):
-        one_message(loop, traceparent, bypass)
+        one_message(traces, traceparent, bypass)
     return (time.perf_counter() - started) / messages * 1e6
 
 

@@ -63,6 +63,8 @@ TESTED_IN: dict[str, tuple[str, ...]] = {
                                   "tests/e2e/test_ordering.py", "tests/e2e/test_expiry.py",
                                   "tests/e2e/test_loop_processes.py"),
     "scheduling/worker/fanning.py": ("tests/e2e/test_fanout.py",),
+    "scheduling/worker/calls.py": ("tests/e2e/test_webhook_engine.py", "tests/e2e/test_flow_control.py",
+                                   "tests/e2e/test_flow_control_by_key.py", "tests/e2e/test_tracing.py"),
     "scheduling/worker/processes.py": ("tests/e2e/test_loop_processes.py",),
     "topology/diff.py": ("tests/topology/test_definitions_and_diff.py", "tests/topology/test_shards.py"),
 }

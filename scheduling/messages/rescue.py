@@ -10,7 +10,7 @@ the second copy makes it as late as this setting, not as the broker's recovery. 
 arrives first is delivered and the other is a duplicate, suppressed by the row's lifecycle like
 any copy at-least-once dead-lettering makes: the handler runs once either way.
 
-The delivery loop calls this 4 times per DELAY_RESCUE_AFTER_MS (scheduling/worker/loop.py),
+The delivery loop calls this 4 times per DELAY_RESCUE_AFTER_MS (scheduling/worker/rescuing.py),
 unless it holds all its prefetch allows, and passes the overdue ids it holds or is handing over:
 those are late because of the loop, and a copy would only add work.
 

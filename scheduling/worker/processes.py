@@ -120,8 +120,8 @@ def run(worker_name: str, parent_pid: int, ready) -> None:
     django.setup()
     from scheduling.worker.loop import DeliveryLoop
 
-    loop = DeliveryLoop(worker_name=worker_name, rescue=False)  # the worker's own loop rescues its queues
-    loop.sync_now = sync  # the loop syncs when it is set, and clears it
+    # the worker's own loop rescues its queues; this one syncs when ``sync`` is set, and clears it
+    loop = DeliveryLoop(worker_name=worker_name, rescue=False, sync_now=sync)
     loop.start()
     while not stop.wait(WATCH_SECONDS):
         if os.getppid() != parent_pid:
