@@ -2,9 +2,11 @@
 as it is, and broken by an import against them (shown on a copy of the tree); and no import cycle
 between the platform's modules, nor between scheduling's packages (grimp, the graph import-linter reads)."""
 
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import grimp
@@ -136,3 +138,14 @@ def test_the_package_check_sees_an_upward_import():
     graph = grimp.build_graph("scheduling", cache_dir=None)
     graph.add_import(importer="scheduling.endpoints.selectors", imported="scheduling.messages.selectors")
     assert ["scheduling.endpoints", "scheduling.messages"] in package_cycles(graph)
+
+
+def test_the_architecture_page_shows_the_order_the_contract_keeps():
+    """docs/architecture.md's order of scheduling's layers is the contract's, layer for layer."""
+    block = (ROOT / "docs" / "architecture.md").read_text().split("<!-- order -->")[1]
+    shown = [re.split(r"\s{2,}", line.strip())[0] for line in block.splitlines()
+             if line.strip() and not line.startswith("```")]
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (inside,) = [c for c in contracts if c.get("containers") == ["scheduling"]]
+    assert shown == inside["layers"]
+    assert " : " not in " ".join(inside["layers"])  # no layer whose members may import each other freely
