@@ -13,19 +13,10 @@ from django.utils import timezone
 from scheduling.core.text import NUL_CHARACTERS
 from scheduling.messages.services import message_schedule
 from scheduling.models import ScheduledMessage
+from tests.scheduling.messages.conftest import schedule
 
 pytestmark = pytest.mark.django_db
 Status = ScheduledMessage.Status
-
-
-@pytest.fixture
-def endpoint(endpoint_of):
-    return endpoint_of("v2")
-
-
-def schedule(endpoint, **kwargs):
-    kwargs.setdefault("payload", {"n": 1})
-    return message_schedule(endpoint=endpoint.name, **kwargs)
 
 
 @pytest.mark.parametrize(

@@ -14,23 +14,13 @@ from scheduling.messages.services import (
     message_republish,
     message_reschedule,
     message_resend,
-    message_schedule,
     message_schedule_many,
 )
 from scheduling.models import Endpoint, ScheduledMessage
+from tests.scheduling.messages.conftest import schedule
 
 pytestmark = pytest.mark.django_db
 Status = ScheduledMessage.Status
-
-
-@pytest.fixture
-def endpoint(endpoint_of):
-    return endpoint_of("v2")
-
-
-def schedule(endpoint, **kwargs):
-    kwargs.setdefault("payload", {"n": 1})
-    return message_schedule(endpoint=endpoint.name, **kwargs)
 
 
 def test_idempotency_key_returns_the_existing_message(endpoint, versions):
