@@ -154,10 +154,11 @@ class DelaySettings:
     webhook_timeout_max_seconds: float
     """the longest deadline an endpoint may set"""
     webhook_concurrency: int
-    """webhook calls in flight at once per worker (one event loop; endpoints share them fairly)"""
+    """webhook calls in flight at once per delivery loop (one event loop each; endpoints share them
+    fairly): a worker runs DELAY_DELIVERY_PROCESSES loops, so 1,024 a worker by default"""
     webhook_endpoint_concurrency: int
-    """webhook calls in flight per endpoint and worker (a bulkhead: one slow receiver cannot take every
-    call; `max_concurrent` lowers it across workers)"""
+    """webhook calls in flight per endpoint and delivery loop (a bulkhead: one slow receiver cannot take
+    every call; 128 a worker by default; `max_concurrent` lowers it across workers)"""
     webhook_response_max_bytes: int
     """how much of a webhook's answer is read; a longer answer fails the attempt as `too_large`"""
     webhook_excerpt_bytes: int

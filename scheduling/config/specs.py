@@ -281,11 +281,12 @@ SPECS: tuple[Spec, ...] = (
              "([Webhooks](../guides/webhooks.md#deadlines-and-caps))", "10", conf=True),
         Spec("DELAY_WEBHOOK_TIMEOUT_MAX_SECONDS", Number(above=0), "60", "the longest deadline an endpoint may set",
              "300", conf=True),
-        Spec("DELAY_WEBHOOK_CONCURRENCY", Integer(min=1), "512", "webhook calls in flight at once per worker (one "
-             "event loop; endpoints share them fairly)", "1024", conf=True),
+        Spec("DELAY_WEBHOOK_CONCURRENCY", Integer(min=1), "512", "webhook calls in flight at once per delivery "
+             "loop (one event loop each; endpoints share them fairly): a worker runs DELAY_DELIVERY_PROCESSES loops, "
+             "so 1,024 a worker by default", "1024", conf=True),
         Spec("DELAY_WEBHOOK_ENDPOINT_CONCURRENCY", Integer(min=1), "64", "webhook calls in flight per endpoint and "
-             "worker (a bulkhead: one slow receiver cannot take every call; `max_concurrent` lowers it across "
-             "workers)", "16", conf=True),
+             "delivery loop (a bulkhead: one slow receiver cannot take every call; 128 a worker by default; "
+             "`max_concurrent` lowers it across workers)", "16", conf=True),
         Spec("DELAY_WEBHOOK_RESPONSE_MAX_BYTES", Integer(min=0), "131072", "how much of a webhook's answer is read; "
              "a longer answer fails the attempt as `too_large`", "65536", conf=True),
         Spec("DELAY_WEBHOOK_EXCERPT_BYTES", Integer(min=0, max=20480, why="kept with every attempt"), "2048",
