@@ -1,6 +1,6 @@
 """The notifications' outbox (issue 48): a fact becomes one pending message per endpoint that takes
 it, written in the transaction of the fact it reports; publishing them after the commit is the
-caller's (services.py does it through the relay; the relay's own expiry, which the relay's module
+caller's (notifying.py does it through the relay; the relay's own expiry, which the relay's module
 imports, hands its own publisher in: messages/expiry.py). Without the relay here, every part the
 relay imports may tell what it does.
 

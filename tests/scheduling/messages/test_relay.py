@@ -117,9 +117,8 @@ def test_a_publisher_connection_lost_under_a_batch_is_replaced_at_once(endpoint,
 
     from scheduling.config.conf import broker
     from scheduling.messages.gathering import GATHERER
-    from scheduling.messages.relay import publish_pause, relay_publish_rows
+    from scheduling.messages.relay import relay_publish_rows
 
-    publish_pause.until = 0.0  # no earlier refusal in this process holds publishing back
     warm = row(endpoint, 0)
     assert relay_publish_rows(rows=[warm]).published == 1
     conn = broker().publisher_connections()[GATHERER.thread_name]  # the process's publisher thread's
