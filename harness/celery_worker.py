@@ -7,10 +7,22 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.paths import ARTIFACTS, ROOT
 from harness.waiting import wait_until
+
+
+@dataclass
+class WorkerStarts:
+    """How many worker processes this test process has started: tests/conftest.py drops what a
+    module's workers leave behind only after a module that started one."""
+
+    count: int = 0
+
+
+WORKER_STARTS = WorkerStarts()
 
 
 class Worker:
@@ -31,6 +43,7 @@ class Worker:
         self.process = subprocess.Popen(self.args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
                                         start_new_session=True)
         log.close()
+        WORKER_STARTS.count += 1
 
         def ready():
             if self.process.poll() is not None:

@@ -298,6 +298,39 @@ def worker(request, worker_env):
     w.stop()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _worker_leftovers_dropped(django_db_blocker):
+    """After a module whose worker processes ran (autouse: torn down after the module's workers
+    stopped), what they leave is dropped: copies still in the cascade naming rows the module's
+    last flush removed (a rescue's, a duplicate's), which the next module's worker would set aside
+    as orphans in the middle of its tests, and the orphan rows a worker wrote after that flush."""
+    from django.db import connection
+
+    from harness.celery_worker import WORKER_STARTS
+
+    before = WORKER_STARTS.count
+    yield
+    if WORKER_STARTS.count == before or not connection.settings_dict["NAME"].startswith("test_dp_"):
+        return
+    from amqp.exceptions import NotFound
+
+    from scheduling.config.conf import broker
+    from scheduling.models import OrphanCopy
+
+    listed = [q["name"] for q in broker().management.queues(broker().vhost)
+              if not q.get("exclusive")]  # not another connection's own (a reply queue)
+    with broker().session() as session:
+        channel = session.conn.channel()  # one channel: a vhost holds every endpoint queue of the run
+        for name in listed:
+            try:
+                channel.queue_purge(name)
+            except NotFound:  # gone since the listing (an auto-delete queue): the channel closed
+                channel = session.conn.channel()
+        channel.close()
+    with django_db_blocker.unblock():
+        OrphanCopy.objects.all().delete()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _flush_retries_a_deadlock():
     """A transactional test's teardown TRUNCATEs every table while a live worker of the module may
