@@ -1,6 +1,6 @@
 """Which acks a batch needs: AMQP's ``multiple`` flag settles every outstanding delivery up to a
 tag in one frame, and the broker's work per acked message halves with it (measured: consume +
-ack 158-173 µs a message one by one, 71-81 µs with multiple acks; docs/performance.md). Pure."""
+ack 158-173 µs a message one by one, 71-81 µs with multiple acks; docs/operations/performance.md). Pure."""
 
 from __future__ import annotations
 

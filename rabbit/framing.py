@@ -8,7 +8,7 @@ through from ``transport_options``): this one wraps py-amqp's own and, only insi
 ``basic.nack`` frames until the caller flushes (before it waits for the broker) or the batch
 ends. Any other frame flushes what is held first, so order is kept; outside a batch it writes
 through. Measured on 20,000 confirmed publishes: the publisher's CPU per message -30 %, the
-broker's -25 % (docs/performance.md).
+broker's -25 % (docs/operations/performance.md).
 """
 
 from __future__ import annotations

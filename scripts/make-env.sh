@@ -6,9 +6,10 @@
 # (docs/security.md#webhook-secrets-at-rest: the secrets key must never change).
 #
 # make run and manage.py read .env too (delayplatform/settings.py), so nothing here may change
-# what they connect to: the containers' broker URLs go under CONTAINER_* names, which only
-# docker-compose.yml reads (it hands them to the containers as BROKER_URL and
-# RABBITMQ_MANAGEMENT_URL); DATABASE_URL is built in docker-compose.yml from POSTGRES_PASSWORD.
+# what they connect to or answer: the containers' broker URLs and host settings go under CONTAINER_*
+# names, which only docker-compose.yml reads (it hands them to the containers as BROKER_URL,
+# RABBITMQ_MANAGEMENT_URL, ALLOWED_HOSTS, ...); DATABASE_URL is built in docker-compose.yml from
+# POSTGRES_PASSWORD.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 umask 077
@@ -50,11 +51,23 @@ add RABBITMQ_PASSWORD "$(token 24)"
 password=$(value RABBITMQ_PASSWORD)
 add CONTAINER_BROKER_URL "amqp://delayplatform:${password}@rabbitmq:5672//"
 add CONTAINER_RABBITMQ_MANAGEMENT_URL "http://delayplatform:${password}@rabbitmq:15672"
+# the containers' host settings: an .env from before gave them to both under the settings' own names
+# (which make run reads too); their values move over, and the old lines stay for the user to remove
+old_hosts=$(value ALLOWED_HOSTS)
+add CONTAINER_ALLOWED_HOSTS "${old_hosts:-localhost,127.0.0.1}"
+add CONTAINER_CSRF_TRUSTED_ORIGINS "$(value CSRF_TRUSTED_ORIGINS)"
+add CONTAINER_TLS_PROXY_HEADER "$(value DELAY_TLS_PROXY_HEADER)"
 
 if [ -n "$sealed_by_secret_key" ]; then
   echo "not added: DELAY_SECRETS_KEYS (and SECRET_KEY if missing): this .env's webhook secrets are sealed with a" \
        "key derived from SECRET_KEY; docs/security.md#webhook-secrets-at-rest says how to set one" >&2
 fi
+for name in ALLOWED_HOSTS CSRF_TRUSTED_ORIGINS DELAY_TLS_PROXY_HEADER; do
+  if grep -qE "^(export +)?$name=" .env; then
+    echo "note: .env sets $name, which make run and manage.py read too; the containers read the CONTAINER_ one" \
+         "now: remove $name if it was for them (docs/operations/containers.md)" >&2
+  fi
+done
 if [ ${#added[@]} -eq 0 ]; then
   echo ".env has every variable already"
 else

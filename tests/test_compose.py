@@ -18,7 +18,7 @@ COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
 PLATFORM = {name for name, service in SERVICES.items() if "build" in service}  # the image built from Dockerfile
 SECRET_NAME = re.compile(r"PASS|SECRET|COOKIE|TOKEN|KEY")
-REFERENCE = re.compile(r"\$\{[A-Z0-9_]+(?::\?[^}]*|:-)?\}")  # a variable, required or empty: no literal default
+REFERENCE = re.compile(r"\$\{[A-Z0-9_]+(?::?\?[^}]*|:-)?\}")  # a variable, required or empty: no literal default
 URL_PASSWORD = re.compile(r"://[^/:@\s]+:([^@\s]*)@")
 
 
@@ -82,6 +82,29 @@ def test_the_platform_is_not_the_brokers_administrator():
     assert f"load_definitions = {module.TARGET}" in conf
 
 
+SHARED_WITH_MAKE_RUN = {"SECRET_KEY", "DELAY_SECRETS_KEYS", "DELAY_METRICS_TOKEN", "LOG_FORMAT"}
+
+
+def test_the_compose_file_reads_no_setting_of_make_run_but_the_shared_ones():
+    """make run and manage.py read the same .env (docs/operations/containers.md): a variable the
+    compose file took under a setting's own name (ALLOWED_HOSTS=delay.example.com, a BROKER_URL at
+    host rabbitmq) would move them too. The containers' own settings have CONTAINER_* names."""
+    from scheduling.config.specs import BY_ENV
+
+    read = set(re.findall(r"\$\{([A-Z0-9_]+)", (ROOT / "docker-compose.yml").read_text()))
+    assert read & BY_ENV.keys() == SHARED_WITH_MAKE_RUN
+    given = {key for name in PLATFORM for key in environment(SERVICES[name])}
+    assert {"ALLOWED_HOSTS", "CSRF_TRUSTED_ORIGINS", "DELAY_TLS_PROXY_HEADER", "BROKER_URL"} <= given
+
+
+def test_the_published_ports_default_to_make_run_s_and_move_by_variable():
+    """Both on one host: compose's ports are make run's unless .env moves them."""
+    ports = {name: SERVICES[name].get("ports", []) for name in ("web", "rabbitmq")}
+    assert ports == {"web": ["127.0.0.1:${CONTAINER_WEB_PORT:-8000}:8000"],
+                     "rabbitmq": ["127.0.0.1:${CONTAINER_RABBITMQ_PORT:-5672}:5672",
+                                  "127.0.0.1:${CONTAINER_RABBITMQ_MANAGEMENT_PORT:-15672}:15672"]}
+
+
 def test_the_image_runs_the_production_settings():
     env_lines = [line for line in (ROOT / "Dockerfile").read_text().splitlines() if line.startswith("ENV ")]
     assert any(re.search(r"\bDELAY_PRODUCTION=1\b", line) for line in env_lines)
@@ -89,7 +112,7 @@ def test_the_image_runs_the_production_settings():
 
 @pytest.mark.skipif(not shutil.which("docker-compose"), reason="docker-compose is not installed here")
 def test_docker_compose_reads_the_file_and_names_a_missing_secret():
-    required = set(re.findall(r"\$\{([A-Z0-9_]+):\?", (ROOT / "docker-compose.yml").read_text()))
+    required = set(re.findall(r"\$\{([A-Z0-9_]+):?\?", (ROOT / "docker-compose.yml").read_text()))
     assert {"SECRET_KEY", "POSTGRES_PASSWORD", "RABBITMQ_ADMIN_PASSWORD", "RABBITMQ_PASSWORD"} <= required
     secrets = {name: f"value-of-{name.lower()}" for name in required}
     clean = {k: v for k, v in os.environ.items() if k not in secrets}
@@ -122,13 +145,14 @@ def make_env(folder) -> dict[str, str]:
 
 
 def settings_read(env_file) -> dict:
-    """What make run's settings (delayplatform.settings, not the tests') connect to with ``env_file``
-    as its .env."""
+    """What make run's settings (delayplatform.settings, not the tests') connect to and answer as with
+    ``env_file`` as its .env."""
     import json
 
     code = ("import json, django; django.setup(); from django.conf import settings as s; "
             "d = s.DATABASES['default']; print(json.dumps([s.BROKER_URL, s.RABBITMQ_MANAGEMENT_URL, "
-            "d['HOST'], d['PORT'], d['NAME'], d['USER']]))")
+            "d['HOST'], d['PORT'], d['NAME'], d['USER'], s.ALLOWED_HOSTS, s.CSRF_TRUSTED_ORIGINS, "
+            "s.DELAY_TLS_PROXY_HEADER, s.SPARK_MASTER]))")
     env = bare_env(ENV_FILE=str(env_file), DJANGO_SETTINGS_MODULE="delayplatform.settings", SECRET_KEY="k" * 50)
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -164,14 +188,24 @@ def test_make_env_gives_compose_every_variable_and_leaves_make_run_as_it_was(tmp
     assert web["RABBITMQ_MANAGEMENT_URL"] == f"http://delayplatform:{password}@rabbitmq:15672"
     assert f"delay:{services['postgres']['environment']['POSTGRES_PASSWORD']}@postgres:" in web["DATABASE_URL"]
 
+    # with the host settings a real host sets by hand (the compose file's header), and the ports moved
+    with open(tmp_path / ".env", "a") as env_file:
+        env_file.write("CONTAINER_ALLOWED_HOSTS=delay.example.com\nCONTAINER_CSRF_TRUSTED_ORIGINS=https://delay.example.com\n"
+                       "CONTAINER_TLS_PROXY_HEADER=X-Forwarded-Proto\nCONTAINER_WEB_PORT=8001\n")
+    web = yaml.safe_load(config().stdout)["services"]["web"]
+    assert web["environment"]["ALLOWED_HOSTS"] == "delay.example.com"
+    assert web["environment"]["DELAY_TLS_PROXY_HEADER"] == "X-Forwarded-Proto"
+    assert web["ports"] == ["127.0.0.1:8001:8000/tcp"]
     (tmp_path / "empty.env").write_text("")
     assert settings_read(tmp_path / ".env") == settings_read(tmp_path / "empty.env")
     check = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, capture_output=True, text=True,
                            env=bare_env(ENV_FILE=str(tmp_path / ".env")), timeout=120)
     assert check.returncode == 0, check.stderr
 
+    from dotenv import dotenv_values
+
     before = (tmp_path / ".env").read_text()
-    assert make_env(tmp_path) == values and (tmp_path / ".env").read_text() == before
+    assert make_env(tmp_path) == dotenv_values(tmp_path / ".env") and (tmp_path / ".env").read_text() == before
 
 
 def test_make_env_adds_only_what_an_older_env_lacks(tmp_path):
@@ -179,10 +213,18 @@ def test_make_env_adds_only_what_an_older_env_lacks(tmp_path):
     must never change, and the URLs it gains name the broker password it has."""
     (tmp_path / "scripts").mkdir()
     shutil.copy(ROOT / "scripts" / "make-env.sh", tmp_path / "scripts")
-    (tmp_path / ".env").write_text("SECRET_KEY=kept\nDELAY_SECRETS_KEYS=also-kept\nRABBITMQ_PASSWORD='old-pw'")
+    (tmp_path / ".env").write_text("SECRET_KEY=kept\nDELAY_SECRETS_KEYS=also-kept\nALLOWED_HOSTS=delay.example.com\n"
+                                   "DELAY_TLS_PROXY_HEADER=X-Forwarded-Proto\nRABBITMQ_PASSWORD='old-pw'")
     values = make_env(tmp_path)
     assert values["SECRET_KEY"] == "kept" and values["DELAY_SECRETS_KEYS"] == "also-kept"
     assert values["CONTAINER_BROKER_URL"] == "amqp://delayplatform:old-pw@rabbitmq:5672//"
+    # the containers' host settings move to their own names; the old lines stay (make run reads them: named)
+    assert (values["CONTAINER_ALLOWED_HOSTS"], values["CONTAINER_TLS_PROXY_HEADER"],
+            values["CONTAINER_CSRF_TRUSTED_ORIGINS"]) == ("delay.example.com", "X-Forwarded-Proto", "")
+    assert values["ALLOWED_HOSTS"] == "delay.example.com"
+    again = subprocess.run([str(tmp_path / "scripts" / "make-env.sh")], env=bare_env(), capture_output=True,
+                           text=True, timeout=60)
+    assert "sets ALLOWED_HOSTS, which make run" in again.stderr and "sets DELAY_TLS_PROXY_HEADER" in again.stderr
     assert values["POSTGRES_PASSWORD"] and values["RABBITMQ_ADMIN_PASSWORD"] and values["DELAY_METRICS_TOKEN"]
 
 

@@ -10,7 +10,7 @@ by table-driven tests. Two shapes of the same cascade (one TTL queue per bit of 
   bit key ``bit:LL`` and passes everything else to level L-1 as its alternate exchange. A message
   carries its destination as the routing key and its set bits as ``CC`` keys; dead-lettering
   keeps both. Matching a short key in a hash table instead of a 29-word key in the topic trie
-  halves the broker's CPU per message (docs/performance.md).
+  halves the broker's CPU per message (docs/operations/performance.md).
 
 A version may have **shards**: k parallel cascades of the same version, because one level of one
 cascade is one quorum queue, bounded by what one Raft leader on one node can dead-letter. Shard 0
