@@ -82,7 +82,7 @@ def test_a_burst_to_a_limited_webhook_never_exceeds_its_limits_and_arrives_all(p
     assert within_the_rate([at.timestamp() for at, *_ in delivered])
     assert len({by for _, by, *_ in delivered}) == 2
     # never faster than the rate; how much slower is the receiver's and the machine's (burst() waits
-    # 120 s at most): two workers' webhook threads call ~300 a second here (docs/guides/flow-control.md)
+    # 120 s at most): two workers' webhook engines made 150-180 calls a second here (docs/guides/flow-control.md)
     span = max(times) - min(times)
     assert MESSAGES / RATE <= span, span
     # the wait is recorded beside the lateness: all but the first few waited, and the wait is
