@@ -93,7 +93,7 @@ lint-baseline: venv
 
 ## bench: the performance cases of the default deployment (v3, envelopes on; v2 beside it), each beside its floor in the same run: idle, bursts, rate, head of line, throughput, holding, webhooks, isolation (tarpit, flood), fan-out; the 20,000 burst also with envelopes off, idle and burst also on RabbitMQ 4.0.5; one table, artifacts/bench.json; BENCH_ARGS="--cases webhooks" for a part
 bench: venv
-	scripts/services.sh rabbitmq postgres rabbitmq4-root
+	scripts/services.sh rabbitmq postgres postgres-statements rabbitmq4-root
 	$(BIN)/python -m bench.suite $(BENCH_ARGS)
 
 ## bench-profile: where the CPU goes per message (web, worker, PostgreSQL, RabbitMQ) and what each broker stage costs, v2 and v3

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Make sure the local services the platform needs are installed and running.
-# Usage: scripts/services.sh rabbitmq [postgres] [platform-db] [chromium] [rabbitmq4] [rabbitmq4-root] [docker-compose] ...
+# Usage: scripts/services.sh rabbitmq [postgres] [postgres-statements] [platform-db] [chromium] [rabbitmq4] [rabbitmq4-root] [docker-compose] ...
 # On a fresh Debian machine (as root) it installs what is missing from Debian's packages.
 set -euo pipefail
 
@@ -56,6 +56,22 @@ postgres() {
   say "PostgreSQL ready (127.0.0.1:5432)"
 }
 
+postgres_statements() {
+  # make bench counts statements per message (bench/pg_activity.py): pg_stat_statements must be
+  # preloaded, which takes a restart of the server, done once (the setting stays)
+  postgres
+  if ! PGPASSWORD=postgres psql -h 127.0.0.1 -U postgres -Atqc 'SHOW shared_preload_libraries' | grep -q pg_stat_statements; then
+    local version
+    version=$(ls /etc/postgresql | sort -V | tail -n 1)
+    say "preloading pg_stat_statements (restarting PostgreSQL $version once)"
+    PGPASSWORD=postgres psql -h 127.0.0.1 -U postgres -Atqc \
+      "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'" >/dev/null
+    pg_ctlcluster --skip-systemctl-redirect "$version" main restart
+    wait_for 60 pg_isready -q -h 127.0.0.1
+  fi
+  say "pg_stat_statements preloaded"
+}
+
 platform_db() {
   # make run's database: `delayplatform` on the local server, unless DATABASE_URL (environment
   # or .env) names another one, which is then yours to create.
@@ -90,6 +106,7 @@ for service in "$@"; do
   case "$service" in
     rabbitmq|postgres|chromium) "$service" ;;
     platform-db) platform_db ;;
+    postgres-statements) postgres_statements ;;
     java) java_runtime ;;
     rabbitmq-cluster) command -v rabbitmq-server >/dev/null || apt_install rabbitmq-server
                       "$(dirname "$0")/rabbitmq-cluster.sh" start ;;

@@ -2,7 +2,9 @@
 (handler ``none``: the delivery is recorded, nothing is called), raised per version until the
 messages due in steady state miss p99 ≤ 250 ms or the machine cannot offer more; the highest rate
 reached that kept it (target on v3 with envelopes: 10,000/s), and the CPU per message of each part
-(web, worker, PostgreSQL, broker, the load generator) over each load's steady window."""
+(web, worker, PostgreSQL, broker, the load generator) over each load's steady window; beside it what
+PostgreSQL did a message (statements, transactions, WAL, rows written and how many updates were HOT:
+bench/pg_activity.py) and, before the first load, what the broker spends with no load at all."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import time
 
 from bench.broker_cpu import cpu_seconds
 from bench.measure import percentiles
+from bench.pg_activity import PgActivity
 from harness.waiting import wait_until
 
 # messages a second offered per version, in turn, until one misses
@@ -26,7 +29,9 @@ def run(b) -> dict:
     window, and the CPU of each part per message, which names the saturated one). A level counts
     at the rate it reached, not the one it aimed at."""
     loads, send_s = (QUICK_LOADS, 30) if b.quick else (LOADS, 70)
-    results = {}
+    results = {"broker_idle": _broker_idle(b, 5 if b.quick else 20)}
+    print(f"  broker with no load: {results['broker_idle']['core_share']:.1%} of a core "
+          f"({results['broker_idle']['queues']} queues on the node)", flush=True)
     for version in b.versions:
         levels = {}
         for load in loads[version]:
@@ -35,6 +40,9 @@ def run(b) -> dict:
             print(f"  {version} load {load}/s: {stats['due_per_s']:,.0f}/s due in the window (sent {stats['sent_per_s']:,.0f}/s), "
                   f"p99 {stats['p99']:.0f} ms over {stats['judged']} messages; CPU µs a message: {parts}; "
                   f"machine {stats['machine_busy']:.0%} busy", flush=True)
+            print(f"    {stats['postgres']['line']}", flush=True)
+            for calls, statement in stats["postgres"]["top"]:
+                print(f"      {calls:6.3f} a message: {statement}", flush=True)
             if stats["p99"] > 250 or stats["due_per_s"] < SHORT_OF_LOAD * load:
                 break
         passed = [r["due_per_s"] for r in levels.values() if r["p99"] <= 250]
@@ -52,16 +60,19 @@ def _one_load(b, version: str, load: int, send_s: float) -> dict:
     start, tick, sent = time.time(), 0.5, 0
     per_tick = max(1, int(load * tick))
     window = (min(60.0, send_s - 5), send_s)
-    cpu_window = split = None
+    cpu_window = split = activity = None
     while time.time() - start < send_s:
         if cpu_window is None and time.time() - start >= window[0]:
             split = Split(b.p, b.p.workers[0].process.pid).start()
+            activity = PgActivity(b.p.sql).start()
             cpu_window = (time.time(), cpu_seconds(b.broker_pid), time.process_time(), _machine_idle())
         b.schedule(endpoint, [round(b.rng.uniform(1, 60), 3) for _ in range(per_tick)], clients=2)
         sent += per_tick
         time.sleep(max(0.0, start + (tick * (1 + int((time.time() - start) / tick))) - time.time()))
     sent_s = time.time() - start
+    assert split is not None and activity is not None and cpu_window is not None, "the window never started"
     parts = split.stop()
+    db_window = activity.stop()  # counted now, divided below once the window's messages are known
     cpu_s = cpu_seconds(b.broker_pid) - cpu_window[1]
     generator_s = time.process_time() - cpu_window[2]
     cpu_wall = time.time() - cpu_window[0]
@@ -77,9 +88,26 @@ def _one_load(b, version: str, load: int, send_s: float) -> dict:
     rate = expected / (window[1] - window[0])
     per_msg = {name: round(seconds * 1e6 / max(1.0, rate * cpu_wall), 1) for name, seconds in parts.items()}
     per_msg["load generator"] = round(generator_s * 1e6 / max(1.0, rate * cpu_wall), 1)
-    return {"judged": expected, **{k: round(v, 1) for k, v in stats.items()}, "due_per_s": round(rate),
+    window_messages = max(1, round(rate * cpu_wall))
+    db = db_window.per(window_messages)
+    postgres = {"line": db.line(), "top": db.top, "statements": db.statements, "transactions": db.transactions,
+                "wal_bytes": db.wal_bytes, "rows": db.rows}
+    return {"postgres": postgres, "judged": expected, **{k: round(v, 1) for k, v in stats.items()}, "due_per_s": round(rate),
             "sent_per_s": round(sent / sent_s), "cpu_us_per_msg": per_msg, "machine_busy": round(busy, 3),
             "broker_us_per_msg": round(cpu_s * 1e6 / max(1.0, rate * cpu_wall), 1)}
+
+
+def _broker_idle(b, seconds: float) -> dict:
+    """The broker's CPU with the platform running and nothing sent: the idle queues' and the Erlang
+    schedulers' own cost, which a load's per-message figure otherwise carries."""
+    from harness.platform import MANAGEMENT
+    from rabbit.management import Management
+
+    before, start = cpu_seconds(b.broker_pid), time.time()
+    time.sleep(seconds)
+    share = (cpu_seconds(b.broker_pid) - before) / (time.time() - start)
+    queues = Management(MANAGEMENT).overview().get("object_totals", {}).get("queues")
+    return {"core_share": round(share, 4), "queues": queues}
 
 
 def _machine_idle() -> float:
