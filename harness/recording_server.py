@@ -9,6 +9,15 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
+class _Listening(ThreadingHTTPServer):
+    """socketserver listens with a backlog of 5: a sender opening 64 connections at once (the webhook
+    engine's bulkhead) had the rest of its connects dropped and retried by the kernel 1, 3, 7 s
+    later, on a busy machine past a call's deadline, so a call timed out and was retried while its
+    first request was still on the way, and arrived after its retry."""
+
+    request_queue_size = 1024
+
+
 class RecordingServer:
     """A local HTTP/1.1 server (keep-alive) that records every POST with the client's address
     (``peer``: how many connections a sender used) and when it came (``at``, monotonic seconds);
@@ -66,7 +75,7 @@ class RecordingServer:
                 pass
 
         lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _Listening(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 

@@ -158,6 +158,7 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_calls_again_only_what_was_i
         ids = schedule_many(api, name, [1.0] * 1000)
         wait_until(lambda: len(server.requests) >= 200, 60, 0.05, "a part of the batch called")
         first.kill()
+        killed_at = time.monotonic()
         # what the killed worker sent may still sit in the receiver's sockets: read once the
         # receiver has taken it all (nothing held, nothing new for a second), so a call made before
         # the kill is never taken for the second worker's
@@ -178,6 +179,13 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_calls_again_only_what_was_i
     print(f"\nkilled mid-batch: {len(called_before)} called before the kill ({len(recorded_before)} recorded), "
           f"{len(twice)} called twice")
     assert max(calls.values()) <= 2  # the second worker calls each message once
-    assert recorded_before <= called_before and twice <= called_before - recorded_before
+    assert recorded_before <= called_before
+    outcomes = {m: list(MessageAttempt.objects.filter(message_id=m).order_by("number")
+                        .values_list("number", "outcome", "status_code", "excerpt"))
+                for m in twice - (called_before - recorded_before)}
+    # what a failure needs said: each such message's attempts, and its calls (s after the kill, attempt)
+    calls_of = {m: [(round(r["at"] - killed_at, 3), r["headers"].get("X-Delay-Attempt")) for r in server.requests
+                    if r["headers"]["webhook-id"] == m] for m in list(outcomes)[:5]}
+    assert twice <= called_before - recorded_before, (outcomes, calls_of)
     assert all(row.delivered_at >= row.due_at for row in rows)  # none early
     assert timezone.now() - min(row.delivered_at for row in rows) < timedelta(minutes=5)
