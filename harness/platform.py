@@ -61,7 +61,8 @@ class Platform:
         with self._sql_lock:
             if self._sql is None or self._sql.closed:
                 self._sql = psycopg.connect(self.env["DATABASE_URL"], autocommit=True)
-            return self._sql.execute(query, params).fetchall()
+            cursor = self._sql.execute(query, params)
+            return cursor.fetchall() if cursor.description else []  # a statement without rows (DDL)
 
     def count_status(self, endpoint: str, *statuses: str) -> int:
         """How many of the endpoint's messages are in any of ``statuses``."""
