@@ -95,11 +95,11 @@ def test_a_receiver_that_never_finishes_holds_up_no_other_endpoint(api, platform
 
 
 def test_a_team_flooding_a_slow_receiver_holds_up_no_other_team(platform, worker, endpoint_name):
-    """Team A: 2,000 messages due at once to a receiver answering in 200 ms. Team B: 100 messages
+    """Team A: 2,000 messages due at once to a receiver answering in 500 ms (64 calls at a time: ~16 s). Team B: 100 messages
     over 5 s to a fast receiver, arriving while A's flood is worked off."""
     a = _key_client(team=team_create(name=f"flood-a-{uuid.uuid4().hex[:6]}"), scopes=["all"])
     b = _key_client(team=team_create(name=f"flood-b-{uuid.uuid4().hex[:6]}"), scopes=["all"])
-    with RecordingServer(hold_seconds=0.2) as slow, RecordingServer() as fast:
+    with RecordingServer(hold_seconds=0.5) as slow, RecordingServer() as fast:
         endpoint(a, "flood", slow.url)
         endpoint(b, "steady", fast.url)
         flood = schedule_many(a, "flood", [1.0] * 2000)
