@@ -28,7 +28,7 @@ class Snapshot:
 class Activity:
     """Per message over the window (``messages`` of them): what the caller prints."""
 
-    messages: int
+    messages: float
     transactions: float
     wal_records: float
     wal_fpi: float
@@ -88,9 +88,9 @@ class PgWindow:
     first: Snapshot
     last: Snapshot
 
-    def per(self, messages: int, top: int = 8) -> Activity:
+    def per(self, messages: float, top: int = 8) -> Activity:
         """The window's counts per message, and its ``top`` busiest statements."""
-        first, last, n = self.first, self.last, max(1, messages)
+        first, last, n = self.first, self.last, max(1.0, messages)
         rows: dict[str, dict[str, float]] = {}
         for table in {*first.tables, *last.tables}:
             before, after = first.tables.get(table, (0, 0, 0, 0)), last.tables.get(table, (0, 0, 0, 0))

@@ -86,15 +86,15 @@ def _one_load(b, version: str, load: int, send_s: float) -> dict:
     stats = percentiles(b.lateness(endpoint, *window, start=start))
     # in steady state the window's messages were sent at the rate reached, and are due and delivered at it
     rate = expected / (window[1] - window[0])
-    per_msg = {name: round(seconds * 1e6 / max(1.0, rate * cpu_wall), 1) for name, seconds in parts.items()}
-    per_msg["load generator"] = round(generator_s * 1e6 / max(1.0, rate * cpu_wall), 1)
-    window_messages = max(1, round(rate * cpu_wall))
-    db = db_window.per(window_messages)
+    messages = max(1.0, rate * cpu_wall)  # the window's messages: every per-message figure divides by it
+    per_msg = {name: round(seconds * 1e6 / messages, 1) for name, seconds in parts.items()}
+    per_msg["load generator"] = round(generator_s * 1e6 / messages, 1)
+    db = db_window.per(messages)
     postgres = {"line": db.line(), "top": db.top, "statements": db.statements, "transactions": db.transactions,
                 "wal_bytes": db.wal_bytes, "rows": db.rows}
     return {"postgres": postgres, "judged": expected, **{k: round(v, 1) for k, v in stats.items()}, "due_per_s": round(rate),
             "sent_per_s": round(sent / sent_s), "cpu_us_per_msg": per_msg, "machine_busy": round(busy, 3),
-            "broker_us_per_msg": round(cpu_s * 1e6 / max(1.0, rate * cpu_wall), 1)}
+            "broker_us_per_msg": round(cpu_s * 1e6 / messages, 1)}
 
 
 def _broker_idle(b, seconds: float) -> dict:
